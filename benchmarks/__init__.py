@@ -1,0 +1,1 @@
+"""aster-forge benchmarks (``make bench``)."""

@@ -1,0 +1,100 @@
+"""A cooperative cancellation token shared by runtime components."""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+
+__all__ = ["CancellationToken"]
+
+
+class CancellationToken:
+    """A one-shot, hierarchical cancellation signal.
+
+    The token binds to no event loop at construction; waiters are created lazily on
+    the loop that awaits :meth:`wait`. Cancelling a parent cancels every child token;
+    cancelling a child leaves the parent untouched.
+
+    Example:
+        >>> token = CancellationToken()
+        >>> child = token.child_token()
+        >>> token.cancel()
+        >>> child.cancelled
+        True
+    """
+
+    __slots__ = ("__weakref__", "_cancelled", "_children", "_waiters")
+
+    def __init__(self) -> None:
+        self._cancelled = False
+        self._waiters: list[asyncio.Future[None]] = []
+        self._children: weakref.WeakSet[CancellationToken] = weakref.WeakSet()
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether :meth:`cancel` was called on this token or an ancestor."""
+        return self._cancelled
+
+    def is_cancelled(self) -> bool:
+        """Return :attr:`cancelled` (a method form for callbacks and predicates)."""
+        return self._cancelled
+
+    def cancel(self) -> None:
+        """Cancel this token and every descendant; idempotent."""
+        if self._cancelled:
+            return
+        self._cancelled = True
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                # The waiter may belong to a loop that is closed; set_result is still safe
+                # on a pending future.
+                waiter.set_result(None)
+        for child in list(self._children):
+            child.cancel()
+
+    def child_token(self) -> CancellationToken:
+        """Return a new token that is cancelled whenever this one is.
+
+        Returns:
+            A child token; cancelling it does not cancel this token.
+        """
+        child = CancellationToken()
+        if self._cancelled:
+            child.cancel()
+        else:
+            self._children.add(child)
+        return child
+
+    async def wait(self) -> None:
+        """Wait until the token is cancelled (returns at once if it already is)."""
+        if self._cancelled:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+    async def sleep(self, seconds: float) -> bool:
+        """Sleep for ``seconds`` unless the token is cancelled first.
+
+        Args:
+            seconds: How long to sleep on the running loop's clock.
+
+        Returns:
+            ``True`` when the token was cancelled (the sleep ended early), else ``False``.
+        """
+        if self._cancelled:
+            return True
+        try:
+            async with asyncio.timeout(max(seconds, 0.0)):
+                await self.wait()
+        except TimeoutError:
+            return self._cancelled
+        return True
+
+    def __repr__(self) -> str:
+        return f"<CancellationToken cancelled={self._cancelled}>"

@@ -1,0 +1,10 @@
+"""Test support a product can use against its own code and stores.
+
+Ships a :class:`ManualClock`, in-memory reference stores and conformance suites.
+"""
+
+from __future__ import annotations
+
+from ._clock import ManualClock
+
+__all__ = ["ManualClock"]
