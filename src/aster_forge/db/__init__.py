@@ -2,4 +2,12 @@
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from .errors import AsterForgeDbError
+
+# --- runtime leases, scheduled tasks, health/shutdown components (issue 5) ---
+
+# --- background task store (issue 7) ---
+
+__all__ = [
+    "AsterForgeDbError",
+]

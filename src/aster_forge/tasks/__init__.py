@@ -6,4 +6,12 @@ Imports :mod:`aster_forge.runtime` only; stores are protocols implemented by
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from .errors import AsterForgeTasksError
+
+# --- tasks core (issue 6) ---
+
+# --- dedupe / schedule types (issue 5) ---
+
+__all__ = [
+    "AsterForgeTasksError",
+]

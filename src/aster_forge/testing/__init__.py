@@ -7,4 +7,10 @@ from __future__ import annotations
 
 from ._clock import ManualClock
 
-__all__ = ["ManualClock"]
+# --- lease and scheduled-task stores and suites (issue 5) ---
+
+# --- task stores and suites (issue 7) ---
+
+__all__ = [
+    "ManualClock",
+]
