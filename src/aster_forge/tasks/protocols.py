@@ -6,8 +6,236 @@ A product implements these against its own tables (or uses :mod:`aster_forge.db`
 
 from __future__ import annotations
 
-from typing import Protocol  # noqa: F401
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Protocol, TypeVar, runtime_checkable  # noqa: F401
+
+from ._lease import TaskLease
 
 # --- task records and claim/heartbeat/execution stores (issue 6) ---
+
+KindT_co = TypeVar("KindT_co", covariant=True)
+TaskT_co = TypeVar("TaskT_co", covariant=True)
+LaneT_contra = TypeVar("LaneT_contra", contravariant=True)
+
+
+class TaskRecord(Protocol[KindT_co]):
+    """The minimal read-only view of a persisted task row.
+
+    Declared with read-only properties so a frozen dataclass or an ORM row object
+    satisfies it structurally.
+    """
+
+    @property
+    def id(self) -> int:
+        """The stable database identifier, used in fences and diagnostics."""
+        ...
+
+    @property
+    def kind(self) -> KindT_co:
+        """The product-owned task kind (a member of the product's kind enum)."""
+        ...
+
+
+class ClaimableTaskRecord(TaskRecord[KindT_co], Protocol[KindT_co]):
+    """A task row with the fields a lane claim orders and filters by."""
+
+    @property
+    def run_at(self) -> datetime:
+        """When the task becomes due (aware UTC); not claimable before it."""
+        ...
+
+    @property
+    def priority(self) -> int:
+        """Claim order within a lane: higher first, then ``run_at``, then ``id``."""
+        ...
+
+
+class ExecutableTaskRecord(TaskRecord[KindT_co], Protocol[KindT_co]):
+    """A claimed task row carrying what the executor needs to run it.
+
+    ``attempt`` counts the executions already *counted* before this one: a claim does
+    not increment it; a counted retry or a failure persists ``attempt + 1``; a shutdown
+    release leaves it unchanged.
+    """
+
+    @property
+    def payload_json(self) -> str:
+        """The stored payload as JSON text, decoded by the kind's spec."""
+        ...
+
+    @property
+    def steps_json(self) -> str | None:
+        """The stored step list as JSON text, or ``None`` when the kind has no steps yet."""
+        ...
+
+    @property
+    def attempt(self) -> int:
+        """Counted attempts persisted before the current execution (starts at 0)."""
+        ...
+
+    @property
+    def max_attempts(self) -> int:
+        """How many counted attempts are allowed before a retryable failure becomes final."""
+        ...
+
+    @property
+    def processing_token(self) -> str | None:
+        """The token of the claim that owns the row, ``None`` when not processing."""
+        ...
+
+    @property
+    def lease_expires_at(self) -> datetime | None:
+        """When the current claim lapses (aware UTC), ``None`` when not processing."""
+        ...
+
+
+class TaskClaimStore(Protocol[TaskT_co, LaneT_contra]):
+    """Claims due tasks of one lane, each under a fresh processing token.
+
+    ``TaskT_co`` is the product's row type (normally both claimable and executable);
+    ``LaneT_contra`` is the product's lane enum.
+    """
+
+    async def claim_due_for_lane(
+        self,
+        lane: LaneT_contra,
+        limit: int,
+        owner: str,
+        lease_ttl: timedelta,
+    ) -> Sequence[TaskT_co]:
+        """Atomically claim up to ``limit`` due tasks whose kind belongs to ``lane``.
+
+        Fencing contract:
+            * every returned record carries a *fresh* ``processing_token`` (never reused,
+              never shared with another claim) and ``lease_expires_at = now + lease_ttl``,
+              both already persisted when this returns;
+            * a task whose live (unexpired) lease belongs to another claim is never
+              returned, even when two instances claim concurrently;
+            * a task in processing whose lease has expired is claimable again (rescue of a
+              crashed worker); the new token fences the old worker out;
+            * ``limit <= 0`` claims nothing.
+
+        Args:
+            lane: The lane whose kinds may be claimed.
+            limit: The most tasks to claim (free slots of the lane).
+            owner: An identifier of the claiming worker, for diagnostics.
+            lease_ttl: How long the claim stays live without a heartbeat.
+
+        Returns:
+            The claimed rows, in claim order (priority, due time, id).
+        """
+        ...
+
+
+class TaskHeartbeatStore(Protocol):
+    """Extends the lease of a claimed task."""
+
+    async def renew_task_lease(self, lease: TaskLease, lease_ttl: timedelta) -> TaskLease | None:
+        """Extend ``lease`` to ``now + lease_ttl`` if the claim still owns the task.
+
+        Fencing contract: the update matches only the row with ``lease.task_id`` that is
+        still processing under ``lease.processing_token``. When it matches, the new expiry
+        is persisted and returned as a renewed :class:`TaskLease`; when it does not (the
+        task finished, was released, or another claim took it over) nothing is written and
+        ``None`` is returned - the caller must treat the lease as lost. Raising means a
+        transient storage failure; the heartbeat loop retries it.
+
+        Args:
+            lease: The lease being renewed.
+            lease_ttl: The extension from now.
+
+        Returns:
+            The renewed lease, or ``None`` when the fence failed.
+        """
+        ...
+
+
+class ClaimedTaskExecutionStore(Protocol):
+    """Records the outcome of a claimed task; every write is fenced by the lease.
+
+    Each method updates only the row with ``lease.task_id`` that is still processing
+    under ``lease.processing_token``. ``True`` means the write happened; ``False`` means
+    the fence failed (the lease was lost or taken over) and *nothing* was written. Any
+    exception means a storage failure with nothing known to be written.
+    """
+
+    async def mark_task_succeeded(
+        self, lease: TaskLease, result_json: str | None, steps_json: str | None
+    ) -> bool:
+        """Mark the task succeeded, store its result and final steps, clear the token.
+
+        Args:
+            lease: The claim that ran the task.
+            result_json: The encoded result, or ``None`` for a result-less kind.
+            steps_json: The final step list, or ``None`` to leave the stored steps.
+
+        Returns:
+            ``True`` when written, ``False`` when the fence failed.
+        """
+        ...
+
+    async def mark_task_retry(
+        self,
+        lease: TaskLease,
+        *,
+        delay: timedelta,
+        error: str,
+        steps_json: str | None,
+        count_attempt: bool,
+    ) -> bool:
+        """Put the task back to pending, due after ``delay``, and clear the token.
+
+        Args:
+            lease: The claim that ran the task.
+            delay: How long from now until the task is due again (never negative).
+            error: The error text the product chose to store.
+            steps_json: The step list with the active step marked failed, or ``None``.
+            count_attempt: Whether this execution counts against ``max_attempts``
+                (persist ``attempt + 1``); ``False`` leaves ``attempt`` unchanged.
+
+        Returns:
+            ``True`` when written, ``False`` when the fence failed.
+        """
+        ...
+
+    async def mark_task_failed(
+        self, lease: TaskLease, *, error: str, steps_json: str | None
+    ) -> bool:
+        """Mark the task failed for good (persisting ``attempt + 1``) and clear the token.
+
+        Args:
+            lease: The claim that ran the task.
+            error: The error text the product chose to store.
+            steps_json: The step list with the active step marked failed, or ``None``.
+
+        Returns:
+            ``True`` when written, ``False`` when the fence failed.
+        """
+        ...
+
+    async def release_task_for_shutdown(self, lease: TaskLease) -> bool:
+        """Return the task to pending, due now, without counting an attempt.
+
+        Used when the worker stops before the task finished; the attempt is not a
+        product failure, so ``attempt`` and the stored error stay unchanged.
+
+        Returns:
+            ``True`` when released, ``False`` when the fence failed.
+        """
+        ...
+
+    async def update_task_steps(self, lease: TaskLease, steps_json: str) -> bool:
+        """Persist step progress while the task runs.
+
+        Args:
+            lease: The claim running the task.
+            steps_json: The serialized step list.
+
+        Returns:
+            ``True`` when written, ``False`` when the fence failed.
+        """
+        ...
+
 
 # --- scheduled task catalog store (issue 5) ---
