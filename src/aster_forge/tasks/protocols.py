@@ -200,7 +200,7 @@ class ClaimedTaskExecutionStore(Protocol):
         ...
 
     async def mark_task_failed(
-        self, lease: TaskLease, *, error: str, steps_json: str | None
+        self, lease: TaskLease, *, error: str, steps_json: str | None, manual_retry: bool
     ) -> bool:
         """Mark the task failed for good (persisting ``attempt + 1``) and clear the token.
 
@@ -208,6 +208,8 @@ class ClaimedTaskExecutionStore(Protocol):
             lease: The claim that ran the task.
             error: The error text the product chose to store.
             steps_json: The step list with the active step marked failed, or ``None``.
+            manual_retry: Whether an operator may retry the task by hand later
+                (``TaskRetryClass.can_manual_retry``); stored for the admin UI.
 
         Returns:
             ``True`` when written, ``False`` when the fence failed.
