@@ -11,6 +11,27 @@ from ._clock import Clock, SystemClock, sleep_or_cancelled, utc_now
 from .errors import AsterForgeRuntimeError
 
 # --- health (issue 2) ---
+from ._health import HealthComponentReport, HealthStatus, SystemHealthReport
+from ._health_detail import (
+    HealthComponentDetail,
+    HealthComponentDetailKind,
+    HealthComponentDetailValue,
+)
+from ._health_options import (
+    HealthCheckDescriptor,
+    HealthCheckOptions,
+    HealthCheckRequirement,
+    HealthCheckScope,
+    HealthCheckScopes,
+)
+from ._health_registry import HealthCheck, HealthCheckRegistry, HealthCheckRegistryBuilder
+from .errors import (
+    DuplicateHealthCheckError,
+    InvalidHealthCheckError,
+    InvalidHealthDetailError,
+    InvalidHealthReportError,
+)
+from .protocols import HealthMetricsRecorder
 
 # --- lifecycle (issue 3) ---
 
@@ -22,7 +43,26 @@ __all__ = [
     "AsterForgeRuntimeError",
     "CancellationToken",
     "Clock",
+    "DuplicateHealthCheckError",
+    "HealthCheck",
+    "HealthCheckDescriptor",
+    "HealthCheckOptions",
+    "HealthCheckRegistry",
+    "HealthCheckRegistryBuilder",
+    "HealthCheckRequirement",
+    "HealthCheckScope",
+    "HealthCheckScopes",
+    "HealthComponentDetail",
+    "HealthComponentDetailKind",
+    "HealthComponentDetailValue",
+    "HealthComponentReport",
+    "HealthMetricsRecorder",
+    "HealthStatus",
+    "InvalidHealthCheckError",
+    "InvalidHealthDetailError",
+    "InvalidHealthReportError",
     "SystemClock",
+    "SystemHealthReport",
     "sleep_or_cancelled",
     "utc_now",
 ]

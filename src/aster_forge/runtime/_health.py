@@ -1,0 +1,390 @@
+"""Health report model: statuses, component reports and the aggregate system report.
+
+Aggregation rule: the system status is the worst component status (an empty report
+is healthy). Reports have a stable JSON form (:meth:`SystemHealthReport.to_json_dict`)
+that round-trips through :meth:`SystemHealthReport.from_json_dict`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from ._health_detail import HealthComponentDetail, HealthComponentDetailValue
+from .errors import InvalidHealthDetailError, InvalidHealthReportError
+
+if TYPE_CHECKING:
+    from ._health_options import HealthCheckScope
+    from .protocols import HealthMetricsRecorder
+
+__all__ = ["HealthComponentReport", "HealthStatus", "SystemHealthReport"]
+
+_SEVERITY: dict[str, int] = {"healthy": 0, "degraded": 1, "unhealthy": 2}
+
+
+class HealthStatus(enum.Enum):
+    """A component or system health status, ordered so the worst compares greatest.
+
+    ``HEALTHY < DEGRADED < UNHEALTHY``; ``max(statuses)`` is the aggregate status.
+    """
+
+    HEALTHY = "healthy"
+    """Working normally."""
+    DEGRADED = "degraded"
+    """Working with reduced capability (an optional dependency is failing)."""
+    UNHEALTHY = "unhealthy"
+    """Not working; the instance should not take traffic."""
+
+    def as_str(self) -> str:
+        """Return the stable wire value: ``healthy``, ``degraded`` or ``unhealthy``."""
+        return self.value
+
+    def metric_value(self) -> int:
+        """Return the metrics encoding: healthy=0, degraded=1, unhealthy=2."""
+        return _SEVERITY[self.value]
+
+    @classmethod
+    def parse(cls, value: object) -> HealthStatus:
+        """Parse a wire value strictly.
+
+        Raises:
+            InvalidHealthReportError: ``value`` is not one of the three wire values.
+        """
+        if isinstance(value, str):
+            for member in cls:
+                if member.value == value:
+                    return member
+        raise InvalidHealthReportError(
+            f"unknown health status {value!r} (expected healthy, degraded or unhealthy)"
+        )
+
+    @classmethod
+    def worst(cls, statuses: Iterable[HealthStatus]) -> HealthStatus:
+        """Return the worst of ``statuses``; ``HEALTHY`` when there are none."""
+        return max(statuses, default=cls.HEALTHY)
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, HealthStatus):
+            return NotImplemented
+        return _SEVERITY[self.value] < _SEVERITY[other.value]
+
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, HealthStatus):
+            return NotImplemented
+        return _SEVERITY[self.value] <= _SEVERITY[other.value]
+
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, HealthStatus):
+            return NotImplemented
+        return _SEVERITY[self.value] > _SEVERITY[other.value]
+
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, HealthStatus):
+            return NotImplemented
+        return _SEVERITY[self.value] >= _SEVERITY[other.value]
+
+
+def _seconds(duration: timedelta | None) -> float:
+    return 0.0 if duration is None else duration.total_seconds()
+
+
+def _parse_duration(data: Mapping[str, Any], what: str) -> timedelta | None:
+    raw = data.get("duration_seconds")
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        raise InvalidHealthReportError(f"{what} duration_seconds must be a number or null")
+    if raw < 0:
+        raise InvalidHealthReportError(f"{what} duration_seconds {raw} is negative")
+    return timedelta(seconds=raw)
+
+
+def _check_keys(data: object, required: set[str], optional: set[str], what: str) -> None:
+    if not isinstance(data, Mapping):
+        raise InvalidHealthReportError(f"{what} must be a JSON object, got {type(data).__name__}")
+    keys = set(data)
+    missing = required - keys
+    unknown = keys - required - optional
+    if missing or unknown:
+        raise InvalidHealthReportError(
+            f"{what} has missing keys {sorted(missing)} / unknown keys {sorted(unknown)}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class HealthComponentReport:
+    """The health of one component, as returned by one health check.
+
+    Build with :meth:`healthy`, :meth:`degraded` or :meth:`unhealthy`, then chain
+    :meth:`with_duration` / :meth:`with_detail` (each returns a new report).
+
+    Attributes:
+        name: Component name (low-cardinality: it becomes a metrics label).
+        status: The component status.
+        message: A short operator-facing message.
+        duration: How long the check took; ``None`` until measured (the registry
+            fills it in when the check did not).
+        details: Typed diagnostic values, in insertion order, keys unique.
+    """
+
+    name: str
+    status: HealthStatus
+    message: str
+    duration: timedelta | None = None
+    details: tuple[HealthComponentDetail, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise InvalidHealthReportError(
+                f"component name must be a non-empty str, got {self.name!r}"
+            )
+        if not isinstance(self.status, HealthStatus):
+            raise InvalidHealthReportError(
+                f"component status must be a HealthStatus, got {self.status!r}"
+            )
+        if not isinstance(self.message, str):
+            raise InvalidHealthReportError(
+                f"component message must be a str, got {type(self.message).__name__}"
+            )
+        if self.duration is not None and (
+            not isinstance(self.duration, timedelta) or self.duration < timedelta(0)
+        ):
+            raise InvalidHealthReportError(
+                f"component duration must be a non-negative timedelta, got {self.duration!r}"
+            )
+        keys = [d.key for d in self.details]
+        if len(keys) != len(set(keys)):
+            raise InvalidHealthDetailError(f"component {self.name!r} has duplicate detail keys")
+
+    @classmethod
+    def healthy(cls, name: str, message: str) -> HealthComponentReport:
+        """Return a HEALTHY report for ``name``."""
+        return cls(name, HealthStatus.HEALTHY, message)
+
+    @classmethod
+    def degraded(cls, name: str, message: str) -> HealthComponentReport:
+        """Return a DEGRADED report for ``name``."""
+        return cls(name, HealthStatus.DEGRADED, message)
+
+    @classmethod
+    def unhealthy(cls, name: str, message: str) -> HealthComponentReport:
+        """Return an UNHEALTHY report for ``name``."""
+        return cls(name, HealthStatus.UNHEALTHY, message)
+
+    def with_duration(self, duration: timedelta) -> HealthComponentReport:
+        """Return a copy carrying a duration the product measured itself."""
+        return dataclasses.replace(self, duration=duration)
+
+    def with_detail(self, key: str, value: HealthComponentDetailValue) -> HealthComponentReport:
+        """Return a copy with one more typed detail.
+
+        Raises:
+            InvalidHealthDetailError: ``value`` is not a :class:`HealthComponentDetailValue`
+                or ``key`` is empty or already present.
+        """
+        detail = HealthComponentDetail(key, value)
+        if any(d.key == key for d in self.details):
+            raise InvalidHealthDetailError(
+                f"component {self.name!r} already has a detail named {key!r}"
+            )
+        return dataclasses.replace(self, details=(*self.details, detail))
+
+    def detail(self, key: str) -> HealthComponentDetailValue | None:
+        """Return the typed value stored under ``key``, or ``None``."""
+        for item in self.details:
+            if item.key == key:
+                return item.value
+        return None
+
+    def duration_seconds(self) -> float:
+        """Return the duration in seconds (``0.0`` when unknown), for metrics."""
+        return _seconds(self.duration)
+
+    def has_issue(self) -> bool:
+        """Return whether the status is DEGRADED or UNHEALTHY."""
+        return self.status is not HealthStatus.HEALTHY
+
+    def describe(self) -> str:
+        """Return ``name status: message`` plus details (``[key=value, ...]``) if any."""
+        text = f"{self.name} {self.status.value}: {self.message}"
+        if self.details:
+            rendered = ", ".join(f"{d.key}={d.value.display_value()}" for d in self.details)
+            text = f"{text} [{rendered}]"
+        return text
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """Return the stable JSON object for this report."""
+        return {
+            "name": self.name,
+            "status": self.status.value,
+            "message": self.message,
+            "duration_seconds": None if self.duration is None else self.duration.total_seconds(),
+            "details": [d.to_json_dict() for d in self.details],
+        }
+
+    @classmethod
+    def from_json_dict(cls, data: object) -> HealthComponentReport:
+        """Parse the object produced by :meth:`to_json_dict` strictly.
+
+        Raises:
+            InvalidHealthReportError: A field is missing, unknown or mistyped.
+            InvalidHealthDetailError: A detail is invalid.
+        """
+        _check_keys(
+            data, {"name", "status", "message"}, {"duration_seconds", "details"}, "component"
+        )
+        assert isinstance(data, Mapping)
+        raw_details = data.get("details", [])
+        if not isinstance(raw_details, list):
+            raise InvalidHealthReportError("component details must be a JSON array")
+        return cls(
+            name=data["name"],
+            status=HealthStatus.parse(data["status"]),
+            message=data["message"],
+            duration=_parse_duration(data, "component"),
+            details=tuple(HealthComponentDetail.from_json_dict(d) for d in raw_details),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SystemHealthReport:
+    """The aggregate of component reports from one health run, in registration order.
+
+    Attributes:
+        components: Component reports in registration order.
+        duration: Wall time of the whole run; ``None`` when built by hand.
+    """
+
+    components: tuple[HealthComponentReport, ...] = ()
+    duration: timedelta | None = None
+
+    def __post_init__(self) -> None:
+        # Accept any iterable (a list from product code) but store an immutable tuple.
+        components = tuple(self.components)
+        for item in components:
+            if not isinstance(item, HealthComponentReport):
+                raise InvalidHealthReportError(
+                    f"components must be HealthComponentReport, got {type(item).__name__}"
+                )
+        object.__setattr__(self, "components", components)
+        if self.duration is not None and (
+            not isinstance(self.duration, timedelta) or self.duration < timedelta(0)
+        ):
+            raise InvalidHealthReportError(
+                f"report duration must be a non-negative timedelta, got {self.duration!r}"
+            )
+
+    def status(self) -> HealthStatus:
+        """Return the worst component status (HEALTHY when there are no components)."""
+        return HealthStatus.worst(c.status for c in self.components)
+
+    def has_issues(self) -> bool:
+        """Return whether any component is DEGRADED or UNHEALTHY."""
+        return any(c.status is not HealthStatus.HEALTHY for c in self.components)
+
+    def duration_seconds(self) -> float:
+        """Return the run's wall time in seconds (``0.0`` when unknown), for metrics."""
+        return _seconds(self.duration)
+
+    def issues(self) -> tuple[HealthComponentReport, ...]:
+        """Return the DEGRADED and UNHEALTHY components, in order."""
+        return tuple(c for c in self.components if c.status is not HealthStatus.HEALTHY)
+
+    def summary(self) -> str:
+        """Return ``name status, name status, ...`` (``no health checks`` when empty)."""
+        if not self.components:
+            return "no health checks"
+        return ", ".join(f"{c.name} {c.status.value}" for c in self.components)
+
+    def details(self) -> str:
+        """Return every component's ``name status: message [details]``, joined by ``; ``."""
+        if not self.components:
+            return "no health checks"
+        return "; ".join(c.describe() for c in self.components)
+
+    def issue_summary(self) -> str:
+        """Like :meth:`summary` but only for issues (``no issues`` when there are none)."""
+        issues = self.issues()
+        if not issues:
+            return "no issues"
+        return ", ".join(f"{c.name} {c.status.value}" for c in issues)
+
+    def issue_details(self) -> str:
+        """Like :meth:`details` but only for issues (``no issues`` when there are none)."""
+        issues = self.issues()
+        if not issues:
+            return "no issues"
+        return "; ".join(c.describe() for c in issues)
+
+    def record_metrics(
+        self, scope: HealthCheckScope | str, recorder: HealthMetricsRecorder
+    ) -> None:
+        """Hand this report to a metrics backend.
+
+        Calls ``recorder.record_health_report`` once, then
+        ``recorder.record_health_component`` for each component in order.
+
+        Args:
+            scope: The scope the report was run for (``"readiness"``, ``"diagnostics"`` ...).
+            recorder: Any :class:`~aster_forge.runtime.HealthMetricsRecorder`.
+        """
+        label = scope if isinstance(scope, str) else scope.as_str()
+        recorder.record_health_report(label, self.status(), self.duration_seconds())
+        for component in self.components:
+            recorder.record_health_component(label, component, component.duration_seconds())
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """Return the stable JSON object: status, duration_seconds and components."""
+        return {
+            "status": self.status().value,
+            "duration_seconds": None if self.duration is None else self.duration.total_seconds(),
+            "components": [c.to_json_dict() for c in self.components],
+        }
+
+    def to_json(self, *, indent: int | None = None) -> str:
+        """Return :meth:`to_json_dict` serialised as a JSON string."""
+        return json.dumps(self.to_json_dict(), indent=indent, ensure_ascii=False)
+
+    @classmethod
+    def from_json_dict(cls, data: object) -> SystemHealthReport:
+        """Parse the object produced by :meth:`to_json_dict` strictly.
+
+        The ``status`` field is derived data: it must agree with the components.
+
+        Raises:
+            InvalidHealthReportError: A field is missing, unknown, mistyped or inconsistent.
+            InvalidHealthDetailError: A component detail is invalid.
+        """
+        _check_keys(data, {"components"}, {"status", "duration_seconds"}, "report")
+        assert isinstance(data, Mapping)
+        raw = data["components"]
+        if not isinstance(raw, list):
+            raise InvalidHealthReportError("report components must be a JSON array")
+        report = cls(
+            tuple(HealthComponentReport.from_json_dict(c) for c in raw),
+            _parse_duration(data, "report"),
+        )
+        if "status" in data and HealthStatus.parse(data["status"]) is not report.status():
+            raise InvalidHealthReportError(
+                f"report status {data['status']!r} disagrees with its components "
+                f"({report.status().value})"
+            )
+        return report
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> SystemHealthReport:
+        """Parse a JSON string produced by :meth:`to_json`.
+
+        Raises:
+            InvalidHealthReportError: The text is not valid JSON or not a valid report.
+        """
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise InvalidHealthReportError("health report is not valid JSON") from exc
+        return cls.from_json_dict(data)

@@ -1,0 +1,448 @@
+"""The health check registry: register checks, run a scope concurrently, aggregate.
+
+Each run starts one named task per selected check. A check runs under its own
+timeout; a timeout or exception becomes a report with a fixed message (never the
+exception's text): UNHEALTHY for required checks, DEGRADED for optional ones. A check
+that swallows the timeout's cancellation is given a short grace period, then
+reported and left behind as a *straggler*: the registry keeps a reference to it,
+cancels it again, retrieves its outcome when it finally ends, and :meth:`aclose`
+waits for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Self
+
+from ._health import HealthComponentReport, SystemHealthReport
+from ._health_options import (
+    DEFAULT_HEALTH_CHECK_TIMEOUT,
+    HealthCheckDescriptor,
+    HealthCheckOptions,
+    HealthCheckRequirement,
+    HealthCheckScope,
+    HealthCheckScopes,
+    _check_timeout,
+)
+from .errors import DuplicateHealthCheckError, InvalidHealthCheckError
+
+__all__ = [
+    "DEFAULT_CANCEL_GRACE",
+    "HEALTH_CHECK_FAILED_MESSAGE",
+    "HEALTH_CHECK_INVALID_REPORT_MESSAGE",
+    "HEALTH_CHECK_STUCK_MESSAGE",
+    "HEALTH_CHECK_TIMED_OUT_MESSAGE",
+    "HealthCheck",
+    "HealthCheckRegistry",
+    "HealthCheckRegistryBuilder",
+]
+
+logger = logging.getLogger("aster_forge.runtime.health")
+
+HealthCheck = Callable[[], Awaitable[HealthComponentReport]]
+"""A health check: a zero-argument callable returning an awaitable report."""
+
+DEFAULT_CANCEL_GRACE = timedelta(milliseconds=100)
+"""How long a timed-out check may take to honour cancellation before it is left behind."""
+
+HEALTH_CHECK_TIMED_OUT_MESSAGE = "health check timed out"
+"""Fixed message of a report for a check that exceeded its timeout."""
+HEALTH_CHECK_STUCK_MESSAGE = "health check timed out and did not stop when cancelled"
+"""Fixed message of a report for a timed-out check that ignored cancellation."""
+HEALTH_CHECK_FAILED_MESSAGE = "health check failed with an unexpected error"
+"""Fixed message of a report for a check that raised (the error text is only logged)."""
+HEALTH_CHECK_INVALID_REPORT_MESSAGE = "health check returned an invalid report"
+"""Fixed message of a report for a check that returned something other than a report."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    descriptor: HealthCheckDescriptor
+    check: HealthCheck
+
+
+def _failure(entry: _Entry, message: str, elapsed: float) -> HealthComponentReport:
+    descriptor = entry.descriptor
+    return HealthComponentReport(
+        descriptor.name,
+        descriptor.requirement.failure_status(),
+        message,
+        timedelta(seconds=elapsed),
+    )
+
+
+async def _guarded(entry: _Entry, scope: str) -> HealthComponentReport:
+    """Run one check under its timeout and map every failure to a report."""
+    name = entry.descriptor.name
+    started = time.perf_counter()
+    deadline = asyncio.timeout(entry.descriptor.timeout.total_seconds())
+    try:
+        async with deadline:
+            report: object = await entry.check()
+    except TimeoutError:
+        elapsed = time.perf_counter() - started
+        if deadline.expired():
+            logger.warning(
+                "health check %s timed out", name, extra={"health_check": name, "scope": scope}
+            )
+            return _failure(entry, HEALTH_CHECK_TIMED_OUT_MESSAGE, elapsed)
+        # A TimeoutError the check raised itself is an ordinary failure.
+        logger.warning(
+            "health check %s failed",
+            name,
+            exc_info=True,
+            extra={"health_check": name, "scope": scope},
+        )
+        return _failure(entry, HEALTH_CHECK_FAILED_MESSAGE, elapsed)
+    except Exception:
+        logger.warning(
+            "health check %s failed",
+            name,
+            exc_info=True,
+            extra={"health_check": name, "scope": scope},
+        )
+        return _failure(entry, HEALTH_CHECK_FAILED_MESSAGE, time.perf_counter() - started)
+    elapsed = time.perf_counter() - started
+    if deadline.expired():
+        # The check swallowed the timeout's cancellation and returned late.
+        logger.warning(
+            "health check %s ignored cancellation after its timeout",
+            name,
+            extra={"health_check": name, "scope": scope},
+        )
+        return _failure(entry, HEALTH_CHECK_TIMED_OUT_MESSAGE, elapsed)
+    if not isinstance(report, HealthComponentReport):
+        logger.warning(
+            "health check %s returned %s instead of a HealthComponentReport",
+            name,
+            type(report).__name__,
+            extra={"health_check": name, "scope": scope},
+        )
+        return _failure(entry, HEALTH_CHECK_INVALID_REPORT_MESSAGE, elapsed)
+    if report.duration is None:
+        report = report.with_duration(timedelta(seconds=elapsed))
+    return report
+
+
+class HealthCheckRegistry:
+    """Named health checks with options; runs a scope concurrently.
+
+    Reports come back in registration order. Register with
+    :meth:`register_with_options` (or build with :class:`HealthCheckRegistryBuilder`
+    or :meth:`configured`), then ``await registry.run_scope(HealthCheckScope.READINESS)``.
+
+    Args:
+        default_timeout: Timeout of checks registered without one (5 s when ``None``).
+        cancel_grace: How long a timed-out check may take to honour cancellation before
+            the run reports it and moves on.
+    """
+
+    __slots__ = ("_cancel_grace", "_default_timeout", "_entries", "_names", "_stragglers")
+
+    def __init__(
+        self,
+        *,
+        default_timeout: timedelta | None = None,
+        cancel_grace: timedelta = DEFAULT_CANCEL_GRACE,
+    ) -> None:
+        self._default_timeout = _check_timeout(default_timeout) or DEFAULT_HEALTH_CHECK_TIMEOUT
+        if _check_timeout(cancel_grace) is None:
+            raise InvalidHealthCheckError("cancel_grace must be a positive timedelta")
+        self._cancel_grace = cancel_grace
+        self._entries: list[_Entry] = []
+        self._names: set[str] = set()
+        self._stragglers: set[asyncio.Task[Any]] = set()
+
+    @classmethod
+    def configured(
+        cls,
+        configure: Callable[[HealthCheckRegistry], object],
+        *,
+        default_timeout: timedelta | None = None,
+        cancel_grace: timedelta = DEFAULT_CANCEL_GRACE,
+    ) -> HealthCheckRegistry:
+        """Return a new registry after passing it to ``configure`` (which registers checks)."""
+        registry = cls(default_timeout=default_timeout, cancel_grace=cancel_grace)
+        configure(registry)
+        return registry
+
+    @property
+    def default_timeout(self) -> timedelta:
+        """The timeout of checks registered without their own."""
+        return self._default_timeout
+
+    @property
+    def cancel_grace(self) -> timedelta:
+        """The grace period a timed-out check gets to honour cancellation."""
+        return self._cancel_grace
+
+    def register_with_options(
+        self, name: str, options: HealthCheckOptions, check: HealthCheck
+    ) -> Self:
+        """Register ``check`` under ``name``; returns ``self`` for chaining.
+
+        Raises:
+            DuplicateHealthCheckError: ``name`` is already registered.
+            InvalidHealthCheckError: ``name`` is empty, ``options`` is not
+                :class:`HealthCheckOptions` or ``check`` is not callable.
+        """
+        if not isinstance(name, str) or not name:
+            raise InvalidHealthCheckError(
+                f"health check name must be a non-empty str, got {name!r}"
+            )
+        if not isinstance(options, HealthCheckOptions):
+            raise InvalidHealthCheckError(
+                f"options for health check {name!r} must be HealthCheckOptions, "
+                f"got {type(options).__name__}"
+            )
+        if not callable(check):
+            raise InvalidHealthCheckError(f"health check {name!r} is not callable")
+        if name in self._names:
+            raise DuplicateHealthCheckError(f"a health check named {name!r} is already registered")
+        descriptor = HealthCheckDescriptor(
+            name=name,
+            requirement=options.requirement,
+            timeout=options.timeout or self._default_timeout,
+            scopes=options.scopes,
+        )
+        self._names.add(name)
+        self._entries.append(_Entry(descriptor, check))
+        return self
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+    def descriptors(self) -> tuple[HealthCheckDescriptor, ...]:
+        """Return every registration, in registration order."""
+        return tuple(e.descriptor for e in self._entries)
+
+    def descriptors_for_scope(self, scope: HealthCheckScope) -> tuple[HealthCheckDescriptor, ...]:
+        """Return the registrations that run for ``scope``, in registration order."""
+        _check_scope(scope)
+        return tuple(e.descriptor for e in self._entries if scope in e.descriptor.scopes)
+
+    @property
+    def straggler_count(self) -> int:
+        """How many timed-out checks that ignored cancellation are still running."""
+        return len(self._stragglers)
+
+    async def run_scope(self, scope: HealthCheckScope) -> SystemHealthReport:
+        """Run every check registered for ``scope`` concurrently and aggregate.
+
+        Never raises for a failing check: timeouts, exceptions and invalid results
+        become component reports. If the caller cancels the run, every check is
+        cancelled and awaited (up to the grace period) before the cancellation
+        propagates.
+
+        Raises:
+            InvalidHealthCheckError: ``scope`` is not a :class:`HealthCheckScope`.
+        """
+        _check_scope(scope)
+        label = scope.value
+        entries = [e for e in self._entries if scope in e.descriptor.scopes]
+        started = time.perf_counter()
+        if not entries:
+            return SystemHealthReport((), timedelta(seconds=time.perf_counter() - started))
+        loop = asyncio.get_running_loop()
+        base = loop.time()
+        grace = self._cancel_grace.total_seconds()
+        tasks = [
+            loop.create_task(_guarded(e, label), name=f"aster-forge:health:{e.descriptor.name}")
+            for e in entries
+        ]
+        hard_deadline = {
+            task: base + e.descriptor.timeout.total_seconds() + grace
+            for task, e in zip(tasks, entries, strict=True)
+        }
+        abandoned: set[asyncio.Task[HealthComponentReport]] = set()
+        pending = set(tasks)
+        try:
+            while pending:
+                now = loop.time()
+                overdue = {t for t in pending if hard_deadline[t] <= now}
+                if overdue:
+                    abandoned |= overdue
+                    pending -= overdue
+                    if not pending:
+                        break
+                nearest = min(hard_deadline[t] for t in pending)
+                await asyncio.wait(pending, timeout=max(nearest - now, 0.0))
+                pending = {t for t in pending if not t.done()}
+        except BaseException:
+            # Our caller cancelled the run: stop every check before propagating.
+            unfinished = [t for t in tasks if not t.done()]
+            for task in unfinished:
+                task.cancel()
+            if unfinished:
+                await asyncio.wait(unfinished, timeout=grace)
+            self._abandon(t for t in unfinished if not t.done())
+            for task in tasks:
+                if task.done():
+                    _consume(task)
+            raise
+        self._abandon(abandoned)
+        reports = [
+            self._collect(task, entry, abandoned, started)
+            for task, entry in zip(tasks, entries, strict=True)
+        ]
+        return SystemHealthReport(tuple(reports), timedelta(seconds=time.perf_counter() - started))
+
+    def _collect(
+        self,
+        task: asyncio.Task[HealthComponentReport],
+        entry: _Entry,
+        abandoned: set[asyncio.Task[HealthComponentReport]],
+        started: float,
+    ) -> HealthComponentReport:
+        elapsed = time.perf_counter() - started
+        if task in abandoned:
+            return _failure(entry, HEALTH_CHECK_STUCK_MESSAGE, elapsed)
+        if task.cancelled():
+            # The check raised CancelledError on its own (we did not cancel it).
+            return _failure(entry, HEALTH_CHECK_FAILED_MESSAGE, elapsed)
+        error = task.exception()
+        if error is not None:
+            # Only a BaseException outside Exception (e.g. GeneratorExit) gets here.
+            return _failure(entry, HEALTH_CHECK_FAILED_MESSAGE, elapsed)
+        return task.result()
+
+    def _abandon(self, tasks: Any) -> None:
+        for task in tasks:
+            name = task.get_name()
+            logger.error(
+                "health check task %s ignored cancellation; leaving it behind",
+                name,
+                extra={"health_check_task": name},
+            )
+            # Ask again: some code honours a second cancellation; either way keep a
+            # strong reference so the task is neither leaked nor garbage-collected.
+            task.cancel()
+            self._stragglers.add(task)
+            task.add_done_callback(self._straggler_done)
+
+    def _straggler_done(self, task: asyncio.Task[Any]) -> None:
+        self._stragglers.discard(task)
+        _consume(task)
+        logger.info("abandoned health check task %s finished", task.get_name())
+
+    async def aclose(self, grace: timedelta | None = None) -> int:
+        """Cancel and wait for checks left behind by earlier runs.
+
+        Args:
+            grace: How long to wait; ``None`` waits for the registry's cancel grace.
+
+        Returns:
+            How many such checks are still running afterwards.
+        """
+        stragglers = list(self._stragglers)
+        if not stragglers:
+            return 0
+        for task in stragglers:
+            task.cancel()
+        wait = (grace if grace is not None else self._cancel_grace).total_seconds()
+        await asyncio.wait(stragglers, timeout=wait)
+        return len(self._stragglers)
+
+
+def _consume(task: asyncio.Task[Any]) -> None:
+    # Retrieve the outcome so asyncio never logs "exception was never retrieved".
+    if not task.cancelled():
+        task.exception()
+
+
+def _check_scope(scope: object) -> None:
+    if not isinstance(scope, HealthCheckScope):
+        raise InvalidHealthCheckError(f"scope must be a HealthCheckScope, got {scope!r}")
+
+
+class HealthCheckRegistryBuilder:
+    """Builds a :class:`HealthCheckRegistry` whose checks share a timeout and scopes.
+
+    ``default_timeout`` and ``default_scopes`` apply (at :meth:`build`) to every check
+    added with :meth:`register_required` / :meth:`register_optional`, whichever order
+    the calls come in. Every method returns the builder for chaining.
+    """
+
+    __slots__ = ("_cancel_grace", "_default_scopes", "_default_timeout", "_items", "_names")
+
+    def __init__(self) -> None:
+        self._default_timeout: timedelta | None = None
+        self._default_scopes = HealthCheckScopes.all()
+        self._cancel_grace = DEFAULT_CANCEL_GRACE
+        self._items: list[tuple[str, HealthCheckRequirement | HealthCheckOptions, HealthCheck]] = []
+        self._names: set[str] = set()
+
+    def default_timeout(self, timeout: timedelta | None) -> Self:
+        """Set the shared timeout (``None``: the registry's 5 s default)."""
+        self._default_timeout = _check_timeout(timeout)
+        return self
+
+    def default_scopes(self, scopes: HealthCheckScopes) -> Self:
+        """Set the shared scopes (default: all scopes)."""
+        if not isinstance(scopes, HealthCheckScopes):
+            raise InvalidHealthCheckError(
+                f"default scopes must be HealthCheckScopes, got {type(scopes).__name__}"
+            )
+        self._default_scopes = scopes
+        return self
+
+    def cancel_grace(self, grace: timedelta) -> Self:
+        """Set the registry's cancel grace period."""
+        if _check_timeout(grace) is None:
+            raise InvalidHealthCheckError("cancel_grace must be a positive timedelta")
+        self._cancel_grace = grace
+        return self
+
+    def _add(
+        self, name: str, how: HealthCheckRequirement | HealthCheckOptions, check: HealthCheck
+    ) -> Self:
+        if name in self._names:
+            raise DuplicateHealthCheckError(f"a health check named {name!r} is already registered")
+        if not isinstance(name, str) or not name:
+            raise InvalidHealthCheckError(
+                f"health check name must be a non-empty str, got {name!r}"
+            )
+        if not callable(check):
+            raise InvalidHealthCheckError(f"health check {name!r} is not callable")
+        self._names.add(name)
+        self._items.append((name, how, check))
+        return self
+
+    def register_required(self, name: str, check: HealthCheck) -> Self:
+        """Add a required check (failure -> UNHEALTHY) with the shared defaults."""
+        return self._add(name, HealthCheckRequirement.REQUIRED, check)
+
+    def register_optional(self, name: str, check: HealthCheck) -> Self:
+        """Add an optional check (failure -> DEGRADED) with the shared defaults."""
+        return self._add(name, HealthCheckRequirement.OPTIONAL, check)
+
+    def register_with_options(
+        self, name: str, options: HealthCheckOptions, check: HealthCheck
+    ) -> Self:
+        """Add a check with explicit options (the shared defaults do not apply)."""
+        if not isinstance(options, HealthCheckOptions):
+            raise InvalidHealthCheckError(
+                f"options for health check {name!r} must be HealthCheckOptions"
+            )
+        return self._add(name, options, check)
+
+    def build(self) -> HealthCheckRegistry:
+        """Return a new registry with every added check, in the order added."""
+        registry = HealthCheckRegistry(
+            default_timeout=self._default_timeout, cancel_grace=self._cancel_grace
+        )
+        for name, how, check in self._items:
+            if isinstance(how, HealthCheckOptions):
+                options = how
+            else:
+                options = HealthCheckOptions(how, None, self._default_scopes)
+            registry.register_with_options(name, options, check)
+        return registry
