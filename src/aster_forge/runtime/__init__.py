@@ -12,6 +12,7 @@ from .errors import AsterForgeRuntimeError
 
 # --- health (issue 2) ---
 from ._health import HealthComponentReport, HealthStatus, SystemHealthReport
+from ._health_builder import HealthCheckRegistryBuilder
 from ._health_detail import (
     HealthComponentDetail,
     HealthComponentDetailKind,
@@ -24,7 +25,7 @@ from ._health_options import (
     HealthCheckScope,
     HealthCheckScopes,
 )
-from ._health_registry import HealthCheck, HealthCheckRegistry, HealthCheckRegistryBuilder
+from ._health_registry import HealthCheck, HealthCheckRegistry
 from .errors import (
     DuplicateHealthCheckError,
     InvalidHealthCheckError,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -99,9 +100,14 @@ def _parse_duration(data: Mapping[str, Any], what: str) -> timedelta | None:
         return None
     if isinstance(raw, bool) or not isinstance(raw, int | float):
         raise InvalidHealthReportError(f"{what} duration_seconds must be a number or null")
-    if raw < 0:
-        raise InvalidHealthReportError(f"{what} duration_seconds {raw} is negative")
-    return timedelta(seconds=raw)
+    if not math.isfinite(raw) or raw < 0:
+        raise InvalidHealthReportError(
+            f"{what} duration_seconds {raw} is not a finite, >= 0 number"
+        )
+    try:
+        return timedelta(seconds=raw)
+    except OverflowError:
+        raise InvalidHealthReportError(f"{what} duration_seconds {raw} is too large") from None
 
 
 def _check_keys(data: object, required: set[str], optional: set[str], what: str) -> None:
@@ -249,6 +255,20 @@ class HealthComponentReport:
             duration=_parse_duration(data, "component"),
             details=tuple(HealthComponentDetail.from_json_dict(d) for d in raw_details),
         )
+
+
+def _with_measured_duration(report: HealthComponentReport, seconds: float) -> HealthComponentReport:
+    """Return ``report`` with a registry-measured duration, skipping re-validation.
+
+    The hot path of a health run: ``report`` is already valid and ``seconds`` is a
+    non-negative ``perf_counter`` difference, so ``dataclasses.replace`` (which would
+    re-run ``__post_init__``) is avoided.
+    """
+    copy = object.__new__(HealthComponentReport)
+    for field in ("name", "status", "message", "details"):
+        object.__setattr__(copy, field, getattr(report, field))
+    object.__setattr__(copy, "duration", timedelta(seconds=max(seconds, 0.0)))
+    return copy
 
 
 @dataclass(frozen=True, slots=True)

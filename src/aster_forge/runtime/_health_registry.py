@@ -19,14 +19,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Self
 
-from ._health import HealthComponentReport, SystemHealthReport
+from ._health import HealthComponentReport, SystemHealthReport, _with_measured_duration
 from ._health_options import (
     DEFAULT_HEALTH_CHECK_TIMEOUT,
     HealthCheckDescriptor,
     HealthCheckOptions,
-    HealthCheckRequirement,
     HealthCheckScope,
-    HealthCheckScopes,
     _check_timeout,
 )
 from .errors import DuplicateHealthCheckError, InvalidHealthCheckError
@@ -39,7 +37,6 @@ __all__ = [
     "HEALTH_CHECK_TIMED_OUT_MESSAGE",
     "HealthCheck",
     "HealthCheckRegistry",
-    "HealthCheckRegistryBuilder",
 ]
 
 logger = logging.getLogger("aster_forge.runtime.health")
@@ -60,6 +57,10 @@ HEALTH_CHECK_INVALID_REPORT_MESSAGE = "health check returned an invalid report"
 """Fixed message of a report for a check that returned something other than a report."""
 
 
+# asyncio fires timers up to one clock tick early; treat deadlines that close as due.
+_TIMER_SLACK = 0.001
+
+
 @dataclass(frozen=True, slots=True)
 class _Entry:
     descriptor: HealthCheckDescriptor
@@ -77,29 +78,16 @@ def _failure(entry: _Entry, message: str, elapsed: float) -> HealthComponentRepo
 
 
 async def _guarded(entry: _Entry, scope: str) -> HealthComponentReport:
-    """Run one check under its timeout and map every failure to a report."""
-    name = entry.descriptor.name
+    """Run one check and map an exception or a bad result to a report.
+
+    Timeouts are enforced by :meth:`HealthCheckRegistry.run_scope`, which cancels
+    this task at the deadline (one timer per run instead of one per check).
+    """
     started = time.perf_counter()
-    deadline = asyncio.timeout(entry.descriptor.timeout.total_seconds())
     try:
-        async with deadline:
-            report: object = await entry.check()
-    except TimeoutError:
-        elapsed = time.perf_counter() - started
-        if deadline.expired():
-            logger.warning(
-                "health check %s timed out", name, extra={"health_check": name, "scope": scope}
-            )
-            return _failure(entry, HEALTH_CHECK_TIMED_OUT_MESSAGE, elapsed)
-        # A TimeoutError the check raised itself is an ordinary failure.
-        logger.warning(
-            "health check %s failed",
-            name,
-            exc_info=True,
-            extra={"health_check": name, "scope": scope},
-        )
-        return _failure(entry, HEALTH_CHECK_FAILED_MESSAGE, elapsed)
+        report: object = await entry.check()
     except Exception:
+        name = entry.descriptor.name
         logger.warning(
             "health check %s failed",
             name,
@@ -107,25 +95,17 @@ async def _guarded(entry: _Entry, scope: str) -> HealthComponentReport:
             extra={"health_check": name, "scope": scope},
         )
         return _failure(entry, HEALTH_CHECK_FAILED_MESSAGE, time.perf_counter() - started)
-    elapsed = time.perf_counter() - started
-    if deadline.expired():
-        # The check swallowed the timeout's cancellation and returned late.
-        logger.warning(
-            "health check %s ignored cancellation after its timeout",
-            name,
-            extra={"health_check": name, "scope": scope},
-        )
-        return _failure(entry, HEALTH_CHECK_TIMED_OUT_MESSAGE, elapsed)
     if not isinstance(report, HealthComponentReport):
+        name = entry.descriptor.name
         logger.warning(
             "health check %s returned %s instead of a HealthComponentReport",
             name,
             type(report).__name__,
             extra={"health_check": name, "scope": scope},
         )
-        return _failure(entry, HEALTH_CHECK_INVALID_REPORT_MESSAGE, elapsed)
+        return _failure(entry, HEALTH_CHECK_INVALID_REPORT_MESSAGE, time.perf_counter() - started)
     if report.duration is None:
-        report = report.with_duration(timedelta(seconds=elapsed))
+        report = _with_measured_duration(report, time.perf_counter() - started)
     return report
 
 
@@ -238,9 +218,11 @@ class HealthCheckRegistry:
         """Run every check registered for ``scope`` concurrently and aggregate.
 
         Never raises for a failing check: timeouts, exceptions and invalid results
-        become component reports. If the caller cancels the run, every check is
-        cancelled and awaited (up to the grace period) before the cancellation
-        propagates.
+        become component reports. A check still running at its timeout is cancelled
+        and awaited; if it ignores the cancellation for longer than the grace period
+        it is reported and left behind (see :meth:`aclose`). If the caller cancels
+        the run, every check is cancelled and awaited (up to the grace period)
+        before the cancellation propagates.
 
         Raises:
             InvalidHealthCheckError: ``scope`` is not a :class:`HealthCheckScope`.
@@ -258,23 +240,28 @@ class HealthCheckRegistry:
             loop.create_task(_guarded(e, label), name=f"aster-forge:health:{e.descriptor.name}")
             for e in entries
         ]
-        hard_deadline = {
-            task: base + e.descriptor.timeout.total_seconds() + grace
+        # One asyncio.wait per deadline instead of a timer per check keeps runs cheap.
+        soft = {
+            task: base + e.descriptor.timeout.total_seconds()
             for task, e in zip(tasks, entries, strict=True)
         }
+        timed_out: set[asyncio.Task[HealthComponentReport]] = set()
         abandoned: set[asyncio.Task[HealthComponentReport]] = set()
         pending = set(tasks)
         try:
             while pending:
-                now = loop.time()
-                overdue = {t for t in pending if hard_deadline[t] <= now}
-                if overdue:
-                    abandoned |= overdue
-                    pending -= overdue
-                    if not pending:
-                        break
-                nearest = min(hard_deadline[t] for t in pending)
-                await asyncio.wait(pending, timeout=max(nearest - now, 0.0))
+                now = loop.time() + _TIMER_SLACK
+                for task in pending:
+                    if task not in timed_out and soft[task] <= now:
+                        task.cancel()
+                        timed_out.add(task)
+                    elif task in timed_out and soft[task] + grace <= now:
+                        abandoned.add(task)
+                pending -= abandoned
+                if not pending:
+                    break
+                nearest = min(soft[t] + grace if t in timed_out else soft[t] for t in pending)
+                await asyncio.wait(pending, timeout=max(nearest - now + _TIMER_SLACK, 0.0))
                 pending = {t for t in pending if not t.done()}
         except BaseException:
             # Our caller cancelled the run: stop every check before propagating.
@@ -283,14 +270,14 @@ class HealthCheckRegistry:
                 task.cancel()
             if unfinished:
                 await asyncio.wait(unfinished, timeout=grace)
-            self._abandon(t for t in unfinished if not t.done())
+            self._abandon(t for t in tasks if not t.done())
             for task in tasks:
                 if task.done():
                     _consume(task)
             raise
         self._abandon(abandoned)
         reports = [
-            self._collect(task, entry, abandoned, started)
+            self._collect(task, entry, label, timed_out, abandoned, started)
             for task, entry in zip(tasks, entries, strict=True)
         ]
         return SystemHealthReport(tuple(reports), timedelta(seconds=time.perf_counter() - started))
@@ -299,19 +286,32 @@ class HealthCheckRegistry:
         self,
         task: asyncio.Task[HealthComponentReport],
         entry: _Entry,
+        scope: str,
+        timed_out: set[asyncio.Task[HealthComponentReport]],
         abandoned: set[asyncio.Task[HealthComponentReport]],
         started: float,
     ) -> HealthComponentReport:
-        elapsed = time.perf_counter() - started
-        if task in abandoned:
-            return _failure(entry, HEALTH_CHECK_STUCK_MESSAGE, elapsed)
+        if task in timed_out:
+            _consume_if_done(task)
+            name = entry.descriptor.name
+            # The check ran at least until its deadline; later work is not its result.
+            timeout = entry.descriptor.timeout.total_seconds()
+            if task in abandoned:
+                return _failure(
+                    entry, HEALTH_CHECK_STUCK_MESSAGE, timeout + self._cancel_grace.total_seconds()
+                )
+            logger.warning(
+                "health check %s timed out", name, extra={"health_check": name, "scope": scope}
+            )
+            # Whatever the check did after the deadline (returned, raised) is ignored.
+            return _failure(entry, HEALTH_CHECK_TIMED_OUT_MESSAGE, timeout)
         if task.cancelled():
             # The check raised CancelledError on its own (we did not cancel it).
-            return _failure(entry, HEALTH_CHECK_FAILED_MESSAGE, elapsed)
+            return _failure(entry, HEALTH_CHECK_FAILED_MESSAGE, time.perf_counter() - started)
         error = task.exception()
         if error is not None:
             # Only a BaseException outside Exception (e.g. GeneratorExit) gets here.
-            return _failure(entry, HEALTH_CHECK_FAILED_MESSAGE, elapsed)
+            return _failure(entry, HEALTH_CHECK_FAILED_MESSAGE, time.perf_counter() - started)
         return task.result()
 
     def _abandon(self, tasks: Any) -> None:
@@ -352,6 +352,11 @@ class HealthCheckRegistry:
         return len(self._stragglers)
 
 
+def _consume_if_done(task: asyncio.Task[Any]) -> None:
+    if task.done():
+        _consume(task)
+
+
 def _consume(task: asyncio.Task[Any]) -> None:
     # Retrieve the outcome so asyncio never logs "exception was never retrieved".
     if not task.cancelled():
@@ -361,88 +366,3 @@ def _consume(task: asyncio.Task[Any]) -> None:
 def _check_scope(scope: object) -> None:
     if not isinstance(scope, HealthCheckScope):
         raise InvalidHealthCheckError(f"scope must be a HealthCheckScope, got {scope!r}")
-
-
-class HealthCheckRegistryBuilder:
-    """Builds a :class:`HealthCheckRegistry` whose checks share a timeout and scopes.
-
-    ``default_timeout`` and ``default_scopes`` apply (at :meth:`build`) to every check
-    added with :meth:`register_required` / :meth:`register_optional`, whichever order
-    the calls come in. Every method returns the builder for chaining.
-    """
-
-    __slots__ = ("_cancel_grace", "_default_scopes", "_default_timeout", "_items", "_names")
-
-    def __init__(self) -> None:
-        self._default_timeout: timedelta | None = None
-        self._default_scopes = HealthCheckScopes.all()
-        self._cancel_grace = DEFAULT_CANCEL_GRACE
-        self._items: list[tuple[str, HealthCheckRequirement | HealthCheckOptions, HealthCheck]] = []
-        self._names: set[str] = set()
-
-    def default_timeout(self, timeout: timedelta | None) -> Self:
-        """Set the shared timeout (``None``: the registry's 5 s default)."""
-        self._default_timeout = _check_timeout(timeout)
-        return self
-
-    def default_scopes(self, scopes: HealthCheckScopes) -> Self:
-        """Set the shared scopes (default: all scopes)."""
-        if not isinstance(scopes, HealthCheckScopes):
-            raise InvalidHealthCheckError(
-                f"default scopes must be HealthCheckScopes, got {type(scopes).__name__}"
-            )
-        self._default_scopes = scopes
-        return self
-
-    def cancel_grace(self, grace: timedelta) -> Self:
-        """Set the registry's cancel grace period."""
-        if _check_timeout(grace) is None:
-            raise InvalidHealthCheckError("cancel_grace must be a positive timedelta")
-        self._cancel_grace = grace
-        return self
-
-    def _add(
-        self, name: str, how: HealthCheckRequirement | HealthCheckOptions, check: HealthCheck
-    ) -> Self:
-        if name in self._names:
-            raise DuplicateHealthCheckError(f"a health check named {name!r} is already registered")
-        if not isinstance(name, str) or not name:
-            raise InvalidHealthCheckError(
-                f"health check name must be a non-empty str, got {name!r}"
-            )
-        if not callable(check):
-            raise InvalidHealthCheckError(f"health check {name!r} is not callable")
-        self._names.add(name)
-        self._items.append((name, how, check))
-        return self
-
-    def register_required(self, name: str, check: HealthCheck) -> Self:
-        """Add a required check (failure -> UNHEALTHY) with the shared defaults."""
-        return self._add(name, HealthCheckRequirement.REQUIRED, check)
-
-    def register_optional(self, name: str, check: HealthCheck) -> Self:
-        """Add an optional check (failure -> DEGRADED) with the shared defaults."""
-        return self._add(name, HealthCheckRequirement.OPTIONAL, check)
-
-    def register_with_options(
-        self, name: str, options: HealthCheckOptions, check: HealthCheck
-    ) -> Self:
-        """Add a check with explicit options (the shared defaults do not apply)."""
-        if not isinstance(options, HealthCheckOptions):
-            raise InvalidHealthCheckError(
-                f"options for health check {name!r} must be HealthCheckOptions"
-            )
-        return self._add(name, options, check)
-
-    def build(self) -> HealthCheckRegistry:
-        """Return a new registry with every added check, in the order added."""
-        registry = HealthCheckRegistry(
-            default_timeout=self._default_timeout, cancel_grace=self._cancel_grace
-        )
-        for name, how, check in self._items:
-            if isinstance(how, HealthCheckOptions):
-                options = how
-            else:
-                options = HealthCheckOptions(how, None, self._default_scopes)
-            registry.register_with_options(name, options, check)
-        return registry
