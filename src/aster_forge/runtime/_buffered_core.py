@@ -1,0 +1,487 @@
+"""State and worker of the buffered batch writer (private; see ``_buffered.py``).
+
+The core holds every record, counter and waiter. The worker task references the core
+only, never the owning :class:`ManagedBatchWriter`, so dropping the owner lets its
+finalizer cancel the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Generic, TypeVar, cast
+
+from ._buffered_types import (
+    BufferedBatchConfig,
+    BufferedLane,
+    BufferedWriterEvent,
+    BufferedWriterEventKind,
+    BufferedWriterLifecycle,
+    BufferedWriterSnapshot,
+    OverflowPolicy,
+    WriteFailure,
+    WriteFailureClass,
+)
+from ._clock import Clock
+from .errors import FlushFailedError, FlushTimeoutError, WriterQuarantinedError
+
+T = TypeVar("T")
+E = TypeVar("E")
+
+Sink = Callable[[list[T]], Awaitable[None]]
+
+_Lifecycle = BufferedWriterLifecycle
+_Kind = BufferedWriterEventKind
+
+
+class _FlushRequest:
+    """A waiting flush: the batch watermark it forces, until its deadline."""
+
+    __slots__ = ("batch_watermark", "deadline")
+
+    def __init__(self, batch_watermark: int, deadline: float) -> None:
+        self.batch_watermark = batch_watermark
+        self.deadline = deadline
+
+
+async def _race(
+    first: Coroutine[Any, Any, object], second: Coroutine[Any, Any, None], role: str
+) -> None:
+    """Run both coroutines until one finishes; cancel and join the other.
+
+    An exception raised by the finished one propagates (a broken clock is a real error).
+    """
+    tasks = [
+        asyncio.create_task(first, name=f"aster-forge:buffered-{role}-wake"),
+        asyncio.create_task(second, name=f"aster-forge:buffered-{role}-timer"),
+    ]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+        # Join both helpers so none outlives the call, even when we are cancelled.
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+    for result in results:
+        if isinstance(result, Exception):
+            raise result
+
+
+class _WriterCore(Generic[T, E]):
+    """Records, counters, waiters and the single worker loop."""
+
+    def __init__(
+        self,
+        config: BufferedBatchConfig,
+        policy: OverflowPolicy,
+        observer: asyncio.Queue[BufferedWriterEvent] | None,
+        sink: Sink[T],
+        clock: Clock,
+    ) -> None:
+        self.capacity = config.capacity
+        self.batch_size = config.batch_size
+        self.max_delay = config.max_delay_seconds
+        self.policy = policy
+        self.observer = observer
+        self.sink = sink
+        self.clock = clock
+        self.lifecycle = _Lifecycle.CREATED
+        self.admission_open = False
+        # Batch lane: every unconfirmed record, in order; the front ``in_flight`` are
+        # being written. ``marks`` holds (sequence, enqueue time) of the oldest record
+        # of each potential batch, for ``max_delay``.
+        self.queue: deque[T] = deque()
+        self.marks: deque[tuple[int, float]] = deque()
+        self.in_flight = 0
+        self.batch_accepted = 0
+        self.batch_confirmed = 0
+        self.batches_written = 0
+        self.batch_failure: WriteFailure[E] | None = None
+        self.failed_chunk_len = 0
+        self.retry_chunk_len = 0
+        # Direct lane: one bounded overflow slot.
+        self.direct_slot: list[T] = []
+        self.direct_in_flight = False
+        self.direct_accepted = 0
+        self.direct_confirmed = 0
+        self.direct_failure: WriteFailure[E] | None = None
+        self.last_lane = BufferedLane.DIRECT
+        self.rejected_full = 0
+        self.observer_events_dropped = 0
+        self.flushes: list[_FlushRequest] = []
+        self.quarantined = False
+        self.panic: BaseException | None = None
+        self.cancelled_in_flight = False
+        self.worker_exited = False
+        # Created in ``start()`` so the constructor never touches an event loop.
+        self.wake: asyncio.Event | None = None
+        self.progress: asyncio.Event | None = None
+
+    # --- shared helpers -------------------------------------------------------------
+
+    def emit(
+        self,
+        kind: BufferedWriterEventKind,
+        lane: BufferedLane | None = None,
+        records: int = 0,
+        failure_class: WriteFailureClass | None = None,
+    ) -> None:
+        """Offer an event to the observer; never blocks, never raises."""
+        observer = self.observer
+        if observer is None:
+            return
+        try:
+            observer.put_nowait(BufferedWriterEvent(kind, lane, records, failure_class))
+        except Exception:
+            # Full, shut down or broken: observation never blocks persistence.
+            self.observer_events_dropped += 1
+
+    def notify(self) -> None:
+        """Wake every waiter (flush, stop, direct) to re-check its predicate."""
+        if self.progress is not None:
+            self.progress.set()
+            self.progress = asyncio.Event()
+
+    def kick(self) -> None:
+        """Wake the worker to re-evaluate what is ready."""
+        if self.wake is not None:
+            self.wake.set()
+
+    async def wait_progress(self, deadline: float | None) -> None:
+        """Wait for the next ``notify()`` or until ``deadline`` (clock monotonic time)."""
+        progress = self.progress
+        assert progress is not None, "waiters exist only after start()"
+        if deadline is None:
+            await progress.wait()
+            return
+        remaining = deadline - self.clock.monotonic()
+        if remaining > 0:
+            await _race(progress.wait(), self.clock.sleep(remaining), "waiter")
+
+    def open(self) -> None:
+        """Enter RUNNING: create loop-bound primitives and open admission."""
+        self.wake = asyncio.Event()
+        self.progress = asyncio.Event()
+        self.lifecycle = _Lifecycle.RUNNING
+        self.admission_open = True
+        self.emit(_Kind.STARTED)
+
+    def begin_drain(self) -> None:
+        """Close admission; the worker then writes partial batches without waiting."""
+        self.admission_open = False
+        if self.lifecycle is _Lifecycle.RUNNING:
+            self.lifecycle = _Lifecycle.DRAINING
+            self.emit(_Kind.DRAINING)
+        self.kick()
+        self.notify()
+
+    # --- admission ------------------------------------------------------------------
+
+    def try_enqueue(self, record: T) -> bool:
+        """Queue ``record`` in the batch lane if there is room (room counts in-flight)."""
+        queue = self.queue
+        size = len(queue)
+        if size >= self.capacity:
+            return False
+        unwritten = size - self.in_flight
+        seq = self.batch_accepted
+        if unwritten == 0:
+            self.marks.append((seq, self.clock.monotonic()))
+            self.kick()  # the worker arms the max_delay timer
+        elif seq - self.marks[-1][0] >= self.batch_size:
+            self.marks.append((seq, self.clock.monotonic()))
+        queue.append(record)
+        self.batch_accepted = seq + 1
+        if unwritten + 1 >= self.batch_size:
+            self.kick()
+        return True
+
+    def try_occupy_direct(self, record: T) -> int | None:
+        """Take the overflow slot; return the record's direct sequence, or ``None``."""
+        if self.policy is not OverflowPolicy.DIRECT_WRITE or self.direct_slot:
+            return None
+        self.direct_slot.append(record)
+        seq = self.direct_accepted
+        self.direct_accepted = seq + 1
+        self.kick()
+        return seq
+
+    async def wait_direct(self, seq: int) -> WriteFailure[E] | None:
+        """Wait until direct record ``seq`` is confirmed (``None``) or has failed.
+
+        Raises:
+            WriterQuarantinedError: The worker ended before the write was confirmed.
+        """
+        while True:
+            if self.direct_confirmed > seq:
+                return None
+            if self.direct_failure is not None and self.direct_confirmed == seq:
+                return self.direct_failure
+            if self.worker_exited:
+                raise WriterQuarantinedError(self.panic)
+            await self.wait_progress(None)
+
+    # --- flush and drain ------------------------------------------------------------
+
+    async def flush(self, deadline: float) -> None:
+        """Wait until every record accepted before this call is confirmed in both lanes."""
+        batch_wm = self.batch_accepted
+        direct_wm = self.direct_accepted
+        if self._range_state(batch_wm, direct_wm):
+            return
+        if self.clock.monotonic() >= deadline:
+            # An expired deadline starts no forced write.
+            raise FlushTimeoutError(
+                batch_wm - self.batch_confirmed, direct_wm - self.direct_confirmed
+            )
+        request = _FlushRequest(batch_wm, deadline)
+        self.flushes.append(request)
+        self.kick()
+        try:
+            while not self._range_state(batch_wm, direct_wm):
+                if self.clock.monotonic() >= deadline:
+                    raise FlushTimeoutError(
+                        max(batch_wm - self.batch_confirmed, 0),
+                        max(direct_wm - self.direct_confirmed, 0),
+                    )
+                await self.wait_progress(deadline)
+        finally:
+            self.flushes.remove(request)
+
+    def _range_state(self, batch_wm: int, direct_wm: int) -> bool:
+        """``True`` when the range is confirmed; raise when it can no longer be."""
+        batch_done = self.batch_confirmed >= batch_wm
+        direct_done = self.direct_confirmed >= direct_wm
+        if batch_done and direct_done:
+            return True
+        if self.quarantined or self.worker_exited:
+            raise WriterQuarantinedError(self.panic)
+        batch_blocked = not batch_done and self.batch_failure is not None
+        direct_blocked = not direct_done and self.direct_failure is not None
+        # A failed lane does not stop the other lane from draining its part first.
+        if (batch_done or batch_blocked) and (direct_done or direct_blocked):
+            raise FlushFailedError(
+                self.batch_failure if batch_blocked else None,
+                self.direct_failure if direct_blocked else None,
+            )
+        return False
+
+    def settled(self) -> bool:
+        """Whether the worker can make no further progress without outside help."""
+        if self.worker_exited:
+            return True
+        batch_idle = not self.queue or self.batch_failure is not None
+        direct_idle = not self.direct_slot or self.direct_failure is not None
+        return batch_idle and direct_idle
+
+    async def wait_settled(self, deadline: float) -> bool:
+        """Wait until settled; return ``True`` when ``deadline`` passed first."""
+        while not self.settled():
+            if self.clock.monotonic() >= deadline:
+                return True
+            await self.wait_progress(deadline)
+        return False
+
+    # --- retry ----------------------------------------------------------------------
+
+    def retry_failed(self) -> frozenset[BufferedLane]:
+        """Resume the lanes paused by a RETRYABLE failure; return the lanes resumed."""
+        if self.worker_exited or self.wake is None:
+            return frozenset()
+        resumed: set[BufferedLane] = set()
+        if self.batch_failure is not None and self.batch_failure.retry_safe:
+            # The same chunk is written again, never merged with later records.
+            self.retry_chunk_len = self.failed_chunk_len
+            self.batch_failure = None
+            self.failed_chunk_len = 0
+            resumed.add(BufferedLane.BATCH)
+        if self.direct_failure is not None and self.direct_failure.retry_safe:
+            self.direct_failure = None
+            resumed.add(BufferedLane.DIRECT)
+        for lane in sorted(resumed, key=lambda item: item.value):
+            self.emit(_Kind.RETRY_RESUMED, lane)
+        if resumed:
+            self.kick()
+            self.notify()
+        return frozenset(resumed)
+
+    # --- the worker -----------------------------------------------------------------
+
+    async def run_worker(self) -> None:
+        """The single worker: supervised so every failure wakes every waiter."""
+        try:
+            await self._loop()
+        except asyncio.CancelledError:
+            # Stop past its deadline, or the owner was dropped: an in-flight write has an
+            # unknown outcome, so it stays unconfirmed and is never replayed.
+            if self.in_flight or self.direct_in_flight:
+                self.cancelled_in_flight = True
+                self._quarantine(None)
+            raise
+        except Exception as exc:
+            self._quarantine(exc)
+        except BaseException as exc:
+            self._quarantine(exc)
+            raise
+        finally:
+            self.worker_exited = True
+            self.admission_open = False
+            self.notify()
+
+    def _quarantine(self, cause: BaseException | None) -> None:
+        self.quarantined = True
+        self.panic = cause
+        self.admission_open = False
+        self.in_flight = 0
+        self.direct_in_flight = False
+        if self.lifecycle is _Lifecycle.RUNNING:
+            self.lifecycle = _Lifecycle.DRAINING
+        self.emit(_Kind.QUARANTINED)
+
+    async def _loop(self) -> None:
+        wake = self.wake
+        assert wake is not None
+        while True:
+            wake.clear()
+            now = self.clock.monotonic()
+            batch_len = self._batch_ready_len(now)
+            direct_ready = bool(self.direct_slot) and self.direct_failure is None
+            if batch_len and direct_ready:
+                # Alternate so a stream of overflow records never starves the queue.
+                lane = (
+                    BufferedLane.DIRECT
+                    if self.last_lane is BufferedLane.BATCH
+                    else BufferedLane.BATCH
+                )
+            elif batch_len:
+                lane = BufferedLane.BATCH
+            elif direct_ready:
+                lane = BufferedLane.DIRECT
+            else:
+                if self.lifecycle is not _Lifecycle.RUNNING and not (
+                    self.queue or self.direct_slot
+                ):
+                    return
+                timer = self._timer_deadline()
+                if timer is None:
+                    await wake.wait()
+                else:
+                    await _race(wake.wait(), self.clock.sleep(timer - now), "worker")
+                continue
+            self.last_lane = lane
+            if lane is BufferedLane.BATCH:
+                await self._write_batch(batch_len)
+            else:
+                await self._write_direct()
+            # Yield between batches even when the sink returns at once, so deadlines and
+            # cancellation get scheduled (the seed's cooperative budget).
+            await asyncio.sleep(0)
+
+    def _batch_ready_len(self, now: float) -> int:
+        size = len(self.queue)
+        if size == 0 or self.batch_failure is not None:
+            return 0
+        if self.retry_chunk_len:
+            return self.retry_chunk_len
+        if size >= self.batch_size:
+            return self.batch_size
+        if self.lifecycle is not _Lifecycle.RUNNING:
+            return size
+        confirmed = self.batch_confirmed
+        forced = [
+            request.batch_watermark
+            for request in self.flushes
+            if request.batch_watermark > confirmed and request.deadline > now
+        ]
+        if forced:
+            # Cut at the nearest requested watermark: no later record joins this write.
+            return min(size, min(forced) - confirmed)
+        if self.marks[0][1] + self.max_delay <= now:
+            return size
+        return 0
+
+    def _timer_deadline(self) -> float | None:
+        if not self.queue or self.batch_failure is not None:
+            return None
+        return self.marks[0][1] + self.max_delay
+
+    async def _write_batch(self, length: int) -> None:
+        queue = self.queue
+        chunk = list(itertools.islice(queue, length))
+        self.in_flight = length
+        try:
+            await self.sink(chunk)
+        except WriteFailure as failure:
+            self.in_flight = 0
+            self.batch_failure = cast(WriteFailure[E], failure)
+            self.failed_chunk_len = length
+            self.retry_chunk_len = 0
+            self.emit(_Kind.WRITE_FAILED, BufferedLane.BATCH, length, failure.failure_class)
+            self.notify()
+            return
+        self.in_flight = 0
+        self.retry_chunk_len = 0
+        for _ in range(length):
+            queue.popleft()
+        confirmed = self.batch_confirmed + length
+        self.batch_confirmed = confirmed
+        self.batches_written += 1
+        self._prune_marks(confirmed)
+        self.emit(_Kind.BATCH_WRITTEN, BufferedLane.BATCH, length)
+        self.notify()
+
+    def _prune_marks(self, first: int) -> None:
+        marks = self.marks
+        last: tuple[int, float] | None = None
+        while marks and marks[0][0] < first:
+            last = marks.popleft()
+        if self.queue and last is not None and (not marks or marks[0][0] > first):
+            # The remainder's oldest record is at least as old as the dropped mark says:
+            # keeping that time can only write it sooner, never later than max_delay.
+            marks.appendleft((first, last[1]))
+
+    async def _write_direct(self) -> None:
+        record = self.direct_slot[0]
+        self.direct_in_flight = True
+        try:
+            await self.sink([record])
+        except WriteFailure as failure:
+            self.direct_in_flight = False
+            self.direct_failure = cast(WriteFailure[E], failure)
+            self.emit(_Kind.WRITE_FAILED, BufferedLane.DIRECT, 1, failure.failure_class)
+            self.notify()
+            return
+        self.direct_in_flight = False
+        self.direct_slot.clear()
+        self.direct_confirmed += 1
+        self.emit(_Kind.DIRECT_WRITTEN, BufferedLane.DIRECT, 1)
+        self.notify()
+
+    # --- views ----------------------------------------------------------------------
+
+    def snapshot(self) -> BufferedWriterSnapshot[E]:
+        """Build a point-in-time :class:`BufferedWriterSnapshot`."""
+        return BufferedWriterSnapshot(
+            lifecycle=self.lifecycle,
+            admission_open=self.admission_open,
+            capacity=self.capacity,
+            batch_size=self.batch_size,
+            queued_pending=len(self.queue),
+            in_flight=self.in_flight,
+            direct_pending=len(self.direct_slot),
+            batch_accepted=self.batch_accepted,
+            batch_confirmed=self.batch_confirmed,
+            direct_accepted=self.direct_accepted,
+            direct_confirmed=self.direct_confirmed,
+            batches_written=self.batches_written,
+            rejected_full=self.rejected_full,
+            batch_failure=self.batch_failure,
+            direct_failure=self.direct_failure,
+            failed_chunk_len=self.failed_chunk_len,
+            quarantined=self.quarantined,
+            panic=self.panic,
+            observer_events_dropped=self.observer_events_dropped,
+        )
