@@ -37,14 +37,52 @@ from .protocols import HealthMetricsRecorder
 # --- lifecycle (issue 3) ---
 
 # --- buffered (issue 4) ---
+# isort: split
+from ._buffered import ManagedBatchWriter
+from ._buffered_types import (
+    BufferedBatchConfig,
+    BufferedLane,
+    BufferedWriterEvent,
+    BufferedWriterEventKind,
+    BufferedWriterLifecycle,
+    BufferedWriterSnapshot,
+    BufferedWriterStopReport,
+    OverflowPolicy,
+    RecordAdmission,
+    WriteFailure,
+    WriteFailureClass,
+)
+from .errors import (
+    BufferedWriterError,
+    DirectWriteError,
+    FlushFailedError,
+    FlushTimeoutError,
+    InvalidBufferedConfigError,
+    RecordClosedError,
+    RecordError,
+    RecordFullError,
+    WriterLifecycleError,
+    WriterQuarantinedError,
+)
 
 # --- lease (issue 5) ---
 
 __all__ = [
     "AsterForgeRuntimeError",
+    "BufferedBatchConfig",
+    "BufferedLane",
+    "BufferedWriterError",
+    "BufferedWriterEvent",
+    "BufferedWriterEventKind",
+    "BufferedWriterLifecycle",
+    "BufferedWriterSnapshot",
+    "BufferedWriterStopReport",
     "CancellationToken",
     "Clock",
+    "DirectWriteError",
     "DuplicateHealthCheckError",
+    "FlushFailedError",
+    "FlushTimeoutError",
     "HealthCheck",
     "HealthCheckDescriptor",
     "HealthCheckOptions",
@@ -59,11 +97,22 @@ __all__ = [
     "HealthComponentReport",
     "HealthMetricsRecorder",
     "HealthStatus",
+    "InvalidBufferedConfigError",
     "InvalidHealthCheckError",
     "InvalidHealthDetailError",
     "InvalidHealthReportError",
+    "ManagedBatchWriter",
+    "OverflowPolicy",
+    "RecordAdmission",
+    "RecordClosedError",
+    "RecordError",
+    "RecordFullError",
     "SystemClock",
     "SystemHealthReport",
+    "WriteFailure",
+    "WriteFailureClass",
+    "WriterLifecycleError",
+    "WriterQuarantinedError",
     "sleep_or_cancelled",
     "utc_now",
 ]
