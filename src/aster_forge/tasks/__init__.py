@@ -10,7 +10,28 @@ from .errors import AsterForgeTasksError
 
 # --- tasks core (issue 6) ---
 # isort: split
-from ._lease import TaskLease
+from ._catalog import (
+    RegisteredRuntimeTaskKind,
+    RuntimeTaskCatalog,
+    RuntimeTaskDefinition,
+    RuntimeTaskName,
+    legacy_runtime_task_display_name,
+)
+from ._context import TaskExecutionContext
+from ._heartbeat import run_task_heartbeat, task_heartbeat_interval
+from ._lease import TaskLease, TaskLeaseGuard, TaskLeaseTermination
+from ._registry import TaskRegistry
+from ._retry import (
+    ClassifiedTaskError,
+    TaskErrorClassifier,
+    TaskFailureClassification,
+    TaskRetryClass,
+    TaskRetryPolicy,
+    classify_task_error,
+    default_task_retry_delay,
+    should_auto_retry,
+)
+from ._spec import ErasedTaskSpec, TaskSpec, task_kind_label
 from ._steps import (
     TaskStepInfo,
     TaskStepSpec,
@@ -51,6 +72,7 @@ from .protocols import (
     TaskClaimStore,
     TaskHeartbeatStore,
     TaskRecord,
+    TaskTempDirProvider,
 )
 
 # isort: split
@@ -60,38 +82,61 @@ __all__ = [
     "AsterForgeTasksError",
     "ClaimableTaskRecord",
     "ClaimedTaskExecutionStore",
+    "ClassifiedTaskError",
+    "ErasedTaskSpec",
     "ExecutableTaskRecord",
+    "RegisteredRuntimeTaskKind",
+    "RuntimeTaskCatalog",
     "RuntimeTaskCatalogError",
+    "RuntimeTaskDefinition",
+    "RuntimeTaskName",
     "TaskClaimStore",
     "TaskCodecError",
     "TaskCoreError",
     "TaskCoreErrorKind",
+    "TaskErrorClassifier",
+    "TaskExecutionContext",
+    "TaskFailureClassification",
     "TaskHeartbeatStore",
     "TaskInvalidValueError",
     "TaskIoError",
     "TaskLease",
     "TaskLeaseControlError",
+    "TaskLeaseGuard",
     "TaskLeaseLostError",
     "TaskLeaseRenewalTimeoutError",
+    "TaskLeaseTermination",
     "TaskPayloadError",
     "TaskRecord",
+    "TaskRegistry",
     "TaskRegistryError",
+    "TaskRetryClass",
+    "TaskRetryPolicy",
+    "TaskSpec",
     "TaskStepInfo",
     "TaskStepNotFoundError",
     "TaskStepSpec",
     "TaskStepStatus",
+    "TaskTempDirProvider",
     "TaskWorkerShutdownRequestedError",
+    "classify_task_error",
+    "default_task_retry_delay",
     "initial_task_steps_from_specs",
     "is_task_lease_control_error",
     "is_task_lease_lost",
     "is_task_lease_renewal_timed_out",
     "is_task_worker_shutdown_requested",
+    "legacy_runtime_task_display_name",
     "mark_active_step_failed",
     "parse_task_steps_json",
+    "run_task_heartbeat",
     "serialize_task_steps_json",
     "set_task_step_active",
     "set_task_step_skipped",
     "set_task_step_succeeded",
+    "should_auto_retry",
+    "task_heartbeat_interval",
+    "task_kind_label",
     "task_step_status_json_schema",
     "task_steps_json_schema",
 ]

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
-__all__ = ["TaskLease"]
+from ..runtime import CancellationToken, Clock, SystemClock
+from .errors import (
+    TaskInvalidValueError,
+    TaskLeaseControlError,
+    TaskLeaseLostError,
+    TaskLeaseRenewalTimeoutError,
+    TaskWorkerShutdownRequestedError,
+)
+
+__all__ = ["TaskLease", "TaskLeaseGuard", "TaskLeaseTermination"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,3 +56,173 @@ class TaskLease:
     def same_claim(self, other: TaskLease) -> bool:
         """Whether ``other`` names the same claim (task id and token), ignoring expiry."""
         return self.task_id == other.task_id and self.processing_token == other.processing_token
+
+
+class TaskLeaseTermination(enum.StrEnum):
+    """Why a :class:`TaskLeaseGuard` stopped allowing writes."""
+
+    LOST = "lost"
+    RENEWAL_TIMED_OUT = "renewal_timed_out"
+    SHUTDOWN_REQUESTED = "shutdown_requested"
+
+
+class TaskLeaseGuard:
+    """The in-memory view of one claim, shared by the task body and its heartbeat.
+
+    The guard tracks the current lease (renewals move ``expires_at``), a local safety
+    deadline measured on the injected clock (``lease_ttl`` after the start of the last
+    successful renewal, or after the claim), and why the lease stopped being usable.
+    Its :attr:`token` is a child of the worker's shutdown token and is cancelled at once
+    when the lease is lost or its renewal times out.
+    """
+
+    __slots__ = ("_clock", "_deadline", "_lease", "_lease_ttl", "_termination", "_token")
+
+    def __init__(
+        self,
+        lease: TaskLease,
+        lease_ttl: timedelta,
+        *,
+        shutdown_token: CancellationToken | None = None,
+        clock: Clock | None = None,
+        claimed_at: float | None = None,
+    ) -> None:
+        """Create a guard for a fresh claim.
+
+        Args:
+            lease: The lease the claim returned.
+            lease_ttl: The lease duration the claim and renewals use.
+            shutdown_token: The worker's shutdown token; the guard's token is its child.
+            clock: The clock for the safety deadline (default: :class:`SystemClock`).
+            claimed_at: The clock's monotonic reading taken *before* the claim was sent
+                (default: now); the safety deadline is ``claimed_at + lease_ttl``.
+        """
+        if lease_ttl <= timedelta(0):
+            raise ValueError("lease_ttl must be positive")
+        self._lease = lease
+        self._lease_ttl = lease_ttl
+        self._clock: Clock = clock or SystemClock()
+        start = self._clock.monotonic() if claimed_at is None else claimed_at
+        self._deadline = start + lease_ttl.total_seconds()
+        self._termination: TaskLeaseTermination | None = None
+        self._token = shutdown_token.child_token() if shutdown_token else CancellationToken()
+
+    @property
+    def lease(self) -> TaskLease:
+        """The current lease (with the latest renewed expiry)."""
+        return self._lease
+
+    @property
+    def lease_ttl(self) -> timedelta:
+        """The lease duration used by the claim and renewals."""
+        return self._lease_ttl
+
+    @property
+    def clock(self) -> Clock:
+        """The clock the safety deadline is measured on."""
+        return self._clock
+
+    @property
+    def token(self) -> CancellationToken:
+        """Cancelled on worker shutdown and at once on lease loss or renewal timeout."""
+        return self._token
+
+    @property
+    def deadline(self) -> float:
+        """The monotonic reading (on :attr:`clock`) after which the lease may have lapsed."""
+        return self._deadline
+
+    @property
+    def termination(self) -> TaskLeaseTermination | None:
+        """Why the guard stopped allowing writes, ``None`` while it is usable."""
+        if self._termination is None and self._token.cancelled:
+            # The parent (shutdown) token fired: remember it so later checks agree.
+            self._termination = TaskLeaseTermination.SHUTDOWN_REQUESTED
+        return self._termination
+
+    @property
+    def lease_lost(self) -> bool:
+        """Whether the lease is lost or could not be renewed in time (no more writes)."""
+        return self._termination in (
+            TaskLeaseTermination.LOST,
+            TaskLeaseTermination.RENEWAL_TIMED_OUT,
+        )
+
+    def remaining(self) -> float:
+        """Seconds until the safety deadline (negative once passed)."""
+        return self._deadline - self._clock.monotonic()
+
+    def record_renewed(self, lease: TaskLease, *, renewal_started_at: float) -> None:
+        """Record a successful renewal.
+
+        Args:
+            lease: The renewed lease the store returned (same task id and token).
+            renewal_started_at: The monotonic reading taken before the renewal was sent.
+
+        Raises:
+            TaskInvalidValueError: When ``lease`` belongs to a different claim.
+        """
+        if not lease.same_claim(self._lease):
+            raise TaskInvalidValueError(
+                f"renewed lease for task #{lease.task_id} does not match the guarded claim"
+            )
+        if self._termination in (TaskLeaseTermination.LOST, TaskLeaseTermination.RENEWAL_TIMED_OUT):
+            return
+        self._lease = lease
+        self._deadline = max(self._deadline, renewal_started_at + self._lease_ttl.total_seconds())
+
+    def mark_lost(self) -> TaskLeaseLostError:
+        """Mark the lease lost (fence failed), cancel :attr:`token`, return the error."""
+        self._termination = TaskLeaseTermination.LOST
+        self._token.cancel()
+        return TaskLeaseLostError(self._lease.task_id, self._lease.processing_token)
+
+    def mark_renewal_timed_out(self) -> TaskLeaseRenewalTimeoutError:
+        """Mark the renewal timed out, cancel :attr:`token`, return the error."""
+        if self._termination is not TaskLeaseTermination.LOST:
+            self._termination = TaskLeaseTermination.RENEWAL_TIMED_OUT
+        self._token.cancel()
+        return TaskLeaseRenewalTimeoutError(self._lease.task_id, self._lease.processing_token)
+
+    def mark_shutdown_requested(self) -> TaskLeaseControlError:
+        """Record a cooperative shutdown and return the matching stop error.
+
+        A lease that is already lost or timed out keeps that (stronger) reason.
+        """
+        if self._termination is None:
+            self._termination = TaskLeaseTermination.SHUTDOWN_REQUESTED
+        return self.stop_error() or TaskWorkerShutdownRequestedError(
+            self._lease.task_id, self._lease.processing_token
+        )
+
+    def stop_error(self) -> TaskLeaseControlError | None:
+        """The lease-control error matching :attr:`termination`, or ``None`` while usable."""
+        termination = self.termination
+        task_id, token = self._lease.task_id, self._lease.processing_token
+        if termination is TaskLeaseTermination.LOST:
+            return TaskLeaseLostError(task_id, token)
+        if termination is TaskLeaseTermination.RENEWAL_TIMED_OUT:
+            return TaskLeaseRenewalTimeoutError(task_id, token)
+        if termination is TaskLeaseTermination.SHUTDOWN_REQUESTED:
+            return TaskWorkerShutdownRequestedError(task_id, token)
+        return None
+
+    def ensure_active(self) -> None:
+        """Return only while writes under this lease are still safe.
+
+        Raises:
+            TaskLeaseLostError: The fence failed earlier.
+            TaskLeaseRenewalTimeoutError: The safety deadline passed without a renewal.
+            TaskWorkerShutdownRequestedError: The worker is shutting down.
+        """
+        error = self.stop_error()
+        if error is None and self.remaining() <= 0:
+            error = self.mark_renewal_timed_out()
+        if error is not None:
+            raise error
+
+    def __repr__(self) -> str:
+        return (
+            f"TaskLeaseGuard(task_id={self._lease.task_id}, "
+            f"termination={self._termination and self._termination.value})"
+        )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Protocol, TypeVar, runtime_checkable  # noqa: F401
 
 from ._lease import TaskLease
@@ -237,6 +238,22 @@ class ClaimedTaskExecutionStore(Protocol):
         Returns:
             ``True`` when written, ``False`` when the fence failed.
         """
+        ...
+
+
+class TaskTempDirProvider(Protocol):
+    """Creates and removes the per-task temporary directory behind ``ctx.temp_dir()``.
+
+    Implemented by :mod:`aster_forge.tasks` temp-dir support (or the product); the
+    directory is keyed by the claim so a stale worker never shares one with its successor.
+    """
+
+    async def create_task_temp_dir(self, lease: TaskLease) -> Path:
+        """Create (if needed) and return the temp directory for this claim."""
+        ...
+
+    async def remove_task_temp_dir(self, lease: TaskLease) -> None:
+        """Remove the claim's temp directory and everything in it; a missing one is fine."""
         ...
 
 

@@ -1,0 +1,181 @@
+"""The execution context handed to a task body: lease, cancellation, steps, temp dir."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..runtime import CancellationToken, Clock, sleep_or_cancelled
+from ._lease import TaskLease, TaskLeaseGuard
+from ._steps import (
+    TaskStepInfo,
+    serialize_task_steps_json,
+    set_task_step_active,
+    set_task_step_skipped,
+    set_task_step_succeeded,
+)
+from .errors import TaskIoError
+from .protocols import ClaimedTaskExecutionStore, TaskTempDirProvider
+
+__all__ = ["TaskExecutionContext"]
+
+
+class TaskExecutionContext:
+    """What a task body gets besides its payload: who it is, and when to stop.
+
+    :attr:`cancellation` fires when the worker shuts down and at once when the lease is
+    lost (fence failure or renewal timeout); long-running bodies should watch it (or
+    call :meth:`ensure_active` between steps) and stop. Step updates go through the
+    store and are fenced by the lease: a lost lease writes nothing and raises.
+    """
+
+    __slots__ = ("_attempt", "_guard", "_steps", "_store", "_temp_dir", "_temp_provider")
+
+    def __init__(
+        self,
+        guard: TaskLeaseGuard,
+        *,
+        attempt: int,
+        store: ClaimedTaskExecutionStore | None = None,
+        steps: Sequence[TaskStepInfo] = (),
+        temp_dirs: TaskTempDirProvider | None = None,
+    ) -> None:
+        """Create the context for one claimed execution.
+
+        Args:
+            guard: The lease guard shared with the heartbeat.
+            attempt: The 1-based number of this execution (stored attempts + 1).
+            store: The store step updates are written through (``None``: in-memory only).
+            steps: The task's current step list.
+            temp_dirs: Creates the per-task temp directory on first use.
+        """
+        if attempt < 1:
+            raise ValueError("attempt must be >= 1")
+        self._guard = guard
+        self._attempt = attempt
+        self._store = store
+        self._steps = tuple(steps)
+        self._temp_provider = temp_dirs
+        self._temp_dir: Path | None = None
+
+    @property
+    def task_id(self) -> int:
+        """The persisted task id."""
+        return self._guard.lease.task_id
+
+    @property
+    def attempt(self) -> int:
+        """The 1-based number of this execution."""
+        return self._attempt
+
+    @property
+    def lease(self) -> TaskLease:
+        """The current lease (with the latest renewed expiry)."""
+        return self._guard.lease
+
+    @property
+    def lease_guard(self) -> TaskLeaseGuard:
+        """The guard shared with the heartbeat loop."""
+        return self._guard
+
+    @property
+    def cancellation(self) -> CancellationToken:
+        """Cancelled on worker shutdown and on lease loss."""
+        return self._guard.token
+
+    @property
+    def clock(self) -> Clock:
+        """The clock the lease deadline is measured on."""
+        return self._guard.clock
+
+    @property
+    def lease_lost(self) -> bool:
+        """Whether the lease was lost or its renewal timed out (no write will succeed)."""
+        return self._guard.lease_lost
+
+    @property
+    def shutdown_requested(self) -> bool:
+        """Whether the worker is shutting down (the task will be released, not failed)."""
+        return self._guard.token.cancelled and not self._guard.lease_lost
+
+    @property
+    def steps(self) -> tuple[TaskStepInfo, ...]:
+        """The step list as last set through this context."""
+        return self._steps
+
+    def ensure_active(self) -> None:
+        """Raise the matching lease-control error once the task must stop.
+
+        Raises:
+            TaskLeaseLostError: The lease was lost.
+            TaskLeaseRenewalTimeoutError: The lease could not be renewed in time.
+            TaskWorkerShutdownRequestedError: The worker is shutting down.
+        """
+        self._guard.ensure_active()
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep on the context's clock, stopping early when the task must stop.
+
+        Raises:
+            TaskLeaseControlError: When cancellation fires before the sleep ends.
+        """
+        self._guard.ensure_active()
+        if await sleep_or_cancelled(self._guard.clock, self._guard.token, seconds):
+            raise self._guard.mark_shutdown_requested()
+
+    async def set_steps(self, steps: Sequence[TaskStepInfo]) -> None:
+        """Persist a new step list, fenced by the lease.
+
+        Raises:
+            TaskLeaseControlError: When the task must stop, or the store's fence failed
+                (the lease is then marked lost and :attr:`cancellation` fires).
+        """
+        self._guard.ensure_active()
+        new_steps = tuple(steps)
+        if self._store is not None:
+            written = await self._store.update_task_steps(
+                self._guard.lease, serialize_task_steps_json(new_steps)
+            )
+            if not written:
+                raise self._guard.mark_lost()
+        self._steps = new_steps
+
+    async def step_active(
+        self, key: str, *, detail: str | None = None, progress: tuple[int, int] | None = None
+    ) -> None:
+        """Mark step ``key`` active (see :func:`~aster_forge.tasks.set_task_step_active`)."""
+        await self.set_steps(
+            set_task_step_active(self._steps, key, detail=detail, progress=progress)
+        )
+
+    async def step_succeeded(
+        self, key: str, *, detail: str | None = None, progress: tuple[int, int] | None = None
+    ) -> None:
+        """Mark step ``key`` succeeded (see :func:`~aster_forge.tasks.set_task_step_succeeded`)."""
+        await self.set_steps(
+            set_task_step_succeeded(self._steps, key, detail=detail, progress=progress)
+        )
+
+    async def step_skipped(self, key: str, *, detail: str | None = None) -> None:
+        """Mark step ``key`` skipped (see :func:`~aster_forge.tasks.set_task_step_skipped`)."""
+        await self.set_steps(set_task_step_skipped(self._steps, key, detail=detail))
+
+    async def temp_dir(self) -> Path:
+        """The task's private temp directory, created on first use.
+
+        Raises:
+            TaskIoError: When the worker was started without temp-dir support.
+        """
+        if self._temp_dir is None:
+            if self._temp_provider is None:
+                raise TaskIoError("no task temp directory provider is configured for this worker")
+            self._temp_dir = await self._temp_provider.create_task_temp_dir(self._guard.lease)
+        return self._temp_dir
+
+    @property
+    def temp_dir_created(self) -> bool:
+        """Whether :meth:`temp_dir` created a directory (the executor then removes it)."""
+        return self._temp_dir is not None
+
+    def __repr__(self) -> str:
+        return f"TaskExecutionContext(task_id={self.task_id}, attempt={self._attempt})"

@@ -1,0 +1,213 @@
+"""Retry classification and backoff: pure functions the executor applies to failures."""
+
+from __future__ import annotations
+
+import enum
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from .errors import AsterForgeTasksError, TaskCodecError
+
+__all__ = [
+    "ClassifiedTaskError",
+    "TaskErrorClassifier",
+    "TaskFailureClassification",
+    "TaskRetryClass",
+    "TaskRetryPolicy",
+    "classify_task_error",
+    "default_task_retry_delay",
+    "should_auto_retry",
+]
+
+#: The stored message for an exception the product did not classify: fixed text plus
+#: the exception type, never the exception's own message (it may hold secrets).
+UNCLASSIFIED_ERROR_MESSAGE = "Task failed with an unexpected error ({type_name})"
+
+
+class TaskRetryClass(enum.StrEnum):
+    """What may happen after a task failure."""
+
+    RETRYABLE = "retryable"
+    """Back to pending with a backoff delay while the attempt budget lasts, then failed."""
+
+    MANUAL = "manual"
+    """Failed at once; an operator may retry it by hand."""
+
+    PERMANENT = "permanent"
+    """Failed at once and for good; retrying the same input cannot succeed."""
+
+    def should_auto_retry(self) -> bool:
+        """Whether the executor may retry automatically."""
+        return self is TaskRetryClass.RETRYABLE
+
+    def can_manual_retry(self) -> bool:
+        """Whether an operator may retry the failed task by hand."""
+        return self is not TaskRetryClass.PERMANENT
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFailureClassification:
+    """How one failure is treated and what text is stored and shown for it.
+
+    Attributes:
+        retry_class: Whether and how the task may be retried.
+        message: The error text stored on the task and put on the failed step.
+    """
+
+    retry_class: TaskRetryClass
+    message: str
+
+
+#: A product hook mapping its exceptions to a classification; ``None`` = not mine.
+TaskErrorClassifier = Callable[[Exception], TaskFailureClassification | None]
+
+
+class ClassifiedTaskError(AsterForgeTasksError):
+    """Raised by product task code to fail a task with a chosen class and public message.
+
+    Example:
+        >>> raise ClassifiedTaskError("Quota exceeded", TaskRetryClass.MANUAL)
+        Traceback (most recent call last):
+        ...
+        aster_forge.tasks._retry.ClassifiedTaskError: Quota exceeded
+
+    Attributes:
+        message: The text stored on the task and shown on the failed step.
+        retry_class: How the failure is retried.
+    """
+
+    def __init__(self, message: str, retry_class: TaskRetryClass = TaskRetryClass.RETRYABLE):
+        super().__init__(message)
+        self.message = message
+        self.retry_class = retry_class
+
+
+def classify_task_error(
+    exc: Exception, *classifiers: TaskErrorClassifier | None
+) -> TaskFailureClassification:
+    """Classify a failure that escaped a task body.
+
+    Order: a :class:`ClassifiedTaskError` (the product chose class and message); a codec
+    failure such as an invalid payload (:class:`~aster_forge.tasks.TaskCodecError`,
+    permanent: the same stored value fails the same way again; its message names kind and
+    field, never values); each product ``classifier`` in turn (``None`` entries and
+    ``None`` answers are skipped); finally RETRYABLE with a fixed message that names only
+    the exception type, never its text.
+
+    Args:
+        exc: The exception the task body raised.
+        classifiers: Product mappings, most specific first.
+
+    Returns:
+        The classification to apply.
+    """
+    if isinstance(exc, ClassifiedTaskError):
+        return TaskFailureClassification(exc.retry_class, exc.message)
+    if isinstance(exc, TaskCodecError):
+        return TaskFailureClassification(TaskRetryClass.PERMANENT, str(exc))
+    for classifier in classifiers:
+        if classifier is None:
+            continue
+        chosen = classifier(exc)
+        if chosen is not None:
+            return chosen
+    return TaskFailureClassification(
+        TaskRetryClass.RETRYABLE, UNCLASSIFIED_ERROR_MESSAGE.format(type_name=type(exc).__name__)
+    )
+
+
+def should_auto_retry(retry_class: TaskRetryClass, attempt: int, max_attempts: int) -> bool:
+    """Whether a failed execution goes back to pending rather than to failed.
+
+    Args:
+        retry_class: The failure's class.
+        attempt: The attempt count *including* the execution that just failed (>= 1).
+        max_attempts: The task's attempt budget.
+
+    Returns:
+        ``True`` when the class allows automatic retry and budget remains.
+    """
+    return retry_class.should_auto_retry() and attempt < max_attempts
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRetryPolicy:
+    """Exponential backoff with jitter and a cap, plus the default attempt budget.
+
+    The delay before retry ``n`` (``n`` = attempts counted so far, >= 1) is
+    ``min(max_delay, base_delay * multiplier ** (n - 1))`` reduced by up to
+    ``jitter`` of itself, so jitter never pushes it above the cap or below zero.
+
+    Attributes:
+        base_delay: The delay after the first failure.
+        multiplier: The growth factor per attempt (>= 1).
+        max_delay: The cap.
+        jitter: The fraction (0..1) by which a delay may be randomly shortened.
+        max_attempts: The default attempt budget for new tasks.
+    """
+
+    base_delay: timedelta = timedelta(seconds=5)
+    multiplier: float = 3.0
+    max_delay: timedelta = timedelta(minutes=5)
+    jitter: float = 0.1
+    max_attempts: int = 5
+
+    def __post_init__(self) -> None:
+        if self.base_delay < timedelta(0):
+            raise ValueError("TaskRetryPolicy.base_delay must not be negative")
+        if self.max_delay < self.base_delay:
+            raise ValueError("TaskRetryPolicy.max_delay must be >= base_delay")
+        if not (self.multiplier >= 1.0 and math.isfinite(self.multiplier)):
+            raise ValueError("TaskRetryPolicy.multiplier must be a finite number >= 1")
+        if not 0.0 <= self.jitter <= 1.0:
+            raise ValueError("TaskRetryPolicy.jitter must be within [0, 1]")
+        if self.max_attempts < 1:
+            raise ValueError("TaskRetryPolicy.max_attempts must be >= 1")
+
+    def backoff(self, attempt: int) -> timedelta:
+        """The delay before the next run after ``attempt`` counted attempts, without jitter.
+
+        Monotonic in ``attempt`` up to ``max_delay``; ``attempt < 1`` is treated as 1.
+        """
+        exponent = max(attempt, 1) - 1
+        base = self.base_delay.total_seconds()
+        cap = self.max_delay.total_seconds()
+        if base == 0.0:
+            return timedelta(0)
+        # Compare in log space so huge attempt counts saturate instead of overflowing.
+        if self.multiplier > 1.0 and exponent * math.log(self.multiplier) >= math.log(cap / base):
+            return self.max_delay
+        return min(self.max_delay, timedelta(seconds=base * self.multiplier**exponent))
+
+    def delay(self, attempt: int, *, rng: random.Random | None = None) -> timedelta:
+        """The jittered delay before the next run after ``attempt`` counted attempts.
+
+        Args:
+            attempt: Attempts counted so far, including the one that just failed.
+            rng: The random source (default: the module's shared generator).
+
+        Returns:
+            A delay in ``[backoff * (1 - jitter), backoff]``; never negative, never above
+            ``max_delay``.
+        """
+        backoff = self.backoff(attempt)
+        if self.jitter == 0.0 or backoff == timedelta(0):
+            return backoff
+        fraction = (rng or random).random() * self.jitter
+        return backoff * (1.0 - fraction)
+
+
+_DEFAULT_POLICY = TaskRetryPolicy()
+
+
+def default_task_retry_delay(attempt: int, *, rng: random.Random | None = None) -> timedelta:
+    """The default retry delay: 5 s, x3 per attempt, capped at 5 min, up to 10 % jitter.
+
+    Args:
+        attempt: Attempts counted so far, including the one that just failed.
+        rng: The random source (default: the module's shared generator).
+    """
+    return _DEFAULT_POLICY.delay(attempt, rng=rng)

@@ -1,0 +1,259 @@
+"""Typed task specs, their payload/result codecs, and the erased adapter the executor calls."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import pydantic
+from pydantic_core import PydanticSerializationError
+
+from ._retry import TaskErrorClassifier, TaskFailureClassification, classify_task_error
+from ._steps import (
+    TaskStepInfo,
+    TaskStepSpec,
+    initial_task_steps_from_specs,
+    serialize_task_steps_json,
+)
+from .errors import TaskCodecError, TaskInvalidValueError, TaskPayloadError
+
+if TYPE_CHECKING:
+    from ._context import TaskExecutionContext
+
+__all__ = ["ErasedTaskSpec", "TaskSpec", "task_kind_label"]
+
+StateT = TypeVar("StateT")
+PayloadT = TypeVar("PayloadT")
+ResultT = TypeVar("ResultT")
+KindT = TypeVar("KindT")
+
+TaskRunFn = Callable[["TaskExecutionContext", StateT, PayloadT], Awaitable[ResultT]]
+
+
+def task_kind_label(kind: object) -> str:
+    """The text used for a task kind in messages: an enum's string value, else its name."""
+    if isinstance(kind, enum.Enum):
+        return str(kind.value) if isinstance(kind.value, str) else kind.name
+    return str(kind)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSpec(Generic[StateT, PayloadT, ResultT]):
+    """The typed definition of one task kind: payload/result types, steps and body.
+
+    Payload and result types are anything pydantic's ``TypeAdapter`` accepts: models,
+    dataclasses, TypedDicts, primitives; ``result_type=None`` means the kind returns no
+    result (``run`` returns ``None`` and nothing is stored).
+
+    Example:
+        >>> from pydantic import BaseModel
+        >>> class Resize(BaseModel):
+        ...     width: int
+        >>> async def run(ctx, state, payload: Resize) -> int:
+        ...     return payload.width * 2
+        >>> spec = TaskSpec(kind="resize", payload_type=Resize, result_type=int, run=run)
+        >>> spec.decode_payload('{"width": 3}')
+        Resize(width=3)
+
+    Attributes:
+        kind: The product kind enum member this spec runs.
+        payload_type: The payload type.
+        result_type: The result type, or ``None`` for a result-less kind.
+        run: ``async run(ctx, state, payload) -> result``, the product's task body.
+        steps: The kind's step definitions (may be empty).
+        error_classifier: Maps the body's exceptions to a retry class and message;
+            unclassified exceptions are retryable with a fixed message.
+    """
+
+    kind: Any
+    payload_type: Any
+    result_type: Any
+    run: TaskRunFn[StateT, PayloadT, ResultT]
+    steps: tuple[TaskStepSpec, ...] = ()
+    error_classifier: TaskErrorClassifier | None = None
+    _payload: pydantic.TypeAdapter[PayloadT] = field(init=False, repr=False, compare=False)
+    _result: pydantic.TypeAdapter[ResultT] | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "steps", tuple(self.steps))
+        keys = [step.key for step in self.steps]
+        if len(set(keys)) != len(keys):
+            raise TaskInvalidValueError(
+                f"task spec {task_kind_label(self.kind)!r} declares a step key twice: {keys}"
+            )
+        try:
+            payload = pydantic.TypeAdapter(self.payload_type)
+            result = None if self.result_type is None else pydantic.TypeAdapter(self.result_type)
+        except pydantic.PydanticSchemaGenerationError as exc:
+            raise TaskInvalidValueError(
+                f"task spec {task_kind_label(self.kind)!r}: payload/result type is not "
+                f"supported by pydantic: {exc}"
+            ) from exc
+        object.__setattr__(self, "_payload", payload)
+        object.__setattr__(self, "_result", result)
+
+    @property
+    def label(self) -> str:
+        """The kind as text, for messages and logs."""
+        return task_kind_label(self.kind)
+
+    def encode_payload(self, payload: PayloadT) -> str:
+        """Encode a payload to the JSON text stored in the task row.
+
+        Raises:
+            TaskCodecError: When the value does not serialise as the payload type.
+        """
+        try:
+            return self._payload.dump_json(payload).decode()
+        except (PydanticSerializationError, ValueError, TypeError) as exc:
+            raise TaskCodecError(f"cannot encode payload for task kind {self.label!r}") from exc
+
+    def decode_payload(self, text: str | bytes) -> PayloadT:
+        """Decode and validate stored payload JSON.
+
+        Raises:
+            TaskPayloadError: When the JSON is malformed or a field does not validate; the
+                message names the kind and the offending fields (never their values).
+        """
+        try:
+            return self._payload.validate_json(text)
+        except pydantic.ValidationError as exc:
+            fields, detail = _validation_summary(exc)
+            raise TaskPayloadError(
+                f"invalid payload for task kind {self.label!r}: {detail}",
+                task_kind=self.label,
+                fields=fields,
+            ) from exc
+
+    def encode_result(self, result: ResultT) -> str | None:
+        """Encode a result to JSON text (``None`` for a result-less kind).
+
+        Raises:
+            TaskCodecError: When the value does not serialise as the result type.
+        """
+        if self._result is None:
+            return None
+        try:
+            return self._result.dump_json(result).decode()
+        except (PydanticSerializationError, ValueError, TypeError) as exc:
+            raise TaskCodecError(f"cannot encode result for task kind {self.label!r}") from exc
+
+    def decode_result(self, text: str | bytes) -> ResultT:
+        """Decode stored result JSON (for APIs that show a finished task's result).
+
+        Raises:
+            TaskCodecError: When the kind has no result type or the JSON does not validate.
+        """
+        if self._result is None:
+            raise TaskCodecError(f"task kind {self.label!r} has no result type")
+        try:
+            return self._result.validate_json(text)
+        except pydantic.ValidationError as exc:
+            _, detail = _validation_summary(exc)
+            raise TaskCodecError(f"invalid result for task kind {self.label!r}: {detail}") from exc
+
+    def payload_json_schema(self) -> dict[str, Any]:
+        """The JSON Schema of the payload type."""
+        return self._payload.json_schema()
+
+    def result_json_schema(self) -> dict[str, Any] | None:
+        """The JSON Schema of the result type, ``None`` for a result-less kind."""
+        return None if self._result is None else self._result.json_schema()
+
+    def initial_steps(self, *, now: datetime | None = None) -> tuple[TaskStepInfo, ...]:
+        """The step list a new task of this kind starts with."""
+        return initial_task_steps_from_specs(self.steps, now=now)
+
+    def erase(
+        self, *, fallback_classifier: TaskErrorClassifier | None = None
+    ) -> ErasedTaskSpec[StateT]:
+        """Wrap this spec in the JSON-in/JSON-out adapter the executor calls."""
+        return ErasedTaskSpec(self, fallback_classifier=fallback_classifier)
+
+
+class ErasedTaskSpec(Generic[StateT]):
+    """A :class:`TaskSpec` seen through raw JSON, so one executor can run every kind.
+
+    The executor never sees payload or result types: it hands over the stored payload
+    text and gets back the result text to store.
+    """
+
+    __slots__ = ("_fallback", "_spec")
+
+    def __init__(
+        self,
+        spec: TaskSpec[StateT, Any, Any],
+        *,
+        fallback_classifier: TaskErrorClassifier | None = None,
+    ) -> None:
+        self._spec = spec
+        self._fallback = fallback_classifier
+
+    @property
+    def spec(self) -> TaskSpec[StateT, Any, Any]:
+        """The typed spec this adapter wraps."""
+        return self._spec
+
+    @property
+    def kind(self) -> Any:
+        """The kind the spec runs."""
+        return self._spec.kind
+
+    @property
+    def steps(self) -> tuple[TaskStepSpec, ...]:
+        """The kind's step definitions."""
+        return self._spec.steps
+
+    async def run_json(
+        self, ctx: TaskExecutionContext, state: StateT, payload_json: str | bytes
+    ) -> str | None:
+        """Decode the payload, run the body, encode the result.
+
+        Args:
+            ctx: The execution context of the claimed task.
+            state: The product's application state.
+            payload_json: The stored payload text.
+
+        Returns:
+            The result JSON text to store, or ``None`` for a result-less kind.
+
+        Raises:
+            TaskPayloadError: When the payload does not validate (a permanent failure).
+            TaskCodecError: When the result does not encode.
+            Exception: Whatever the product body raises, unchanged, for the executor to
+                classify with :meth:`classify`.
+        """
+        payload = self._spec.decode_payload(payload_json)
+        result = await self._spec.run(ctx, state, payload)
+        return self._spec.encode_result(result)
+
+    def classify(self, exc: Exception) -> TaskFailureClassification:
+        """Classify a failure of this kind's body.
+
+        See :func:`~aster_forge.tasks.classify_task_error`; the spec's classifier is
+        consulted before the registry-wide fallback. Lease-control errors must be handled
+        by the executor before calling this.
+        """
+        return classify_task_error(exc, self._spec.error_classifier, self._fallback)
+
+    def initial_steps_json(self, *, now: datetime | None = None) -> str | None:
+        """The initial steps JSON for a new task of this kind, ``None`` when it has no steps."""
+        if not self._spec.steps:
+            return None
+        return serialize_task_steps_json(self._spec.initial_steps(now=now))
+
+    def __repr__(self) -> str:
+        return f"ErasedTaskSpec(kind={self._spec.label!r})"
+
+
+def _validation_summary(exc: pydantic.ValidationError) -> tuple[tuple[str, ...], str]:
+    fields: list[str] = []
+    parts: list[str] = []
+    for error in exc.errors(include_url=False, include_input=False, include_context=False):
+        location = ".".join(str(part) for part in error["loc"]) or "<root>"
+        fields.append(location)
+        parts.append(f"field {location!r}: {error['msg']}")
+    return tuple(fields), "; ".join(parts)
