@@ -5,9 +5,49 @@ from __future__ import annotations
 from .errors import AsterForgeDbError
 
 # --- runtime leases, scheduled tasks, health/shutdown components (issue 5) ---
+# isort: split
+from ._runtime_leases import (
+    RuntimeLeaseDbStore,
+    create_runtime_leases_table,
+    runtime_leases_table,
+)
+from ._scheduled_tasks import (
+    ScheduledTaskDbStore,
+    create_scheduled_tasks_namespace_name_unique_index,
+    create_scheduled_tasks_next_run_index,
+    create_scheduled_tasks_table,
+    scheduled_tasks_table,
+)
+from ._time import DatabaseBackend, UtcDateTime
+from .errors import (
+    DatabaseConflictError,
+    DatabaseDataError,
+    DatabaseIntegrityError,
+    DatabaseOperationError,
+    DatabaseTimeoutError,
+    DatabaseUnavailableError,
+    UnsupportedDatabaseBackendError,
+)
 
 # --- background task store (issue 7) ---
 
 __all__ = [
     "AsterForgeDbError",
+    "DatabaseBackend",
+    "DatabaseConflictError",
+    "DatabaseDataError",
+    "DatabaseIntegrityError",
+    "DatabaseOperationError",
+    "DatabaseTimeoutError",
+    "DatabaseUnavailableError",
+    "RuntimeLeaseDbStore",
+    "ScheduledTaskDbStore",
+    "UnsupportedDatabaseBackendError",
+    "UtcDateTime",
+    "create_runtime_leases_table",
+    "create_scheduled_tasks_namespace_name_unique_index",
+    "create_scheduled_tasks_next_run_index",
+    "create_scheduled_tasks_table",
+    "runtime_leases_table",
+    "scheduled_tasks_table",
 ]

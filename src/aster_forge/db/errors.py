@@ -7,3 +7,42 @@ from .._errors import AsterForgeError
 
 class AsterForgeDbError(AsterForgeError):
     """Raised as the base class of every :mod:`aster_forge.db` error."""
+
+
+# --- runtime leases, scheduled tasks, components (issue 5) ---
+
+
+class UnsupportedDatabaseBackendError(AsterForgeDbError, ValueError):
+    """Raised when a backend name, dialect or engine is not SQLite, PostgreSQL or MariaDB/MySQL."""
+
+
+class DatabaseOperationError(AsterForgeDbError):
+    """Raised when a database statement failed; the driver error is the ``__cause__``.
+
+    Attributes:
+        operation: What the store was doing, e.g. ``"acquire runtime lease"``.
+    """
+
+    def __init__(self, message: str, *, operation: str) -> None:
+        super().__init__(message)
+        self.operation = operation
+
+
+class DatabaseUnavailableError(DatabaseOperationError, ConnectionError):
+    """Raised when the database could not be reached or the connection broke mid-statement."""
+
+
+class DatabaseTimeoutError(DatabaseOperationError, TimeoutError):
+    """Raised when a statement or connection checkout timed out."""
+
+
+class DatabaseConflictError(DatabaseOperationError):
+    """Raised when a statement lost a deadlock or serialization conflict after retries."""
+
+
+class DatabaseIntegrityError(DatabaseOperationError):
+    """Raised when a statement violated a constraint the store did not expect to hit."""
+
+
+class DatabaseDataError(DatabaseOperationError, ValueError):
+    """Raised when the database rejected a value (out of range, bad encoding, too long)."""

@@ -66,6 +66,15 @@ from .errors import (
 )
 
 # --- lease (issue 5) ---
+# isort: split
+from ._lease import run_runtime_lease_supervisor
+from ._lease_types import (
+    RuntimeLease,
+    RuntimeLeaseConfig,
+    new_runtime_lease_owner_id,
+)
+from .errors import RuntimeLeaseConfigError
+from .protocols import RuntimeLeaseStore
 
 __all__ = [
     "AsterForgeRuntimeError",
@@ -107,12 +116,18 @@ __all__ = [
     "RecordClosedError",
     "RecordError",
     "RecordFullError",
+    "RuntimeLease",
+    "RuntimeLeaseConfig",
+    "RuntimeLeaseConfigError",
+    "RuntimeLeaseStore",
     "SystemClock",
     "SystemHealthReport",
     "WriteFailure",
     "WriteFailureClass",
     "WriterLifecycleError",
     "WriterQuarantinedError",
+    "new_runtime_lease_owner_id",
+    "run_runtime_lease_supervisor",
     "sleep_or_cancelled",
     "utc_now",
 ]

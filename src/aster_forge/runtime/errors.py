@@ -180,3 +180,11 @@ class WriterQuarantinedError(BufferedWriterError):
         self.cause = cause
 
 # --- lease (issue 5) ---
+
+
+class RuntimeLeaseConfigError(AsterForgeRuntimeError, ValueError):
+    """Raised when a lease id, owner id or lease duration is invalid.
+
+    Raised by :class:`~aster_forge.runtime.RuntimeLeaseConfig` and by lease stores
+    before any statement runs, so bad input never reaches the database.
+    """

@@ -38,3 +38,49 @@ class HealthMetricsRecorder(Protocol):
 
 
 # --- lease (issue 5): RuntimeLeaseStore ---
+
+
+@runtime_checkable
+class RuntimeLeaseStore(Protocol):
+    """Coordinates which process holds a runtime lease (one singleton worker group).
+
+    Every operation is conditional on ``owner_id`` and atomic across processes: at
+    most one owner holds a lease id at any instant. Expiry is computed on the
+    database server's clock where the backend has one (PostgreSQL, MariaDB) and on
+    the store's injected clock otherwise. A TTL whose expiry is not representable
+    saturates to "never expires" (:data:`~aster_forge.runtime.NEVER_EXPIRES`) and
+    never raises. Invalid ids or TTLs raise
+    :class:`~aster_forge.runtime.errors.RuntimeLeaseConfigError` before any I/O.
+
+    Implementations: :class:`aster_forge.db.RuntimeLeaseDbStore`,
+    :class:`aster_forge.testing.InMemoryRuntimeLeaseStore`; check your own with
+    :class:`aster_forge.testing.RuntimeLeaseStoreConformance`.
+    """
+
+    async def try_acquire(
+        self, lease_id: str, owner_id: str, ttl: timedelta
+    ) -> RuntimeLease | None:
+        """Take the lease if it is free, expired, or already held by ``owner_id``.
+
+        Returns:
+            The granted lease (expiry ``now + ttl``), or ``None`` when another owner
+            holds an unexpired lease.
+        """
+        ...
+
+    async def renew(self, lease_id: str, owner_id: str, ttl: timedelta) -> RuntimeLease | None:
+        """Extend the lease to ``now + ttl`` if ``owner_id`` still holds it unexpired.
+
+        Returns:
+            The renewed lease, or ``None`` when the lease expired, was released, or
+            belongs to someone else (the caller lost it).
+        """
+        ...
+
+    async def release(self, lease_id: str, owner_id: str) -> bool:
+        """Give the lease up so another owner can acquire it immediately.
+
+        Returns:
+            ``True`` when ``owner_id`` held the lease and released it, else ``False``.
+        """
+        ...

@@ -77,6 +77,15 @@ from .protocols import (
 
 # isort: split
 # --- dedupe / schedule types (issue 5) ---
+from ._dedupe import TaskDedupeKey, scheduled_task_dedupe_key
+from ._schedule_types import (
+    ScheduledTaskClaim,
+    ScheduledTaskOutcome,
+    ScheduledTaskRecord,
+    ScheduledTaskRunStatus,
+)
+from .errors import ScheduledTaskValueError, TaskDedupeKeyError
+from .protocols import ScheduledTaskStore
 
 __all__ = [
     "AsterForgeTasksError",
@@ -90,10 +99,18 @@ __all__ = [
     "RuntimeTaskCatalogError",
     "RuntimeTaskDefinition",
     "RuntimeTaskName",
+    "ScheduledTaskClaim",
+    "ScheduledTaskOutcome",
+    "ScheduledTaskRecord",
+    "ScheduledTaskRunStatus",
+    "ScheduledTaskStore",
+    "ScheduledTaskValueError",
     "TaskClaimStore",
     "TaskCodecError",
     "TaskCoreError",
     "TaskCoreErrorKind",
+    "TaskDedupeKey",
+    "TaskDedupeKeyError",
     "TaskErrorClassifier",
     "TaskExecutionContext",
     "TaskFailureClassification",
@@ -130,6 +147,7 @@ __all__ = [
     "mark_active_step_failed",
     "parse_task_steps_json",
     "run_task_heartbeat",
+    "scheduled_task_dedupe_key",
     "serialize_task_steps_json",
     "set_task_step_active",
     "set_task_step_skipped",

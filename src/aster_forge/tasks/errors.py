@@ -193,3 +193,14 @@ def is_task_lease_control_error(exc: BaseException) -> bool:
 
 
 # --- dedupe / schedule (issue 5) ---
+
+
+class TaskDedupeKeyError(TaskInvalidValueError):
+    """Raised when a dedupe key (or one of its parts) is empty, too long or has control chars."""
+
+
+class ScheduledTaskValueError(TaskInvalidValueError):
+    """Raised when a scheduled-task namespace, name, owner id, duration or outcome is invalid.
+
+    Stores raise it before any statement runs, so bad input never reaches the database.
+    """

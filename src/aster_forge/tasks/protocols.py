@@ -258,3 +258,101 @@ class TaskTempDirProvider(Protocol):
 
 
 # --- scheduled task catalog store (issue 5) ---
+
+from ._schedule_types import (  # noqa: E402  (kept inside this issue's section)
+    ScheduledTaskClaim,
+    ScheduledTaskOutcome,
+    ScheduledTaskRecord,
+)
+
+
+@runtime_checkable
+class ScheduledTaskStore(Protocol):
+    """The scheduled task catalog: one execution per firing across instances.
+
+    The runner's protocol is ``ensure -> claim due firing -> renew while running ->
+    complete``. Claims are atomic across processes; renewal and completion are
+    conditional on the ownership predicate ``(task_id, owner_id, claimed_at)``, so a
+    firing another instance re-claimed can never be revived or completed through an
+    old claim. Times come from the database server's clock where there is one
+    (PostgreSQL, MariaDB), else from the store's injected clock; durations whose sum
+    overflows saturate to "never". Invalid input raises
+    :class:`~aster_forge.tasks.errors.ScheduledTaskValueError` before any I/O.
+
+    Implementations: :class:`aster_forge.db.ScheduledTaskDbStore`,
+    :class:`aster_forge.testing.InMemoryScheduledTaskStore`; check your own with
+    :class:`aster_forge.testing.ScheduledTaskStoreConformance`.
+    """
+
+    async def ensure_scheduled_task(
+        self,
+        namespace: str,
+        name: str,
+        interval: timedelta,
+        *,
+        initial_delay: timedelta | None = None,
+    ) -> ScheduledTaskRecord:
+        """Create the catalog row if missing (idempotent and safe under concurrency).
+
+        A new row's first firing is due at ``now + initial_delay`` (``now`` when
+        ``None``). An existing row keeps its schedule and claim; only its stored
+        ``interval`` is updated, taking effect at the next completion.
+
+        Returns:
+            The row as stored after the call.
+        """
+        ...
+
+    async def claim_scheduled_task(
+        self, namespace: str, name: str, owner_id: str, claim_ttl: timedelta
+    ) -> ScheduledTaskClaim | None:
+        """Atomically claim the current firing if it is due and unclaimed (or its claim expired).
+
+        Returns:
+            The claim (with its ``claimed_at`` timestamp and the firing's
+            ``scheduled_at``), or ``None`` when the task is unknown, not yet due, or
+            claimed by someone else unexpired.
+        """
+        ...
+
+    async def renew_scheduled_task_claim(
+        self, claim: ScheduledTaskClaim, claim_ttl: timedelta
+    ) -> bool:
+        """Extend the claim to ``now + claim_ttl`` if it still matches the ownership predicate.
+
+        Only ``claim_expires_at`` and ``updated_at`` change. An expired claim nobody
+        else took is renewed (so a transient outage does not cause a duplicate run).
+
+        Returns:
+            ``False`` when the firing was completed or re-claimed by someone else.
+        """
+        ...
+
+    async def complete_scheduled_task(
+        self,
+        claim: ScheduledTaskClaim,
+        outcome: ScheduledTaskOutcome,
+        *,
+        next_run_at: datetime | None = None,
+    ) -> bool:
+        """Record the outcome, advance ``next_run_at`` and release the claim (ownership-checked).
+
+        Args:
+            claim: The claim returned by :meth:`claim_scheduled_task`.
+            outcome: Status, error text and duration to record.
+            next_run_at: The next firing; default ``now + interval``.
+
+        Returns:
+            ``False`` (and nothing written) when the claim no longer matches.
+        """
+        ...
+
+    async def get_scheduled_task(self, namespace: str, name: str) -> ScheduledTaskRecord | None:
+        """Return the catalog row, or ``None`` when it does not exist."""
+        ...
+
+    async def list_scheduled_tasks(
+        self, namespace: str | None = None
+    ) -> Sequence[ScheduledTaskRecord]:
+        """Return the catalog rows (of one namespace, or all) ordered by namespace and name."""
+        ...

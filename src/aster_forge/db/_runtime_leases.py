@@ -1,0 +1,273 @@
+"""The ``runtime_leases`` table and :class:`RuntimeLeaseDbStore`."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.schema import CreateTable
+
+from ..runtime import Clock, RuntimeLease, SystemClock
+from ..runtime._lease_types import (
+    MAX_RUNTIME_LEASE_ID_LENGTH,
+    saturating_expiry,
+    validate_lease_identifier,
+    validate_lease_ttl,
+)
+from ._time import DatabaseBackend, UtcDateTime, database_now
+from ._translate import run_transaction
+
+__all__ = [
+    "RUNTIME_LEASES_TABLE",
+    "RuntimeLeaseDbStore",
+    "create_runtime_leases_table",
+    "runtime_leases_table",
+]
+
+RUNTIME_LEASES_TABLE = "runtime_leases"
+
+_MYSQL_TABLE_OPTIONS = {
+    "mysql_engine": "InnoDB",
+    "mysql_charset": "utf8mb4",
+    # Binary collation: ids compare exactly (case, accents); validation rejects
+    # surrounding whitespace, which MariaDB's PAD SPACE collations would ignore.
+    "mysql_collate": "utf8mb4_bin",
+}
+
+
+def runtime_leases_table(metadata: sa.MetaData) -> sa.Table:
+    """Define (or return the already defined) ``runtime_leases`` table on ``metadata``.
+
+    Columns: ``lease_id`` (primary key), ``owner_id``, ``expires_at``, ``acquired_at``,
+    ``updated_at`` (aware-UTC timestamps, see :class:`UtcDateTime`).
+
+    Args:
+        metadata: The caller's ``MetaData`` (e.g. the product's migration metadata).
+    """
+    existing = metadata.tables.get(RUNTIME_LEASES_TABLE)
+    if existing is not None:
+        return existing
+    return sa.Table(
+        RUNTIME_LEASES_TABLE,
+        metadata,
+        sa.Column("lease_id", sa.String(MAX_RUNTIME_LEASE_ID_LENGTH), primary_key=True),
+        sa.Column("owner_id", sa.String(MAX_RUNTIME_LEASE_ID_LENGTH), nullable=False),
+        sa.Column("expires_at", UtcDateTime(), nullable=False),
+        sa.Column("acquired_at", UtcDateTime(), nullable=False),
+        sa.Column("updated_at", UtcDateTime(), nullable=False),
+        **_MYSQL_TABLE_OPTIONS,
+    )
+
+
+def create_runtime_leases_table(
+    backend: object = None, *, if_not_exists: bool = False
+) -> CreateTable:
+    """Return the ``CREATE TABLE runtime_leases`` DDL for a product migration.
+
+    Execute it with ``await conn.execute(create_runtime_leases_table("postgresql"))``
+    or ``op.execute(...)`` in Alembic (see :func:`aster_forge.db.alembic_create_runtime_leases`).
+
+    Args:
+        backend: Optional backend name/dialect/engine; validated when given (the DDL
+            itself adapts to the dialect it is executed on).
+        if_not_exists: Emit ``CREATE TABLE IF NOT EXISTS``.
+
+    Raises:
+        UnsupportedDatabaseBackendError: When ``backend`` is given and unsupported.
+    """
+    if backend is not None:
+        DatabaseBackend.of(backend)
+    return CreateTable(runtime_leases_table(sa.MetaData()), if_not_exists=if_not_exists)
+
+
+class RuntimeLeaseDbStore:
+    """A :class:`~aster_forge.runtime.RuntimeLeaseStore` on the ``runtime_leases`` table.
+
+    Each operation is one short transaction. PostgreSQL and SQLite use an atomic
+    ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` (the lease changes hands only when
+    free, expired or already ours); MariaDB uses ``INSERT ... ON DUPLICATE KEY UPDATE``
+    with ordered conditional assignments, then reads the row it locked. "Now" is the
+    server's clock on PostgreSQL/MariaDB and ``clock`` on SQLite.
+
+    Args:
+        engine: The async engine (the table must exist; see :func:`create_runtime_leases_table`).
+        clock: Time source for SQLite (ignored where the server has a clock).
+
+    Raises:
+        UnsupportedDatabaseBackendError: When the engine is not SQLite, PostgreSQL or MariaDB.
+    """
+
+    def __init__(self, engine: AsyncEngine, *, clock: Clock | None = None) -> None:
+        self._engine = engine
+        self._backend = DatabaseBackend.of(engine)
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._table = runtime_leases_table(sa.MetaData())
+
+    @property
+    def backend(self) -> DatabaseBackend:
+        """The engine's backend."""
+        return self._backend
+
+    async def try_acquire(
+        self, lease_id: str, owner_id: str, ttl: timedelta
+    ) -> RuntimeLease | None:
+        """Take the lease if free, expired, or already ours (see the protocol)."""
+        _validate(lease_id, owner_id, ttl)
+
+        async def body(conn: AsyncConnection) -> RuntimeLease | None:
+            now = await database_now(conn, self._clock)
+            expires_at = saturating_expiry(now, ttl)
+            if self._backend is DatabaseBackend.MYSQL:
+                return await self._acquire_mysql(conn, lease_id, owner_id, now, expires_at)
+            return await self._acquire_upsert(conn, lease_id, owner_id, now, expires_at)
+
+        return await run_transaction(self._engine, "acquire runtime lease", body)
+
+    async def _acquire_upsert(
+        self,
+        conn: AsyncConnection,
+        lease_id: str,
+        owner_id: str,
+        now: datetime,
+        expires_at: datetime,
+    ) -> RuntimeLease | None:
+        t = self._table
+        insert = (
+            postgresql.insert(t)
+            if self._backend is DatabaseBackend.POSTGRESQL
+            else sqlite.insert(t)
+        )
+        values = {
+            "lease_id": lease_id,
+            "owner_id": owner_id,
+            "expires_at": expires_at,
+            "acquired_at": now,
+            "updated_at": now,
+        }
+        stmt = (
+            insert.values(**values)
+            .on_conflict_do_update(
+                index_elements=[t.c.lease_id],
+                set_={
+                    "owner_id": insert.excluded.owner_id,
+                    "expires_at": insert.excluded.expires_at,
+                    "acquired_at": sa.case(
+                        (t.c.owner_id == insert.excluded.owner_id, t.c.acquired_at),
+                        else_=insert.excluded.acquired_at,
+                    ),
+                    "updated_at": insert.excluded.updated_at,
+                },
+                where=sa.or_(t.c.expires_at <= now, t.c.owner_id == owner_id),
+            )
+            .returning(t.c.expires_at)
+        )
+        row = (await conn.execute(stmt)).first()
+        if row is None:
+            return None
+        return RuntimeLease(lease_id, owner_id, row[0])
+
+    async def _acquire_mysql(
+        self,
+        conn: AsyncConnection,
+        lease_id: str,
+        owner_id: str,
+        now: datetime,
+        expires_at: datetime,
+    ) -> RuntimeLease | None:
+        t = self._table
+        # MariaDB evaluates ON DUPLICATE KEY UPDATE assignments left to right, each
+        # seeing the previous ones: owner_id changes only when the lease is free,
+        # expired or ours, and the later assignments key off the new owner_id.
+        stmt = sa.text(
+            f"INSERT INTO {RUNTIME_LEASES_TABLE} "
+            "(lease_id, owner_id, expires_at, acquired_at, updated_at) "
+            "VALUES (:lease_id, :owner_id, :expires_at, :now, :now) "
+            "ON DUPLICATE KEY UPDATE "
+            "acquired_at = IF(expires_at <= :now AND owner_id <> :owner_id, :now, acquired_at), "
+            "owner_id = IF(expires_at <= :now OR owner_id = :owner_id, :owner_id, owner_id), "
+            "expires_at = IF(owner_id = :owner_id, :expires_at, expires_at), "
+            "updated_at = IF(owner_id = :owner_id, :now, updated_at)"
+        ).bindparams(
+            sa.bindparam("lease_id", type_=t.c.lease_id.type),
+            sa.bindparam("owner_id", type_=t.c.owner_id.type),
+            sa.bindparam("expires_at", type_=UtcDateTime()),
+            sa.bindparam("now", type_=UtcDateTime()),
+        )
+        await conn.execute(
+            stmt,
+            {"lease_id": lease_id, "owner_id": owner_id, "expires_at": expires_at, "now": now},
+        )
+        row = (
+            await conn.execute(
+                sa.select(t.c.owner_id, t.c.expires_at).where(t.c.lease_id == lease_id)
+            )
+        ).first()
+        if row is None or row.owner_id != owner_id or row.expires_at != expires_at:
+            return None
+        return RuntimeLease(lease_id, owner_id, expires_at)
+
+    async def renew(self, lease_id: str, owner_id: str, ttl: timedelta) -> RuntimeLease | None:
+        """Extend our unexpired lease (see the protocol)."""
+        _validate(lease_id, owner_id, ttl)
+        t = self._table
+
+        async def body(conn: AsyncConnection) -> RuntimeLease | None:
+            now = await database_now(conn, self._clock)
+            expires_at = saturating_expiry(now, ttl)
+            result = await conn.execute(
+                sa.update(t)
+                .where(
+                    t.c.lease_id == lease_id,
+                    t.c.owner_id == owner_id,
+                    t.c.expires_at > now,
+                )
+                .values(expires_at=expires_at, updated_at=now)
+            )
+            if result.rowcount != 1:
+                return None
+            return RuntimeLease(lease_id, owner_id, expires_at)
+
+        return await run_transaction(self._engine, "renew runtime lease", body)
+
+    async def release(self, lease_id: str, owner_id: str) -> bool:
+        """Delete our lease row so the lease is immediately acquirable (see the protocol)."""
+        validate_lease_identifier("lease_id", lease_id)
+        validate_lease_identifier("owner_id", owner_id)
+        t = self._table
+
+        async def body(conn: AsyncConnection) -> bool:
+            result = await conn.execute(
+                sa.delete(t).where(t.c.lease_id == lease_id, t.c.owner_id == owner_id)
+            )
+            return result.rowcount == 1
+
+        return await run_transaction(self._engine, "release runtime lease", body)
+
+    async def current_lease(self, lease_id: str) -> RuntimeLease | None:
+        """Return the unexpired lease on ``lease_id`` (any owner), or ``None``; for diagnostics."""
+        validate_lease_identifier("lease_id", lease_id)
+        t = self._table
+
+        async def body(conn: AsyncConnection) -> RuntimeLease | None:
+            now = await database_now(conn, self._clock)
+            row = (
+                await conn.execute(
+                    sa.select(t.c.owner_id, t.c.expires_at).where(
+                        t.c.lease_id == lease_id, t.c.expires_at > now
+                    )
+                )
+            ).first()
+            return None if row is None else RuntimeLease(lease_id, row.owner_id, row.expires_at)
+
+        return await run_transaction(self._engine, "read runtime lease", body)
+
+    def __repr__(self) -> str:
+        return f"<RuntimeLeaseDbStore backend={self._backend.value}>"
+
+
+def _validate(lease_id: str, owner_id: str, ttl: timedelta) -> None:
+    validate_lease_identifier("lease_id", lease_id)
+    validate_lease_identifier("owner_id", owner_id)
+    validate_lease_ttl("ttl", ttl)

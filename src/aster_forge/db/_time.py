@@ -1,0 +1,127 @@
+"""Backends, UTC timestamp columns and the per-dialect "now" used by the stores."""
+
+from __future__ import annotations
+
+import enum
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql, postgresql
+from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.types import TypeEngine
+
+from ..runtime import Clock
+from ..runtime._lease_types import NEVER_EXPIRES, saturating_expiry
+from .errors import UnsupportedDatabaseBackendError
+
+__all__ = [
+    "NEVER_EXPIRES",
+    "DatabaseBackend",
+    "UtcDateTime",
+    "database_now",
+    "saturating_expiry",
+]
+
+
+class DatabaseBackend(enum.StrEnum):
+    """The database backends :mod:`aster_forge.db` supports (SQLAlchemy dialect names)."""
+
+    SQLITE = "sqlite"
+    POSTGRESQL = "postgresql"
+    MYSQL = "mysql"
+
+    @property
+    def has_server_clock(self) -> bool:
+        """Whether expiry is computed with the server's ``now()`` (not the injected clock)."""
+        return self is not DatabaseBackend.SQLITE
+
+    @classmethod
+    def of(cls, backend: object) -> DatabaseBackend:
+        """Normalize a backend name, dialect, engine or connection.
+
+        Args:
+            backend: ``"sqlite"``/``"postgresql"``/``"postgres"``/``"mysql"``/``"mariadb"``,
+                a :class:`DatabaseBackend`, a SQLAlchemy ``Dialect``, an (async) engine or
+                connection.
+
+        Raises:
+            UnsupportedDatabaseBackendError: For anything else.
+        """
+        if isinstance(backend, DatabaseBackend):
+            return backend
+        name: object = backend
+        if isinstance(backend, AsyncEngine | AsyncConnection | sa.Engine | sa.Connection):
+            name = backend.dialect.name
+        elif isinstance(backend, Dialect):
+            name = backend.name
+        if isinstance(name, str):
+            lowered = name.lower()
+            aliases = {"postgres": "postgresql", "mariadb": "mysql"}
+            lowered = aliases.get(lowered, lowered)
+            for member in cls:
+                if member.value == lowered:
+                    return member
+        raise UnsupportedDatabaseBackendError(
+            f"unsupported database backend {backend!r}; expected sqlite, postgresql or mysql"
+        )
+
+
+class UtcDateTime(sa.types.TypeDecorator[datetime]):
+    """Aware-UTC datetimes: ``TIMESTAMP WITH TIME ZONE`` on PostgreSQL, naive-UTC
+    ``DATETIME(6)`` on MariaDB/MySQL and naive-UTC text on SQLite.
+
+    Binding a naive datetime raises ``ValueError`` (no silent local-time guess);
+    results are always aware UTC.
+    """
+
+    impl = sa.DateTime
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        """Pick the column type per dialect."""
+        if dialect.name == "postgresql":
+            return dialect.type_descriptor(postgresql.TIMESTAMP(timezone=True))
+        if dialect.name == "mysql":
+            return dialect.type_descriptor(mysql.DATETIME(fsp=6))
+        return dialect.type_descriptor(sa.DateTime())
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        """Convert to UTC; strip the zone where the column is naive."""
+        if value is None:
+            return None
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError("aster_forge.db timestamps must be timezone-aware")
+        utc = value.astimezone(UTC)
+        return utc if dialect.name == "postgresql" else utc.replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        """Return aware UTC."""
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+async def database_now(conn: AsyncConnection, clock: Clock) -> datetime:
+    """Return "now" for a store operation on ``conn``.
+
+    PostgreSQL: ``now()`` (the transaction's start, on the server clock). MariaDB:
+    ``UTC_TIMESTAMP(6)``. SQLite has no trustworthy shared clock, so ``clock.now()``.
+    Computing every expiry from the server's value lets instances with skewed
+    clocks agree.
+    """
+    backend = DatabaseBackend.of(conn)
+    if backend is DatabaseBackend.POSTGRESQL:
+        value = (await conn.execute(sa.select(sa.func.now()))).scalar_one()
+    elif backend is DatabaseBackend.MYSQL:
+        value = (await conn.execute(sa.text("SELECT UTC_TIMESTAMP(6)"))).scalar_one()
+    else:
+        value = clock.now()
+    if not isinstance(value, datetime):  # pragma: no cover - driver contract
+        raise TypeError(f"database returned {value!r} for now()")
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)

@@ -1,0 +1,120 @@
+"""Run a store operation in a transaction; retry lost conflicts; translate driver errors."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from .._errors import AsterForgeError
+from .errors import (
+    DatabaseConflictError,
+    DatabaseDataError,
+    DatabaseIntegrityError,
+    DatabaseOperationError,
+    DatabaseTimeoutError,
+    DatabaseUnavailableError,
+)
+
+__all__ = ["is_transient_conflict", "run_transaction", "translate_db_error"]
+
+logger = logging.getLogger("aster_forge.db")
+
+T = TypeVar("T")
+
+_CONFLICT_ATTEMPTS = 4
+_PG_CONFLICT_STATES = {"40001", "40P01", "55P03"}
+_MYSQL_CONFLICT_CODES = {1205, 1213}
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    for candidate in (exc, getattr(exc, "__cause__", None)):
+        code = getattr(candidate, "sqlstate", None) or getattr(candidate, "pgcode", None)
+        if isinstance(code, str):
+            return code
+    return None
+
+
+def _mysql_code(exc: BaseException) -> int | None:
+    args = getattr(exc, "args", ())
+    if args and isinstance(args[0], int):
+        return args[0]
+    return None
+
+
+def is_transient_conflict(exc: sa.exc.DBAPIError) -> bool:
+    """Whether ``exc`` is a deadlock, serialization failure or busy lock worth retrying."""
+    orig = exc.orig
+    if orig is None:
+        return False
+    if _sqlstate(orig) in _PG_CONFLICT_STATES:
+        return True
+    if _mysql_code(orig) in _MYSQL_CONFLICT_CODES:
+        return True
+    text = str(orig).lower()
+    return "database is locked" in text or "database table is locked" in text
+
+
+def translate_db_error(exc: Exception, operation: str) -> DatabaseOperationError:
+    """Map a SQLAlchemy/driver exception to the typed :mod:`aster_forge.db` error.
+
+    The caller raises the result ``from exc`` so the driver error stays the cause.
+    The message names the operation and the error class, never parameter values.
+    """
+    kind = type(getattr(exc, "orig", None) or exc).__name__
+    message = f"{operation} failed ({kind})"
+    if isinstance(exc, sa.exc.TimeoutError | TimeoutError):
+        return DatabaseTimeoutError(message, operation=operation)
+    if isinstance(exc, sa.exc.DBAPIError):
+        if exc.connection_invalidated or isinstance(
+            exc, sa.exc.InterfaceError | sa.exc.OperationalError
+        ):
+            if is_transient_conflict(exc):
+                return DatabaseConflictError(message, operation=operation)
+            return DatabaseUnavailableError(message, operation=operation)
+        if isinstance(exc, sa.exc.IntegrityError):
+            return DatabaseIntegrityError(message, operation=operation)
+        if isinstance(exc, sa.exc.DataError):
+            return DatabaseDataError(message, operation=operation)
+        if is_transient_conflict(exc):
+            return DatabaseConflictError(message, operation=operation)
+    if isinstance(exc, OSError):
+        return DatabaseUnavailableError(message, operation=operation)
+    return DatabaseOperationError(message, operation=operation)
+
+
+async def run_transaction(
+    engine: AsyncEngine,
+    operation: str,
+    body: Callable[[AsyncConnection], Awaitable[T]],
+) -> T:
+    """Run ``body`` in one transaction; retry deadlocks/serialization failures; translate errors.
+
+    Retrying is safe because a conflict rolls the whole transaction back before
+    commit. Bad input must be rejected before this is called.
+
+    Raises:
+        DatabaseOperationError: (or a subclass) for any driver/SQLAlchemy failure.
+    """
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            async with engine.begin() as conn:
+                return await body(conn)
+        except asyncio.CancelledError:
+            raise
+        except AsterForgeError:
+            raise
+        except sa.exc.DBAPIError as exc:
+            if is_transient_conflict(exc) and attempt < _CONFLICT_ATTEMPTS:
+                logger.debug("%s: transient conflict, retrying (attempt %d)", operation, attempt)
+                await asyncio.sleep(0.005 * attempt)
+                continue
+            raise translate_db_error(exc, operation) from exc
+        except (sa.exc.SQLAlchemyError, OSError, TimeoutError) as exc:
+            raise translate_db_error(exc, operation) from exc

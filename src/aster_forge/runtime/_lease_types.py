@@ -1,0 +1,178 @@
+"""Runtime lease value types: configuration, owner ids, the acquired lease."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import ClassVar
+
+from .errors import RuntimeLeaseConfigError
+
+__all__ = [
+    "MAX_RUNTIME_LEASE_ID_LENGTH",
+    "NEVER_EXPIRES",
+    "RuntimeLease",
+    "RuntimeLeaseConfig",
+    "new_runtime_lease_owner_id",
+    "saturating_expiry",
+    "validate_lease_identifier",
+    "validate_lease_ttl",
+]
+
+MAX_RUNTIME_LEASE_ID_LENGTH = 255
+"""The longest lease id or owner id (in characters) a store must accept."""
+
+NEVER_EXPIRES = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+"""The expiry a TTL saturates to when ``now + ttl`` is not representable."""
+
+
+def saturating_expiry(now: datetime, ttl: timedelta) -> datetime:
+    """Return ``now + ttl``, saturated to :data:`NEVER_EXPIRES` instead of overflowing.
+
+    Args:
+        now: An aware datetime.
+        ttl: A non-negative duration.
+
+    Returns:
+        The expiry, never later than :data:`NEVER_EXPIRES`.
+    """
+    try:
+        expiry = now + ttl
+    except OverflowError:
+        return NEVER_EXPIRES
+    return min(expiry, NEVER_EXPIRES)
+
+
+def validate_lease_identifier(what: str, value: object) -> str:
+    """Check a lease id, owner id or other stored identifier.
+
+    Args:
+        what: The argument's name, used in the error message.
+        value: The candidate value.
+
+    Returns:
+        ``value`` unchanged when valid.
+
+    Raises:
+        RuntimeLeaseConfigError: When it is not a non-empty ``str`` of at most
+            :data:`MAX_RUNTIME_LEASE_ID_LENGTH` characters without control characters.
+    """
+    if not isinstance(value, str):
+        raise RuntimeLeaseConfigError(f"{what} must be a str, got {type(value).__name__}")
+    if not value.strip():
+        raise RuntimeLeaseConfigError(f"{what} must not be empty or blank")
+    if value != value.strip():
+        # MariaDB's PAD SPACE collations would make "a" and "a " the same key.
+        raise RuntimeLeaseConfigError(f"{what} must not have leading or trailing whitespace")
+    if len(value) > MAX_RUNTIME_LEASE_ID_LENGTH:
+        raise RuntimeLeaseConfigError(
+            f"{what} is {len(value)} characters long; the limit is {MAX_RUNTIME_LEASE_ID_LENGTH}"
+        )
+    if any(_is_control(ch) for ch in value):
+        raise RuntimeLeaseConfigError(f"{what} must not contain control characters")
+    return value
+
+
+def validate_lease_ttl(what: str, value: object) -> timedelta:
+    """Check that a duration is a positive :class:`~datetime.timedelta`.
+
+    Raises:
+        RuntimeLeaseConfigError: When it is not a positive ``timedelta``.
+    """
+    if not isinstance(value, timedelta):
+        raise RuntimeLeaseConfigError(f"{what} must be a timedelta, got {type(value).__name__}")
+    if value <= timedelta(0):
+        raise RuntimeLeaseConfigError(f"{what} must be positive, got {value}")
+    return value
+
+
+def _is_control(ch: str) -> bool:
+    code = ord(ch)
+    return code < 0x20 or 0x7F <= code < 0xA0
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeLeaseConfig:
+    """Which lease a supervisor contends for, as whom, and how often it talks to the store.
+
+    Attributes:
+        lease_id: The lease (one per singleton worker group), e.g. ``"product.background_tasks"``.
+        owner_id: This process's identity; use :func:`new_runtime_lease_owner_id`.
+        ttl: How long an acquisition or renewal keeps the lease without another renewal.
+        renew_interval: How often the holder renews; must be shorter than ``ttl``.
+        standby_retry_interval: How often a standby instance retries the acquisition.
+
+    Raises:
+        RuntimeLeaseConfigError: On an invalid id, a non-positive duration, or
+            ``renew_interval >= ttl``.
+
+    Example:
+        >>> config = RuntimeLeaseConfig("demo.workers", "host:1:abc", ttl=timedelta(seconds=30))
+        >>> config.stop_margin
+        datetime.timedelta(seconds=10)
+    """
+
+    lease_id: str
+    owner_id: str
+    ttl: timedelta = timedelta(seconds=30)
+    renew_interval: timedelta = timedelta(seconds=10)
+    standby_retry_interval: timedelta = timedelta(seconds=5)
+
+    def __post_init__(self) -> None:
+        validate_lease_identifier("lease_id", self.lease_id)
+        validate_lease_identifier("owner_id", self.owner_id)
+        validate_lease_ttl("ttl", self.ttl)
+        validate_lease_ttl("renew_interval", self.renew_interval)
+        validate_lease_ttl("standby_retry_interval", self.standby_retry_interval)
+        if self.renew_interval >= self.ttl:
+            raise RuntimeLeaseConfigError(
+                f"renew_interval ({self.renew_interval}) must be shorter than ttl ({self.ttl})"
+            )
+
+    @property
+    def stop_margin(self) -> timedelta:
+        """How long before the lease would expire the supervisor stops the group.
+
+        Half of ``ttl - renew_interval``: the holder gets that long to confirm a late
+        renewal and the group gets the other half to stop before another instance
+        can acquire the lease.
+        """
+        return (self.ttl - self.renew_interval) / 2
+
+
+def new_runtime_lease_owner_id() -> str:
+    """Return an owner id unique to this call: ``"<host>:<pid>:<random>"``.
+
+    Call it once per process start and keep the result; two processes (or two
+    calls) never share an id, so a restarted process never inherits a lease.
+    """
+    host = (socket.gethostname() or "unknown-host")[:96]
+    host = "".join(ch for ch in host if not _is_control(ch) and ch != ":") or "unknown-host"
+    return f"{host}:{os.getpid()}:{uuid.uuid4().hex}"
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeLease:
+    """A lease a store granted (acquired or renewed).
+
+    Attributes:
+        lease_id: The lease.
+        owner_id: The holder.
+        expires_at: When the lease expires, on the store's clock (the database server's
+            clock where there is one); :data:`NEVER_EXPIRES` when the TTL saturated.
+    """
+
+    NEVER_EXPIRES: ClassVar[datetime] = NEVER_EXPIRES
+    """The expiry a saturated TTL produces (9999-12-31 23:59:59.999999 UTC)."""
+
+    lease_id: str
+    owner_id: str
+    expires_at: datetime
+
+    @property
+    def never_expires(self) -> bool:
+        """Whether the TTL saturated, i.e. the lease only ends by release."""
+        return self.expires_at >= NEVER_EXPIRES

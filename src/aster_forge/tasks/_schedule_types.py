@@ -1,0 +1,185 @@
+"""Scheduled task catalog value types: catalog rows, claims, run outcomes, validation."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from .errors import ScheduledTaskValueError
+
+__all__ = [
+    "MAX_SCHEDULED_TASK_NAME_LENGTH",
+    "ScheduledTaskClaim",
+    "ScheduledTaskOutcome",
+    "ScheduledTaskRecord",
+    "ScheduledTaskRunStatus",
+    "validate_scheduled_duration",
+    "validate_scheduled_identifier",
+]
+
+MAX_SCHEDULED_TASK_NAME_LENGTH = 255
+"""The longest namespace, name or owner id (characters) a catalog store accepts."""
+
+
+def validate_scheduled_identifier(what: str, value: object) -> str:
+    """Check a namespace, task name or owner id.
+
+    Returns:
+        ``value`` unchanged when valid.
+
+    Raises:
+        ScheduledTaskValueError: When it is not a non-empty ``str`` of at most
+            :data:`MAX_SCHEDULED_TASK_NAME_LENGTH` characters without control characters.
+    """
+    if not isinstance(value, str):
+        raise ScheduledTaskValueError(f"{what} must be a str, got {type(value).__name__}")
+    if not value.strip():
+        raise ScheduledTaskValueError(f"{what} must not be empty or blank")
+    if value != value.strip():
+        # MariaDB's PAD SPACE collations would make "a" and "a " the same key.
+        raise ScheduledTaskValueError(f"{what} must not have leading or trailing whitespace")
+    if len(value) > MAX_SCHEDULED_TASK_NAME_LENGTH:
+        raise ScheduledTaskValueError(
+            f"{what} is {len(value)} characters long; the limit is {MAX_SCHEDULED_TASK_NAME_LENGTH}"
+        )
+    if any(ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0 for ch in value):
+        raise ScheduledTaskValueError(f"{what} must not contain control characters")
+    return value
+
+
+def validate_scheduled_duration(what: str, value: object, *, allow_zero: bool = False) -> timedelta:
+    """Check that a duration is a positive (or, with ``allow_zero``, non-negative) timedelta.
+
+    Raises:
+        ScheduledTaskValueError: Otherwise.
+    """
+    if not isinstance(value, timedelta):
+        raise ScheduledTaskValueError(f"{what} must be a timedelta, got {type(value).__name__}")
+    if value < timedelta(0) or (value == timedelta(0) and not allow_zero):
+        raise ScheduledTaskValueError(
+            f"{what} must be {'non-negative' if allow_zero else 'positive'}, got {value}"
+        )
+    return value
+
+
+class ScheduledTaskRunStatus(enum.StrEnum):
+    """How one scheduled firing ended (stored as the lower-case wire value)."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledTaskOutcome:
+    """What :meth:`~aster_forge.tasks.ScheduledTaskStore.complete_scheduled_task` records.
+
+    Attributes:
+        status: Succeeded or failed.
+        error: The product's error text for a failure (any length; no NUL characters).
+        duration: How long the body ran, if measured.
+
+    Raises:
+        ScheduledTaskValueError: On a wrong type, a NUL in ``error`` or a negative duration.
+    """
+
+    status: ScheduledTaskRunStatus
+    error: str | None = None
+    duration: timedelta | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.status, ScheduledTaskRunStatus):
+            raise ScheduledTaskValueError(
+                f"status must be a ScheduledTaskRunStatus, got {self.status!r}"
+            )
+        if self.error is not None:
+            if not isinstance(self.error, str):
+                raise ScheduledTaskValueError(
+                    f"error must be a str or None, got {type(self.error).__name__}"
+                )
+            if "\x00" in self.error:
+                raise ScheduledTaskValueError("error must not contain NUL characters")
+        if self.duration is not None:
+            validate_scheduled_duration("duration", self.duration, allow_zero=True)
+
+    @classmethod
+    def succeeded(cls, duration: timedelta | None = None) -> ScheduledTaskOutcome:
+        """Return a success outcome."""
+        return cls(ScheduledTaskRunStatus.SUCCEEDED, None, duration)
+
+    @classmethod
+    def failed(cls, error: str | None, duration: timedelta | None = None) -> ScheduledTaskOutcome:
+        """Return a failure outcome carrying the product's error text."""
+        return cls(ScheduledTaskRunStatus.FAILED, error, duration)
+
+    @property
+    def duration_seconds(self) -> float | None:
+        """:attr:`duration` in seconds, for metrics."""
+        return None if self.duration is None else self.duration.total_seconds()
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledTaskClaim:
+    """One instance's claim on one due firing of a scheduled task.
+
+    The ownership predicate of renewal and completion is ``(task_id, owner_id,
+    claimed_at)``: a firing another instance re-claimed (new owner or newer
+    ``claimed_at``) can never be renewed or completed through an old claim.
+
+    Attributes:
+        task_id: The catalog row id.
+        namespace: The product namespace.
+        name: The scheduled task name.
+        owner_id: The claiming runtime's owner id.
+        claimed_at: The claim timestamp (store clock); part of the ownership predicate.
+        claim_expires_at: When another instance may re-claim the firing unless renewed.
+        scheduled_at: The firing time (``next_run_at`` when claimed); feed it to
+            :func:`~aster_forge.tasks.scheduled_task_dedupe_key`.
+    """
+
+    task_id: int
+    namespace: str
+    name: str
+    owner_id: str
+    claimed_at: datetime
+    claim_expires_at: datetime
+    scheduled_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledTaskRecord:
+    """A row of the scheduled task catalog.
+
+    Attributes:
+        task_id: The row id.
+        namespace: The product namespace.
+        name: The task name, unique within ``namespace``.
+        interval: The period; completion sets ``next_run_at = completed_at + interval``.
+        next_run_at: When the next firing becomes due.
+        claimed_by: The owner of the current claim, or ``None``.
+        last_claimed_at: The latest claim timestamp (kept after completion).
+        claim_expires_at: When the current claim expires, or ``None``.
+        last_run_status: How the latest completed firing ended.
+        last_run_error: Its error text, if any.
+        last_run_duration: Its duration, if recorded.
+        last_run_finished_at: When it was completed.
+        run_count: How many firings were completed.
+        created_at: When the row was created.
+        updated_at: When the row last changed.
+    """
+
+    task_id: int
+    namespace: str
+    name: str
+    interval: timedelta
+    next_run_at: datetime
+    claimed_by: str | None
+    last_claimed_at: datetime | None
+    claim_expires_at: datetime | None
+    last_run_status: ScheduledTaskRunStatus | None
+    last_run_error: str | None
+    last_run_duration: timedelta | None
+    last_run_finished_at: datetime | None
+    run_count: int
+    created_at: datetime
+    updated_at: datetime

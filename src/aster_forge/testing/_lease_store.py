@@ -1,0 +1,90 @@
+"""An in-memory :class:`~aster_forge.runtime.RuntimeLeaseStore` for tests and single processes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from ..runtime import Clock, RuntimeLease, SystemClock
+from ..runtime._lease_types import (
+    saturating_expiry,
+    validate_lease_identifier,
+    validate_lease_ttl,
+)
+
+__all__ = ["InMemoryRuntimeLeaseStore"]
+
+
+@dataclass(slots=True)
+class _Row:
+    owner_id: str
+    expires_at: datetime
+
+
+class InMemoryRuntimeLeaseStore:
+    """A :class:`~aster_forge.runtime.RuntimeLeaseStore` kept in a dict, on an injected clock.
+
+    It has the same semantics as :class:`aster_forge.db.RuntimeLeaseDbStore` (and passes
+    the same conformance suite) but coordinates only coroutines of one process.
+
+    Args:
+        clock: The time source for expiry; a ``ManualClock`` in tests.
+
+    Example:
+        >>> store = InMemoryRuntimeLeaseStore()
+        >>> store.holder("demo") is None
+        True
+    """
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._rows: dict[str, _Row] = {}
+
+    def holder(self, lease_id: str) -> str | None:
+        """Return the owner id currently holding ``lease_id`` unexpired, or ``None``."""
+        row = self._rows.get(lease_id)
+        if row is None or row.expires_at <= self._clock.now():
+            return None
+        return row.owner_id
+
+    async def try_acquire(
+        self, lease_id: str, owner_id: str, ttl: timedelta
+    ) -> RuntimeLease | None:
+        """Take the lease if free, expired, or already ours (see the protocol)."""
+        self._validate(lease_id, owner_id, ttl)
+        now = self._clock.now()
+        row = self._rows.get(lease_id)
+        if row is not None and row.owner_id != owner_id and row.expires_at > now:
+            return None
+        expires_at = saturating_expiry(now, ttl)
+        self._rows[lease_id] = _Row(owner_id, expires_at)
+        return RuntimeLease(lease_id, owner_id, expires_at)
+
+    async def renew(self, lease_id: str, owner_id: str, ttl: timedelta) -> RuntimeLease | None:
+        """Extend our unexpired lease (see the protocol)."""
+        self._validate(lease_id, owner_id, ttl)
+        now = self._clock.now()
+        row = self._rows.get(lease_id)
+        if row is None or row.owner_id != owner_id or row.expires_at <= now:
+            return None
+        row.expires_at = saturating_expiry(now, ttl)
+        return RuntimeLease(lease_id, owner_id, row.expires_at)
+
+    async def release(self, lease_id: str, owner_id: str) -> bool:
+        """Drop our lease so it is immediately acquirable (see the protocol)."""
+        validate_lease_identifier("lease_id", lease_id)
+        validate_lease_identifier("owner_id", owner_id)
+        row = self._rows.get(lease_id)
+        if row is None or row.owner_id != owner_id:
+            return False
+        del self._rows[lease_id]
+        return True
+
+    @staticmethod
+    def _validate(lease_id: str, owner_id: str, ttl: timedelta) -> None:
+        validate_lease_identifier("lease_id", lease_id)
+        validate_lease_identifier("owner_id", owner_id)
+        validate_lease_ttl("ttl", ttl)
+
+    def __repr__(self) -> str:
+        return f"<InMemoryRuntimeLeaseStore leases={len(self._rows)}>"
