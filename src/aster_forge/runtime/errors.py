@@ -57,6 +57,157 @@ class DuplicateHealthCheckError(InvalidHealthCheckError):
 
 # --- lifecycle (issue 3) ---
 
+
+class ShutdownPhaseFailure(AsterForgeRuntimeError):
+    """Raised by a shutdown phase to report a failure text the product chose.
+
+    A shutdown phase that raises this is reported as ``FAILED(message)``; any other
+    exception is reported with a fixed text, never with its message.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class RuntimeComponentGraphError(AsterForgeRuntimeError, ValueError):
+    """Raised when a component graph has a missing dependency or a dependency cycle.
+
+    Attributes:
+        missing: ``(component, dependency)`` pairs whose dependency is not registered.
+        cycle: The components forming a dependency cycle, in order (empty if none).
+    """
+
+    def __init__(
+        self,
+        *,
+        missing: tuple[tuple[str, str], ...] = (),
+        cycle: tuple[str, ...] = (),
+    ) -> None:
+        parts = [f"component {c!r} depends on missing component {d!r}" for c, d in missing]
+        if cycle:
+            parts.append("dependency cycle: " + " -> ".join((*cycle, cycle[0])))
+        super().__init__("; ".join(parts) or "invalid component graph")
+        self.missing = missing
+        self.cycle = cycle
+
+
+class RuntimeComponentRegistrationError(AsterForgeRuntimeError, ValueError):
+    """Raised when a component or phase registration is invalid.
+
+    Examples: an empty name, a non-positive timeout, one component name registered
+    with two different kinds, or a value that is not a component.
+    """
+
+
+class RuntimeTempDirError(AsterForgeRuntimeError, OSError):
+    """Raised when a runtime temp directory cannot be created."""
+
+
+class RuntimeTempDirScopeError(RuntimeTempDirError, ValueError):
+    """Raised when a temp dir scope is not non-empty ASCII letters, digits, ``-`` and ``_``."""
+
+
+class RuntimeSignalError(AsterForgeRuntimeError, RuntimeError):
+    """Raised when termination signal handlers cannot be installed or awaited.
+
+    For example when installing from a thread other than the main thread.
+    """
+
+
+class AsterRuntimeError(AsterForgeRuntimeError):
+    """Raised as the base class of every :class:`~aster_forge.runtime.AsterRuntime` failure.
+
+    The subclasses are reachable as attributes too: ``AsterRuntimeError.Startup``,
+    ``.Shutdown``, ``.BeforeShutdown``, ``.Service`` and ``.ComponentGraph``.
+    """
+
+    Startup: ClassVar[type[AsterRuntimeStartupError]]
+    Shutdown: ClassVar[type[AsterRuntimeShutdownError]]
+    BeforeShutdown: ClassVar[type[AsterRuntimeBeforeShutdownError]]
+    Service: ClassVar[type[AsterRuntimeServiceError]]
+    ComponentGraph: ClassVar[type[AsterRuntimeComponentGraphError]]
+
+
+class AsterRuntimeStartupError(AsterRuntimeError):
+    """Raised when startup was aborted (a required phase failed or a stop was requested).
+
+    Best-effort shutdown already ran; both reports are kept.
+
+    Attributes:
+        report: The startup report (``report.cancelled`` tells a requested stop apart).
+        shutdown_report: The report of the cleanup that ran after the abort.
+    """
+
+    def __init__(self, report: StartupReport, shutdown_report: ShutdownReport) -> None:
+        reason = "interrupted by a stop request" if report.cancelled else "a required phase failed"
+        super().__init__(f"runtime startup aborted: {reason}")
+        self.report = report
+        self.shutdown_report = shutdown_report
+
+
+class AsterRuntimeShutdownError(AsterRuntimeError):
+    """Raised after all cleanup ran when a shutdown phase failed or timed out.
+
+    Attributes:
+        report: The full shutdown report (later phases included).
+    """
+
+    def __init__(self, report: ShutdownReport) -> None:
+        failed = ", ".join(phase.name for phase in report.failures())
+        super().__init__(f"runtime shutdown had failures: {failed}")
+        self.report = report
+
+
+class AsterRuntimeBeforeShutdownError(AsterRuntimeError):
+    """Raised after all cleanup ran when a before-shutdown hook raised.
+
+    The hook's exception is chained as ``__cause__``.
+
+    Attributes:
+        shutdown_report: The report of the component shutdown that still ran.
+    """
+
+    def __init__(self, shutdown_report: ShutdownReport) -> None:
+        super().__init__("runtime before-shutdown hook failed")
+        self.shutdown_report = shutdown_report
+
+
+class AsterRuntimeServiceError(AsterRuntimeError):
+    """Raised after all cleanup ran when the service raised.
+
+    The service's exception is chained as ``__cause__`` (the root cause survives).
+
+    Attributes:
+        shutdown_report: The report of the component shutdown that still ran.
+        before_shutdown_panicked: Whether a before-shutdown hook raised as well.
+    """
+
+    def __init__(self, shutdown_report: ShutdownReport, before_shutdown_panicked: bool) -> None:
+        super().__init__("runtime service failed")
+        self.shutdown_report = shutdown_report
+        self.before_shutdown_panicked = before_shutdown_panicked
+
+
+class AsterRuntimeComponentGraphError(AsterRuntimeError, ValueError):
+    """Raised by ``AsterRuntimeBuilder.build()`` when the component graph is invalid.
+
+    Attributes:
+        graph_error: The underlying :class:`RuntimeComponentGraphError`.
+    """
+
+    def __init__(self, graph_error: RuntimeComponentGraphError) -> None:
+        super().__init__(str(graph_error))
+        self.graph_error = graph_error
+
+
+AsterRuntimeError.Startup = AsterRuntimeStartupError
+AsterRuntimeError.Shutdown = AsterRuntimeShutdownError
+AsterRuntimeError.BeforeShutdown = AsterRuntimeBeforeShutdownError
+AsterRuntimeError.Service = AsterRuntimeServiceError
+AsterRuntimeError.ComponentGraph = AsterRuntimeComponentGraphError
+
+
 # --- buffered (issue 4) ---
 
 

@@ -1,0 +1,421 @@
+"""AsterRuntime: the product entrypoint that ties components, signals and shutdown together."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Generic, NoReturn, Self, TypeVar
+
+from ._cancellation import CancellationToken
+from ._clock import Clock
+from ._component import (
+    RuntimeComponentBundle,
+    RuntimeComponentDescriptor,
+    RuntimeComponentKind,
+    RuntimeComponentRegistry,
+)
+from ._health import SystemHealthReport
+from ._health_options import HealthCheckScope
+from ._isolation import DEFAULT_ABANDON_GRACE, OutcomeKind, run_isolated
+from ._shutdown import ShutdownReport, log_shutdown_report
+from ._signals import TerminationSignal, _default_force_exit, _SignalInstallation
+from ._startup import StartupReport
+from .errors import (
+    AsterRuntimeBeforeShutdownError,
+    AsterRuntimeComponentGraphError,
+    AsterRuntimeServiceError,
+    AsterRuntimeShutdownError,
+    AsterRuntimeStartupError,
+    RuntimeComponentGraphError,
+    RuntimeComponentRegistrationError,
+)
+
+__all__ = [
+    "AsterRuntime",
+    "AsterRuntimeBuilder",
+    "RuntimeComponentWithShutdown",
+    "RuntimeServiceComponent",
+    "TryRuntimeComponentWithShutdown",
+    "runtime_component_with_shutdown",
+    "try_runtime_component_with_shutdown",
+]
+
+T = TypeVar("T")
+
+logger = logging.getLogger("aster_forge.runtime")
+
+
+@dataclass(eq=False, slots=True)
+class RuntimeServiceComponent(Generic[T]):
+    """The service the runtime runs until it ends or a stop is requested (e.g. an HTTP server).
+
+    Attributes:
+        name: The component name.
+        kind: The component kind.
+        service: The awaitable to run; its result is what ``AsterRuntime.run()`` returns.
+        token: The token the service watches; cancelled on stop (with the root token).
+        stop: Called once on a stop request (signal or ``request_stop()``) to stop the
+            service gracefully; it may be cancelled once the service has ended.
+    """
+
+    name: str
+    kind: RuntimeComponentKind
+    service: Awaitable[T]
+    token: CancellationToken
+    stop: Callable[[], Awaitable[Any]] | None = None
+
+    def register(self, registry: RuntimeComponentRegistry) -> None:
+        """Register the service's descriptor (it owns no phases)."""
+        registry.component(self.name, self.kind)
+
+    def discard(self) -> None:
+        """Close the service awaitable when it will never run (avoids 'never awaited')."""
+        close = getattr(self.service, "close", None)
+        if callable(close):
+            close()
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeComponentWithShutdown:
+    """A component built from the runtime's shared shutdown token (see the factory)."""
+
+    build: Callable[[CancellationToken], object]
+
+
+@dataclass(frozen=True, slots=True)
+class TryRuntimeComponentWithShutdown:
+    """Like :class:`RuntimeComponentWithShutdown`, for constructors that may raise."""
+
+    build: Callable[[CancellationToken], object]
+
+
+def runtime_component_with_shutdown(
+    fn: Callable[[CancellationToken], object],
+) -> RuntimeComponentWithShutdown:
+    """Defer building a component until the builder hands it the shared shutdown token.
+
+    Args:
+        fn: ``fn(token)`` returns a component (a bundle or a ``RuntimeServiceComponent``).
+
+    Returns:
+        A value for ``AsterRuntimeBuilder.component(...)``.
+    """
+    return RuntimeComponentWithShutdown(fn)
+
+
+def try_runtime_component_with_shutdown(
+    fn: Callable[[CancellationToken], object],
+) -> TryRuntimeComponentWithShutdown:
+    """Like :func:`runtime_component_with_shutdown` for a constructor that may raise.
+
+    The constructor's exception comes out of ``.component(...)`` unchanged (same type).
+    """
+    return TryRuntimeComponentWithShutdown(fn)
+
+
+class AsterRuntimeBuilder:
+    """Collects components; ``build()`` validates the graph (see :class:`AsterRuntime`)."""
+
+    def __init__(self) -> None:
+        self._token = CancellationToken()
+        self._clock: Clock | None = None
+        self._grace = DEFAULT_ABANDON_GRACE
+        self._registry: RuntimeComponentRegistry | None = None
+        self._pending: list[RuntimeComponentBundle] = []
+        self._service: RuntimeServiceComponent[Any] | None = None
+        self._before_shutdown: list[Callable[[], Awaitable[Any]]] = []
+        self._signals = True
+        self._force_exit: Callable[[TerminationSignal], None] = _default_force_exit
+        self._built = False
+
+    @property
+    def shutdown_token(self) -> CancellationToken:
+        """The shared root token every component receives."""
+        return self._token
+
+    def clock(self, clock: Clock) -> Self:
+        """Use ``clock`` for phase deadlines and durations (tests use a manual clock)."""
+        self._clock = clock
+        return self
+
+    def abandon_grace(self, grace: timedelta) -> Self:
+        """How long a phase that ignores cancellation gets before it is abandoned."""
+        self._grace = grace
+        return self
+
+    def install_signal_handlers(self, enabled: bool) -> Self:
+        """Whether ``run()`` installs SIGINT/SIGTERM handlers (default ``True``)."""
+        self._signals = enabled
+        return self
+
+    def before_shutdown(self, hook: Callable[[], Awaitable[Any]]) -> Self:
+        """Add a hook run after the service ended and before component shutdown."""
+        self._before_shutdown.append(hook)
+        return self
+
+    def component(self, component: object) -> Self:
+        """Add a component: a bundle, a ``RuntimeServiceComponent`` or a ``*_with_shutdown``.
+
+        Raises:
+            RuntimeComponentRegistrationError: Not a component, or a second service.
+            Exception: A ``try_runtime_component_with_shutdown`` constructor's own error.
+        """
+        if isinstance(component, RuntimeComponentWithShutdown | TryRuntimeComponentWithShutdown):
+            return self.component(component.build(self._token))
+        if isinstance(component, RuntimeServiceComponent):
+            if self._service is not None:
+                component.discard()
+                raise RuntimeComponentRegistrationError(
+                    f"runtime already has service {self._service.name!r}; "
+                    f"cannot add {component.name!r}"
+                )
+            self._service = component
+        elif not isinstance(component, RuntimeComponentBundle):
+            raise RuntimeComponentRegistrationError(
+                f".component() needs a bundle, a RuntimeServiceComponent or a "
+                f"*_with_shutdown value, got {type(component).__name__}"
+            )
+        self._pending.append(component)
+        return self
+
+    def build(self) -> AsterRuntime:
+        """Register every component and validate the graph.
+
+        Raises:
+            AsterRuntimeComponentGraphError: A missing dependency or a cycle.
+        """
+        if self._built:
+            raise RuntimeComponentRegistrationError(
+                "AsterRuntimeBuilder.build() was already called"
+            )
+        self._built = True
+        registry = RuntimeComponentRegistry(clock=self._clock, grace=self._grace)
+        try:
+            for component in self._pending:
+                registry.register_bundle(component)
+            registry.validate()
+        except RuntimeComponentGraphError as exc:
+            self._discard_service()
+            raise AsterRuntimeComponentGraphError(exc) from exc
+        except BaseException:
+            self._discard_service()
+            raise
+        return AsterRuntime(
+            registry=registry,
+            token=self._token,
+            service=self._service,
+            before_shutdown=tuple(self._before_shutdown),
+            install_signals=self._signals,
+            force_exit=self._force_exit,
+        )
+
+    def _discard_service(self) -> None:
+        if self._service is not None:
+            self._service.discard()
+
+    async def run(self) -> Any:
+        """Shortcut for ``await builder.build().run()``."""
+        return await self.build().run()
+
+
+class AsterRuntime:
+    """Runs a service with its components: startup, signals, dependency-ordered shutdown.
+
+    ``run()``: install signal handlers; run component startup phases (a stop request
+    cancels the remaining ones; a failed required phase aborts); start component tasks;
+    run the service until it ends (a signal or :meth:`request_stop` cancels the tokens
+    and calls the service's stop hook); cancel and join the stop listener; run the
+    before-shutdown hooks; shut components down in dependency order; log the report.
+    Failures surface as :class:`~aster_forge.runtime.AsterRuntimeError` subclasses
+    *after* all cleanup; ``KeyboardInterrupt``/``SystemExit`` are re-raised after cleanup.
+
+    Example:
+        >>> runtime = AsterRuntime.builder().install_signal_handlers(False).build()
+        >>> runtime.descriptors()
+        ()
+    """
+
+    def __init__(
+        self,
+        *,
+        registry: RuntimeComponentRegistry,
+        token: CancellationToken,
+        service: RuntimeServiceComponent[Any] | None,
+        before_shutdown: tuple[Callable[[], Awaitable[Any]], ...],
+        install_signals: bool,
+        force_exit: Callable[[TerminationSignal], None],
+    ) -> None:
+        self._registry = registry
+        self._token = token
+        self._service = service
+        self._before_shutdown = before_shutdown
+        self._install_signals = install_signals
+        self._force_exit = force_exit
+        self._ran = False
+        self._signals_received = 0
+
+    @staticmethod
+    def builder() -> AsterRuntimeBuilder:
+        """Return a new builder."""
+        return AsterRuntimeBuilder()
+
+    @property
+    def registry(self) -> RuntimeComponentRegistry:
+        """The component registry (for health endpoints and admin views)."""
+        return self._registry
+
+    @property
+    def shutdown_token(self) -> CancellationToken:
+        """The shared root token."""
+        return self._token
+
+    @property
+    def service_name(self) -> str | None:
+        """The service component's name, if there is one."""
+        return None if self._service is None else self._service.name
+
+    @property
+    def last_startup_report(self) -> StartupReport | None:
+        """The startup report of :meth:`run`, once startup ended."""
+        return self._registry.last_startup_report
+
+    @property
+    def last_shutdown_report(self) -> ShutdownReport | None:
+        """The shutdown report of :meth:`run`, once shutdown ended."""
+        return self._registry.last_shutdown_report
+
+    def descriptors(self) -> tuple[RuntimeComponentDescriptor, ...]:
+        """Every component's descriptor (name, kind, depends_on, checks, phases)."""
+        return self._registry.descriptors()
+
+    async def run_health(self, scope: HealthCheckScope) -> SystemHealthReport:
+        """Run the components' health checks for ``scope``."""
+        return await self._registry.run_health(scope)
+
+    def request_stop(self) -> None:
+        """Ask the runtime to stop (as a termination signal would); idempotent."""
+        self._token.cancel()
+
+    def _on_signal(self, label: TerminationSignal) -> None:
+        self._signals_received += 1
+        if self._signals_received == 1:
+            logger.warning(
+                "received %s; shutting down (send it again to force exit)",
+                label.as_str(),
+                extra={"signal": label.as_str()},
+            )
+            self._token.cancel()
+            return
+        logger.error("received %s again; forcing exit", label.as_str())
+        self._force_exit(label)
+
+    def _cancel_tokens(self) -> None:
+        self._token.cancel()
+        if self._service is not None:
+            self._service.token.cancel()
+
+    async def _stop_service(self, service: RuntimeServiceComponent[Any]) -> None:
+        await self._token.wait()
+        service.token.cancel()
+        if service.stop is None:
+            return
+        try:
+            await service.stop()
+        except Exception as exc:
+            logger.error("service %s stop hook raised %s", service.name, type(exc).__name__)
+
+    async def run(self) -> Any:
+        """Run until the service ends (or, without a service, until a stop request).
+
+        Returns:
+            The service's own return value, unchanged, when all cleanup succeeded.
+
+        Raises:
+            AsterRuntimeStartupError: Startup aborted or was interrupted (after cleanup).
+            AsterRuntimeServiceError: The service raised (chained as ``__cause__``).
+            AsterRuntimeBeforeShutdownError: A before-shutdown hook raised.
+            AsterRuntimeShutdownError: A shutdown phase failed or timed out.
+            RuntimeSignalError: Signal handlers could not be installed.
+        """
+        if self._ran:
+            raise RuntimeComponentRegistrationError("AsterRuntime.run() can only be called once")
+        self._ran = True
+        installation = _SignalInstallation(self._on_signal)
+        stopper: asyncio.Task[None] | None = None
+        try:
+            if self._install_signals:
+                installation.install()
+            startup = await self._registry._run_startup(self._token)
+            if startup.escaped is not None or not startup.report.succeeded():
+                return await self._abort_startup(
+                    startup.report, startup.escaped, startup.first_error
+                )
+            self._registry.start_tasks(self._token)
+            service = self._service
+            if service is None:
+                outcome = await run_isolated("service", self._token.wait)
+            else:
+                stopper = asyncio.create_task(
+                    self._stop_service(service), name="aster-forge:service-stop"
+                )
+                outcome = await run_isolated(service.name, lambda: service.service)
+            # The listener only stops the service: cancel and join it before cleanup.
+            await _join(stopper)
+            stopper = None
+            self._cancel_tokens()
+            return await self._cleanup(outcome.kind, outcome.value, outcome.error)
+        except asyncio.CancelledError:
+            # Cancelling run() cancels the tokens at once; drains cannot be awaited here.
+            self._cancel_tokens()
+            raise
+        finally:
+            await _join(stopper)
+            installation.restore()
+
+    async def _abort_startup(
+        self,
+        report: StartupReport,
+        escaped: BaseException | None,
+        first_error: BaseException | None,
+    ) -> NoReturn:
+        self._cancel_tokens()
+        if self._service is not None:
+            self._service.discard()
+        shutdown = await self._registry._run_shutdown()
+        log_shutdown_report(shutdown.report)
+        for interrupt in (escaped, shutdown.escaped):
+            if interrupt is not None:
+                raise interrupt
+        raise AsterRuntimeStartupError(report, shutdown.report) from first_error
+
+    async def _cleanup(self, kind: OutcomeKind, value: Any, error: BaseException | None) -> Any:
+        before_error: BaseException | None = None
+        interrupt = error if kind is OutcomeKind.ESCAPED else None
+        for hook in self._before_shutdown:
+            hook_outcome = await run_isolated("before_shutdown", hook)
+            if hook_outcome.kind is OutcomeKind.ESCAPED:
+                interrupt = interrupt or hook_outcome.error
+            elif hook_outcome.kind is not OutcomeKind.OK:
+                logger.error("before-shutdown hook failed; component cleanup continues")
+                before_error = before_error or hook_outcome.error
+        shutdown = await self._registry._run_shutdown()
+        log_shutdown_report(shutdown.report)
+        interrupt = interrupt or shutdown.escaped
+        if interrupt is not None:
+            raise interrupt
+        if kind is not OutcomeKind.OK:
+            raise AsterRuntimeServiceError(shutdown.report, before_error is not None) from error
+        if before_error is not None:
+            raise AsterRuntimeBeforeShutdownError(shutdown.report) from before_error
+        if shutdown.report.has_failures():
+            raise AsterRuntimeShutdownError(shutdown.report) from shutdown.first_error
+        return value
+
+
+async def _join(task: asyncio.Task[None] | None) -> None:
+    if task is not None:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
