@@ -1,5 +1,16 @@
-"""Prometheus bridge for health reports and dispatch stats (extra ``metrics``)."""
+"""Prometheus bridge for health reports and dispatch stats (extra ``metrics``).
+
+Importing this package requires ``prometheus_client`` (``pip install
+'aster-forge[metrics]'``); the core packages never import it.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+# --- health (issue 2) ---
+from ._health import PrometheusHealthMetricsRecorder
+
+# --- dispatch stats ---
+
+__all__ = [
+    "PrometheusHealthMetricsRecorder",
+]

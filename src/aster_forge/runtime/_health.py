@@ -11,7 +11,7 @@ import dataclasses
 import enum
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -276,15 +276,15 @@ class SystemHealthReport:
     """The aggregate of component reports from one health run, in registration order.
 
     Attributes:
-        components: Component reports in registration order.
+        components: Component reports in registration order (stored as a tuple).
         duration: Wall time of the whole run; ``None`` when built by hand.
     """
 
-    components: tuple[HealthComponentReport, ...] = ()
+    components: Sequence[HealthComponentReport] = ()
     duration: timedelta | None = None
 
     def __post_init__(self) -> None:
-        # Accept any iterable (a list from product code) but store an immutable tuple.
+        # Accept any sequence (a list from product code) but store an immutable tuple.
         components = tuple(self.components)
         for item in components:
             if not isinstance(item, HealthComponentReport):

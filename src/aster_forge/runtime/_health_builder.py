@@ -9,6 +9,7 @@ from ._health_options import (
     HealthCheckOptions,
     HealthCheckRequirement,
     HealthCheckScopes,
+    _check_grace,
     _check_timeout,
 )
 from ._health_registry import DEFAULT_CANCEL_GRACE, HealthCheck, HealthCheckRegistry
@@ -50,8 +51,7 @@ class HealthCheckRegistryBuilder:
 
     def cancel_grace(self, grace: timedelta) -> Self:
         """Set the registry's cancel grace period."""
-        if _check_timeout(grace) is None:
-            raise InvalidHealthCheckError("cancel_grace must be a positive timedelta")
+        _check_grace(grace)
         self._cancel_grace = grace
         return self
 

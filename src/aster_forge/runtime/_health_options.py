@@ -179,6 +179,12 @@ def _check_timeout(timeout: timedelta | None) -> timedelta | None:
     return timeout
 
 
+def _check_grace(grace: timedelta) -> timedelta:
+    if not isinstance(grace, timedelta) or grace <= timedelta(0):
+        raise InvalidHealthCheckError(f"cancel_grace must be a positive timedelta, got {grace!r}")
+    return grace
+
+
 @dataclass(frozen=True, slots=True)
 class HealthCheckOptions:
     """How a check is registered: requirement, timeout and scopes.

@@ -25,6 +25,7 @@ from ._health_options import (
     HealthCheckDescriptor,
     HealthCheckOptions,
     HealthCheckScope,
+    _check_grace,
     _check_timeout,
 )
 from .errors import DuplicateHealthCheckError, InvalidHealthCheckError
@@ -131,8 +132,7 @@ class HealthCheckRegistry:
         cancel_grace: timedelta = DEFAULT_CANCEL_GRACE,
     ) -> None:
         self._default_timeout = _check_timeout(default_timeout) or DEFAULT_HEALTH_CHECK_TIMEOUT
-        if _check_timeout(cancel_grace) is None:
-            raise InvalidHealthCheckError("cancel_grace must be a positive timedelta")
+        _check_grace(cancel_grace)
         self._cancel_grace = cancel_grace
         self._entries: list[_Entry] = []
         self._names: set[str] = set()
