@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 from datetime import timedelta
 
 import pytest
@@ -253,7 +254,7 @@ async def test_worker_yields_to_the_loop_between_batches() -> None:
         await tick_task
     assert len(seen) == 10
     # Another task ran between every two batches although the sink never suspended.
-    assert all(later > earlier for earlier, later in zip(seen, seen[1:], strict=False))
+    assert all(later > earlier for earlier, later in itertools.pairwise(seen))
     await stop_now(writer)
 
 

@@ -153,9 +153,7 @@ async def test_later_failures_do_not_pollute_an_earlier_confirmed_flush() -> Non
 
 async def test_flush_drains_the_healthy_lane_when_the_other_fails() -> None:
     sink = FakeSink()
-    writer, clock = make_writer(
-        sink, capacity=1, batch_size=1, policy=OverflowPolicy.DIRECT_WRITE
-    )
+    writer, clock = make_writer(sink, capacity=1, batch_size=1, policy=OverflowPolicy.DIRECT_WRITE)
     await writer.start()
     await writer.record("a")
     call_a = await sink.wait_calls(1)
