@@ -1,0 +1,68 @@
+"""A tiny AsterRuntime product used by the signal tests (run as a subprocess).
+
+Usage: ``python signal_app.py normal|hang``. Prints ``READY`` once the service runs;
+``hang`` makes the database shutdown phase block so a second signal must force exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+
+from aster_forge.runtime import (
+    AsterRuntime,
+    CancellationToken,
+    RuntimeComponentKind,
+    RuntimeServiceComponent,
+    runtime_component_with_shutdown,
+    shutdown_resource_component_after,
+)
+
+
+def emit(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+async def serve(token: CancellationToken) -> int:
+    emit("READY")
+    await token.wait()
+    return 0
+
+
+def http_component(token: CancellationToken) -> RuntimeServiceComponent[int]:
+    async def stop() -> None:
+        emit("STOP")
+
+    return RuntimeServiceComponent("http", RuntimeComponentKind.HTTP, serve(token), token, stop)
+
+
+async def main(mode: str) -> int:
+    async def close_database(handle: str) -> None:
+        emit(f"CLOSE {handle}")
+        if mode == "hang":
+            emit("SHUTTING")
+            await asyncio.Event().wait()
+
+    result: int = await (
+        AsterRuntime.builder()
+        .component(runtime_component_with_shutdown(http_component))
+        .component(
+            shutdown_resource_component_after(
+                "database",
+                RuntimeComponentKind.DATABASE,
+                "database_close",
+                ["http"],
+                "db-handle",
+                close_database,
+            )
+        )
+        .run()
+    )
+    return result
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(message)s")
+    sys.exit(asyncio.run(main(sys.argv[1])))
