@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -28,7 +29,7 @@ __all__ = [
 
 RUNTIME_LEASES_TABLE = "runtime_leases"
 
-_MYSQL_TABLE_OPTIONS = {
+_MYSQL_TABLE_OPTIONS: dict[str, Any] = {
     "mysql_engine": "InnoDB",
     "mysql_charset": "utf8mb4",
     # Binary collation: ids compare exactly (case, accents); validation rejects

@@ -8,9 +8,17 @@ from __future__ import annotations
 from ._clock import ManualClock
 
 # --- lease and scheduled-task stores and suites (issue 5) ---
+from ._lease_conformance import RuntimeLeaseStoreConformance
+from ._lease_store import InMemoryRuntimeLeaseStore
+from ._scheduled_conformance import ScheduledTaskStoreConformance
+from ._scheduled_store import InMemoryScheduledTaskStore
 
 # --- task stores and suites (issue 7) ---
 
 __all__ = [
+    "InMemoryRuntimeLeaseStore",
+    "InMemoryScheduledTaskStore",
     "ManualClock",
+    "RuntimeLeaseStoreConformance",
+    "ScheduledTaskStoreConformance",
 ]

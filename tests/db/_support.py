@@ -1,0 +1,34 @@
+"""Helpers shared by the issue-5 database tests."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from aster_forge.db import runtime_leases_table, scheduled_tasks_table
+from aster_forge.testing import ManualClock
+
+
+async def create_tables(engine: AsyncEngine) -> None:
+    """Create runtime_leases and scheduled_tasks (with indexes) on ``engine``."""
+    metadata = sa.MetaData()
+    runtime_leases_table(metadata)
+    scheduled_tasks_table(metadata)
+    async with engine.begin() as conn:
+        await conn.run_sync(metadata.create_all)
+
+
+def advance_for(backend: str, clock: ManualClock) -> Callable[[timedelta], Awaitable[None]]:
+    """Time moves with the ManualClock on SQLite and in real time on a server clock."""
+    if backend == "sqlite":
+        return clock.advance
+
+    async def real_sleep(delta: timedelta) -> None:
+        # Server-clock expiry can only be observed by letting real time pass.
+        await asyncio.sleep(delta.total_seconds())
+
+    return real_sleep
