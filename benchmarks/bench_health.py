@@ -46,9 +46,9 @@ def _noop(name: str) -> Callable[[], Awaitable[HealthComponentReport]]:
     return check
 
 
-def _registry(factory: Callable[[str], Callable[[], Awaitable[HealthComponentReport]]]) -> (
-    HealthCheckRegistry
-):
+def _registry(
+    factory: Callable[[str], Callable[[], Awaitable[HealthComponentReport]]],
+) -> HealthCheckRegistry:
     registry = HealthCheckRegistry()
     for i in range(CHECKS):
         name = f"check_{i:04d}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -28,6 +29,7 @@ __all__ = ["HealthComponentReport", "HealthStatus", "SystemHealthReport"]
 _SEVERITY: dict[str, int] = {"healthy": 0, "degraded": 1, "unhealthy": 2}
 
 
+@functools.total_ordering
 class HealthStatus(enum.Enum):
     """A component or system health status, ordered so the worst compares greatest.
 
@@ -73,21 +75,6 @@ class HealthStatus(enum.Enum):
         if not isinstance(other, HealthStatus):
             return NotImplemented
         return _SEVERITY[self.value] < _SEVERITY[other.value]
-
-    def __le__(self, other: object) -> bool:
-        if not isinstance(other, HealthStatus):
-            return NotImplemented
-        return _SEVERITY[self.value] <= _SEVERITY[other.value]
-
-    def __gt__(self, other: object) -> bool:
-        if not isinstance(other, HealthStatus):
-            return NotImplemented
-        return _SEVERITY[self.value] > _SEVERITY[other.value]
-
-    def __ge__(self, other: object) -> bool:
-        if not isinstance(other, HealthStatus):
-            return NotImplemented
-        return _SEVERITY[self.value] >= _SEVERITY[other.value]
 
 
 def _seconds(duration: timedelta | None) -> float:
