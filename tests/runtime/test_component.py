@@ -1,0 +1,389 @@
+"""RuntimeComponentRegistry: graph validation, dependency-ordered isolated shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+
+import pytest
+
+from aster_forge.runtime import (
+    CancellationToken,
+    HealthCheckOptions,
+    HealthCheckScope,
+    HealthCheckScopes,
+    HealthComponentReport,
+    HealthStatus,
+    RuntimeComponentBundle,
+    RuntimeComponentGraphError,
+    RuntimeComponentKind,
+    RuntimeComponentRegistrationError,
+    RuntimeComponentRegistry,
+    ShutdownPhaseStatus,
+    StartupPhaseFailurePolicy,
+    runtime_component,
+    shutdown_resource_component_after,
+)
+from aster_forge.runtime._component import COMPONENT_TASK_FAILED
+from aster_forge.runtime._shutdown import SHUTDOWN_PHASE_PANICKED, SHUTDOWN_RESOURCE_CONSUMED
+from aster_forge.testing import ManualClock
+
+Kind = RuntimeComponentKind
+
+
+def closer(log: list[str], label: str) -> Callable[[], Awaitable[None]]:
+    async def phase() -> None:
+        log.append(label)
+
+    return phase
+
+
+def seed_graph(registry: RuntimeComponentRegistry, log: list[str]) -> None:
+    """The seed's five components, registered in reverse of their shutdown order."""
+    registry.component_shutdown(
+        "database",
+        Kind.DATABASE,
+        "database_close",
+        ["background_tasks", "mail_outbox", "audit_manager"],
+        closer(log, "database"),
+    )
+    registry.component_shutdown(
+        "audit_manager", Kind.AUDIT, "audit_flush", ["audit_logs"], closer(log, "audit_manager")
+    )
+    registry.component_shutdown(
+        "audit_logs", Kind.AUDIT, "audit_logs_drain", ["mail_outbox"], closer(log, "audit_logs")
+    )
+    registry.component_shutdown(
+        "mail_outbox",
+        Kind.MAIL,
+        "mail_outbox_drain",
+        ["background_tasks"],
+        closer(log, "mail_outbox"),
+    )
+    registry.component_shutdown(
+        "background_tasks", Kind.TASKS, "background_tasks", None, closer(log, "background_tasks")
+    )
+
+
+async def test_seed_example_shuts_down_by_dependency_not_registration() -> None:
+    log: list[str] = []
+    registry = RuntimeComponentRegistry()
+    seed_graph(registry, log)
+    registry.validate()
+    assert [d.name for d in registry.descriptors()] == [
+        "database",
+        "audit_manager",
+        "audit_logs",
+        "mail_outbox",
+        "background_tasks",
+    ]
+    report = await registry.shutdown()
+    expected = ["background_tasks", "mail_outbox", "audit_logs", "audit_manager", "database"]
+    assert log == expected
+    assert [p.component for p in report.phases] == expected
+    assert registry.startup_order() == tuple(reversed(expected))
+    assert registry.last_shutdown_report is report
+
+
+def test_missing_dependency_names_both_components() -> None:
+    registry = RuntimeComponentRegistry()
+    registry.component("database", Kind.DATABASE).depends_on("background_tasks")
+    with pytest.raises(RuntimeComponentGraphError) as caught:
+        registry.validate()
+    assert caught.value.missing == (("database", "background_tasks"),)
+    assert "'database'" in str(caught.value) and "'background_tasks'" in str(caught.value)
+    assert isinstance(caught.value, ValueError)
+
+
+def test_cycle_names_the_components_in_it() -> None:
+    registry = RuntimeComponentRegistry()
+    registry.component("a", Kind.CORE).depends_on("b")
+    registry.component("b", Kind.CORE).depends_on("c")
+    registry.component("c", Kind.CORE).depends_on("a")
+    registry.component("d", Kind.CORE).depends_on("a")
+    with pytest.raises(RuntimeComponentGraphError) as caught:
+        registry.validate()
+    assert set(caught.value.cycle) == {"a", "b", "c"}
+    assert "dependency cycle: a -> b -> c -> a" in str(caught.value)
+
+
+async def test_unvalidated_cycle_and_missing_dependency_do_not_block_shutdown() -> None:
+    log: list[str] = []
+    registry = RuntimeComponentRegistry()
+    registry.component_shutdown("a", Kind.CORE, "a", ["b", "ghost"], closer(log, "a"))
+    registry.component_shutdown("b", Kind.CORE, "b", ["a"], closer(log, "b"))
+    report = await registry.shutdown()
+    assert sorted(log) == ["a", "b"]
+    assert not report.has_failures()
+
+
+async def test_dependency_without_phases_is_metadata_only() -> None:
+    log: list[str] = []
+    registry = RuntimeComponentRegistry()
+    registry.component("config", Kind.CONFIG)
+    registry.component_shutdown("cache", Kind.CACHE, "cache_close", ["config"], closer(log, "c"))
+    registry.validate()
+    report = await registry.shutdown()
+    assert log == ["c"]
+    assert report.phase_names() == ("cache_close",)
+    descriptor = registry.descriptor("config")
+    assert descriptor is not None and descriptor.shutdown_phases == ()
+
+
+async def test_phases_of_one_component_run_in_registration_order() -> None:
+    log: list[str] = []
+    registry = RuntimeComponentRegistry()
+    (
+        registry.component("audit", Kind.AUDIT)
+        .shutdown("stop_accepting", None, closer(log, "stop"))
+        .shutdown("flush", timedelta(seconds=5), closer(log, "flush"))
+        .shutdown("close_writer", None, closer(log, "close"))
+    )
+    report = await registry.shutdown()
+    assert log == ["stop", "flush", "close"]
+    assert report.phase_names() == ("stop_accepting", "flush", "close_writer")
+
+
+async def test_duplicate_phase_name_warns_and_still_runs(caplog: pytest.LogCaptureFixture) -> None:
+    log: list[str] = []
+
+    def bundle(registry: RuntimeComponentRegistry) -> None:
+        registry.component("audit", Kind.AUDIT).shutdown("flush", None, closer(log, "flush"))
+
+    registry = RuntimeComponentRegistry()
+    component = runtime_component(bundle)
+    registry.register_bundle(component).register_bundle(component)  # the classic accident
+    assert "registers shutdown phase flush more than once" in caplog.text
+    assert [r.levelno for r in caplog.records] == [logging.WARNING]
+    report = await registry.shutdown()
+    assert log == ["flush", "flush"]
+    assert report.phase_names() == ("flush", "flush")
+
+
+async def test_every_phase_is_isolated_and_later_phases_still_run() -> None:
+    clock = ManualClock()
+    log: list[str] = []
+    never = asyncio.Event()
+
+    async def raises() -> None:
+        raise RuntimeError("user=alice token=xyz")
+
+    async def hangs() -> None:
+        await never.wait()
+
+    async def raises_on_cancel() -> None:
+        try:
+            await never.wait()
+        finally:
+            raise RuntimeError("while closing")
+
+    registry = RuntimeComponentRegistry(clock=clock)
+    registry.component_shutdown("tasks", Kind.TASKS, "tasks", None, raises)
+    registry.component_shutdown(
+        "mail", Kind.MAIL, "mail", ["tasks"], hangs, timeout=timedelta(seconds=2)
+    )
+    registry.component_shutdown(
+        "audit", Kind.AUDIT, "audit", ["mail"], raises_on_cancel, timeout=timedelta(seconds=2)
+    )
+    registry.component_shutdown("database", Kind.DATABASE, "db", ["audit"], closer(log, "db"))
+    run = asyncio.create_task(registry.shutdown())
+    await clock.wait_for_sleepers(1)
+    await clock.advance(2)
+    await clock.wait_for_sleepers(1)
+    await clock.advance(2)
+    report = await run
+    assert [p.status for p in report.phases] == [
+        ShutdownPhaseStatus.FAILED(SHUTDOWN_PHASE_PANICKED),
+        ShutdownPhaseStatus.TIMED_OUT,
+        ShutdownPhaseStatus.FAILED(SHUTDOWN_PHASE_PANICKED),
+        ShutdownPhaseStatus.SUCCEEDED,
+    ]
+    assert log == ["db"]
+    assert "alice" not in repr(report)
+
+
+async def test_shutdown_resource_component_after_consumes_once() -> None:
+    drained: list[str] = []
+
+    async def drain(resources: str) -> None:
+        drained.append(resources)
+
+    bundle = shutdown_resource_component_after(
+        "mail_outbox", Kind.MAIL, "mail_outbox_drain", ["background_tasks"], "outbox", drain
+    )
+    registry = RuntimeComponentRegistry()
+    registry.component("background_tasks", Kind.TASKS)
+    registry.register_bundle(bundle).register_bundle(bundle)
+    registry.validate()
+    report = await registry.shutdown()
+    assert drained == ["outbox"]
+    assert [p.status for p in report.phases] == [
+        ShutdownPhaseStatus.SUCCEEDED,
+        ShutdownPhaseStatus.FAILED(SHUTDOWN_RESOURCE_CONSUMED),
+    ]
+    again = await registry.shutdown()
+    assert again is report and drained == ["outbox"]
+
+
+async def test_component_shutdown_once_shortcut() -> None:
+    closed: list[int] = []
+
+    async def close(handle: int) -> None:
+        closed.append(handle)
+
+    registry = RuntimeComponentRegistry()
+    registry.component_shutdown_once(
+        "background_tasks", Kind.TASKS, "background_tasks", None, 42, close
+    )
+    await registry.shutdown()
+    assert closed == [42]
+
+
+async def test_health_checks_run_through_the_registry() -> None:
+    async def database() -> HealthComponentReport:
+        return HealthComponentReport.healthy("database", "ping ok")
+
+    async def remote() -> HealthComponentReport:
+        raise RuntimeError("remote down")
+
+    registry = RuntimeComponentRegistry()
+    registry.component_health_with_options(
+        "database",
+        Kind.DATABASE,
+        "database",
+        HealthCheckOptions.required(timedelta(seconds=5)).with_scopes(
+            HealthCheckScopes.readiness_and_diagnostics()
+        ),
+        database,
+    )
+    registry.component_health_with_options(
+        "remote_nodes",
+        Kind.PRODUCT,
+        "remote_nodes",
+        HealthCheckOptions.optional(timedelta(seconds=5)).with_scopes(
+            HealthCheckScopes.diagnostics()
+        ),
+        remote,
+    )
+    readiness = await registry.run_health(HealthCheckScope.READINESS)
+    assert [c.name for c in readiness.components] == ["database"]
+    diagnostics = await registry.run_health(HealthCheckScope.DIAGNOSTICS)
+    assert [c.name for c in diagnostics.components] == ["database", "remote_nodes"]
+    assert diagnostics.components[1].status is HealthStatus.DEGRADED
+    descriptor = registry.descriptor("database")
+    assert descriptor is not None and descriptor.health_checks == ("database",)
+
+
+async def test_component_task_starts_with_runtime_and_is_joined_at_shutdown() -> None:
+    events: list[str] = []
+    running = asyncio.Event()
+
+    async def worker(token: CancellationToken) -> None:
+        running.set()
+        await token.wait()
+        events.append("worker saw cancel")
+
+    async def crashing(token: CancellationToken) -> None:
+        raise RuntimeError("crash")
+
+    registry = RuntimeComponentRegistry()
+    registry.component_task("tasks", Kind.TASKS, "dispatcher", worker)
+    registry.component_task("janitor", Kind.TASKS, "cleanup", crashing)
+    root = CancellationToken()
+    registry.start_tasks(root)
+    await running.wait()
+    report = await registry.shutdown()
+    assert events == ["worker saw cancel"]
+    assert not root.cancelled  # only the task's child token was cancelled
+    statuses = {p.name: p.status for p in report.phases}
+    assert statuses["dispatcher"] is ShutdownPhaseStatus.SUCCEEDED
+    assert statuses["cleanup"] == ShutdownPhaseStatus.FAILED(COMPONENT_TASK_FAILED)
+
+
+async def test_task_phase_tolerates_never_started() -> None:
+    async def worker(token: CancellationToken) -> None:
+        await token.wait()
+
+    registry = RuntimeComponentRegistry()
+    registry.component_task("tasks", Kind.TASKS, "dispatcher", worker)
+    report = await registry.shutdown()
+    assert report.phases[0].status is ShutdownPhaseStatus.SUCCEEDED
+
+
+async def test_startup_runs_in_reverse_dependency_order_and_report_tells_who_started() -> None:
+    log: list[str] = []
+
+    async def fail() -> None:
+        raise RuntimeError("no")
+
+    registry = RuntimeComponentRegistry()
+    registry.component("tasks", Kind.TASKS).startup("tasks_start", closer(log, "start tasks"))
+    registry.component("tasks", Kind.TASKS).shutdown("tasks_stop", None, closer(log, "stop tasks"))
+    registry.component("database", Kind.DATABASE).depends_on("tasks").startup(
+        "db_connect", closer(log, "connect db")
+    ).shutdown("db_close", None, closer(log, "close db"))
+    registry.component("mail", Kind.MAIL).startup(
+        "mail_warm", fail, StartupPhaseFailurePolicy.OPTIONAL
+    )
+    startup = await registry.startup()
+    assert log == ["connect db", "start tasks"]
+    assert startup.succeeded()
+    registry2 = RuntimeComponentRegistry()
+    registry2.component("database", Kind.DATABASE).startup("db_connect", fail).shutdown(
+        "db_close", None, closer(log, "close db 2")
+    )
+    registry2.component("tasks", Kind.TASKS).depends_on("database").startup(
+        "tasks_start", closer(log, "never")
+    ).shutdown("tasks_stop", None, closer(log, "stop tasks 2"))
+    registry2.component("plain", Kind.CORE).shutdown("plain_stop", None, closer(log, "plain"))
+    aborted = await registry2.startup()
+    assert aborted.aborted and aborted.phase_names() == ("tasks_start", "db_connect")
+    report = await registry2.shutdown()
+    started = {p.component: p.component_started for p in report.phases}
+    assert started == {"database": False, "tasks": True, "plain": None}
+
+
+def test_registration_errors() -> None:
+    registry = RuntimeComponentRegistry()
+    registry.component("db", Kind.DATABASE)
+    with pytest.raises(RuntimeComponentRegistrationError, match="registered as database"):
+        registry.component("db", Kind.CACHE)
+    with pytest.raises(RuntimeComponentRegistrationError):
+        registry.component("", Kind.CORE)
+    with pytest.raises(RuntimeComponentRegistrationError):
+        registry.component("x", "core")  # type: ignore[arg-type]
+    with pytest.raises(RuntimeComponentRegistrationError):
+        registry.register_bundle(object())  # type: ignore[arg-type]
+    with pytest.raises(RuntimeComponentRegistrationError):
+        runtime_component(42)  # type: ignore[arg-type]
+
+    async def worker(token: CancellationToken) -> None:
+        return None
+
+    registry.component_task("db", Kind.DATABASE, "t", worker)
+    with pytest.raises(RuntimeComponentRegistrationError):
+        registry.component_task("db", Kind.DATABASE, "t", worker)
+
+
+def test_bundle_protocol_and_descriptors() -> None:
+    class DatabaseComponents:
+        def register(self, registry: RuntimeComponentRegistry) -> None:
+            async def close() -> None:
+                return None
+
+            registry.component("database", Kind.DATABASE).depends_on("tasks").shutdown(
+                "database_close", timedelta(seconds=5), close
+            )
+
+    bundle = DatabaseComponents()
+    assert isinstance(bundle, RuntimeComponentBundle)
+    registry = RuntimeComponentRegistry()
+    registry.register_bundle(runtime_component(bundle))
+    (descriptor,) = registry.descriptors()
+    assert descriptor.kind is Kind.DATABASE
+    assert descriptor.depends_on == ("tasks",)
+    assert descriptor.shutdown_phases[0].phase == "database_close"
+    assert descriptor.shutdown_phases[0].timeout == timedelta(seconds=5)
+    assert "database" in registry and len(registry) == 1
