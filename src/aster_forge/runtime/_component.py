@@ -3,24 +3,36 @@
 from __future__ import annotations
 
 import asyncio
-import enum
-import heapq
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
-from typing import Any, Generic, Protocol, Self, TypeVar, runtime_checkable
+from typing import Any, Self, TypeVar
 
 from ._cancellation import CancellationToken
 from ._clock import Clock, SystemClock
+from ._component_builder import (
+    COMPONENT_TASK_FAILED,
+    RuntimeComponentBuilder,
+    _check_name,
+    _Component,
+)
+from ._component_graph import find_cycle, topological_order
+from ._component_types import (
+    RuntimeComponentBundle,
+    RuntimeComponentBundleRegistration,
+    RuntimeComponentDescriptor,
+    RuntimeComponentKind,
+    RuntimeShutdownDescriptor,
+    RuntimeStartupDescriptor,
+    runtime_component,
+)
 from ._health import HealthComponentReport, SystemHealthReport
 from ._health_options import HealthCheckOptions, HealthCheckScope
 from ._health_registry import HealthCheckRegistry
-from ._isolation import DEFAULT_ABANDON_GRACE, _guarded
-from ._shutdown import ShutdownReport, ShutdownRun, _check_phase, _Phase, once_phase
+from ._isolation import DEFAULT_ABANDON_GRACE
+from ._shutdown import ShutdownReport, ShutdownRun, _check_phase, once_phase
 from ._shutdown import run_shutdown_phases as _run_shutdown_phases
 from ._startup import (
-    StartupPhase,
     StartupPhaseFailurePolicy,
     StartupPhaseStatus,
     StartupReport,
@@ -30,7 +42,6 @@ from ._startup import (
 from .errors import (
     RuntimeComponentGraphError,
     RuntimeComponentRegistrationError,
-    ShutdownPhaseFailure,
 )
 
 __all__ = [
@@ -51,279 +62,6 @@ R = TypeVar("R")
 B = TypeVar("B", bound="RuntimeComponentBundle")
 
 logger = logging.getLogger("aster_forge.runtime")
-
-#: The fixed text of a component task's shutdown phase when the task had raised.
-COMPONENT_TASK_FAILED = "component task failed"
-
-
-class RuntimeComponentKind(enum.StrEnum):
-    """What kind of subsystem a component is (for catalogs and admin views)."""
-
-    CORE = "core"
-    HTTP = "http"
-    TASKS = "tasks"
-    MAIL = "mail"
-    DATABASE = "database"
-    CACHE = "cache"
-    STORAGE = "storage"
-    AUDIT = "audit"
-    CONFIG = "config"
-    METRICS = "metrics"
-    PRODUCT = "product"
-    OTHER = "other"
-
-    def as_str(self) -> str:
-        """Return the stable wire value."""
-        return self.value
-
-
-@dataclass(frozen=True, slots=True)
-class RuntimeShutdownDescriptor:
-    """A registered shutdown phase: its component, name and timeout."""
-
-    component: str
-    phase: str
-    timeout: timedelta | None
-
-
-@dataclass(frozen=True, slots=True)
-class RuntimeStartupDescriptor:
-    """A registered startup phase: its component, name and failure policy."""
-
-    component: str
-    phase: str
-    policy: StartupPhaseFailurePolicy
-
-
-@dataclass(frozen=True, slots=True)
-class RuntimeComponentDescriptor:
-    """What a component declared: kind, dependencies, checks, phases and tasks.
-
-    ``depends_on`` names the components that shut down *before* this one (a database
-    depends on the background tasks that use it, so the tasks stop first).
-    """
-
-    name: str
-    kind: RuntimeComponentKind
-    depends_on: tuple[str, ...] = ()
-    health_checks: tuple[str, ...] = ()
-    startup_phases: tuple[RuntimeStartupDescriptor, ...] = ()
-    shutdown_phases: tuple[RuntimeShutdownDescriptor, ...] = ()
-    tasks: tuple[str, ...] = ()
-
-
-@runtime_checkable
-class RuntimeComponentBundle(Protocol):
-    """Anything that registers components into a :class:`RuntimeComponentRegistry`."""
-
-    def register(self, registry: RuntimeComponentRegistry) -> None:
-        """Register this bundle's components, checks and phases into ``registry``."""
-        ...
-
-
-class _FnBundle:
-    __slots__ = ("_fn",)
-
-    def __init__(self, fn: Callable[[RuntimeComponentRegistry], object]) -> None:
-        self._fn = fn
-
-    def register(self, registry: RuntimeComponentRegistry) -> None:
-        self._fn(registry)
-
-
-class RuntimeComponentBundleRegistration(Generic[B]):
-    """A bundle ready for ``.component(...)`` or :meth:`RuntimeComponentRegistry.register_bundle`.
-
-    Subsystems return this from their ``*_component(...)`` factories.
-    """
-
-    __slots__ = ("bundle",)
-
-    def __init__(self, bundle: B) -> None:
-        self.bundle = bundle
-
-    def register(self, registry: RuntimeComponentRegistry) -> None:
-        """Register the wrapped bundle into ``registry``."""
-        self.bundle.register(registry)
-
-    def __repr__(self) -> str:
-        return f"RuntimeComponentBundleRegistration({self.bundle!r})"
-
-
-def runtime_component(
-    bundle: B | Callable[[RuntimeComponentRegistry], object],
-) -> RuntimeComponentBundleRegistration[Any]:
-    """Adapt a bundle, or a ``fn(registry)`` that registers things, for ``.component(...)``.
-
-    Example:
-        >>> def core_component() -> RuntimeComponentBundleRegistration[Any]:
-        ...     def register(registry: RuntimeComponentRegistry) -> None:
-        ...         registry.component("core", RuntimeComponentKind.CORE)
-        ...     return runtime_component(register)
-    """
-    if isinstance(bundle, RuntimeComponentBundle):
-        return RuntimeComponentBundleRegistration(bundle)
-    if callable(bundle):
-        return RuntimeComponentBundleRegistration(_FnBundle(bundle))
-    raise RuntimeComponentRegistrationError(
-        f"runtime_component() needs a bundle or a callable, got {type(bundle).__name__}"
-    )
-
-
-class _Component:
-    __slots__ = ("checks", "depends_on", "kind", "name", "shutdown", "startup", "tasks")
-
-    def __init__(self, name: str, kind: RuntimeComponentKind) -> None:
-        self.name = name
-        self.kind = kind
-        self.depends_on: list[str] = []
-        self.checks: list[str] = []
-        self.startup: list[StartupPhase] = []
-        self.shutdown: list[_Phase] = []
-        self.tasks: dict[str, _ComponentTask] = {}
-
-    def descriptor(self) -> RuntimeComponentDescriptor:
-        return RuntimeComponentDescriptor(
-            name=self.name,
-            kind=self.kind,
-            depends_on=tuple(self.depends_on),
-            health_checks=tuple(self.checks),
-            startup_phases=tuple(
-                RuntimeStartupDescriptor(self.name, p.name, p.policy) for p in self.startup
-            ),
-            shutdown_phases=tuple(
-                RuntimeShutdownDescriptor(self.name, p.name, p.timeout) for p in self.shutdown
-            ),
-            tasks=tuple(self.tasks),
-        )
-
-
-class _ComponentTask:
-    """A background task owned by a component: started with the runtime, joined at shutdown."""
-
-    def __init__(self, name: str, fn: Callable[[CancellationToken], Awaitable[Any]]) -> None:
-        self.name = name
-        self.fn = fn
-        self.token: CancellationToken | None = None
-        self.task: asyncio.Task[Any] | None = None
-
-    def start(self, parent: CancellationToken) -> None:
-        if self.task is not None:
-            return
-        token = self.token = parent.child_token()
-        fn = self.fn
-        self.task = asyncio.create_task(
-            _guarded(lambda: fn(token)), name=f"aster-forge:component-task:{self.name}"
-        )
-
-    async def join(self) -> None:
-        # Tolerates "never started": the runtime may shut down after a startup abort.
-        if self.token is not None:
-            self.token.cancel()
-        if self.task is None:
-            return
-        await asyncio.wait({self.task})
-        if not self.task.cancelled() and self.task.exception() is not None:
-            raise ShutdownPhaseFailure(COMPONENT_TASK_FAILED)
-
-
-class RuntimeComponentBuilder:
-    """Adds dependencies, checks and phases to one component (see ``registry.component``)."""
-
-    __slots__ = ("_component", "_registry")
-
-    def __init__(self, registry: RuntimeComponentRegistry, component: _Component) -> None:
-        self._registry = registry
-        self._component = component
-
-    @property
-    def name(self) -> str:
-        """The component name."""
-        return self._component.name
-
-    def depends_on(self, *names: str) -> Self:
-        """Declare components that must shut down before this one (start after it)."""
-        for dep in names:
-            _check_name(dep, "dependency name")
-            if dep not in self._component.depends_on:
-                self._component.depends_on.append(dep)
-        return self
-
-    def health_with_options(
-        self,
-        check_name: str,
-        options: HealthCheckOptions,
-        check: Callable[[], Awaitable[HealthComponentReport]],
-    ) -> Self:
-        """Register a health check owned by this component."""
-        self._registry.health_registry.register_with_options(check_name, options, check)
-        self._component.checks.append(check_name)
-        return self
-
-    def startup(
-        self,
-        phase: str,
-        fn: Callable[[], Awaitable[Any]],
-        policy: StartupPhaseFailurePolicy = StartupPhaseFailurePolicy.REQUIRED,
-    ) -> Self:
-        """Register a startup phase (components start in reverse shutdown order)."""
-        _check_name(phase, "startup phase name")
-        if not callable(fn):
-            raise RuntimeComponentRegistrationError(f"startup phase {phase!r}: fn is not callable")
-        if any(p.name == phase for p in self._component.startup):
-            _warn_duplicate(self._component.name, phase, "startup")
-        self._component.startup.append(StartupPhase(phase, policy, fn, self._component.name))
-        return self
-
-    def task(self, name: str, fn: Callable[[CancellationToken], Awaitable[Any]]) -> Self:
-        """Register a background task ``fn(token)`` started after startup.
-
-        Shutdown cancels its token and joins it in a phase named ``name``.
-        """
-        _check_name(name, "task name")
-        if name in self._component.tasks:
-            raise RuntimeComponentRegistrationError(
-                f"component {self._component.name!r} already has a task named {name!r}"
-            )
-        task = _ComponentTask(name, fn)
-        self._component.tasks[name] = task
-        return self.shutdown(name, None, task.join)
-
-    def shutdown(
-        self, phase: str, timeout: timedelta | None, fn: Callable[[], Awaitable[Any]]
-    ) -> Self:
-        """Register a shutdown phase; a component's phases run in registration order."""
-        _check_phase(phase, timeout)
-        if any(p.name == phase for p in self._component.shutdown):
-            _warn_duplicate(self._component.name, phase, "shutdown")
-        self._component.shutdown.append(_Phase(phase, timeout, fn, self._component.name))
-        return self
-
-    def shutdown_once(
-        self,
-        phase: str,
-        timeout: timedelta | None,
-        resource: R,
-        fn: Callable[[R], Awaitable[None]],
-    ) -> Self:
-        """Register a shutdown phase that consumes ``resource`` exactly once."""
-        return self.shutdown(phase, timeout, once_phase(resource, fn))
-
-
-def _check_name(name: object, what: str) -> None:
-    if not isinstance(name, str) or not name:
-        raise RuntimeComponentRegistrationError(f"{what} must be a non-empty string, got {name!r}")
-
-
-def _warn_duplicate(component: str, phase: str, what: str) -> None:
-    # Almost always a bundle registered twice; every phase still runs.
-    logger.warning(
-        "component %s registers %s phase %s more than once; all of them will run",
-        component,
-        what,
-        phase,
-        extra={"component": component, "phase": phase},
-    )
 
 
 class RuntimeComponentRegistry:
@@ -505,7 +243,7 @@ class RuntimeComponentRegistry:
             for dep in c.depends_on
             if dep not in self._components
         )
-        cycle = _find_cycle({c.name: c.depends_on for c in self._components.values()})
+        cycle = find_cycle({c.name: c.depends_on for c in self._components.values()})
         if missing or cycle:
             raise RuntimeComponentGraphError(missing=missing, cycle=cycle)
 
@@ -515,7 +253,7 @@ class RuntimeComponentRegistry:
             c.name: {d for d in c.depends_on if d in self._components}
             for c in self._components.values()
         }
-        return _topological(list(self._components), preds)
+        return topological_order(list(self._components), preds)
 
     def startup_order(self) -> tuple[str, ...]:
         """Return component names in startup order (the reverse relation of shutdown)."""
@@ -524,7 +262,7 @@ class RuntimeComponentRegistry:
             for dep in c.depends_on:
                 if dep in preds:
                     preds[dep].add(c.name)
-        return _topological(list(self._components), preds)
+        return topological_order(list(self._components), preds)
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -592,56 +330,6 @@ class RuntimeComponentRegistry:
             )
         # Shielded: a cancelled caller must not abort cleanup half-way.
         return await asyncio.shield(self._shutdown_task)
-
-
-def _topological(nodes: list[str], preds: Mapping[str, Iterable[str]]) -> tuple[str, ...]:
-    index = {name: i for i, name in enumerate(nodes)}
-    remaining = {name: set(preds[name]) for name in nodes}
-    followers: dict[str, list[str]] = {name: [] for name in nodes}
-    for name, before in remaining.items():
-        for dep in before:
-            followers[dep].append(name)
-    ready = [(index[n], n) for n in nodes if not remaining[n]]
-    heapq.heapify(ready)
-    order: list[str] = []
-    while ready:
-        _, name = heapq.heappop(ready)
-        order.append(name)
-        for follower in followers[name]:
-            remaining[follower].discard(name)
-            if not remaining[follower]:
-                heapq.heappush(ready, (index[follower], follower))
-    if len(order) < len(nodes):
-        # A cycle (validate() would have refused it): keep going in registration order.
-        rest = [n for n in nodes if n not in set(order)]
-        logger.error("component dependency cycle among %s", ", ".join(rest))
-        order.extend(rest)
-    return tuple(order)
-
-
-def _find_cycle(graph: Mapping[str, Sequence[str]]) -> tuple[str, ...]:
-    white, grey, black = 0, 1, 2
-    color = dict.fromkeys(graph, white)
-    stack: list[str] = []
-
-    def visit(node: str) -> tuple[str, ...]:
-        color[node] = grey
-        stack.append(node)
-        for dep in graph[node]:
-            if dep not in graph:
-                continue
-            if color[dep] == grey:
-                return tuple(stack[stack.index(dep) :])
-            if color[dep] == white and (found := visit(dep)):
-                return found
-        stack.pop()
-        color[node] = black
-        return ()
-
-    for node in graph:
-        if color[node] == white and (found := visit(node)):
-            return found
-    return ()
 
 
 def shutdown_resource_component_after(
