@@ -76,10 +76,12 @@ async def run_task_heartbeat(
         outcome = await _renew_once(store, guard, clock, stop, started)
         if outcome is _Outcome.DONE:
             return
-        next_due = started + (interval if outcome is _Outcome.RENEWED else retry_interval)
-        if outcome is _Outcome.FAILED and next_due >= guard.deadline:
-            # One last try right at the deadline would be too late: try once more before it.
-            next_due = max(started, min(next_due, guard.deadline - _MIN_INTERVAL))
+        if outcome is _Outcome.RENEWED:
+            next_due = started + interval
+        else:
+            # Retry sooner after a failure, but wake no later than the deadline, where an
+            # unrenewed lease is declared timed out.
+            next_due = min(started + retry_interval, guard.deadline)
 
 
 def _lost(guard: TaskLeaseGuard) -> bool:

@@ -87,7 +87,7 @@ class TaskSpec(Generic[StateT, PayloadT, ResultT]):
         try:
             payload = pydantic.TypeAdapter(self.payload_type)
             result = None if self.result_type is None else pydantic.TypeAdapter(self.result_type)
-        except pydantic.PydanticSchemaGenerationError as exc:
+        except (pydantic.PydanticSchemaGenerationError, pydantic.PydanticUserError) as exc:
             raise TaskInvalidValueError(
                 f"task spec {task_kind_label(self.kind)!r}: payload/result type is not "
                 f"supported by pydantic: {exc}"
