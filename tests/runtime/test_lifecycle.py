@@ -421,3 +421,27 @@ async def test_stop_hook_is_cancelled_when_the_service_ends() -> None:
     runtime.request_stop()  # before run: the stop hook fires as soon as the service starts
     assert await runtime.run() == "ended while stop hook hung"
     assert stop_cancelled.is_set()
+
+
+async def test_run_outside_the_main_thread_is_a_clear_signal_error() -> None:
+    from aster_forge.runtime import RuntimeSignalError
+
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        async def main() -> None:
+            async def serve() -> int:
+                return 0
+
+            token = CancellationToken()
+            builder = AsterRuntime.builder()
+            builder.component(RuntimeServiceComponent("svc", Kind.CORE, serve(), token))
+            await builder.run()
+
+        try:
+            asyncio.run(main())
+        except BaseException as exc:  # collected for the assertion below
+            errors.append(exc)
+
+    await asyncio.to_thread(worker)
+    assert len(errors) == 1 and isinstance(errors[0], RuntimeSignalError)

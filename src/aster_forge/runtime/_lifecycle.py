@@ -31,6 +31,7 @@ from .errors import (
     AsterRuntimeStartupError,
     RuntimeComponentGraphError,
     RuntimeComponentRegistrationError,
+    RuntimeSignalError,
 )
 
 __all__ = [
@@ -347,7 +348,12 @@ class AsterRuntime:
         stopper: asyncio.Task[None] | None = None
         try:
             if self._install_signals:
-                installation.install()
+                try:
+                    installation.install()
+                except RuntimeSignalError:
+                    if self._service is not None:
+                        self._service.discard()
+                    raise
             startup = await self._registry._run_startup(self._token)
             if startup.escaped is not None or not startup.report.succeeded():
                 return await self._abort_startup(
