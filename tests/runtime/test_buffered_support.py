@@ -30,6 +30,8 @@ class SinkCall:
     records: list[str]
     outcome: asyncio.Future[BaseException | None]
     finished: asyncio.Event = field(default_factory=asyncio.Event)
+    result: str | None = None
+    """How the call ended: ``ok``, a failure class value, ``panic`` or ``cancelled``."""
 
     def succeed(self) -> None:
         """Let the call return normally (the chunk is confirmed)."""
@@ -60,7 +62,7 @@ class FakeSink:
 
     async def __call__(self, records: list[str]) -> None:
         if self.auto:
-            self.calls.append(SinkCall(list(records), _done_future()))
+            self.calls.append(SinkCall(list(records), _done_future(), result="ok"))
             self.committed.extend(records)
             return
         call = SinkCall(list(records), asyncio.get_running_loop().create_future())
@@ -70,13 +72,16 @@ class FakeSink:
             outcome = await call.outcome
         except asyncio.CancelledError:
             self.cancelled_calls += 1
+            call.result = "cancelled"
             raise
         finally:
             call.finished.set()
             self._signal()
         if outcome is None:
+            call.result = "ok"
             self.committed.extend(records)
             return
+        call.result = outcome.failure_class.value if isinstance(outcome, WriteFailure) else "panic"
         if isinstance(outcome, WriteFailure) and (
             outcome.failure_class is WriteFailureClass.UNKNOWN_COMMIT
         ):
