@@ -387,3 +387,26 @@ def test_bundle_protocol_and_descriptors() -> None:
     assert descriptor.shutdown_phases[0].phase == "database_close"
     assert descriptor.shutdown_phases[0].timeout == timedelta(seconds=5)
     assert "database" in registry and len(registry) == 1
+
+
+def test_long_chains_validate_without_recursion_and_cycles_are_found() -> None:
+    registry = RuntimeComponentRegistry()
+    size = 5000
+    for i in reversed(range(size)):
+        builder = registry.component(f"c{i}", Kind.CORE)
+        if i:
+            builder.depends_on(f"c{i - 1}")
+    registry.validate()
+    assert registry.shutdown_order()[:3] == ("c0", "c1", "c2")
+    registry.component("c0", Kind.CORE).depends_on(f"c{size - 1}")
+    with pytest.raises(RuntimeComponentGraphError) as caught:
+        registry.validate()
+    assert len(caught.value.cycle) == size
+
+
+def test_self_dependency_is_a_cycle() -> None:
+    registry = RuntimeComponentRegistry()
+    registry.component("a", Kind.CORE).depends_on("a")
+    with pytest.raises(RuntimeComponentGraphError) as caught:
+        registry.validate()
+    assert caught.value.cycle == ("a",)

@@ -12,6 +12,7 @@ logger = logging.getLogger("aster_forge.runtime")
 
 
 def topological_order(nodes: list[str], preds: Mapping[str, Iterable[str]]) -> tuple[str, ...]:
+    """Order ``nodes`` so each comes after its ``preds``; ties keep the input order."""
     index = {name: i for i, name in enumerate(nodes)}
     remaining = {name: set(preds[name]) for name in nodes}
     followers: dict[str, list[str]] = {name: [] for name in nodes}
@@ -37,25 +38,31 @@ def topological_order(nodes: list[str], preds: Mapping[str, Iterable[str]]) -> t
 
 
 def find_cycle(graph: Mapping[str, Sequence[str]]) -> tuple[str, ...]:
-    white, grey, black = 0, 1, 2
-    color = dict.fromkeys(graph, white)
-    stack: list[str] = []
+    """Return one dependency cycle (in dependency order), or ``()`` when there is none.
 
-    def visit(node: str) -> tuple[str, ...]:
-        color[node] = grey
-        stack.append(node)
-        for dep in graph[node]:
-            if dep not in graph:
+    Iterative depth-first search, so long dependency chains cannot hit the recursion limit.
+    Edges to nodes outside ``graph`` are ignored (they are reported as missing elsewhere).
+    """
+    done: set[str] = set()
+    for root in graph:
+        if root in done:
+            continue
+        path: list[str] = [root]
+        on_path = {root}
+        iterators = [iter(graph[root])]
+        while iterators:
+            dep = next(iterators[-1], None)
+            if dep is None:
+                finished = path.pop()
+                on_path.discard(finished)
+                done.add(finished)
+                iterators.pop()
                 continue
-            if color[dep] == grey:
-                return tuple(stack[stack.index(dep) :])
-            if color[dep] == white and (found := visit(dep)):
-                return found
-        stack.pop()
-        color[node] = black
-        return ()
-
-    for node in graph:
-        if color[node] == white and (found := visit(node)):
-            return found
+            if dep not in graph or dep in done:
+                continue
+            if dep in on_path:
+                return tuple(path[path.index(dep) :])
+            path.append(dep)
+            on_path.add(dep)
+            iterators.append(iter(graph[dep]))
     return ()
