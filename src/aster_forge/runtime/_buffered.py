@@ -21,6 +21,7 @@ from ._buffered_types import (
     OverflowPolicy,
     RecordAdmission,
 )
+from ._buffered_worker import run_worker
 from ._clock import Clock, SystemClock
 from .errors import (
     DirectWriteError,
@@ -185,7 +186,7 @@ class ManagedBatchWriter(Generic[T, E]):
                 f"{core.lifecycle.value}"
             )
         core.open()
-        worker = asyncio.create_task(core.run_worker(), name="aster-forge:buffered-worker")
+        worker = asyncio.create_task(run_worker(core), name="aster-forge:buffered-worker")
         self._worker = worker
         # The finalizer holds the worker, never ``self``: dropping the owner cancels it.
         finalizer = weakref.finalize(self, _cancel_orphaned_worker, worker)
