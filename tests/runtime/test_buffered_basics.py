@@ -332,3 +332,36 @@ async def test_dropping_the_owner_without_stop_cancels_the_worker() -> None:
     assert worker.cancelled()
     assert sink.cancelled_calls == 1  # the in-flight write was abandoned, not completed
     assert sink.committed == []
+
+
+async def test_deadlines_and_budgets_are_type_checked() -> None:
+    writer, _ = make_writer(FakeSink())
+    with pytest.raises(TypeError, match="deadline"):
+        await writer.flush("soon")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="NaN"):
+        await writer.flush(float("nan"))
+    with pytest.raises(TypeError, match="budget"):
+        await writer.flush_within(5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="deadline"):
+        await writer.stop(True)
+
+
+async def test_begin_drain_before_start_is_a_no_op_and_repr_names_the_state() -> None:
+    writer, _ = make_writer(FakeSink())
+    writer.begin_drain()
+    assert writer.lifecycle is BufferedWriterLifecycle.CREATED
+    assert "created" in repr(writer) and "queued=0" in repr(writer)
+    assert writer.config.capacity == 4
+
+
+async def test_stop_after_the_worker_drained_by_itself_reports_drained() -> None:
+    sink = FakeSink(auto=True)
+    writer, _ = make_writer(sink, capacity=4, batch_size=2)
+    await writer.start()
+    (worker,) = [t for t in asyncio.all_tasks() if t.get_name() == "aster-forge:buffered-worker"]
+    await writer.record("a")
+    writer.begin_drain()
+    await settle()
+    assert worker.done()  # draining with nothing left: the worker ended on its own
+    report = await writer.stop_within(timedelta(0))
+    assert report.drained and not report.worker_cancelled and sink.committed == ["a"]
