@@ -204,3 +204,67 @@ class ScheduledTaskValueError(TaskInvalidValueError):
 
     Stores raise it before any statement runs, so bad input never reaches the database.
     """
+
+
+# --- reference task store (issue 7) ---
+
+
+class TaskEnqueueValueError(TaskInvalidValueError):
+    """Raised when an enqueue request (kind, lane, payload, timing, attempts) is invalid.
+
+    Raised before any I/O, so nothing is written.
+    """
+
+
+class TaskNotFoundError(AsterForgeTasksError, LookupError):
+    """Raised when an admin operation names a task id that does not exist.
+
+    Attributes:
+        task_id: The missing id.
+    """
+
+    def __init__(self, task_id: int) -> None:
+        super().__init__(f"background task #{task_id} not found")
+        self.task_id = task_id
+
+
+class TaskStateError(AsterForgeTasksError, ValueError):
+    """Raised when a task's status does not allow the requested admin operation.
+
+    Attributes:
+        task_id: The task.
+        status: Its status wire value when the operation was refused.
+    """
+
+    def __init__(self, task_id: int, status: str, message: str) -> None:
+        super().__init__(f"background task #{task_id} ({status}): {message}")
+        self.task_id = task_id
+        self.status = status
+
+
+# --- runtime workers and scheduling (issue 8) ---
+
+
+class BackgroundTasksError(AsterForgeTasksError):
+    """Raised as the base class of the runtime-worker errors (groups, periodic, scheduled)."""
+
+
+class BackgroundTaskSpawnError(BackgroundTasksError, ValueError):
+    """Raised when a worker cannot be spawned: blank or duplicate name, or not a callable."""
+
+
+class BackgroundTasksClosedError(BackgroundTasksError, RuntimeError):
+    """Raised when spawning into a :class:`~aster_forge.tasks.BackgroundTasks` group that
+    is shutting down or already shut down."""
+
+
+class PeriodicTaskConfigError(BackgroundTasksError, ValueError):
+    """Raised when a periodic or scheduled task is given an invalid interval, name or hook."""
+
+
+class ScheduledRuntimeDeclarationError(BackgroundTasksError, ValueError):
+    """Raised when a leased scheduled runtime's declarations are invalid.
+
+    For example two scheduled tasks with the same wire name, a declaration made after
+    ``declare`` returned, or a kind with no wire value.
+    """

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Protocol, TypeVar, runtime_checkable  # noqa: F401
+from typing import Protocol, TypeVar, runtime_checkable
 
 from ._lease import TaskLease
 
@@ -355,4 +355,162 @@ class ScheduledTaskStore(Protocol):
         self, namespace: str | None = None
     ) -> Sequence[ScheduledTaskRecord]:
         """Return the catalog rows (of one namespace, or all) ordered by namespace and name."""
+        ...
+
+
+# --- dispatch and execution (issue 7) ---
+
+
+class ClaimedTaskRecord(
+    ClaimableTaskRecord[KindT_co], ExecutableTaskRecord[KindT_co], Protocol[KindT_co]
+):
+    """A row as a lane claim returns it: claimable fields plus what execution needs.
+
+    A store may also expose a ``rescued: bool`` attribute (the claim took over an
+    expired lease); the dispatcher counts it in its stats when present.
+    """
+
+
+class ClaimedTaskStore(TaskHeartbeatStore, ClaimedTaskExecutionStore, Protocol):
+    """What running a claimed task needs: lease renewal plus fenced outcome writes."""
+
+
+class DispatchTaskStore(
+    TaskClaimStore[TaskT_co, LaneT_contra],
+    TaskHeartbeatStore,
+    ClaimedTaskExecutionStore,
+    Protocol[TaskT_co, LaneT_contra],
+):
+    """Everything a dispatch worker needs: lane claims, heartbeats and fenced writes.
+
+    :class:`aster_forge.db.BackgroundTaskDbStore` and
+    :class:`aster_forge.testing.InMemoryTaskStore` implement it.
+    """
+
+
+# --- reference task store (issue 7) ---
+
+from ._records import (  # noqa: E402  (kept inside this issue's section)
+    BackgroundTaskRecord,
+    EnqueueResult,
+    NewTask,
+    TaskCancelOutcome,
+    TaskCompletion,
+    TaskLaneCounts,
+    TaskPage,
+    TaskStatus,
+)
+
+
+@runtime_checkable
+class BackgroundTaskStore(
+    TaskClaimStore[BackgroundTaskRecord, str],
+    TaskHeartbeatStore,
+    ClaimedTaskExecutionStore,
+    Protocol,
+):
+    """A complete task table: enqueue, claim, heartbeat, fenced outcomes, admin reads.
+
+    Lanes and kinds are wire values (``str``; a ``StrEnum`` member works too). Claim
+    order within a lane is ``priority`` descending, then ``run_at``, then ``id``.
+
+    Rescue: a claim first looks at the lane's running tasks whose lease expired. Each
+    one's lost execution counts an attempt (``attempt + 1``, ``failure_reason =
+    LEASE_EXPIRED``); if attempts are left it becomes claimable again and the claim that
+    picks it returns it with ``rescued=True``; if not, it ends ``FAILED`` (or
+    ``CANCELLED`` if a cancel was requested), so a task that kills its worker every
+    time cannot loop forever.
+
+    Fenced writes (see :class:`ClaimedTaskExecutionStore`) match
+    ``(id, processing_token, status RUNNING)`` only. Admin writes never change a running
+    task's token: :meth:`cancel_task` on a running task only records the request.
+
+    Implementations: :class:`aster_forge.db.BackgroundTaskDbStore`,
+    :class:`aster_forge.testing.InMemoryTaskStore`; check your own with
+    :class:`aster_forge.testing.TaskStoreConformance`.
+    """
+
+    async def enqueue(self, task: NewTask) -> EnqueueResult:
+        """Insert a task, or return the existing row when its dedupe key is taken.
+
+        Safe under races between processes: exactly one row per dedupe key exists and
+        every racer gets it back (``created`` is ``True`` for exactly one of them).
+        """
+        ...
+
+    async def enqueue_many(self, tasks: Sequence[NewTask]) -> Sequence[EnqueueResult]:
+        """Enqueue several tasks in one transaction; results are in input order.
+
+        A dedupe key repeated inside ``tasks`` yields one row; later entries get it
+        back with ``created=False``.
+        """
+        ...
+
+    async def mark_tasks_succeeded_many(
+        self, completions: Sequence[TaskCompletion]
+    ) -> Sequence[bool]:
+        """Batched :meth:`mark_task_succeeded`: one fenced write per entry, in input order.
+
+        Each entry is fenced independently (``False`` where that fence failed).
+        """
+        ...
+
+    async def get_task(self, task_id: int) -> BackgroundTaskRecord | None:
+        """Return the row, or ``None`` when it does not exist."""
+        ...
+
+    async def list_tasks(
+        self,
+        *,
+        status: TaskStatus | None = None,
+        kind: str | None = None,
+        lane: str | None = None,
+        limit: int = 50,
+        before_id: int | None = None,
+    ) -> TaskPage:
+        """Return one page of rows, newest (highest id) first, optionally filtered.
+
+        Args:
+            status: Only this status.
+            kind: Only this kind (wire value).
+            lane: Only this lane (wire value).
+            limit: Page size, 1..1000.
+            before_id: Keyset cursor: only ids below it (from ``next_before_id``).
+        """
+        ...
+
+    async def retry_task(
+        self, task_id: int, *, run_at: datetime | None = None, force: bool = False
+    ) -> BackgroundTaskRecord:
+        """Operator retry: put a ``FAILED`` or ``CANCELLED`` task back to pending.
+
+        Resets ``attempt`` to 0 and clears the result and failure reason (``last_error``
+        is kept for history). Conditional on the status, so it cannot race a worker.
+
+        Args:
+            task_id: The task.
+            run_at: When it becomes due (default now).
+            force: Retry even a failure stored with ``manual_retry_allowed=False``.
+
+        Raises:
+            TaskNotFoundError: No such task.
+            TaskStateError: Not failed/cancelled, or manual retry not allowed.
+        """
+        ...
+
+    async def cancel_task(self, task_id: int) -> TaskCancelOutcome:
+        """Cancel a pending task, or request cancellation of a running one.
+
+        See :class:`~aster_forge.tasks.TaskCancelOutcome` for the exact semantics; the
+        running owner's processing token and lease are never touched.
+        """
+        ...
+
+    async def lane_counts(self, lanes: Sequence[str] | None = None) -> Sequence[TaskLaneCounts]:
+        """Pending/due/running/expired counts and the oldest due ``run_at`` per lane.
+
+        Args:
+            lanes: Report exactly these lanes (zeros where empty); default: every lane
+                that has pending or running tasks. Sorted by lane.
+        """
         ...

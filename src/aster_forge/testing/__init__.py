@@ -14,10 +14,12 @@ from ._scheduled_conformance import ScheduledTaskStoreConformance
 from ._scheduled_store import InMemoryScheduledTaskStore
 
 # --- task stores and suites (issue 7) ---
+from ._task_store import InMemoryTaskStore
 
 __all__ = [
     "InMemoryRuntimeLeaseStore",
     "InMemoryScheduledTaskStore",
+    "InMemoryTaskStore",
     "ManualClock",
     "RuntimeLeaseStoreConformance",
     "ScheduledTaskStoreConformance",

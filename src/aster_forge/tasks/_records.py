@@ -1,0 +1,383 @@
+"""The reference background-task row, its status, and enqueue requests/results.
+
+These are what :class:`~aster_forge.tasks.BackgroundTaskStore` implementations
+(:class:`aster_forge.db.BackgroundTaskDbStore`, :class:`aster_forge.testing.InMemoryTaskStore`)
+store and return. A product with its own table keeps its own row type and only
+implements the claim/heartbeat/execution protocols.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from ._dedupe import TaskDedupeKey
+from ._lease import TaskLease
+from .errors import TaskEnqueueValueError, TaskInvalidValueError
+
+__all__ = [
+    "LEASE_EXPIRED_ERROR",
+    "MAX_TASK_KIND_LENGTH",
+    "MAX_TASK_PAGE_SIZE",
+    "MAX_TASK_PRIORITY",
+    "BackgroundTaskRecord",
+    "EnqueueResult",
+    "NewTask",
+    "TaskCancelOutcome",
+    "TaskCompletion",
+    "TaskFailureReason",
+    "TaskLaneCounts",
+    "TaskPage",
+    "TaskStatus",
+    "check_claim_args",
+    "check_list_args",
+    "check_retry_delay",
+    "check_run_at",
+    "check_ttl",
+    "wire_value",
+]
+
+MAX_TASK_KIND_LENGTH = 64
+"""The longest kind or lane wire value (characters)."""
+
+MAX_TASK_PRIORITY = 2**31 - 1
+"""Priorities are 32-bit signed integers (higher is claimed first)."""
+
+LEASE_EXPIRED_ERROR = "lease expired while the task was running (worker lost or crashed)"
+"""The ``last_error`` a store writes when it rescues (or fails) a task whose lease expired."""
+
+
+class TaskStatus(enum.StrEnum):
+    """The lifecycle status of a background task row (stored as its wire value)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether nothing will run the task again without an operator retry."""
+        return self in (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED)
+
+
+class TaskFailureReason(enum.StrEnum):
+    """Why the last execution did not succeed (stored next to ``last_error``).
+
+    ``PRODUCT_ERROR``: the product's code failed (retry or final failure written by the
+    executor). ``LEASE_EXPIRED``: the worker stopped renewing (crash, SIGKILL, partition)
+    and a later claim rescued or failed the task. ``CANCELLED``: an operator cancelled it.
+    A shutdown release is not a failure and leaves the reason unchanged.
+    """
+
+    PRODUCT_ERROR = "product_error"
+    LEASE_EXPIRED = "lease_expired"
+    CANCELLED = "cancelled"
+
+
+class TaskCancelOutcome(enum.StrEnum):
+    """What :meth:`~aster_forge.tasks.BackgroundTaskStore.cancel_task` did.
+
+    ``CANCELLED``: the task was pending and is now cancelled. ``CANCEL_REQUESTED``: the
+    task is running; its owner's fence is untouched, and the owner's next retry or
+    shutdown release (or a rescue after its lease expired) ends it ``CANCELLED`` instead
+    of pending; a success or final failure is still recorded as such.
+    ``ALREADY_FINISHED``: terminal already, nothing written. ``NOT_FOUND``: no such task.
+    """
+
+    CANCELLED = "cancelled"
+    CANCEL_REQUESTED = "cancel_requested"
+    ALREADY_FINISHED = "already_finished"
+    NOT_FOUND = "not_found"
+
+
+def wire_value(value: object, what: str) -> str:
+    """Return the wire value of a kind/lane (a ``str`` or a str-valued enum member).
+
+    Raises:
+        TaskEnqueueValueError: When it is not text, empty/blank, longer than
+            :data:`MAX_TASK_KIND_LENGTH` or has surrounding whitespace.
+    """
+    raw = value.value if isinstance(value, enum.Enum) else value
+    if not isinstance(raw, str):
+        raise TaskEnqueueValueError(f"task {what} must be a str, got {type(raw).__name__}")
+    if not raw.strip() or raw != raw.strip():
+        raise TaskEnqueueValueError(f"task {what} must be non-empty without surrounding whitespace")
+    if len(raw) > MAX_TASK_KIND_LENGTH:
+        raise TaskEnqueueValueError(
+            f"task {what} is {len(raw)} characters long; the limit is {MAX_TASK_KIND_LENGTH}"
+        )
+    return raw
+
+
+def _check_json(what: str, value: object, *, optional: bool) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, str):
+        raise TaskEnqueueValueError(f"{what} must be JSON text, got {type(value).__name__}")
+    try:
+        json.loads(value)
+    except ValueError as exc:
+        raise TaskEnqueueValueError(f"{what} is not valid JSON: {exc.args[0]}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class NewTask:
+    """A request to enqueue one task.
+
+    Attributes:
+        kind: The kind's wire value (or a str-valued enum member).
+        lane: The lane whose dispatcher claims it (wire value or enum member).
+        payload_json: The encoded payload (JSON text; ``spec.encode_payload(...)``).
+        steps_json: The initial step list (JSON text), or ``None``.
+        run_at: When it becomes due (aware); ``None`` means now (plus ``delay``).
+        delay: Added to "now" when ``run_at`` is ``None`` (store clock / server clock).
+        priority: Higher is claimed first within a lane (32-bit signed).
+        max_attempts: Counted attempts allowed (>= 1).
+        dedupe_key: A :class:`TaskDedupeKey` (or its text); a second enqueue with the
+            same key returns the existing row instead of inserting.
+        extra: Values for columns a product added to the table (DB store only).
+
+    Raises:
+        TaskEnqueueValueError: When a field is invalid (checked at construction).
+    """
+
+    kind: str
+    lane: str
+    payload_json: str = "null"
+    steps_json: str | None = None
+    run_at: datetime | None = None
+    delay: timedelta = timedelta(0)
+    priority: int = 0
+    max_attempts: int = 5
+    dedupe_key: TaskDedupeKey | str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", wire_value(self.kind, "kind"))
+        object.__setattr__(self, "lane", wire_value(self.lane, "lane"))
+        _check_json("payload_json", self.payload_json, optional=False)
+        _check_json("steps_json", self.steps_json, optional=True)
+        if self.run_at is not None and (
+            not isinstance(self.run_at, datetime) or self.run_at.utcoffset() is None
+        ):
+            raise TaskEnqueueValueError("run_at must be a timezone-aware datetime")
+        if not isinstance(self.delay, timedelta) or self.delay < timedelta(0):
+            raise TaskEnqueueValueError("delay must be a non-negative timedelta")
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
+            raise TaskEnqueueValueError("priority must be an int")
+        if not -MAX_TASK_PRIORITY - 1 <= self.priority <= MAX_TASK_PRIORITY:
+            raise TaskEnqueueValueError("priority must fit a 32-bit signed integer")
+        if (
+            isinstance(self.max_attempts, bool)
+            or not isinstance(self.max_attempts, int)
+            or not 1 <= self.max_attempts <= MAX_TASK_PRIORITY
+        ):
+            raise TaskEnqueueValueError("max_attempts must be an int >= 1")
+        if self.dedupe_key is not None and not isinstance(self.dedupe_key, TaskDedupeKey):
+            object.__setattr__(self, "dedupe_key", TaskDedupeKey(self.dedupe_key))
+
+    @property
+    def dedupe_key_text(self) -> str | None:
+        """The dedupe key as stored (``None`` when there is none)."""
+        key = self.dedupe_key
+        return key.value if isinstance(key, TaskDedupeKey) else key
+
+
+@dataclass(frozen=True, slots=True)
+class BackgroundTaskRecord:
+    """One row of the reference ``background_tasks`` table.
+
+    Satisfies :class:`~aster_forge.tasks.ClaimableTaskRecord` and
+    :class:`~aster_forge.tasks.ExecutableTaskRecord` with ``kind`` as its wire value.
+
+    Attributes:
+        id: Database identifier.
+        kind: The kind's wire value.
+        lane: The lane's wire value.
+        status: Lifecycle status.
+        payload_json: The payload (JSON text).
+        result_json: The result once succeeded (JSON text) or ``None``.
+        steps_json: The step list (JSON text) or ``None``.
+        attempt: Counted attempts so far (failed or lease-expired executions).
+        max_attempts: Counted attempts allowed.
+        run_at: When the task is (or was) due.
+        priority: Claim order within a lane, higher first.
+        processing_token: The live claim's token, ``None`` unless running.
+        lease_expires_at: The live claim's expiry, ``None`` unless running.
+        claimed_by: The owner that made the latest claim (diagnostics).
+        dedupe_key: The dedupe key, or ``None``.
+        last_error: The latest failure text the product (or the store) chose.
+        failure_reason: Why the latest execution did not succeed, if it did not.
+        manual_retry_allowed: Whether an operator may retry a failed task by hand.
+        cancel_requested: An operator asked to cancel while it was running.
+        rescued: The current (or next) claim follows an expired lease of a lost worker.
+        created_at: Insert time.
+        updated_at: Last write time.
+        started_at: When the latest claim started it.
+        finished_at: When it reached a terminal status.
+    """
+
+    id: int
+    kind: str
+    lane: str
+    status: TaskStatus
+    payload_json: str
+    result_json: str | None
+    steps_json: str | None
+    attempt: int
+    max_attempts: int
+    run_at: datetime
+    priority: int
+    processing_token: str | None
+    lease_expires_at: datetime | None
+    claimed_by: str | None
+    dedupe_key: str | None
+    last_error: str | None
+    failure_reason: TaskFailureReason | None
+    manual_retry_allowed: bool
+    cancel_requested: bool
+    rescued: bool
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueResult:
+    """What an enqueue returned.
+
+    Attributes:
+        record: The stored row (the existing one on a dedupe hit).
+        created: ``False`` when the dedupe key matched an existing row.
+    """
+
+    record: BackgroundTaskRecord
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCompletion:
+    """One entry of a batched, fenced success write (``mark_tasks_succeeded_many``).
+
+    Attributes:
+        lease: The claim that ran the task.
+        result_json: The encoded result or ``None``.
+        steps_json: The final step list or ``None`` to keep the stored one.
+    """
+
+    lease: TaskLease
+    result_json: str | None = None
+    steps_json: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskLaneCounts:
+    """Queue figures of one lane, measured in one read.
+
+    Attributes:
+        lane: The lane's wire value.
+        pending: Pending tasks (due or not).
+        due: Pending tasks whose ``run_at`` has passed.
+        running: Running tasks (live or expired leases).
+        expired: Running tasks whose lease has expired (rescue candidates).
+        oldest_due_run_at: ``run_at`` of the oldest due pending task, or ``None``.
+        measured_at: The store's "now" for this read (server clock where there is one).
+    """
+
+    lane: str
+    pending: int
+    due: int
+    running: int
+    expired: int
+    oldest_due_run_at: datetime | None
+    measured_at: datetime
+
+    @property
+    def queue_lag(self) -> timedelta:
+        """How long the oldest due task has waited (zero when nothing is due)."""
+        if self.oldest_due_run_at is None:
+            return timedelta(0)
+        return max(timedelta(0), self.measured_at - self.oldest_due_run_at)
+
+    @property
+    def queue_lag_seconds(self) -> float:
+        """:attr:`queue_lag` in seconds, for metrics."""
+        return self.queue_lag.total_seconds()
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPage:
+    """One page of :meth:`~aster_forge.tasks.BackgroundTaskStore.list_tasks` (newest first).
+
+    Attributes:
+        items: The rows, ordered by id descending.
+        next_before_id: Pass as ``before_id`` for the next page; ``None`` on the last.
+    """
+
+    items: Sequence[BackgroundTaskRecord]
+    next_before_id: int | None
+
+
+MAX_TASK_PAGE_SIZE = 1000
+"""The largest ``limit`` :meth:`~aster_forge.tasks.BackgroundTaskStore.list_tasks` accepts."""
+
+
+def check_ttl(lease_ttl: object) -> None:
+    """Reject a lease TTL that is not a positive ``timedelta`` (store input check)."""
+    if not isinstance(lease_ttl, timedelta) or lease_ttl <= timedelta(0):
+        raise TaskInvalidValueError("lease_ttl must be a positive timedelta")
+
+
+def check_claim_args(lane: object, owner: object, lease_ttl: object, limit: object) -> str:
+    """Validate claim arguments; return the lane's wire value."""
+    lane_value = wire_value(lane, "lane")
+    if not isinstance(owner, str) or not owner.strip() or len(owner) > 255:
+        raise TaskInvalidValueError("claim owner must be a non-empty str of at most 255 chars")
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TaskInvalidValueError("claim limit must be an int")
+    check_ttl(lease_ttl)
+    return lane_value
+
+
+def check_retry_delay(delay: object) -> None:
+    """Reject a retry delay that is not a non-negative ``timedelta``."""
+    if not isinstance(delay, timedelta) or delay < timedelta(0):
+        raise TaskInvalidValueError("retry delay must be a non-negative timedelta")
+
+
+def check_run_at(run_at: object) -> None:
+    """Reject a ``run_at`` that is not ``None`` or an aware datetime."""
+    if run_at is not None and (not isinstance(run_at, datetime) or run_at.utcoffset() is None):
+        raise TaskInvalidValueError("run_at must be a timezone-aware datetime")
+
+
+def check_list_args(
+    status: object, kind: object, lane: object, limit: object, before_id: object
+) -> tuple[TaskStatus | None, str | None, str | None]:
+    """Validate :meth:`list_tasks` filters; return normalized status, kind and lane."""
+    status_value: TaskStatus | None = None
+    if status is not None:
+        try:
+            status_value = TaskStatus(str(status))
+        except ValueError as exc:
+            raise TaskInvalidValueError(f"unknown task status {status!r}") from exc
+    if (
+        isinstance(limit, bool)
+        or not isinstance(limit, int)
+        or not 1 <= limit <= MAX_TASK_PAGE_SIZE
+    ):
+        raise TaskInvalidValueError(f"limit must be an int in 1..{MAX_TASK_PAGE_SIZE}")
+    if before_id is not None and (isinstance(before_id, bool) or not isinstance(before_id, int)):
+        raise TaskInvalidValueError("before_id must be an int")
+    return (
+        status_value,
+        None if kind is None else wire_value(kind, "kind"),
+        None if lane is None else wire_value(lane, "lane"),
+    )

@@ -1,0 +1,427 @@
+"""An in-memory :class:`~aster_forge.tasks.BackgroundTaskStore` on an injected clock."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..runtime import Clock, SystemClock
+from ..runtime._lease_types import saturating_expiry
+from ..tasks._lease import TaskLease
+from ..tasks._records import (
+    LEASE_EXPIRED_ERROR,
+    BackgroundTaskRecord,
+    EnqueueResult,
+    NewTask,
+    TaskCancelOutcome,
+    TaskCompletion,
+    TaskFailureReason,
+    TaskLaneCounts,
+    TaskPage,
+    TaskStatus,
+    check_claim_args,
+    check_list_args,
+    check_retry_delay,
+    check_run_at,
+    check_ttl,
+    wire_value,
+)
+from ..tasks.errors import TaskNotFoundError, TaskStateError
+
+__all__ = ["InMemoryTaskStore"]
+
+
+class InMemoryTaskStore:
+    """A :class:`~aster_forge.tasks.BackgroundTaskStore` kept in a dict.
+
+    Every method runs without awaiting in between reads and writes, so each is atomic
+    on the event loop, like one database transaction. Time comes from ``clock`` (use
+    :class:`~aster_forge.testing.ManualClock` in tests). It follows exactly the
+    semantics of :class:`aster_forge.db.BackgroundTaskDbStore`, so dispatcher tests on
+    it carry over.
+
+    Args:
+        clock: The time source for ``run_at``, leases and timestamps.
+
+    Example:
+        >>> from aster_forge.tasks import NewTask
+        >>> from aster_forge.testing import InMemoryTaskStore, ManualClock
+        >>> store = InMemoryTaskStore(ManualClock())
+        >>> import asyncio
+        >>> asyncio.run(store.enqueue(NewTask("email", "default"))).created
+        True
+    """
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._rows: dict[int, BackgroundTaskRecord] = {}
+        self._by_key: dict[str, int] = {}
+        self._next_id = 1
+        self.claim_calls = 0
+        """How many times :meth:`claim_due_for_lane` was called (for dispatcher tests)."""
+
+    @property
+    def clock(self) -> Clock:
+        """The store's clock."""
+        return self._clock
+
+    def all_tasks(self) -> list[BackgroundTaskRecord]:
+        """Every row, by id (a synchronous snapshot for test assertions)."""
+        return [self._rows[key] for key in sorted(self._rows)]
+
+    # -- enqueue -----------------------------------------------------------------
+
+    def _insert(self, task: NewTask, now: datetime) -> EnqueueResult:
+        key = task.dedupe_key_text
+        if key is not None and key in self._by_key:
+            return EnqueueResult(self._rows[self._by_key[key]], created=False)
+        run_at = task.run_at if task.run_at is not None else saturating_expiry(now, task.delay)
+        record = BackgroundTaskRecord(
+            id=self._next_id,
+            kind=task.kind,
+            lane=task.lane,
+            status=TaskStatus.PENDING,
+            payload_json=task.payload_json,
+            result_json=None,
+            steps_json=task.steps_json,
+            attempt=0,
+            max_attempts=task.max_attempts,
+            run_at=run_at,
+            priority=task.priority,
+            processing_token=None,
+            lease_expires_at=None,
+            claimed_by=None,
+            dedupe_key=key,
+            last_error=None,
+            failure_reason=None,
+            manual_retry_allowed=True,
+            cancel_requested=False,
+            rescued=False,
+            created_at=now,
+            updated_at=now,
+            started_at=None,
+            finished_at=None,
+        )
+        self._next_id += 1
+        self._rows[record.id] = record
+        if key is not None:
+            self._by_key[key] = record.id
+        return EnqueueResult(record, created=True)
+
+    async def enqueue(self, task: NewTask) -> EnqueueResult:
+        """Insert ``task`` or return the row holding its dedupe key."""
+        return self._insert(task, self._clock.now())
+
+    async def enqueue_many(self, tasks: Sequence[NewTask]) -> list[EnqueueResult]:
+        """Enqueue every task atomically; results in input order."""
+        now = self._clock.now()
+        return [self._insert(task, now) for task in tasks]
+
+    # -- claim and rescue ---------------------------------------------------------
+
+    def _rescue_expired(self, lane: str, now: datetime) -> None:
+        for row in list(self._rows.values()):
+            if (
+                row.lane != lane
+                or row.status is not TaskStatus.RUNNING
+                or row.lease_expires_at is None
+                or row.lease_expires_at > now
+            ):
+                continue
+            attempt = row.attempt + 1
+            status = TaskStatus.PENDING
+            reason = TaskFailureReason.LEASE_EXPIRED
+            finished: datetime | None = None
+            if row.cancel_requested:
+                status, finished = TaskStatus.CANCELLED, now
+                reason = TaskFailureReason.CANCELLED
+            elif attempt >= row.max_attempts:
+                status, finished = TaskStatus.FAILED, now
+            self._rows[row.id] = replace(
+                row,
+                status=status,
+                attempt=attempt,
+                processing_token=None,
+                lease_expires_at=None,
+                last_error=LEASE_EXPIRED_ERROR,
+                failure_reason=reason,
+                rescued=status is TaskStatus.PENDING,
+                updated_at=now,
+                finished_at=finished,
+            )
+
+    async def claim_due_for_lane(
+        self, lane: str, limit: int, owner: str, lease_ttl: timedelta
+    ) -> list[BackgroundTaskRecord]:
+        """Rescue expired leases of ``lane``, then claim up to ``limit`` due tasks."""
+        lane_value = check_claim_args(lane, owner, lease_ttl, limit)
+        self.claim_calls += 1
+        if limit <= 0:
+            return []
+        now = self._clock.now()
+        self._rescue_expired(lane_value, now)
+        due = sorted(
+            (
+                row
+                for row in self._rows.values()
+                if row.lane == lane_value and row.status is TaskStatus.PENDING and row.run_at <= now
+            ),
+            key=lambda row: (-row.priority, row.run_at, row.id),
+        )[:limit]
+        expires = saturating_expiry(now, lease_ttl)
+        claimed: list[BackgroundTaskRecord] = []
+        for row in due:
+            record = replace(
+                row,
+                status=TaskStatus.RUNNING,
+                processing_token=uuid.uuid4().hex,
+                lease_expires_at=expires,
+                claimed_by=owner,
+                started_at=now,
+                updated_at=now,
+            )
+            self._rows[row.id] = record
+            claimed.append(record)
+        return claimed
+
+    # -- fenced writes --------------------------------------------------------------
+
+    def _owned(self, lease: TaskLease) -> BackgroundTaskRecord | None:
+        row = self._rows.get(lease.task_id)
+        if (
+            row is None
+            or row.status is not TaskStatus.RUNNING
+            or row.processing_token != lease.processing_token
+        ):
+            return None
+        return row
+
+    def _finish(self, row: BackgroundTaskRecord, **changes: Any) -> None:
+        self._rows[row.id] = replace(
+            row,
+            processing_token=None,
+            lease_expires_at=None,
+            rescued=False,
+            updated_at=self._clock.now(),
+            **changes,
+        )
+
+    async def renew_task_lease(self, lease: TaskLease, lease_ttl: timedelta) -> TaskLease | None:
+        """Extend the lease if the claim still owns the task (else ``None``)."""
+        check_ttl(lease_ttl)
+        row = self._owned(lease)
+        if row is None:
+            return None
+        now = self._clock.now()
+        expires = saturating_expiry(now, lease_ttl)
+        self._rows[row.id] = replace(row, lease_expires_at=expires, updated_at=now)
+        return lease.renewed(expires)
+
+    def _succeed(self, lease: TaskLease, result_json: str | None, steps_json: str | None) -> bool:
+        row = self._owned(lease)
+        if row is None:
+            return False
+        self._finish(
+            row,
+            status=TaskStatus.SUCCEEDED,
+            result_json=result_json,
+            steps_json=row.steps_json if steps_json is None else steps_json,
+            failure_reason=None,
+            finished_at=self._clock.now(),
+        )
+        return True
+
+    async def mark_task_succeeded(
+        self, lease: TaskLease, result_json: str | None, steps_json: str | None
+    ) -> bool:
+        """Fenced: mark succeeded and store the result."""
+        return self._succeed(lease, result_json, steps_json)
+
+    async def mark_tasks_succeeded_many(self, completions: Sequence[TaskCompletion]) -> list[bool]:
+        """Fenced per entry; results in input order."""
+        return [self._succeed(c.lease, c.result_json, c.steps_json) for c in completions]
+
+    async def mark_task_retry(
+        self,
+        lease: TaskLease,
+        *,
+        delay: timedelta,
+        error: str,
+        steps_json: str | None,
+        count_attempt: bool,
+    ) -> bool:
+        """Fenced: back to pending after ``delay`` (cancelled if a cancel was requested)."""
+        check_retry_delay(delay)
+        row = self._owned(lease)
+        if row is None:
+            return False
+        now = self._clock.now()
+        cancelled = row.cancel_requested
+        self._finish(
+            row,
+            status=TaskStatus.CANCELLED if cancelled else TaskStatus.PENDING,
+            attempt=row.attempt + 1 if count_attempt else row.attempt,
+            run_at=row.run_at if cancelled else saturating_expiry(now, delay),
+            last_error=error,
+            failure_reason=(
+                TaskFailureReason.CANCELLED if cancelled else TaskFailureReason.PRODUCT_ERROR
+            ),
+            steps_json=row.steps_json if steps_json is None else steps_json,
+            finished_at=now if cancelled else None,
+        )
+        return True
+
+    async def mark_task_failed(
+        self, lease: TaskLease, *, error: str, steps_json: str | None, manual_retry: bool
+    ) -> bool:
+        """Fenced: failed for good, ``attempt + 1``."""
+        row = self._owned(lease)
+        if row is None:
+            return False
+        self._finish(
+            row,
+            status=TaskStatus.FAILED,
+            attempt=row.attempt + 1,
+            last_error=error,
+            failure_reason=TaskFailureReason.PRODUCT_ERROR,
+            manual_retry_allowed=manual_retry,
+            steps_json=row.steps_json if steps_json is None else steps_json,
+            finished_at=self._clock.now(),
+        )
+        return True
+
+    async def release_task_for_shutdown(self, lease: TaskLease) -> bool:
+        """Fenced: back to pending, due now, attempt and error unchanged."""
+        row = self._owned(lease)
+        if row is None:
+            return False
+        now = self._clock.now()
+        if row.cancel_requested:
+            self._finish(
+                row,
+                status=TaskStatus.CANCELLED,
+                failure_reason=TaskFailureReason.CANCELLED,
+                finished_at=now,
+            )
+        else:
+            self._finish(row, status=TaskStatus.PENDING, run_at=now)
+        return True
+
+    async def update_task_steps(self, lease: TaskLease, steps_json: str) -> bool:
+        """Fenced: store step progress."""
+        row = self._owned(lease)
+        if row is None:
+            return False
+        self._rows[row.id] = replace(row, steps_json=steps_json, updated_at=self._clock.now())
+        return True
+
+    # -- admin ------------------------------------------------------------------------
+
+    async def get_task(self, task_id: int) -> BackgroundTaskRecord | None:
+        """Return the row or ``None``."""
+        return self._rows.get(task_id)
+
+    async def list_tasks(
+        self,
+        *,
+        status: TaskStatus | None = None,
+        kind: str | None = None,
+        lane: str | None = None,
+        limit: int = 50,
+        before_id: int | None = None,
+    ) -> TaskPage:
+        """One page, newest first, filtered."""
+        status_v, kind_v, lane_v = check_list_args(status, kind, lane, limit, before_id)
+        rows = [
+            row
+            for task_id, row in sorted(self._rows.items(), reverse=True)
+            if (before_id is None or task_id < before_id)
+            and (status_v is None or row.status == status_v)
+            and (kind_v is None or row.kind == kind_v)
+            and (lane_v is None or row.lane == lane_v)
+        ]
+        items = rows[:limit]
+        more = len(rows) > limit
+        return TaskPage(items, items[-1].id if more else None)
+
+    async def retry_task(
+        self, task_id: int, *, run_at: datetime | None = None, force: bool = False
+    ) -> BackgroundTaskRecord:
+        """Operator retry of a failed/cancelled task."""
+        row = self._rows.get(task_id)
+        if row is None:
+            raise TaskNotFoundError(task_id)
+        if row.status not in (TaskStatus.FAILED, TaskStatus.CANCELLED):
+            raise TaskStateError(task_id, row.status.value, "only failed or cancelled tasks retry")
+        if row.status is TaskStatus.FAILED and not row.manual_retry_allowed and not force:
+            raise TaskStateError(task_id, row.status.value, "manual retry is not allowed")
+        check_run_at(run_at)
+        now = self._clock.now()
+        record = replace(
+            row,
+            status=TaskStatus.PENDING,
+            attempt=0,
+            run_at=run_at or now,
+            result_json=None,
+            failure_reason=None,
+            manual_retry_allowed=True,
+            cancel_requested=False,
+            rescued=False,
+            updated_at=now,
+            finished_at=None,
+        )
+        self._rows[task_id] = record
+        return record
+
+    async def cancel_task(self, task_id: int) -> TaskCancelOutcome:
+        """Cancel a pending task or flag a running one."""
+        row = self._rows.get(task_id)
+        if row is None:
+            return TaskCancelOutcome.NOT_FOUND
+        now = self._clock.now()
+        if row.status is TaskStatus.PENDING:
+            self._rows[task_id] = replace(
+                row,
+                status=TaskStatus.CANCELLED,
+                failure_reason=TaskFailureReason.CANCELLED,
+                rescued=False,
+                updated_at=now,
+                finished_at=now,
+            )
+            return TaskCancelOutcome.CANCELLED
+        if row.status is TaskStatus.RUNNING:
+            self._rows[task_id] = replace(row, cancel_requested=True, updated_at=now)
+            return TaskCancelOutcome.CANCEL_REQUESTED
+        return TaskCancelOutcome.ALREADY_FINISHED
+
+    async def lane_counts(self, lanes: Sequence[str] | None = None) -> list[TaskLaneCounts]:
+        """Per-lane queue figures."""
+        now = self._clock.now()
+        wanted = None if lanes is None else {wire_value(lane, "lane") for lane in lanes}
+        figures: dict[str, list[Any]] = {lane: [0, 0, 0, 0, None] for lane in wanted or ()}
+        for row in self._rows.values():
+            if wanted is not None and row.lane not in wanted:
+                continue
+            if row.status not in (TaskStatus.PENDING, TaskStatus.RUNNING):
+                continue
+            entry = figures.setdefault(row.lane, [0, 0, 0, 0, None])
+            if row.status is TaskStatus.PENDING:
+                entry[0] += 1
+                if row.run_at <= now:
+                    entry[1] += 1
+                    if entry[4] is None or row.run_at < entry[4]:
+                        entry[4] = row.run_at
+            else:
+                entry[2] += 1
+                if row.lease_expires_at is not None and row.lease_expires_at <= now:
+                    entry[3] += 1
+        return [
+            TaskLaneCounts(lane, e[0], e[1], e[2], e[3], e[4], now)
+            for lane, e in sorted(figures.items())
+        ]
+
+    def __repr__(self) -> str:
+        return f"<InMemoryTaskStore tasks={len(self._rows)}>"
