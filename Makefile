@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[all,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[all,dev,docs]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -34,6 +34,9 @@ bench: $(STAMP)
 
 chaos: $(STAMP)
 	$(BIN)/python -m pytest tests/chaos -m slow --timeout=900 -p no:cacheprovider
+
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage htmlcov dist build
