@@ -94,6 +94,7 @@ class _WriterCore(Generic[T, E]):
         # of each potential batch, for ``max_delay``.
         self.queue: deque[T] = deque()
         self.marks: deque[tuple[int, float]] = deque()
+        self.next_mark = 0
         self.in_flight = 0
         self.batch_accepted = 0
         self.batch_confirmed = 0
@@ -181,22 +182,27 @@ class _WriterCore(Generic[T, E]):
 
     def try_enqueue(self, record: T) -> bool:
         """Queue ``record`` in the batch lane if there is room (room counts in-flight)."""
+        # The hot path: one length check, one append, at most one comparison more.
         queue = self.queue
         size = len(queue)
         if size >= self.capacity:
             return False
-        unwritten = size - self.in_flight
         seq = self.batch_accepted
-        if unwritten == 0:
-            self.marks.append((seq, self.clock.monotonic()))
-            self.kick()  # the worker arms the max_delay timer
-        elif seq - self.marks[-1][0] >= self.batch_size:
-            self.marks.append((seq, self.clock.monotonic()))
         queue.append(record)
         self.batch_accepted = seq + 1
-        if unwritten + 1 >= self.batch_size:
-            self.kick()
+        unwritten = size - self.in_flight
+        if unwritten == 0 or seq >= self.next_mark:
+            self._mark(seq, unwritten)
+        elif unwritten + 1 == self.batch_size:
+            self.kick()  # reached the threshold; above it the worker is already busy
         return True
+
+    def _mark(self, seq: int, unwritten: int) -> None:
+        # One (sequence, time) mark per potential batch, for max_delay.
+        self.marks.append((seq, self.clock.monotonic()))
+        self.next_mark = seq + self.batch_size
+        if unwritten == 0 or unwritten + 1 == self.batch_size:
+            self.kick()  # arm the max_delay timer, or the threshold was reached
 
     def try_occupy_direct(self, record: T) -> int | None:
         """Take the overflow slot; return the record's direct sequence, or ``None``."""
