@@ -104,13 +104,58 @@ from ._records import (
 from .errors import TaskEnqueueValueError, TaskNotFoundError, TaskStateError
 from .protocols import BackgroundTaskStore
 
+# isort: split
+# --- dispatch and execution (issue 7) ---
+from ._dispatch import (
+    DispatchBackoff,
+    DispatchDrainResult,
+    DispatchPollConfig,
+    DispatchWakeSignal,
+    TaskDispatcher,
+    TaskLaneConfig,
+    claim_due_for_lane,
+    default_dispatch_owner,
+    drain_dispatcher,
+    effective_dispatch_base_interval,
+)
+from ._dispatch_stats import ClaimedTaskOutcome, DispatchStats, DispatchStatsRecorder
+from ._dispatch_worker import run_dispatch_worker
+from ._execution import (
+    ClaimedTaskExecutionConfig,
+    ClaimedTaskReport,
+    run_claimed_task_batch_with_store,
+    run_claimed_task_with_store,
+    task_lease_termination_of,
+)
+from ._temp import (
+    TASK_TEMP_DIR_SCOPE,
+    TaskTempDirs,
+    sweep_task_temp_dirs,
+    task_temp_dir_name,
+    task_temp_dirs_root,
+)
+from .errors import TaskDispatchConfigError
+from .protocols import ClaimedTaskRecord, ClaimedTaskStore, DispatchTaskStore
+
 __all__ = [
     "AsterForgeTasksError",
     "BackgroundTaskRecord",
     "BackgroundTaskStore",
     "ClaimableTaskRecord",
+    "ClaimedTaskExecutionConfig",
     "ClaimedTaskExecutionStore",
+    "ClaimedTaskOutcome",
+    "ClaimedTaskRecord",
+    "ClaimedTaskReport",
+    "ClaimedTaskStore",
     "ClassifiedTaskError",
+    "DispatchBackoff",
+    "DispatchDrainResult",
+    "DispatchPollConfig",
+    "DispatchStats",
+    "DispatchStatsRecorder",
+    "DispatchTaskStore",
+    "DispatchWakeSignal",
     "EnqueueResult",
     "ErasedTaskSpec",
     "ExecutableTaskRecord",
@@ -127,6 +172,7 @@ __all__ = [
     "ScheduledTaskRunStatus",
     "ScheduledTaskStore",
     "ScheduledTaskValueError",
+    "TASK_TEMP_DIR_SCOPE",
     "TaskCancelOutcome",
     "TaskClaimStore",
     "TaskCodecError",
@@ -135,6 +181,8 @@ __all__ = [
     "TaskCoreErrorKind",
     "TaskDedupeKey",
     "TaskDedupeKeyError",
+    "TaskDispatchConfigError",
+    "TaskDispatcher",
     "TaskEnqueueValueError",
     "TaskErrorClassifier",
     "TaskExecutionContext",
@@ -143,6 +191,7 @@ __all__ = [
     "TaskHeartbeatStore",
     "TaskInvalidValueError",
     "TaskIoError",
+    "TaskLaneConfig",
     "TaskLaneCounts",
     "TaskLease",
     "TaskLeaseControlError",
@@ -166,9 +215,14 @@ __all__ = [
     "TaskStepSpec",
     "TaskStepStatus",
     "TaskTempDirProvider",
+    "TaskTempDirs",
     "TaskWorkerShutdownRequestedError",
+    "claim_due_for_lane",
     "classify_task_error",
+    "default_dispatch_owner",
     "default_task_retry_delay",
+    "drain_dispatcher",
+    "effective_dispatch_base_interval",
     "initial_task_steps_from_specs",
     "is_task_lease_control_error",
     "is_task_lease_lost",
@@ -177,6 +231,9 @@ __all__ = [
     "legacy_runtime_task_display_name",
     "mark_active_step_failed",
     "parse_task_steps_json",
+    "run_claimed_task_batch_with_store",
+    "run_claimed_task_with_store",
+    "run_dispatch_worker",
     "run_task_heartbeat",
     "scheduled_task_dedupe_key",
     "serialize_task_steps_json",
@@ -184,8 +241,12 @@ __all__ = [
     "set_task_step_skipped",
     "set_task_step_succeeded",
     "should_auto_retry",
+    "sweep_task_temp_dirs",
     "task_heartbeat_interval",
     "task_kind_label",
+    "task_lease_termination_of",
     "task_step_status_json_schema",
     "task_steps_json_schema",
+    "task_temp_dir_name",
+    "task_temp_dirs_root",
 ]

@@ -268,3 +268,10 @@ class ScheduledRuntimeDeclarationError(BackgroundTasksError, ValueError):
     For example two scheduled tasks with the same wire name, a declaration made after
     ``declare`` returned, or a kind with no wire value.
     """
+
+
+# --- dispatch and execution (issue 7) ---
+
+
+class TaskDispatchConfigError(TaskInvalidValueError):
+    """Raised when a lane, poll or dispatcher configuration value is invalid."""
