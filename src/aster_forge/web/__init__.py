@@ -1,5 +1,52 @@
-"""Starlette app factories: health endpoints, metrics, admin API, dashboard (extra ``web``)."""
+"""Starlette app factories: health endpoints, metrics, admin API, dashboard (extra ``web``).
+
+Importing this package requires ``starlette`` and ``prometheus_client``; the core
+packages never import it.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+# --- http (issue 9) ---
+from ._admin import AdminSources, LaneLimits, admin_routes
+from ._app import admin_app, create_app
+from ._auth import ADMIN_TOKEN_ENV, BearerTokenGuard
+from ._dashboard import dashboard_routes
+from ._health import (
+    HEALTH_PATHS,
+    SHUTDOWN_COMPONENT,
+    SHUTDOWN_MESSAGE,
+    HealthRunner,
+    HealthSource,
+    health_app,
+    health_routes,
+    render_health_text,
+)
+from ._leases import RuntimeLeaseSource, RuntimeLeases, RuntimeLeaseTableReader, RuntimeLeaseView
+from ._metrics import metrics_app, metrics_routes
+from ._openapi import openapi_document
+
+__all__ = [
+    "ADMIN_TOKEN_ENV",
+    "AdminSources",
+    "BearerTokenGuard",
+    "HEALTH_PATHS",
+    "HealthRunner",
+    "HealthSource",
+    "LaneLimits",
+    "RuntimeLeaseSource",
+    "RuntimeLeaseTableReader",
+    "RuntimeLeaseView",
+    "RuntimeLeases",
+    "SHUTDOWN_COMPONENT",
+    "SHUTDOWN_MESSAGE",
+    "admin_app",
+    "admin_routes",
+    "create_app",
+    "dashboard_routes",
+    "health_app",
+    "health_routes",
+    "metrics_app",
+    "metrics_routes",
+    "openapi_document",
+    "render_health_text",
+]

@@ -1,0 +1,341 @@
+"""The admin JSON API under ``/api``: tasks, lanes, scheduled catalog, leases, components.
+
+Every endpoint reads from an :class:`AdminSources` field; an endpoint whose source is
+not configured answers 404 ``{"error": "not_configured"}``. With a token every
+endpoint requires ``Authorization: Bearer <token>`` (401 otherwise, before anything
+is read or written). Mutations (``POST``) additionally refuse a browser request
+from another origin (403), so an unprotected local API cannot be driven cross-site.
+Retry and cancel go through the store's conditional writes: they never touch a
+running task's processing token.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from ..db import AsterForgeDbError
+from ..metrics import DispatchStatsSource
+from ..runtime import AsterRuntime, Clock, RuntimeComponentRegistry, SystemClock
+from ..tasks import (
+    BackgroundTaskStore,
+    ScheduledTaskStore,
+    TaskCancelOutcome,
+    TaskInvalidValueError,
+    TaskNotFoundError,
+    TaskStateError,
+    TaskStatus,
+)
+from ..tasks._records import MAX_TASK_PAGE_SIZE
+from ._auth import BearerTokenGuard, same_origin
+from ._leases import RuntimeLeaseSource, leases_json
+from ._openapi import openapi_document
+from ._serialize import (
+    component_graph_json,
+    scheduled_tasks_json,
+    shutdown_report_json,
+    startup_report_json,
+)
+from ._tasks_json import label_keys, lanes_json, task_json
+
+__all__ = ["AdminSources", "LaneLimits", "admin_routes"]
+
+logger = logging.getLogger("aster_forge.web.admin")
+
+LaneLimits = Mapping[Hashable, int] | Callable[[], Mapping[Hashable, int]]
+"""Lane concurrency limits: a mapping (lane or wire value -> limit) or a callable."""
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+_NO_STORE = {"Cache-Control": "no-store"}
+DEFAULT_PAGE_SIZE = 50
+
+
+@dataclass(frozen=True, slots=True)
+class AdminSources:
+    """Where the admin API reads from; every field is optional.
+
+    Attributes:
+        runtime: Supplies the component registry and the last startup/shutdown reports.
+        components: The component registry (default: ``runtime.registry``).
+        task_store: The task table (list, show, retry, cancel, lane counts).
+        scheduled_store: The scheduled task catalog.
+        leases: Lists runtime leases (e.g. :class:`RuntimeLeaseTableReader`).
+        dispatch_stats: The dispatcher's statistics (in-flight counts per lane).
+        lane_limits: Each lane's concurrency limit.
+        lanes: Lanes to list even when they are idle (wire values or enum members).
+        clock: Judges "due"/"claimed" for scheduled rows.
+        title: The service title shown by the dashboard and in the OpenAPI document.
+    """
+
+    runtime: AsterRuntime | None = None
+    components: RuntimeComponentRegistry | None = None
+    task_store: BackgroundTaskStore | None = None
+    scheduled_store: ScheduledTaskStore | None = None
+    leases: RuntimeLeaseSource | None = None
+    dispatch_stats: DispatchStatsSource | None = None
+    lane_limits: LaneLimits | None = None
+    lanes: Sequence[Hashable] = ()
+    clock: Clock = field(default_factory=SystemClock)
+    title: str = "aster-forge"
+
+    @property
+    def registry(self) -> RuntimeComponentRegistry | None:
+        """The component registry to show (explicit, else the runtime's)."""
+        if self.components is not None:
+            return self.components
+        return None if self.runtime is None else self.runtime.registry
+
+    def features(self) -> dict[str, bool]:
+        """Which views are configured (the dashboard hides the others)."""
+        return {
+            "tasks": self.task_store is not None,
+            "lanes": self.task_store is not None
+            or self.dispatch_stats is not None
+            or self.lane_limits is not None,
+            "scheduled": self.scheduled_store is not None,
+            "leases": self.leases is not None,
+            "components": self.registry is not None,
+            "reports": self.registry is not None,
+        }
+
+    def limits(self) -> dict[str, int]:
+        """Return the lane limits keyed by wire value."""
+        limits = self.lane_limits
+        if limits is None:
+            return {}
+        mapping = limits() if callable(limits) else limits
+        return label_keys({lane: int(limit) for lane, limit in mapping.items()})
+
+
+def _error(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": code, "message": message}, status_code=status, headers=_NO_STORE)
+
+
+def _ok(body: Any) -> JSONResponse:
+    return JSONResponse(body, headers=_NO_STORE)
+
+
+def _not_configured(what: str) -> JSONResponse:
+    return _error(404, "not_configured", f"no {what} is configured for this admin API")
+
+
+class _BadRequest(Exception):
+    """A query parameter failed validation (answered 400)."""
+
+
+def _int_param(request: Request, name: str, default: int | None) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise _BadRequest(f"query parameter {name!r} must be an integer, got {raw!r}") from None
+
+
+def _str_param(request: Request, name: str) -> str | None:
+    raw = request.query_params.get(name)
+    return None if raw is None or raw == "" else raw
+
+
+def _task_id(request: Request) -> int:
+    value = request.path_params["task_id"]
+    assert isinstance(value, int)
+    return value
+
+
+class _AdminApi:
+    """The endpoint implementations, bound to one :class:`AdminSources`."""
+
+    def __init__(self, sources: AdminSources, guard: BearerTokenGuard) -> None:
+        self.sources = sources
+        self.guard = guard
+
+    async def info(self, request: Request) -> Response:
+        s = self.sources
+        return _ok(
+            {
+                "title": s.title,
+                "auth_required": self.guard.enabled,
+                "features": s.features(),
+                "now": s.clock.now().isoformat(),
+            }
+        )
+
+    async def list_tasks(self, request: Request) -> Response:
+        store = self.sources.task_store
+        if store is None:
+            return _not_configured("task store")
+        status_raw = _str_param(request, "status")
+        status: TaskStatus | None = None
+        if status_raw is not None:
+            try:
+                status = TaskStatus(status_raw)
+            except ValueError:
+                known = ", ".join(s.value for s in TaskStatus)
+                raise _BadRequest(
+                    f"unknown task status {status_raw!r} (expected one of: {known})"
+                ) from None
+        limit = _int_param(request, "limit", DEFAULT_PAGE_SIZE)
+        assert limit is not None
+        if not 1 <= limit <= MAX_TASK_PAGE_SIZE:
+            raise _BadRequest(f"limit must be in 1..{MAX_TASK_PAGE_SIZE}, got {limit}")
+        page = await store.list_tasks(
+            status=status,
+            kind=_str_param(request, "kind"),
+            lane=_str_param(request, "lane"),
+            limit=limit,
+            before_id=_int_param(request, "before_id", None),
+        )
+        return _ok(
+            {
+                "items": [task_json(item) for item in page.items],
+                "next_before_id": page.next_before_id,
+                "limit": limit,
+            }
+        )
+
+    async def get_task(self, request: Request) -> Response:
+        store = self.sources.task_store
+        if store is None:
+            return _not_configured("task store")
+        task_id = _task_id(request)
+        record = await store.get_task(task_id)
+        if record is None:
+            return _error(404, "task_not_found", f"background task #{task_id} not found")
+        return _ok(task_json(record, detail=True))
+
+    async def retry_task(self, request: Request) -> Response:
+        store = self.sources.task_store
+        if store is None:
+            return _not_configured("task store")
+        force = request.query_params.get("force", "").lower() in {"1", "true", "yes"}
+        record = await store.retry_task(_task_id(request), force=force)
+        return _ok(task_json(record, detail=True))
+
+    async def cancel_task(self, request: Request) -> Response:
+        store = self.sources.task_store
+        if store is None:
+            return _not_configured("task store")
+        task_id = _task_id(request)
+        outcome = await store.cancel_task(task_id)
+        if outcome is TaskCancelOutcome.NOT_FOUND:
+            return _error(404, "task_not_found", f"background task #{task_id} not found")
+        record = await store.get_task(task_id)
+        return _ok(
+            {
+                "outcome": outcome.value,
+                "task": None if record is None else task_json(record, detail=True),
+            }
+        )
+
+    async def lanes(self, request: Request) -> Response:
+        s = self.sources
+        if not s.features()["lanes"]:
+            return _not_configured("lane source")
+        limits = s.limits()
+        stats = {} if s.dispatch_stats is None else label_keys(s.dispatch_stats.lanes())
+        counts: Sequence[Any] = ()
+        if s.task_store is not None:
+            wanted = sorted({*limits, *stats, *label_keys(dict.fromkeys(s.lanes))})
+            counts = await s.task_store.lane_counts(wanted or None)
+        return _ok({"items": lanes_json(limits, stats, counts)})
+
+    async def scheduled(self, request: Request) -> Response:
+        store = self.sources.scheduled_store
+        if store is None:
+            return _not_configured("scheduled task store")
+        records = await store.list_scheduled_tasks(_str_param(request, "namespace"))
+        return _ok(scheduled_tasks_json(records, self.sources.clock.now()))
+
+    async def leases(self, request: Request) -> Response:
+        source = self.sources.leases
+        if source is None:
+            return _not_configured("runtime lease source")
+        return _ok(leases_json(await source.list_runtime_leases()))
+
+    async def components(self, request: Request) -> Response:
+        registry = self.sources.registry
+        if registry is None:
+            return _not_configured("component registry")
+        return _ok(component_graph_json(registry))
+
+    async def reports(self, request: Request) -> Response:
+        registry = self.sources.registry
+        if registry is None:
+            return _not_configured("component registry")
+        return _ok(
+            {
+                "startup": startup_report_json(registry.last_startup_report),
+                "shutdown": shutdown_report_json(registry.last_shutdown_report),
+            }
+        )
+
+    async def openapi(self, request: Request) -> Response:
+        return _ok(openapi_document(self.sources.title, auth=self.guard.enabled))
+
+    def wrap(self, endpoint: Endpoint, *, mutating: bool = False) -> Endpoint:
+        """Map typed errors to status codes, then guard with the token (and origin)."""
+
+        async def handled(request: Request) -> Response:
+            if mutating and not same_origin(request):
+                return _error(403, "cross_origin", "cross-origin requests may not modify tasks")
+            try:
+                return await endpoint(request)
+            except _BadRequest as exc:
+                return _error(400, "bad_request", str(exc))
+            except TaskNotFoundError as exc:
+                return _error(404, "task_not_found", str(exc))
+            except TaskStateError as exc:
+                return _error(409, "task_state_conflict", str(exc))
+            except TaskInvalidValueError as exc:
+                return _error(400, "bad_request", str(exc))
+            except AsterForgeDbError:
+                logger.exception("admin API store operation failed")
+                return _error(503, "store_unavailable", "the store is unavailable")
+
+        return self.guard.protect(handled)
+
+
+def admin_routes(
+    sources: AdminSources, *, admin_token: str | None = None, prefix: str = "/api"
+) -> list[BaseRoute]:
+    """Return the admin API routes (see the module docstring and ``docs/web.md``).
+
+    Args:
+        sources: What the API reads from.
+        admin_token: When set, every endpoint requires it as a bearer token.
+        prefix: The path prefix.
+
+    Raises:
+        ValueError: An empty or malformed ``admin_token``.
+    """
+    api = _AdminApi(sources, BearerTokenGuard(admin_token))
+    get: list[tuple[str, Endpoint]] = [
+        ("/info", api.info),
+        ("/tasks", api.list_tasks),
+        ("/tasks/{task_id:int}", api.get_task),
+        ("/lanes", api.lanes),
+        ("/scheduled", api.scheduled),
+        ("/leases", api.leases),
+        ("/components", api.components),
+        ("/reports", api.reports),
+        ("/openapi.json", api.openapi),
+    ]
+    post: list[tuple[str, Endpoint]] = [
+        ("/tasks/{task_id:int}/retry", api.retry_task),
+        ("/tasks/{task_id:int}/cancel", api.cancel_task),
+    ]
+    routes: list[BaseRoute] = [
+        Route(prefix + path, api.wrap(fn), methods=["GET"]) for path, fn in get
+    ]
+    routes += [
+        Route(prefix + path, api.wrap(fn, mutating=True), methods=["POST"]) for path, fn in post
+    ]
+    return routes

@@ -1,0 +1,128 @@
+"""``create_app`` / ``admin_app``: the composed Starlette apps a product serves or mounts."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from prometheus_client import CollectorRegistry
+from starlette.applications import Starlette
+from starlette.routing import BaseRoute
+
+from ..runtime import CancellationToken, HealthCheckScope, HealthMetricsRecorder
+from ._admin import AdminSources, admin_routes
+from ._auth import check_admin_token
+from ._dashboard import dashboard_routes
+from ._health import HealthSource, health_routes, resolve_health_runner
+from ._metrics import metrics_routes
+
+__all__ = ["admin_app", "create_app"]
+
+
+def admin_app(
+    sources: AdminSources,
+    *,
+    admin_token: str | None = None,
+    dashboard: bool = True,
+) -> Starlette:
+    """Return the admin API under ``/api`` and (by default) the dashboard page at ``/``.
+
+    Args:
+        sources: What the API reads from.
+        admin_token: When set, every API endpoint requires ``Authorization: Bearer
+            <token>`` (401 otherwise, before anything is read or changed).
+        dashboard: Serve the dashboard page and its assets.
+
+    Raises:
+        ValueError: A malformed ``admin_token``.
+    """
+    routes: list[BaseRoute] = admin_routes(sources, admin_token=admin_token)
+    if dashboard:
+        routes += dashboard_routes()
+    return Starlette(routes=routes)
+
+
+def create_app(
+    sources: AdminSources | None = None,
+    *,
+    health: HealthSource | None = None,
+    shutdown_token: CancellationToken | None = None,
+    metrics_registry: CollectorRegistry | None = None,
+    health_recorder: HealthMetricsRecorder | None = None,
+    scrape_health_scope: HealthCheckScope | None = None,
+    admin_token: str | None = None,
+    dashboard: bool = True,
+) -> Starlette:
+    """Return one app with everything: health, metrics, admin API and dashboard.
+
+    Routes: ``/livez``, ``/readyz``, ``/diagnostics``; ``/metrics`` (when
+    ``metrics_registry`` is given); ``/api/...``; ``/`` and ``/static/...``.
+
+    Args:
+        sources: What the admin API reads from (default: nothing configured).
+        health: What the health endpoints run; default ``sources.runtime``, else
+            ``sources.components`` (no health endpoints when neither is set).
+        shutdown_token: Makes ``/readyz`` answer 503 once cancelled; default the
+            runtime's shutdown token.
+        metrics_registry: Served at ``/metrics``.
+        health_recorder: Readiness and diagnostics reports are recorded on it
+            (normally a :class:`~aster_forge.metrics.PrometheusHealthMetricsRecorder`
+            on ``metrics_registry``).
+        scrape_health_scope: When set (with ``health_recorder``), every scrape of
+            ``/metrics`` first runs this scope and records it, so the health gauges
+            are fresh even when nobody calls the health endpoints. A readiness scrape
+            during shutdown records nothing.
+        admin_token: When set, the admin API and ``/diagnostics`` require it as a
+            bearer token; ``/livez``, ``/readyz``, ``/metrics`` and the page's static
+            assets stay open (the page asks for the token).
+        dashboard: Serve the dashboard page.
+
+    Raises:
+        ValueError: A malformed ``admin_token``.
+        TypeError: ``health`` is not a health source.
+    """
+    check_admin_token(admin_token)
+    sources = sources if sources is not None else AdminSources()
+    if health is None:
+        health = sources.runtime if sources.runtime is not None else sources.components
+    if shutdown_token is None and sources.runtime is not None:
+        shutdown_token = sources.runtime.shutdown_token
+    routes: list[BaseRoute] = []
+    if health is not None:
+        routes += health_routes(
+            health,
+            shutdown_token=shutdown_token,
+            recorder=health_recorder,
+            admin_token=admin_token,
+        )
+    if metrics_registry is not None:
+        before_scrape = None
+        if scrape_health_scope is not None and health is not None and health_recorder is not None:
+            before_scrape = _scrape_health(
+                health, scrape_health_scope, health_recorder, shutdown_token
+            )
+        routes += metrics_routes(metrics_registry, before_scrape=before_scrape)
+    routes += admin_routes(sources, admin_token=admin_token)
+    if dashboard:
+        routes += dashboard_routes()
+    return Starlette(routes=routes)
+
+
+def _scrape_health(
+    health: HealthSource,
+    scope: HealthCheckScope,
+    recorder: HealthMetricsRecorder,
+    shutdown_token: CancellationToken | None,
+) -> Callable[[], Awaitable[None]]:
+    run = resolve_health_runner(health)
+
+    async def refresh() -> None:
+        if (
+            scope is HealthCheckScope.READINESS
+            and shutdown_token is not None
+            and shutdown_token.cancelled
+        ):
+            return
+        report = await run(scope)
+        report.record_metrics(scope, recorder)
+
+    return refresh

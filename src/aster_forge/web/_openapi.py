@@ -1,0 +1,353 @@
+"""The OpenAPI 3.1 document of the admin API, built by hand (no framework magic).
+
+Schemas use JSON Schema 2020-12 (OpenAPI 3.1's dialect): nullable values are
+``{"type": ["string", "null"]}``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+__all__ = ["openapi_document"]
+
+
+def _nullable(type_: str, **extra: Any) -> dict[str, Any]:
+    return {"type": [type_, "null"], **extra}
+
+
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _object(properties: dict[str, Any], *, required: bool = True) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = sorted(properties)
+    return schema
+
+
+_TIME = _nullable("string", format="date-time")
+_STATUS = ["pending", "running", "succeeded", "failed", "cancelled"]
+
+_SCHEMAS: dict[str, Any] = {
+    "Error": _object({"error": {"type": "string"}, "message": {"type": "string"}}),
+    "Info": _object(
+        {
+            "title": {"type": "string"},
+            "auth_required": {"type": "boolean"},
+            "features": {"type": "object", "additionalProperties": {"type": "boolean"}},
+            "now": {"type": "string", "format": "date-time"},
+        }
+    ),
+    "TaskStep": _object(
+        {
+            "key": {"type": "string"},
+            "title": {"type": "string"},
+            "status": {"enum": ["pending", "active", "succeeded", "failed", "skipped"]},
+            "progress_current": {"type": "integer", "minimum": 0},
+            "progress_total": {"type": "integer", "minimum": 0},
+            "detail": _nullable("string"),
+            "started_at": _TIME,
+            "finished_at": _TIME,
+        },
+        required=False,
+    ),
+    "Task": _object(
+        {
+            "id": {"type": "integer"},
+            "kind": {"type": "string"},
+            "lane": {"type": "string"},
+            "status": {"enum": _STATUS},
+            "attempt": {"type": "integer"},
+            "max_attempts": {"type": "integer"},
+            "priority": {"type": "integer"},
+            "run_at": _TIME,
+            "claimed_by": _nullable("string"),
+            "lease_expires_at": _TIME,
+            "dedupe_key": _nullable("string"),
+            "last_error": _nullable("string"),
+            "failure_reason": {"enum": ["product_error", "lease_expired", "cancelled", None]},
+            "manual_retry_allowed": {"type": "boolean"},
+            "cancel_requested": {"type": "boolean"},
+            "rescued": {"type": "boolean"},
+            "created_at": _TIME,
+            "updated_at": _TIME,
+            "started_at": _TIME,
+            "finished_at": _TIME,
+            "steps": {"type": ["array", "null"], "items": _ref("TaskStep")},
+            "steps_invalid": {"type": "boolean"},
+            "steps_done": {"type": "integer"},
+            "steps_total": {"type": "integer"},
+        }
+    ),
+    "TaskDetail": {
+        "allOf": [
+            _ref("Task"),
+            _object(
+                {
+                    "payload": {"description": "The decoded payload JSON."},
+                    "payload_invalid": {"type": "boolean"},
+                    "result": {"description": "The decoded result JSON, or null."},
+                    "result_invalid": {"type": "boolean"},
+                }
+            ),
+        ]
+    },
+    "TaskPage": _object(
+        {
+            "items": {"type": "array", "items": _ref("Task")},
+            "next_before_id": _nullable("integer"),
+            "limit": {"type": "integer"},
+        }
+    ),
+    "CancelResult": _object(
+        {
+            "outcome": {"enum": ["cancelled", "cancel_requested", "already_finished"]},
+            "task": {"oneOf": [_ref("TaskDetail"), {"type": "null"}]},
+        }
+    ),
+    "DispatchStats": {
+        "type": "object",
+        "additionalProperties": {"type": "number"},
+        "description": "Dispatch counters of this process for one lane.",
+    },
+    "Lane": _object(
+        {
+            "lane": {"type": "string"},
+            "limit": _nullable("integer"),
+            "in_flight": _nullable("integer"),
+            "pending": _nullable("integer"),
+            "due": _nullable("integer"),
+            "running": _nullable("integer"),
+            "expired": _nullable("integer"),
+            "queue_lag_seconds": _nullable("number"),
+            "oldest_due_run_at": _TIME,
+            "stats": {"oneOf": [_ref("DispatchStats"), {"type": "null"}]},
+        }
+    ),
+    "ScheduledTask": _object(
+        {
+            "id": {"type": "integer"},
+            "namespace": {"type": "string"},
+            "name": {"type": "string"},
+            "interval_seconds": {"type": "number"},
+            "next_run_at": _TIME,
+            "due": {"type": "boolean"},
+            "claimed": {"type": "boolean"},
+            "claimed_by": _nullable("string"),
+            "claim_expires_at": _TIME,
+            "last_claimed_at": _TIME,
+            "last_run_status": {"enum": ["succeeded", "failed", None]},
+            "last_run_error": _nullable("string"),
+            "last_run_duration_seconds": _nullable("number"),
+            "last_run_finished_at": _TIME,
+            "run_count": {"type": "integer"},
+            "created_at": _TIME,
+            "updated_at": _TIME,
+        }
+    ),
+    "RuntimeLease": _object(
+        {
+            "lease_id": {"type": "string"},
+            "owner_id": {"type": "string"},
+            "expires_at": {"type": "string", "format": "date-time"},
+            "expired": {"type": "boolean"},
+            "never_expires": {"type": "boolean"},
+            "acquired_at": _TIME,
+            "updated_at": _TIME,
+        }
+    ),
+    "Component": _object(
+        {
+            "name": {"type": "string"},
+            "kind": {"type": "string"},
+            "level": {"type": "integer"},
+            "depends_on": {"type": "array", "items": {"type": "string"}},
+            "health_checks": {"type": "array", "items": {"type": "string"}},
+            "tasks": {"type": "array", "items": {"type": "string"}},
+            "startup_phases": {"type": "array", "items": {"type": "object"}},
+            "shutdown_phases": {"type": "array", "items": {"type": "object"}},
+        }
+    ),
+    "ComponentGraph": _object(
+        {
+            "components": {"type": "array", "items": _ref("Component")},
+            "edges": {
+                "type": "array",
+                "items": _object({"from": {"type": "string"}, "to": {"type": "string"}}),
+            },
+            "shutdown_order": {"type": "array", "items": {"type": "string"}},
+            "startup_order": {"type": "array", "items": {"type": "string"}},
+            "valid": {"type": "boolean"},
+            "error": {"type": ["object", "null"]},
+        }
+    ),
+    "Reports": _object(
+        {
+            "startup": {"type": ["object", "null"], "description": "The last startup report."},
+            "shutdown": {"type": ["object", "null"], "description": "The last shutdown report."},
+        }
+    ),
+}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    text = {
+        400: "Invalid query parameter.",
+        401: "Missing or wrong bearer token.",
+        403: "Cross-origin mutation refused.",
+        404: "Not found, or the source is not configured.",
+        409: "The task's status does not allow the operation.",
+        503: "The store is unavailable.",
+    }
+    return {str(code): _json(_ref("Error"), text[code]) for code in codes}
+
+
+def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "schema": schema,
+        "description": description,
+    }
+
+
+_TASK_ID = {
+    "name": "task_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "integer"},
+}
+
+
+def _get(summary: str, schema: dict[str, Any], *codes: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "get": {
+            "summary": summary,
+            "responses": {"200": _json(schema, summary), **_errors(401, *codes)},
+            **extra,
+        }
+    }
+
+
+def openapi_document(title: str, *, auth: bool) -> dict[str, Any]:
+    """Return the OpenAPI 3.1 document of the admin API.
+
+    Args:
+        title: The API title.
+        auth: Whether the bearer token is required (adds the security requirement).
+    """
+    paths: dict[str, Any] = {
+        "/api/info": _get("Service info and configured views", _ref("Info")),
+        "/api/tasks": _get(
+            "List tasks, newest first",
+            _ref("TaskPage"),
+            400,
+            404,
+            503,
+            parameters=[
+                _query("status", {"enum": _STATUS}, "Only tasks with this status."),
+                _query("kind", {"type": "string"}, "Only this kind (wire value)."),
+                _query("lane", {"type": "string"}, "Only this lane (wire value)."),
+                _query(
+                    "limit",
+                    {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50},
+                    "Page size.",
+                ),
+                _query(
+                    "before_id",
+                    {"type": "integer"},
+                    "Keyset cursor: the previous page's next_before_id.",
+                ),
+            ],
+        ),
+        "/api/tasks/{task_id}": _get(
+            "One task with steps, payload and result",
+            _ref("TaskDetail"),
+            404,
+            503,
+            parameters=[_TASK_ID],
+        ),
+        "/api/tasks/{task_id}/retry": {
+            "post": {
+                "summary": "Retry a failed or cancelled task (conditional on its status)",
+                "parameters": [
+                    _TASK_ID,
+                    _query(
+                        "force",
+                        {"type": "boolean"},
+                        "Retry even when manual retry was not allowed.",
+                    ),
+                ],
+                "responses": {
+                    "200": _json(_ref("TaskDetail"), "The task, pending again."),
+                    **_errors(401, 403, 404, 409, 503),
+                },
+            }
+        },
+        "/api/tasks/{task_id}/cancel": {
+            "post": {
+                "summary": "Cancel a pending task or request cancellation of a running one",
+                "parameters": [_TASK_ID],
+                "responses": {
+                    "200": _json(_ref("CancelResult"), "What the cancel did."),
+                    **_errors(401, 403, 404, 503),
+                },
+            }
+        },
+        "/api/lanes": _get(
+            "Lanes with limits, in-flight and queue counts",
+            _object({"items": {"type": "array", "items": _ref("Lane")}}),
+            404,
+            503,
+        ),
+        "/api/scheduled": _get(
+            "The scheduled task catalog",
+            _object(
+                {
+                    "now": {"type": "string", "format": "date-time"},
+                    "items": {"type": "array", "items": _ref("ScheduledTask")},
+                }
+            ),
+            404,
+            503,
+            parameters=[_query("namespace", {"type": "string"}, "Only this namespace.")],
+        ),
+        "/api/leases": _get(
+            "Runtime leases (holder, expiry)",
+            _object(
+                {
+                    "now": {"type": "string", "format": "date-time"},
+                    "items": {"type": "array", "items": _ref("RuntimeLease")},
+                }
+            ),
+            404,
+            503,
+        ),
+        "/api/components": _get(
+            "Components and their dependency graph", _ref("ComponentGraph"), 404
+        ),
+        "/api/reports": _get("The last startup and shutdown reports", _ref("Reports"), 404),
+        "/api/openapi.json": _get("This document", {"type": "object"}),
+    }
+    document: dict[str, Any] = {
+        "openapi": "3.1.0",
+        "info": {
+            "title": f"{title} admin API",
+            "version": "1",
+            "description": "Background tasks, lanes, scheduled catalog, runtime leases "
+            "and components of an aster-forge service.",
+        },
+        "paths": paths,
+        "components": {"schemas": copy.deepcopy(_SCHEMAS)},
+    }
+    if auth:
+        document["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+        document["security"] = [{"bearer": []}]
+    return document

@@ -1,0 +1,141 @@
+"""JSON projections of background tasks, lanes and dispatch statistics."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any
+
+from ..tasks import BackgroundTaskRecord, TaskLaneCounts
+from ..tasks._dispatch_stats import DispatchStats
+from ._serialize import iso, wire
+
+__all__ = ["dispatch_stats_json", "lanes_json", "task_json"]
+
+_DONE_STEPS = frozenset({"succeeded", "skipped"})
+
+
+def _json_or_none(text: str | None) -> tuple[Any, bool]:
+    """Return ``(value, ok)``; a stored text that is not JSON gives ``(None, False)``."""
+    if text is None:
+        return None, True
+    try:
+        return json.loads(text), True
+    except ValueError:
+        return None, False
+
+
+def _steps(text: str | None) -> tuple[list[dict[str, Any]] | None, bool]:
+    value, ok = _json_or_none(text)
+    if not ok or value is None:
+        return None, ok
+    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        return None, False
+    return value, True
+
+
+def task_json(record: BackgroundTaskRecord, *, detail: bool = False) -> dict[str, Any]:
+    """Return one task row as JSON.
+
+    Steps are the stored step objects (``key``, ``title``, ``status``,
+    ``progress_current``, ``progress_total``, ``detail``, timestamps), plus a summary
+    (``steps_done``/``steps_total``) for progress bars. ``detail`` adds the decoded
+    payload and result. A stored value that is not valid JSON is reported as ``null``
+    with ``*_invalid: true`` rather than failing the whole response.
+    """
+    steps, steps_ok = _steps(record.steps_json)
+    done = sum(1 for step in steps or () if step.get("status") in _DONE_STEPS)
+    item: dict[str, Any] = {
+        "id": record.id,
+        "kind": record.kind,
+        "lane": record.lane,
+        "status": wire(record.status),
+        "attempt": record.attempt,
+        "max_attempts": record.max_attempts,
+        "priority": record.priority,
+        "run_at": iso(record.run_at),
+        "claimed_by": record.claimed_by,
+        "lease_expires_at": iso(record.lease_expires_at),
+        "dedupe_key": record.dedupe_key,
+        "last_error": record.last_error,
+        "failure_reason": wire(record.failure_reason),
+        "manual_retry_allowed": record.manual_retry_allowed,
+        "cancel_requested": record.cancel_requested,
+        "rescued": record.rescued,
+        "created_at": iso(record.created_at),
+        "updated_at": iso(record.updated_at),
+        "started_at": iso(record.started_at),
+        "finished_at": iso(record.finished_at),
+        "steps": steps,
+        "steps_invalid": not steps_ok,
+        "steps_done": done,
+        "steps_total": len(steps or ()),
+    }
+    if detail:
+        payload, payload_ok = _json_or_none(record.payload_json)
+        result, result_ok = _json_or_none(record.result_json)
+        item.update(
+            payload=payload,
+            payload_invalid=not payload_ok,
+            result=result,
+            result_invalid=not result_ok,
+        )
+    return item
+
+
+def dispatch_stats_json(stats: DispatchStats) -> dict[str, Any]:
+    """Return a dispatch stats snapshot as JSON."""
+    return {
+        "claimed": stats.claimed,
+        "rescued": stats.rescued,
+        "succeeded": stats.succeeded,
+        "retried": stats.retried,
+        "failed_permanently": stats.failed_permanently,
+        "lease_lost": stats.lease_lost,
+        "released_on_shutdown": stats.released_on_shutdown,
+        "store_errors": stats.store_errors,
+        "claim_calls": stats.claim_calls,
+        "claim_errors": stats.claim_errors,
+        "claim_latency_seconds_mean": stats.claim_latency_seconds_mean,
+        "claim_latency_seconds_max": stats.claim_latency_seconds_max,
+        "queue_lag_seconds": stats.queue_lag_seconds,
+        "in_flight": stats.in_flight,
+    }
+
+
+def lanes_json(
+    limits: Mapping[str, int],
+    stats: Mapping[str, DispatchStats],
+    counts: Sequence[TaskLaneCounts],
+) -> list[dict[str, Any]]:
+    """Merge lane limits, in-process dispatch stats and store counts, one item per lane.
+
+    ``in_flight`` is this process's executing tasks (from the dispatcher);
+    ``running`` is every running row in the store (all instances).
+    """
+    by_lane = {c.lane: c for c in counts}
+    names = list(dict.fromkeys([*limits, *stats, *by_lane]))
+    items = []
+    for name in sorted(names):
+        count = by_lane.get(name)
+        snapshot = stats.get(name)
+        items.append(
+            {
+                "lane": name,
+                "limit": limits.get(name),
+                "in_flight": None if snapshot is None else snapshot.in_flight,
+                "pending": None if count is None else count.pending,
+                "due": None if count is None else count.due,
+                "running": None if count is None else count.running,
+                "expired": None if count is None else count.expired,
+                "queue_lag_seconds": None if count is None else count.queue_lag_seconds,
+                "oldest_due_run_at": None if count is None else iso(count.oldest_due_run_at),
+                "stats": None if snapshot is None else dispatch_stats_json(snapshot),
+            }
+        )
+    return items
+
+
+def label_keys(mapping: Mapping[Hashable, Any]) -> dict[str, Any]:
+    """Return ``mapping`` keyed by lane wire values (enum values, else ``str``)."""
+    return {str(wire(key)): value for key, value in mapping.items()}
