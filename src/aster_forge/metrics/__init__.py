@@ -9,8 +9,12 @@ from __future__ import annotations
 # --- health (issue 2) ---
 from ._health import PrometheusHealthMetricsRecorder
 
-# --- dispatch stats ---
+# --- dispatch stats (issue 9) ---
+from ._dispatch import DispatchStatsSource, PrometheusDispatchStatsCollector, lane_label
 
 __all__ = [
+    "DispatchStatsSource",
+    "PrometheusDispatchStatsCollector",
     "PrometheusHealthMetricsRecorder",
+    "lane_label",
 ]
