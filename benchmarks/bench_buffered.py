@@ -25,7 +25,7 @@ from aster_forge.runtime import (
 
 RECORDS = int(os.environ.get("BENCH_BUFFERED_RECORDS", "500000"))
 MEMORY_RECORDS = int(os.environ.get("BENCH_BUFFERED_MEMORY_RECORDS", "200000"))
-ROUNDS = int(os.environ.get("BENCH_BUFFERED_ROUNDS", "3"))
+ROUNDS = int(os.environ.get("BENCH_BUFFERED_ROUNDS", "5"))
 BATCH = 1_000
 CAPACITY = 100_000
 
