@@ -122,7 +122,7 @@ def test_the_check_names_each_kind_of_gap(monkeypatch: pytest.MonkeyPatch) -> No
     module = types.ModuleType("docstring_probe")
     for value in (Record, Colour, Failure, Documented, bare):
         setattr(module, value.__name__, value)
-    module.__all__ = [  # type: ignore[attr-defined]"Colour", "Documented", "Failure", "Record", "bare"]
+    vars(module)["__all__"] = ["Colour", "Documented", "Failure", "Record", "bare"]
     monkeypatch.setitem(sys.modules, "docstring_probe", module)
     assert undocumented("docstring_probe") == [
         "docstring_probe.Colour (class)",
