@@ -137,10 +137,56 @@ from ._temp import (
 from .errors import TaskDispatchConfigError
 from .protocols import ClaimedTaskRecord, ClaimedTaskStore, DispatchTaskStore
 
+# isort: split
+# --- runtime workers and scheduling (issue 8) ---
+from ._background import BackgroundTasks
+from ._component_name import BACKGROUND_TASKS_COMPONENT
+from ._components import (
+    BACKGROUND_TASKS_SHUTDOWN_PHASE,
+    BACKGROUND_TASKS_SPAWN_PHASE,
+    BackgroundTaskComponent,
+    background_task_component,
+    background_task_component_from_shutdown,
+    background_task_component_with_definitions,
+    background_task_component_with_definitions_from_shutdown,
+)
+from ._leased import run_leased_background_tasks
+from ._leased_scheduled import (
+    LeasedScheduledRuntime,
+    LeasedScheduledRuntimeConfig,
+    LeasedScheduledRuntimeSettings,
+)
+from ._periodic import periodic_sleep_duration, run_periodic_task
+from ._schedule import (
+    SCHEDULED_TASK_RAISED,
+    ScheduledPeriodicTask,
+    ScheduledTaskRun,
+    run_scheduled_claim_renewal_loop,
+    run_scheduled_periodic_task,
+    scheduled_claim_renew_interval,
+    scheduled_next_run_at,
+)
+from .errors import (
+    BackgroundTasksClosedError,
+    BackgroundTasksError,
+    BackgroundTaskSpawnError,
+    PeriodicTaskConfigError,
+    ScheduledRuntimeDeclarationError,
+)
+from .protocols import ScheduledOutcomeConvertible
+
 __all__ = [
     "AsterForgeTasksError",
+    "BACKGROUND_TASKS_COMPONENT",
+    "BACKGROUND_TASKS_SHUTDOWN_PHASE",
+    "BACKGROUND_TASKS_SPAWN_PHASE",
+    "BackgroundTaskComponent",
     "BackgroundTaskRecord",
+    "BackgroundTaskSpawnError",
     "BackgroundTaskStore",
+    "BackgroundTasks",
+    "BackgroundTasksClosedError",
+    "BackgroundTasksError",
     "ClaimableTaskRecord",
     "ClaimedTaskExecutionConfig",
     "ClaimedTaskExecutionStore",
@@ -160,15 +206,24 @@ __all__ = [
     "ErasedTaskSpec",
     "ExecutableTaskRecord",
     "LEASE_EXPIRED_ERROR",
+    "LeasedScheduledRuntime",
+    "LeasedScheduledRuntimeConfig",
+    "LeasedScheduledRuntimeSettings",
     "NewTask",
+    "PeriodicTaskConfigError",
     "RegisteredRuntimeTaskKind",
     "RuntimeTaskCatalog",
     "RuntimeTaskCatalogError",
     "RuntimeTaskDefinition",
     "RuntimeTaskName",
+    "SCHEDULED_TASK_RAISED",
+    "ScheduledOutcomeConvertible",
+    "ScheduledPeriodicTask",
+    "ScheduledRuntimeDeclarationError",
     "ScheduledTaskClaim",
     "ScheduledTaskOutcome",
     "ScheduledTaskRecord",
+    "ScheduledTaskRun",
     "ScheduledTaskRunStatus",
     "ScheduledTaskStore",
     "ScheduledTaskValueError",
@@ -217,6 +272,10 @@ __all__ = [
     "TaskTempDirProvider",
     "TaskTempDirs",
     "TaskWorkerShutdownRequestedError",
+    "background_task_component",
+    "background_task_component_from_shutdown",
+    "background_task_component_with_definitions",
+    "background_task_component_with_definitions_from_shutdown",
     "claim_due_for_lane",
     "classify_task_error",
     "default_dispatch_owner",
@@ -231,10 +290,17 @@ __all__ = [
     "legacy_runtime_task_display_name",
     "mark_active_step_failed",
     "parse_task_steps_json",
+    "periodic_sleep_duration",
     "run_claimed_task_batch_with_store",
     "run_claimed_task_with_store",
     "run_dispatch_worker",
+    "run_leased_background_tasks",
+    "run_periodic_task",
+    "run_scheduled_claim_renewal_loop",
+    "run_scheduled_periodic_task",
     "run_task_heartbeat",
+    "scheduled_claim_renew_interval",
+    "scheduled_next_run_at",
     "scheduled_task_dedupe_key",
     "serialize_task_steps_json",
     "set_task_step_active",

@@ -514,3 +514,21 @@ class BackgroundTaskStore(
                 that has pending or running tasks. Sorted by lane.
         """
         ...
+
+
+# --- runtime workers and scheduling (issue 8) ---
+
+
+@runtime_checkable
+class ScheduledOutcomeConvertible(Protocol):
+    """A product outcome that says what the scheduled catalog should record for it.
+
+    When a scheduled body returns (or ``on_exception`` maps an exception to) a value
+    with this method, the runner completes the firing with its result; a plain
+    :class:`~aster_forge.tasks.ScheduledTaskOutcome` is used as is; any other value
+    records "succeeded" when the body returned and "failed" when it raised.
+    """
+
+    def scheduled_task_outcome(self) -> ScheduledTaskOutcome:
+        """Return the status and error text to store in the catalog row."""
+        ...

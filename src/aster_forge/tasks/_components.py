@@ -1,0 +1,212 @@
+"""Runtime component factories that put a BackgroundTasks group under AsterRuntime's lifecycle."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from ..runtime import (
+    CancellationToken,
+    RuntimeComponentBundleRegistration,
+    RuntimeComponentKind,
+    RuntimeComponentRegistry,
+    RuntimeComponentWithShutdown,
+    StartupPhaseFailurePolicy,
+    runtime_component,
+    runtime_component_with_shutdown,
+)
+from ._background import BackgroundTasks
+from ._catalog import RuntimeTaskDefinition
+from ._component_name import BACKGROUND_TASKS_COMPONENT
+from ._leased import SpawnGroup, spawn_background_group
+from .errors import BackgroundTaskSpawnError
+
+__all__ = [
+    "BACKGROUND_TASKS_SHUTDOWN_PHASE",
+    "BACKGROUND_TASKS_SPAWN_PHASE",
+    "DEFAULT_BACKGROUND_TASKS_SHUTDOWN_TIMEOUT",
+    "BackgroundTaskComponent",
+    "background_task_component",
+    "background_task_component_from_shutdown",
+    "background_task_component_with_definitions",
+    "background_task_component_with_definitions_from_shutdown",
+]
+
+BACKGROUND_TASKS_SHUTDOWN_PHASE = "background_tasks"
+"""The shutdown phase that stops and joins the group (in the shutdown report)."""
+
+BACKGROUND_TASKS_SPAWN_PHASE = "background_tasks_spawn"
+"""The startup phase in which the ``*_from_shutdown`` factories spawn the group."""
+
+DEFAULT_BACKGROUND_TASKS_SHUTDOWN_TIMEOUT = timedelta(seconds=30)
+"""The shutdown phase deadline; past it the remaining workers are cancelled at once."""
+
+
+@dataclass(eq=False, slots=True)
+class BackgroundTaskComponent:
+    """The ``background_tasks`` runtime component: one group, its catalog and its phases.
+
+    Registers the component (kind ``TASKS``), a shutdown phase
+    :data:`BACKGROUND_TASKS_SHUTDOWN_PHASE` that calls :meth:`BackgroundTasks.shutdown`
+    once, and, when built from a spawner, a required startup phase
+    :data:`BACKGROUND_TASKS_SPAWN_PHASE` that spawns the group with the runtime's
+    shutdown token. The shutdown phase tolerates a group that was never spawned (a
+    startup abort before it). Components such as the database declare
+    ``depends_on=[BACKGROUND_TASKS_COMPONENT]`` so workers stop before they close.
+
+    Attributes:
+        definitions: The runtime-task catalog entries the group runs (for admin views).
+        group: The group, once spawned (or as given).
+    """
+
+    definitions: tuple[RuntimeTaskDefinition[Any, Any], ...] = ()
+    group: BackgroundTasks | None = None
+    spawn: SpawnGroup | None = None
+    shutdown_token: CancellationToken | None = None
+    timeout: timedelta | None = DEFAULT_BACKGROUND_TASKS_SHUTDOWN_TIMEOUT
+    _stopped: bool = field(default=False, init=False)
+
+    @property
+    def task_names(self) -> tuple[str, ...]:
+        """The wire values of :attr:`definitions`, in declaration order."""
+        return tuple(d.wire for d in self.definitions)
+
+    def register(self, registry: RuntimeComponentRegistry) -> None:
+        """Register the component, its startup phase (if spawning) and its shutdown phase."""
+        builder = registry.component(BACKGROUND_TASKS_COMPONENT, RuntimeComponentKind.TASKS)
+        if self.spawn is not None:
+            builder.startup(
+                BACKGROUND_TASKS_SPAWN_PHASE, self._spawn, StartupPhaseFailurePolicy.REQUIRED
+            )
+        builder.shutdown(BACKGROUND_TASKS_SHUTDOWN_PHASE, self.timeout, self._shutdown)
+
+    async def _spawn(self) -> None:
+        if self.group is not None:
+            return
+        if self.spawn is None or self.shutdown_token is None:
+            raise BackgroundTaskSpawnError("background task component has no spawner")
+        if self.shutdown_token.cancelled:
+            # Stop requested during startup: spawning workers now would be wasted work.
+            return
+        self.group = await spawn_background_group(self.spawn, self.shutdown_token)
+
+    async def _shutdown(self) -> None:
+        # Once only, even if the bundle was registered twice.
+        if self._stopped or self.group is None:
+            return
+        self._stopped = True
+        await self.group.shutdown()
+
+
+def _definitions(definitions: Iterable[RuntimeTaskDefinition[Any, Any]]) -> tuple[Any, ...]:
+    items = tuple(definitions)
+    for item in items:
+        if not isinstance(item, RuntimeTaskDefinition):
+            raise BackgroundTaskSpawnError(
+                f"definitions must be RuntimeTaskDefinition values, got {type(item).__name__}"
+            )
+    return items
+
+
+def _check_group(tasks: object) -> BackgroundTasks:
+    if not isinstance(tasks, BackgroundTasks):
+        raise BackgroundTaskSpawnError(f"expected BackgroundTasks, got {type(tasks).__name__}")
+    return tasks
+
+
+def background_task_component(
+    tasks: BackgroundTasks,
+    *,
+    timeout: timedelta | None = DEFAULT_BACKGROUND_TASKS_SHUTDOWN_TIMEOUT,
+) -> RuntimeComponentBundleRegistration[Any]:
+    """The component for a group the product already created.
+
+    Prefer :func:`background_task_component_with_definitions_from_shutdown`, which
+    spawns the group from the runtime's shutdown token.
+
+    Args:
+        tasks: The running group; shut down once in the component's shutdown phase.
+        timeout: The shutdown phase deadline (``None``: none).
+    """
+    return runtime_component(BackgroundTaskComponent(group=_check_group(tasks), timeout=timeout))
+
+
+def background_task_component_with_definitions(
+    tasks: BackgroundTasks,
+    definitions: Iterable[RuntimeTaskDefinition[Any, Any]],
+    *,
+    timeout: timedelta | None = DEFAULT_BACKGROUND_TASKS_SHUTDOWN_TIMEOUT,
+) -> RuntimeComponentBundleRegistration[Any]:
+    """Like :func:`background_task_component`, also describing the tasks the group runs.
+
+    Args:
+        tasks: The running group.
+        definitions: The runtime-task catalog (e.g. ``catalog.definitions()``).
+        timeout: The shutdown phase deadline.
+    """
+    return runtime_component(
+        BackgroundTaskComponent(
+            definitions=_definitions(definitions), group=_check_group(tasks), timeout=timeout
+        )
+    )
+
+
+def background_task_component_from_shutdown(
+    spawn: SpawnGroup,
+    *,
+    timeout: timedelta | None = DEFAULT_BACKGROUND_TASKS_SHUTDOWN_TIMEOUT,
+) -> RuntimeComponentWithShutdown:
+    """The component whose group is spawned from the runtime's shared shutdown token.
+
+    Args:
+        spawn: ``spawn(shutdown_token) -> BackgroundTasks`` (plain or ``async``); called
+            in the startup phase :data:`BACKGROUND_TASKS_SPAWN_PHASE`.
+        timeout: The shutdown phase deadline.
+    """
+    return background_task_component_with_definitions_from_shutdown((), spawn, timeout=timeout)
+
+
+def background_task_component_with_definitions_from_shutdown(
+    definitions: Iterable[RuntimeTaskDefinition[Any, Any]],
+    spawn: SpawnGroup,
+    *,
+    timeout: timedelta | None = DEFAULT_BACKGROUND_TASKS_SHUTDOWN_TIMEOUT,
+) -> RuntimeComponentWithShutdown:
+    """The recommended entry: catalog + group spawned from the runtime's shutdown token.
+
+    ``AsterRuntime.builder().component(...)`` hands the shared token over; the group is
+    spawned in a required startup phase and stopped in the component's shutdown phase
+    (before every component that depends on ``background_tasks``).
+
+    Args:
+        definitions: The runtime-task catalog the group runs.
+        spawn: ``spawn(shutdown_token) -> BackgroundTasks`` (plain or ``async``).
+        timeout: The shutdown phase deadline (``None``: none).
+
+    Example:
+        >>> from aster_forge.runtime import AsterRuntime
+        >>> def spawn(token: CancellationToken) -> BackgroundTasks:
+        ...     return BackgroundTasks(token)
+        >>> runtime = (
+        ...     AsterRuntime.builder()
+        ...     .install_signal_handlers(False)
+        ...     .component(background_task_component_with_definitions_from_shutdown((), spawn))
+        ...     .build()
+        ... )
+        >>> [d.name for d in runtime.descriptors()]
+        ['background_tasks']
+    """
+    if not callable(spawn):
+        raise BackgroundTaskSpawnError("spawn is not callable")
+    items = _definitions(definitions)
+
+    def build(shutdown_token: CancellationToken) -> RuntimeComponentBundleRegistration[Any]:
+        return runtime_component(
+            BackgroundTaskComponent(
+                definitions=items, spawn=spawn, shutdown_token=shutdown_token, timeout=timeout
+            )
+        )
+
+    return runtime_component_with_shutdown(build)

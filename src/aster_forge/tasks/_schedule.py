@@ -1,0 +1,481 @@
+"""The scheduled catalog runner: one execution per firing across instances.
+
+``ensure row -> claim the due firing -> run the body (renewing the claim) -> record
+the outcome -> complete (ownership-checked), which advances next_run_at``.
+
+Catch-up policy: firings are a grid ``first_run_at + k * interval``. A run covers
+every grid point up to the moment it was claimed, so the next firing is the first
+grid point after the claim. Firings missed while every instance was down (or while
+a body overran its interval) therefore run once, not once per missed interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Generic, TypeVar
+
+from ..runtime import CancellationToken, Clock, SystemClock, sleep_or_cancelled
+from ..runtime._lease_types import NEVER_EXPIRES, saturating_expiry
+from ._dedupe import TaskDedupeKey, scheduled_task_dedupe_key
+from ._periodic import periodic_sleep_duration
+from ._schedule_types import (
+    ScheduledTaskClaim,
+    ScheduledTaskOutcome,
+    validate_scheduled_duration,
+    validate_scheduled_identifier,
+)
+from .errors import PeriodicTaskConfigError
+from .protocols import ScheduledOutcomeConvertible, ScheduledTaskStore
+
+__all__ = [
+    "DEFAULT_SCHEDULED_CLAIM_TTL",
+    "SCHEDULED_TASK_RAISED",
+    "ScheduledPeriodicTask",
+    "ScheduledTaskRun",
+    "run_scheduled_claim_renewal_loop",
+    "run_scheduled_periodic_task",
+    "scheduled_claim_renew_interval",
+    "scheduled_next_run_at",
+]
+
+logger = logging.getLogger("aster_forge.tasks.schedule")
+
+OutcomeT = TypeVar("OutcomeT")
+
+DEFAULT_SCHEDULED_CLAIM_TTL = timedelta(seconds=120)
+"""How long a claim lasts without renewal, unless configured otherwise."""
+
+SCHEDULED_TASK_RAISED = "scheduled task raised an exception"
+"""The catalog error text for a body that raised (the exception's message is not copied)."""
+
+_MIN_RENEW_INTERVAL = timedelta(milliseconds=10)
+_MAX_ERROR_RETRY = 5.0
+_MAX_MISS_POLL = 1.0
+_MIN_MISS_POLL = 0.01
+_COMPLETE_ATTEMPTS = 3
+_SYSTEM_CLOCK = SystemClock()
+_PROBE_TIME = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+def scheduled_claim_renew_interval(claim_ttl: timedelta) -> timedelta:
+    """How often a running firing's claim is renewed: a third of ``claim_ttl``, at least 10 ms.
+
+    Raises:
+        ScheduledTaskValueError: When ``claim_ttl`` is not a positive ``timedelta``.
+
+    Example:
+        >>> scheduled_claim_renew_interval(timedelta(seconds=120))
+        datetime.timedelta(seconds=40)
+        >>> scheduled_claim_renew_interval(timedelta(milliseconds=15))
+        datetime.timedelta(microseconds=10000)
+    """
+    validate_scheduled_duration("claim_ttl", claim_ttl)
+    return max(claim_ttl / 3, _MIN_RENEW_INTERVAL)
+
+
+def scheduled_next_run_at(
+    scheduled_at: datetime, claimed_at: datetime, interval: timedelta
+) -> datetime:
+    """The next firing after a run of ``scheduled_at`` claimed at ``claimed_at``.
+
+    The first grid point ``scheduled_at + k * interval`` (``k >= 1``) later than
+    ``claimed_at``: grid points that passed before the claim are covered by this run
+    (the catch-up policy). Saturates instead of overflowing.
+
+    Example:
+        >>> t0 = datetime(2030, 1, 1, tzinfo=UTC)
+        >>> scheduled_next_run_at(t0, t0 + timedelta(hours=5, minutes=1), timedelta(hours=1))
+        datetime.datetime(2030, 1, 1, 6, 0, tzinfo=datetime.timezone.utc)
+    """
+    elapsed = max(claimed_at - scheduled_at, timedelta(0))
+    steps = elapsed // interval + 1
+    try:
+        return saturating_expiry(scheduled_at, interval * steps)
+    except OverflowError:
+        return NEVER_EXPIRES
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledPeriodicTask:
+    """One scheduled catalog task as this instance runs it.
+
+    Attributes:
+        namespace: The product namespace (at most 64 characters: it is part of the
+            firing's dedupe key).
+        name: The task's wire name, unique in ``namespace`` (at most 128 characters).
+        interval: The period; zero is clamped to one second (see
+            :func:`~aster_forge.tasks.periodic_sleep_duration`).
+        owner_id: This process's owner id (one per process, e.g.
+            :func:`~aster_forge.runtime.new_runtime_lease_owner_id`).
+        claim_ttl: How long a claim lasts without renewal; another instance may run
+            the firing after that if this one crashed.
+        initial_delay: Delay of the very first firing when the row is created.
+
+    Raises:
+        ScheduledTaskValueError: On an invalid identifier or duration.
+        TaskDedupeKeyError: When ``namespace``/``name`` cannot form a dedupe key.
+        PeriodicTaskConfigError: On a negative interval.
+    """
+
+    namespace: str
+    name: str
+    interval: timedelta
+    owner_id: str
+    claim_ttl: timedelta = DEFAULT_SCHEDULED_CLAIM_TTL
+    initial_delay: timedelta | None = None
+
+    def __post_init__(self) -> None:
+        validate_scheduled_identifier("namespace", self.namespace)
+        validate_scheduled_identifier("name", self.name)
+        validate_scheduled_identifier("owner_id", self.owner_id)
+        periodic_sleep_duration(self.interval)
+        validate_scheduled_duration("claim_ttl", self.claim_ttl)
+        if self.initial_delay is not None:
+            validate_scheduled_duration("initial_delay", self.initial_delay, allow_zero=True)
+        # Fail at declaration, not at the first firing, when the key would be too long.
+        scheduled_task_dedupe_key(self.namespace, self.name, _PROBE_TIME)
+
+    @property
+    def effective_interval(self) -> timedelta:
+        """The interval actually used (zero clamped to one second)."""
+        return periodic_sleep_duration(self.interval)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledTaskRun:
+    """What a scheduled body is given for one claimed firing.
+
+    Attributes:
+        task: The scheduled task.
+        claim: This instance's claim on the firing.
+        dedupe_key: The firing's key (:func:`~aster_forge.tasks.scheduled_task_dedupe_key`
+            of ``claim.scheduled_at``): use it for the history/task row the firing
+            creates, so a re-run after a crash cannot create a second one.
+        shutdown_token: Cancelled when the worker group stops; a long body should
+            return early when it is (the group cancels it after its grace period).
+        kind: The product's runtime-task kind, when the runner was given one.
+    """
+
+    task: ScheduledPeriodicTask
+    claim: ScheduledTaskClaim
+    dedupe_key: TaskDedupeKey
+    shutdown_token: CancellationToken
+    kind: Any = None
+
+    @property
+    def scheduled_at(self) -> datetime:
+        """The firing time on the store's clock."""
+        return self.claim.scheduled_at
+
+
+class _NoOutcome:
+    """Sentinel: the exception hook failed, so there is no product outcome to record."""
+
+
+_NO_OUTCOME = _NoOutcome()
+
+
+@dataclass(frozen=True, slots=True)
+class _Hooks(Generic[OutcomeT]):
+    fn: Callable[[ScheduledTaskRun], Awaitable[OutcomeT]]
+    record_outcome: Callable[[ScheduledTaskRun, OutcomeT, timedelta], Awaitable[None]]
+    on_exception: Callable[[Exception], OutcomeT]
+    kind: Any
+
+
+async def run_scheduled_claim_renewal_loop(
+    store: ScheduledTaskStore,
+    claim: ScheduledTaskClaim,
+    claim_ttl: timedelta,
+    stop_token: CancellationToken,
+    *,
+    clock: Clock = _SYSTEM_CLOCK,
+) -> bool:
+    """Renew ``claim`` every :func:`scheduled_claim_renew_interval` until ``stop_token``.
+
+    ``False`` from the store means the ownership predicate no longer matches (another
+    runtime claimed the firing): the loop stops renewing and returns, but never
+    touches the body; completion's ownership check is the last line of defence. A
+    store error is logged at WARNING and retried at the next tick.
+
+    Returns:
+        ``True`` when stopped by ``stop_token``, ``False`` when ownership was lost.
+    """
+    every = scheduled_claim_renew_interval(claim_ttl).total_seconds()
+    extra = {"namespace": claim.namespace, "scheduled_task": claim.name, "owner_id": claim.owner_id}
+    while True:
+        if await sleep_or_cancelled(clock, stop_token, every):
+            return True
+        try:
+            renewed = await store.renew_scheduled_task_claim(claim, claim_ttl)
+        except Exception:
+            logger.warning(
+                "scheduled task %s/%s: claim renewal failed; retrying next tick",
+                claim.namespace,
+                claim.name,
+                exc_info=True,
+                extra=extra,
+            )
+            continue
+        if not renewed:
+            logger.warning(
+                "scheduled task %s/%s: claim no longer ours; "
+                "stop renewing (the body keeps running)",
+                claim.namespace,
+                claim.name,
+                extra=extra,
+            )
+            return False
+
+
+async def run_scheduled_periodic_task(
+    store: ScheduledTaskStore,
+    task: ScheduledPeriodicTask,
+    fn: Callable[[ScheduledTaskRun], Awaitable[OutcomeT]],
+    record_outcome: Callable[[ScheduledTaskRun, OutcomeT, timedelta], Awaitable[None]],
+    on_exception: Callable[[Exception], OutcomeT],
+    *,
+    shutdown_token: CancellationToken,
+    clock: Clock = _SYSTEM_CLOCK,
+    kind: Any = None,
+) -> None:
+    """Run ``task``'s firings that this instance claims, until ``shutdown_token``.
+
+    A low-level primitive: products normally use
+    :class:`~aster_forge.tasks.LeasedScheduledRuntimeConfig`, which adds the runtime
+    lease and the worker group. Steps: ensure the catalog row; claim the due firing;
+    only when claimed, run ``fn`` while renewing the claim every
+    :func:`scheduled_claim_renew_interval`; map an exception through
+    ``on_exception`` (logged at ERROR); ``record_outcome(run, outcome, duration)``;
+    complete the firing, which releases the claim and sets the next firing (see the
+    module's catch-up policy). Store errors are logged and retried. A crash mid-body
+    stops renewal, so another instance claims the firing after ``claim_ttl``.
+
+    Args:
+        store: The catalog store.
+        task: What to run and as whom.
+        fn: The body; receives the :class:`ScheduledTaskRun`.
+        record_outcome: Persists the product's outcome (history row, metrics).
+        on_exception: Maps an exception from ``fn`` to the product's outcome.
+        shutdown_token: Ends the loop between firings; a running body is not
+            interrupted by it (the group cancels it after its grace).
+        clock: Time source (``ManualClock`` in tests).
+        kind: The product's runtime-task kind, passed on in :attr:`ScheduledTaskRun.kind`.
+
+    Raises:
+        PeriodicTaskConfigError: When a hook is not callable.
+    """
+    for what, hook in (
+        ("fn", fn),
+        ("record_outcome", record_outcome),
+        ("on_exception", on_exception),
+    ):
+        if not callable(hook):
+            raise PeriodicTaskConfigError(f"scheduled task {task.name!r}: {what} is not callable")
+    hooks = _Hooks(fn, record_outcome, on_exception, kind)
+    interval = task.effective_interval
+    error_retry = min(interval.total_seconds(), _MAX_ERROR_RETRY)
+    extra = {"namespace": task.namespace, "scheduled_task": task.name, "owner_id": task.owner_id}
+    while True:
+        try:
+            await store.ensure_scheduled_task(
+                task.namespace, task.name, interval, initial_delay=task.initial_delay
+            )
+            break
+        except Exception:
+            logger.warning(
+                "scheduled task %s/%s: ensuring the catalog row failed; retrying",
+                task.namespace,
+                task.name,
+                exc_info=True,
+                extra=extra,
+            )
+            if await sleep_or_cancelled(clock, shutdown_token, error_retry):
+                return
+    # store clock minus local clock, learned from each claim (the server may be skewed).
+    offset = timedelta(0)
+    while not shutdown_token.cancelled:
+        try:
+            claim = await store.claim_scheduled_task(
+                task.namespace, task.name, task.owner_id, task.claim_ttl
+            )
+        except Exception:
+            logger.warning(
+                "scheduled task %s/%s: claim failed; retrying",
+                task.namespace,
+                task.name,
+                exc_info=True,
+                extra=extra,
+            )
+            if await sleep_or_cancelled(clock, shutdown_token, error_retry):
+                return
+            continue
+        if claim is None:
+            wait = await _miss_wait(store, task, clock.now() + offset)
+        else:
+            offset = claim.claimed_at - clock.now()
+            claimed_mono = clock.monotonic()
+            following = scheduled_next_run_at(claim.scheduled_at, claim.claimed_at, interval)
+            await _execute(store, task, claim, hooks, following, shutdown_token, clock)
+            store_now = claim.claimed_at + timedelta(seconds=clock.monotonic() - claimed_mono)
+            wait = max((following - store_now).total_seconds(), 0.0)
+        if await sleep_or_cancelled(clock, shutdown_token, wait):
+            return
+
+
+async def _miss_wait(
+    store: ScheduledTaskStore, task: ScheduledPeriodicTask, now: datetime
+) -> float:
+    """How long to wait after a claim found nothing to do (not due, or someone else's)."""
+    interval = task.effective_interval.total_seconds()
+    floor = min(max(interval / 20, _MIN_MISS_POLL), _MAX_MISS_POLL)
+    try:
+        record = await store.get_scheduled_task(task.namespace, task.name)
+    except Exception:
+        return interval
+    if record is None:
+        return floor
+    target = record.next_run_at
+    if record.claimed_by is not None and record.claim_expires_at is not None:
+        target = max(target, record.claim_expires_at)
+    return min(max((target - now).total_seconds(), floor), interval)
+
+
+async def _execute(
+    store: ScheduledTaskStore,
+    task: ScheduledPeriodicTask,
+    claim: ScheduledTaskClaim,
+    hooks: _Hooks[OutcomeT],
+    following: datetime,
+    shutdown_token: CancellationToken,
+    clock: Clock,
+) -> None:
+    """Run one claimed firing: body under renewal, record, complete."""
+    extra = {"namespace": task.namespace, "scheduled_task": task.name, "owner_id": task.owner_id}
+    run = ScheduledTaskRun(
+        task=task,
+        claim=claim,
+        dedupe_key=scheduled_task_dedupe_key(task.namespace, task.name, claim.scheduled_at),
+        shutdown_token=shutdown_token,
+        kind=hooks.kind,
+    )
+    stop_renewal = CancellationToken()
+    renewer = asyncio.create_task(
+        run_scheduled_claim_renewal_loop(store, claim, task.claim_ttl, stop_renewal, clock=clock),
+        name=f"aster-forge:scheduled-renew:{task.name}",
+    )
+    started = clock.monotonic()
+    raised = False
+    try:
+        try:
+            outcome: OutcomeT | _NoOutcome = await hooks.fn(run)
+        except Exception as exc:
+            raised = True
+            logger.error(
+                "scheduled task %s/%s raised %s",
+                task.namespace,
+                task.name,
+                type(exc).__name__,
+                exc_info=exc,
+                extra=extra,
+            )
+            try:
+                outcome = hooks.on_exception(exc)
+            except Exception:
+                logger.exception(
+                    "scheduled task %s/%s: on_exception hook raised",
+                    task.namespace,
+                    task.name,
+                    extra=extra,
+                )
+                outcome = _NO_OUTCOME
+    except BaseException:
+        # Cancelled (group abort) or interrupted: leave the claim to expire so another
+        # instance can run the firing after claim_ttl; the dedupe key guards the re-run.
+        renewer.cancel()
+        await asyncio.gather(renewer, return_exceptions=True)
+        raise
+    stop_renewal.cancel()
+    await renewer
+    duration = timedelta(seconds=max(clock.monotonic() - started, 0.0))
+    if not isinstance(outcome, _NoOutcome):
+        try:
+            await hooks.record_outcome(run, outcome, duration)
+        except Exception:
+            logger.exception(
+                "scheduled task %s/%s: recording the outcome failed",
+                task.namespace,
+                task.name,
+                extra=extra,
+            )
+    catalog = _catalog_outcome(outcome, raised, duration)
+    # Completion must not be abandoned half-way by a group stop: shield it.
+    await asyncio.shield(_complete(store, task, claim, catalog, following, clock))
+
+
+def _catalog_outcome(outcome: object, raised: bool, duration: timedelta) -> ScheduledTaskOutcome:
+    result: ScheduledTaskOutcome | None = None
+    if isinstance(outcome, ScheduledTaskOutcome):
+        result = outcome
+    elif isinstance(outcome, ScheduledOutcomeConvertible):
+        try:
+            result = outcome.scheduled_task_outcome()
+        except Exception:
+            logger.exception("scheduled_task_outcome() of %s raised", type(outcome).__name__)
+        if not isinstance(result, ScheduledTaskOutcome):
+            result = None
+    if result is None:
+        if raised:
+            return ScheduledTaskOutcome.failed(SCHEDULED_TASK_RAISED, duration)
+        return ScheduledTaskOutcome.succeeded(duration)
+    if result.duration is None:
+        return ScheduledTaskOutcome(result.status, result.error, duration)
+    return result
+
+
+async def _complete(
+    store: ScheduledTaskStore,
+    task: ScheduledPeriodicTask,
+    claim: ScheduledTaskClaim,
+    outcome: ScheduledTaskOutcome,
+    following: datetime,
+    clock: Clock,
+) -> None:
+    extra = {"namespace": task.namespace, "scheduled_task": task.name, "owner_id": task.owner_id}
+    retry = min(scheduled_claim_renew_interval(task.claim_ttl).total_seconds(), 1.0)
+    for attempt in range(1, _COMPLETE_ATTEMPTS + 1):
+        try:
+            completed = await store.complete_scheduled_task(claim, outcome, next_run_at=following)
+        except Exception:
+            logger.warning(
+                "scheduled task %s/%s: completion failed (attempt %d of %d)",
+                claim.namespace,
+                claim.name,
+                attempt,
+                _COMPLETE_ATTEMPTS,
+                exc_info=True,
+                extra=extra,
+            )
+            if attempt < _COMPLETE_ATTEMPTS:
+                await clock.sleep(retry)
+            continue
+        if not completed:
+            logger.warning(
+                "scheduled task %s/%s: the firing was claimed by another runtime; "
+                "this run's completion was not recorded",
+                claim.namespace,
+                claim.name,
+                extra=extra,
+            )
+        return
+    logger.error(
+        "scheduled task %s/%s: could not complete the firing; "
+        "it can run again once its claim expires",
+        claim.namespace,
+        claim.name,
+        extra=extra,
+    )
