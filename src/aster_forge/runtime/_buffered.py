@@ -40,6 +40,8 @@ E = TypeVar("E")
 
 _Lifecycle = BufferedWriterLifecycle
 
+_QUEUED = RecordAdmission.QUEUED  # the admission hot path skips the enum lookup
+
 # Workers of dropped owners, kept referenced until their cancellation has run.
 _ORPHANED_WORKERS: set[asyncio.Task[None]] = set()
 
@@ -298,7 +300,7 @@ class ManagedBatchWriter(Generic[T, E]):
         if not core.admission_open:
             raise RecordClosedError(record, core.lifecycle)
         if core.try_enqueue(record):
-            return RecordAdmission.QUEUED
+            return _QUEUED
         seq = core.try_occupy_direct(record)
         if seq is None:
             core.rejected_full += 1
