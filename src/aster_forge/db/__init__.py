@@ -30,9 +30,21 @@ from .errors import (
 )
 
 # --- background task store (issue 7) ---
+# isort: split
+from ._tasks import DEFAULT_TASK_NOTIFY_CHANNEL, BackgroundTaskDbStore
+from ._tasks_notify import BackgroundTaskNotificationListener, listen_for_task_notifications
+from ._tasks_table import (
+    BACKGROUND_TASKS_TABLE,
+    background_tasks_table,
+    create_background_tasks_table,
+)
 
 __all__ = [
     "AsterForgeDbError",
+    "BACKGROUND_TASKS_TABLE",
+    "BackgroundTaskDbStore",
+    "BackgroundTaskNotificationListener",
+    "DEFAULT_TASK_NOTIFY_CHANNEL",
     "DatabaseBackend",
     "DatabaseConflictError",
     "DatabaseDataError",
@@ -44,10 +56,13 @@ __all__ = [
     "ScheduledTaskDbStore",
     "UnsupportedDatabaseBackendError",
     "UtcDateTime",
+    "background_tasks_table",
+    "create_background_tasks_table",
     "create_runtime_leases_table",
     "create_scheduled_tasks_namespace_name_unique_index",
     "create_scheduled_tasks_next_run_index",
     "create_scheduled_tasks_table",
+    "listen_for_task_notifications",
     "runtime_leases_table",
     "scheduled_tasks_table",
 ]

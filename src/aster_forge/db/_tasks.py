@@ -1,0 +1,528 @@
+""":class:`BackgroundTaskDbStore`: the reference SQL task store (enqueue, claim, fenced writes)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from ..runtime import Clock, SystemClock
+from ..tasks._lease import TaskLease
+from ..tasks._records import (
+    LEASE_EXPIRED_ERROR,
+    BackgroundTaskRecord,
+    EnqueueResult,
+    NewTask,
+    TaskCompletion,
+    TaskFailureReason,
+    TaskStatus,
+    check_claim_args,
+    check_retry_delay,
+    check_ttl,
+)
+from ._tasks_admin import TaskAdminMixin
+from ._tasks_sql import _SATURATING_DELTA, TaskSql
+from ._tasks_table import CORE_COLUMNS, background_tasks_table, record_from_row
+from ._time import UtcDateTime
+from .errors import DatabaseIntegrityError
+
+__all__ = ["DEFAULT_TASK_NOTIFY_CHANNEL", "BackgroundTaskDbStore"]
+
+DEFAULT_TASK_NOTIFY_CHANNEL = "aster_forge_tasks"
+"""The PostgreSQL ``NOTIFY`` channel enqueue signals on (payload: the lane)."""
+
+_RESCUE_BATCH = 500
+_KEY_CHUNK = 500
+_DEDUPE_RACE_ATTEMPTS = 8
+_PENDING = TaskStatus.PENDING.value
+_RUNNING = TaskStatus.RUNNING.value
+
+
+class BackgroundTaskDbStore(TaskAdminMixin):
+    """A :class:`~aster_forge.tasks.BackgroundTaskStore` on SQLite, PostgreSQL or MariaDB.
+
+    Claims: PostgreSQL runs ``UPDATE ... WHERE id IN (SELECT ... ORDER BY priority DESC,
+    run_at, id LIMIT n FOR UPDATE SKIP LOCKED) RETURNING ...``; MariaDB selects the ids
+    ``FOR UPDATE SKIP LOCKED`` then updates them (READ COMMITTED); SQLite runs the same
+    statement in a ``BEGIN IMMEDIATE`` single-writer transaction. Each claimed row gets
+    a fresh processing token. Before claiming, expired leases of the lane are rescued
+    (see :class:`~aster_forge.tasks.BackgroundTaskStore`). Every fenced write is one
+    ``UPDATE ... WHERE id = ? AND processing_token = ? AND status = 'running'``.
+
+    Args:
+        engine: The async engine (create the table with
+            :func:`create_background_tasks_table` or your migrations).
+        table: The table (default: ``background_tasks`` from
+            :func:`background_tasks_table`); pass yours when you added columns.
+        clock: The time source on SQLite (PostgreSQL/MariaDB use the server clock).
+        notify: On PostgreSQL, ``NOTIFY`` the channel in the enqueue transaction.
+        notify_channel: The channel name.
+    """
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        table: sa.Table | None = None,
+        clock: Clock | None = None,
+        notify: bool = True,
+        notify_channel: str = DEFAULT_TASK_NOTIFY_CHANNEL,
+    ) -> None:
+        self._table = table if table is not None else background_tasks_table(sa.MetaData())
+        self._sql = TaskSql(engine, self._table, clock if clock is not None else SystemClock())
+        self._notify = notify and self._sql.is_postgres
+        self._channel = notify_channel
+        self._cols = [self._table.c[name] for name in CORE_COLUMNS]
+
+    @property
+    def table(self) -> sa.Table:
+        """The task table this store writes."""
+        return self._table
+
+    @property
+    def notify_channel(self) -> str:
+        """The PostgreSQL ``NOTIFY`` channel."""
+        return self._channel
+
+    # -- enqueue ----------------------------------------------------------------------
+
+    async def enqueue(self, task: NewTask) -> EnqueueResult:
+        """Insert ``task`` or return the row already holding its dedupe key."""
+        return (await self.enqueue_many([task]))[0]
+
+    async def enqueue_many(self, tasks: Sequence[NewTask]) -> list[EnqueueResult]:
+        """Enqueue all in one transaction; dedupe hits return existing rows (input order)."""
+        for task in tasks:
+            if not isinstance(task, NewTask):
+                raise TypeError(f"enqueue expects NewTask, got {type(task).__name__}")
+            unknown = set(task.extra) - set(self._table.c.keys())
+            if unknown or set(task.extra) & set(CORE_COLUMNS):
+                raise ValueError(
+                    f"NewTask.extra names unknown or core columns: {sorted(task.extra)}"
+                )
+        if not tasks:
+            return []
+        has_keys = any(task.dedupe_key is not None for task in tasks)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self._sql.run("enqueue tasks", lambda c: self._enqueue(c, tasks))
+            except DatabaseIntegrityError:
+                # Another process inserted one of our keys after our read: re-read.
+                if not has_keys or attempt >= _DEDUPE_RACE_ATTEMPTS:
+                    raise
+
+    async def _enqueue(
+        self, conn: AsyncConnection, tasks: Sequence[NewTask]
+    ) -> list[EnqueueResult]:
+        t = self._table
+        keys: dict[str, int] = {}
+        for index, task in enumerate(tasks):
+            key = task.dedupe_key_text
+            if key is not None:
+                keys.setdefault(key, index)
+        existing: dict[str, BackgroundTaskRecord] = {}
+        key_list = list(keys)
+        for start in range(0, len(key_list), _KEY_CHUNK):
+            chunk = key_list[start : start + _KEY_CHUNK]
+            rows = await conn.execute(sa.select(*self._cols).where(t.c.dedupe_key.in_(chunk)))
+            for row in rows:
+                record = record_from_row(row)
+                existing[record.dedupe_key or ""] = record
+        inserts = [
+            index
+            for index, task in enumerate(tasks)
+            if task.dedupe_key_text is None
+            or (task.dedupe_key_text not in existing and keys[task.dedupe_key_text] == index)
+        ]
+        created: dict[int, BackgroundTaskRecord] = {}
+        if inserts:
+            now = await self._sql.now(conn)
+            stmt, params = self._insert(now, [tasks[i] for i in inserts])
+            inserted = (await conn.execute(stmt, params)).all()
+            for index, row in zip(inserts, inserted, strict=True):
+                created[index] = record_from_row(row)
+            if self._notify:
+                for lane in sorted({tasks[i].lane for i in inserts}):
+                    await conn.execute(sa.select(sa.func.pg_notify(self._channel, lane)))
+        by_key = {r.dedupe_key: r for r in created.values() if r.dedupe_key is not None}
+        by_key.update(existing)
+        results: list[EnqueueResult] = []
+        for index, task in enumerate(tasks):
+            if index in created:
+                results.append(EnqueueResult(created[index], created=True))
+            else:
+                results.append(EnqueueResult(by_key[task.dedupe_key_text or ""], created=False))
+        return results
+
+    def _insert(
+        self, now: tuple[Any, datetime | None], tasks: Sequence[NewTask]
+    ) -> tuple[Any, list[dict[str, Any]]]:
+        t = self._table
+        now_expr, now_value = now
+        params: list[dict[str, Any]] = []
+        extra_names = sorted({name for task in tasks for name in task.extra})
+        for task in tasks:
+            run_at = task.run_at
+            if run_at is None and (now_value is not None or task.delay >= _SATURATING_DELTA):
+                run_at = self._sql.plus(now, task.delay).value
+            row: dict[str, Any] = {
+                "kind": task.kind,
+                "lane": task.lane,
+                "status": _PENDING,
+                "payload_json": task.payload_json,
+                "steps_json": task.steps_json,
+                "attempt": 0,
+                "max_attempts": task.max_attempts,
+                "p_run_at": run_at,
+                "p_delay": task.delay,
+                "priority": task.priority,
+                "dedupe_key": task.dedupe_key_text,
+                "manual_retry_allowed": True,
+                "cancel_requested": False,
+                "rescued": False,
+            }
+            for name in extra_names:
+                row[name] = task.extra.get(name, None)
+            params.append(row)
+        if self._sql.is_postgres:
+            run_at_expr: Any = sa.func.coalesce(
+                sa.bindparam("p_run_at", type_=UtcDateTime()),
+                now_expr + sa.bindparam("p_delay", type_=sa.Interval()),
+            )
+        else:
+            run_at_expr = sa.bindparam("p_run_at", type_=UtcDateTime())
+            for row in params:
+                del row["p_delay"]
+        stmt = (
+            sa.insert(t)
+            .values(run_at=run_at_expr, created_at=now_expr, updated_at=now_expr)
+            .returning(*self._cols, sort_by_parameter_order=True)
+        )
+        return stmt, params
+
+    # -- claim ------------------------------------------------------------------------
+
+    async def claim_due_for_lane(
+        self, lane: str, limit: int, owner: str, lease_ttl: timedelta
+    ) -> list[BackgroundTaskRecord]:
+        """Rescue expired leases of ``lane``, then claim up to ``limit`` due tasks."""
+        lane_value = check_claim_args(lane, owner, lease_ttl, limit)
+        if limit <= 0:
+            return []
+
+        async def body(conn: AsyncConnection) -> list[BackgroundTaskRecord]:
+            now = await self._sql.now(conn)
+            await self._rescue(conn, lane_value, now)
+            return await self._claim(conn, lane_value, limit, owner, lease_ttl, now)
+
+        records = await self._sql.run("claim tasks", body)
+        return sorted(records, key=lambda r: (-r.priority, r.run_at, r.id))
+
+    async def _locked_ids(self, conn: AsyncConnection, query: Any) -> list[int]:
+        return [int(row[0]) for row in await conn.execute(query)]
+
+    async def _rescue(self, conn: AsyncConnection, lane: str, now: tuple[Any, Any]) -> None:
+        t = self._table
+        now_expr = now[0]
+        expired = (
+            sa.select(t.c.id)
+            .where(t.c.lane == lane, t.c.status == _RUNNING, t.c.lease_expires_at <= now_expr)
+            .order_by(t.c.lease_expires_at)
+            .limit(_RESCUE_BATCH)
+            .with_for_update(skip_locked=True)
+        )
+        exhausted = t.c.attempt + 1 >= t.c.max_attempts
+        terminal = sa.or_(t.c.cancel_requested, exhausted)
+        # Ordered: MariaDB evaluates SET left to right, so attempt changes last.
+        values = [
+            (
+                t.c.status,
+                sa.case(
+                    (t.c.cancel_requested, TaskStatus.CANCELLED.value),
+                    (exhausted, TaskStatus.FAILED.value),
+                    else_=_PENDING,
+                ),
+            ),
+            (
+                t.c.failure_reason,
+                sa.case(
+                    (t.c.cancel_requested, TaskFailureReason.CANCELLED.value),
+                    else_=TaskFailureReason.LEASE_EXPIRED.value,
+                ),
+            ),
+            (t.c.rescued, sa.not_(terminal)),
+            (t.c.finished_at, sa.case((terminal, now_expr), else_=sa.null())),
+            (t.c.last_error, LEASE_EXPIRED_ERROR),
+            (t.c.processing_token, sa.null()),
+            (t.c.lease_expires_at, sa.null()),
+            (t.c.updated_at, now_expr),
+            (t.c.attempt, t.c.attempt + 1),
+        ]
+        if self._sql.backend.value == "mysql":
+            ids = await self._locked_ids(conn, expired)
+            if ids:
+                await conn.execute(sa.update(t).where(t.c.id.in_(ids)).ordered_values(*values))
+            return
+        await conn.execute(sa.update(t).where(t.c.id.in_(expired)).ordered_values(*values))
+
+    async def _claim(
+        self,
+        conn: AsyncConnection,
+        lane: str,
+        limit: int,
+        owner: str,
+        lease_ttl: timedelta,
+        now: tuple[Any, Any],
+    ) -> list[BackgroundTaskRecord]:
+        t = self._table
+        now_expr = now[0]
+        due = (
+            sa.select(t.c.id)
+            .where(t.c.lane == lane, t.c.status == _PENDING, t.c.run_at <= now_expr)
+            .order_by(t.c.priority.desc(), t.c.run_at, t.c.id)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        # One random prefix per claim plus the row id: fresh and unique per claimed row.
+        token = sa.literal(uuid.uuid4().hex + "-", sa.String()) + sa.cast(t.c.id, sa.String())
+        values = {
+            "status": _RUNNING,
+            "processing_token": token,
+            "lease_expires_at": self._sql.plus(now, lease_ttl),
+            "claimed_by": owner,
+            "started_at": now_expr,
+            "updated_at": now_expr,
+        }
+        if self._sql.backend.value == "mysql":
+            ids = await self._locked_ids(conn, due)
+            if not ids:
+                return []
+            await conn.execute(sa.update(t).where(t.c.id.in_(ids)).values(**values))
+            rows = await conn.execute(sa.select(*self._cols).where(t.c.id.in_(ids)))
+        else:
+            rows = await conn.execute(
+                sa.update(t).where(t.c.id.in_(due)).values(**values).returning(*self._cols)
+            )
+        return [record_from_row(row) for row in rows]
+
+    # -- fenced writes ------------------------------------------------------------------
+
+    async def _fenced(self, operation: str, lease: TaskLease, values: dict[str, Any]) -> bool:
+        t = self._table
+
+        async def body(conn: AsyncConnection) -> bool:
+            now = await self._sql.now(conn)
+            resolved = {k: (v(now) if callable(v) else v) for k, v in values.items()}
+            resolved.setdefault("updated_at", now[0])
+            result = await conn.execute(
+                sa.update(t).where(self._sql.fence(lease)).values(**resolved)
+            )
+            return bool(result.rowcount == 1)
+
+        return await self._sql.run(operation, body, single_statement=self._sql.is_postgres)
+
+    async def renew_task_lease(self, lease: TaskLease, lease_ttl: timedelta) -> TaskLease | None:
+        """Extend the lease if the claim still owns the task (else ``None``)."""
+        check_ttl(lease_ttl)
+        t = self._table
+
+        async def body(conn: AsyncConnection) -> datetime | None:
+            now = await self._sql.now(conn)
+            stmt = (
+                sa.update(t)
+                .where(self._sql.fence(lease))
+                .values(lease_expires_at=self._sql.plus(now, lease_ttl), updated_at=now[0])
+            )
+            if self._sql.backend.value == "mysql":
+                if (await conn.execute(stmt)).rowcount != 1:
+                    return None
+                return (
+                    await conn.execute(
+                        sa.select(t.c.lease_expires_at).where(self._sql.fence(lease))
+                    )
+                ).scalar_one_or_none()
+            return (await conn.execute(stmt.returning(t.c.lease_expires_at))).scalar_one_or_none()
+
+        expires = await self._sql.run(
+            "renew task lease", body, single_statement=self._sql.is_postgres
+        )
+        return None if expires is None else lease.renewed(expires)
+
+    def _success_values(self, result_json: str | None, steps_json: str | None) -> dict[str, Any]:
+        t = self._table
+        return {
+            "status": TaskStatus.SUCCEEDED.value,
+            "result_json": result_json,
+            "steps_json": t.c.steps_json if steps_json is None else steps_json,
+            "failure_reason": None,
+            "processing_token": None,
+            "lease_expires_at": None,
+            "rescued": False,
+            "finished_at": lambda now: now[0],
+        }
+
+    async def mark_task_succeeded(
+        self, lease: TaskLease, result_json: str | None, steps_json: str | None
+    ) -> bool:
+        """Fenced: mark succeeded, store the result and final steps."""
+        return await self._fenced(
+            "mark task succeeded", lease, self._success_values(result_json, steps_json)
+        )
+
+    async def mark_tasks_succeeded_many(self, completions: Sequence[TaskCompletion]) -> list[bool]:
+        """Fenced per entry, one statement on PostgreSQL; results in input order."""
+        if not completions:
+            return []
+        if self._sql.is_postgres:
+            return await self._succeed_many_pg(completions)
+
+        async def body(conn: AsyncConnection) -> list[bool]:
+            now = await self._sql.now(conn)
+            done: list[bool] = []
+            for item in completions:
+                values = self._success_values(item.result_json, item.steps_json)
+                values["finished_at"] = now[0]
+                values["updated_at"] = now[0]
+                result = await conn.execute(
+                    sa.update(self._table).where(self._sql.fence(item.lease)).values(**values)
+                )
+                done.append(result.rowcount == 1)
+            return done
+
+        return await self._sql.run("mark tasks succeeded", body)
+
+    async def _succeed_many_pg(self, completions: Sequence[TaskCompletion]) -> list[bool]:
+        t = self._table
+        v = (
+            sa.func.unnest(
+                sa.bindparam(
+                    "ids", [c.lease.task_id for c in completions], postgresql.ARRAY(sa.BigInteger())
+                ),
+                sa.bindparam(
+                    "tokens",
+                    [c.lease.processing_token for c in completions],
+                    postgresql.ARRAY(sa.Text()),
+                ),
+                sa.bindparam(
+                    "results", [c.result_json for c in completions], postgresql.ARRAY(sa.Text())
+                ),
+                sa.bindparam(
+                    "steps", [c.steps_json for c in completions], postgresql.ARRAY(sa.Text())
+                ),
+            )
+            .table_valued("id", "token", "result_json", "steps_json")
+            .render_derived(name="v")
+        )
+        stmt = (
+            sa.update(t)
+            .where(
+                t.c.id == v.c.id,
+                t.c.processing_token == v.c.token,
+                t.c.status == _RUNNING,
+            )
+            .values(
+                status=TaskStatus.SUCCEEDED.value,
+                result_json=v.c.result_json,
+                steps_json=sa.func.coalesce(v.c.steps_json, t.c.steps_json),
+                failure_reason=None,
+                processing_token=None,
+                lease_expires_at=None,
+                rescued=False,
+                finished_at=sa.func.now(),
+                updated_at=sa.func.now(),
+            )
+            .returning(t.c.id)
+        )
+
+        async def body(conn: AsyncConnection) -> set[int]:
+            return {int(row[0]) for row in await conn.execute(stmt)}
+
+        written = await self._sql.run("mark tasks succeeded", body, single_statement=True)
+        seen: set[int] = set()
+        out: list[bool] = []
+        for c in completions:
+            # A task id listed twice can only be written once.
+            ok = c.lease.task_id in written and c.lease.task_id not in seen
+            seen.add(c.lease.task_id)
+            out.append(ok)
+        return out
+
+    async def mark_task_retry(
+        self,
+        lease: TaskLease,
+        *,
+        delay: timedelta,
+        error: str,
+        steps_json: str | None,
+        count_attempt: bool,
+    ) -> bool:
+        """Fenced: back to pending after ``delay`` (cancelled when a cancel was requested)."""
+        check_retry_delay(delay)
+        t = self._table
+        cancel = t.c.cancel_requested
+        values: dict[str, Any] = {
+            "status": sa.case((cancel, TaskStatus.CANCELLED.value), else_=_PENDING),
+            "run_at": lambda now: sa.case((cancel, t.c.run_at), else_=self._sql.plus(now, delay)),
+            "finished_at": lambda now: sa.case((cancel, now[0]), else_=sa.null()),
+            "failure_reason": sa.case(
+                (cancel, TaskFailureReason.CANCELLED.value),
+                else_=TaskFailureReason.PRODUCT_ERROR.value,
+            ),
+            "last_error": error,
+            "steps_json": t.c.steps_json if steps_json is None else steps_json,
+            "processing_token": None,
+            "lease_expires_at": None,
+            "rescued": False,
+            "attempt": t.c.attempt + 1 if count_attempt else t.c.attempt,
+        }
+        return await self._fenced("mark task retry", lease, values)
+
+    async def mark_task_failed(
+        self, lease: TaskLease, *, error: str, steps_json: str | None, manual_retry: bool
+    ) -> bool:
+        """Fenced: failed for good, ``attempt + 1``."""
+        t = self._table
+        values: dict[str, Any] = {
+            "status": TaskStatus.FAILED.value,
+            "last_error": error,
+            "failure_reason": TaskFailureReason.PRODUCT_ERROR.value,
+            "manual_retry_allowed": bool(manual_retry),
+            "steps_json": t.c.steps_json if steps_json is None else steps_json,
+            "processing_token": None,
+            "lease_expires_at": None,
+            "rescued": False,
+            "finished_at": lambda now: now[0],
+            "attempt": t.c.attempt + 1,
+        }
+        return await self._fenced("mark task failed", lease, values)
+
+    async def release_task_for_shutdown(self, lease: TaskLease) -> bool:
+        """Fenced: back to pending, due now; attempt and stored error unchanged."""
+        t = self._table
+        cancel = t.c.cancel_requested
+        values: dict[str, Any] = {
+            "status": sa.case((cancel, TaskStatus.CANCELLED.value), else_=_PENDING),
+            "failure_reason": sa.case(
+                (cancel, TaskFailureReason.CANCELLED.value), else_=t.c.failure_reason
+            ),
+            "run_at": lambda now: sa.case((cancel, t.c.run_at), else_=now[0]),
+            "finished_at": lambda now: sa.case((cancel, now[0]), else_=sa.null()),
+            "processing_token": None,
+            "lease_expires_at": None,
+            "rescued": False,
+        }
+        return await self._fenced("release task for shutdown", lease, values)
+
+    async def update_task_steps(self, lease: TaskLease, steps_json: str) -> bool:
+        """Fenced: store step progress."""
+        return await self._fenced("update task steps", lease, {"steps_json": steps_json})
+
+    def __repr__(self) -> str:
+        return f"<BackgroundTaskDbStore backend={self._sql.backend.value} table={self._table.name}>"

@@ -1,0 +1,205 @@
+"""Admin reads and writes of the task store: get, list, retry, cancel, lane counts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ..tasks._records import (
+    BackgroundTaskRecord,
+    TaskCancelOutcome,
+    TaskFailureReason,
+    TaskLaneCounts,
+    TaskPage,
+    TaskStatus,
+    check_list_args,
+    check_run_at,
+    wire_value,
+)
+from ..tasks.errors import TaskNotFoundError, TaskStateError
+from ._tasks_sql import TaskSql
+from ._tasks_table import record_from_row
+from ._time import UtcDateTime
+
+__all__ = ["TaskAdminMixin"]
+
+_TERMINAL_RETRYABLE = (TaskStatus.FAILED.value, TaskStatus.CANCELLED.value)
+
+
+class TaskAdminMixin:
+    """The admin half of :class:`~aster_forge.db.BackgroundTaskDbStore`."""
+
+    _table: sa.Table
+    _sql: TaskSql
+    _cols: list[sa.Column[Any]]
+
+    async def _get(self, conn: AsyncConnection, task_id: int) -> BackgroundTaskRecord | None:
+        row = (
+            await conn.execute(sa.select(*self._cols).where(self._table.c.id == task_id))
+        ).first()
+        return None if row is None else record_from_row(row)
+
+    async def get_task(self, task_id: int) -> BackgroundTaskRecord | None:
+        """Return the row, or ``None`` when it does not exist."""
+
+        async def body(conn: AsyncConnection) -> BackgroundTaskRecord | None:
+            return await self._get(conn, task_id)
+
+        return await self._sql.run("get task", body, single_statement=True)
+
+    async def list_tasks(
+        self,
+        *,
+        status: TaskStatus | None = None,
+        kind: str | None = None,
+        lane: str | None = None,
+        limit: int = 50,
+        before_id: int | None = None,
+    ) -> TaskPage:
+        """One page of rows, newest first, filtered by status/kind/lane."""
+        status_v, kind_v, lane_v = check_list_args(status, kind, lane, limit, before_id)
+        t = self._table
+        query = sa.select(*self._cols).order_by(t.c.id.desc()).limit(limit + 1)
+        if status_v is not None:
+            query = query.where(t.c.status == status_v.value)
+        if kind_v is not None:
+            query = query.where(t.c.kind == kind_v)
+        if lane_v is not None:
+            query = query.where(t.c.lane == lane_v)
+        if before_id is not None:
+            query = query.where(t.c.id < before_id)
+
+        async def body(conn: AsyncConnection) -> list[BackgroundTaskRecord]:
+            return [record_from_row(row) for row in await conn.execute(query)]
+
+        rows = await self._sql.run("list tasks", body, single_statement=True)
+        items = rows[:limit]
+        return TaskPage(items, items[-1].id if len(rows) > limit else None)
+
+    async def retry_task(
+        self, task_id: int, *, run_at: datetime | None = None, force: bool = False
+    ) -> BackgroundTaskRecord:
+        """Operator retry of a failed/cancelled task (see the protocol)."""
+        check_run_at(run_at)
+        t = self._table
+
+        async def body(conn: AsyncConnection) -> BackgroundTaskRecord:
+            now = await self._sql.now(conn)
+            allowed = sa.or_(
+                t.c.status == TaskStatus.CANCELLED.value, t.c.manual_retry_allowed.is_(True)
+            )
+            stmt = (
+                sa.update(t)
+                .where(t.c.id == task_id, t.c.status.in_(_TERMINAL_RETRYABLE))
+                .values(
+                    status=TaskStatus.PENDING.value,
+                    attempt=0,
+                    run_at=now[0] if run_at is None else sa.literal(run_at, UtcDateTime()),
+                    result_json=None,
+                    failure_reason=None,
+                    manual_retry_allowed=True,
+                    cancel_requested=False,
+                    rescued=False,
+                    processing_token=None,
+                    lease_expires_at=None,
+                    updated_at=now[0],
+                    finished_at=None,
+                )
+            )
+            if not force:
+                stmt = stmt.where(allowed)
+            if (await conn.execute(stmt)).rowcount == 1:
+                record = await self._get(conn, task_id)
+                assert record is not None  # written in this transaction
+                return record
+            current = await self._get(conn, task_id)
+            if current is None:
+                raise TaskNotFoundError(task_id)
+            if current.status.value not in _TERMINAL_RETRYABLE:
+                raise TaskStateError(
+                    task_id, current.status.value, "only failed or cancelled tasks retry"
+                )
+            raise TaskStateError(task_id, current.status.value, "manual retry is not allowed")
+
+        return await self._sql.run("retry task", body)
+
+    async def cancel_task(self, task_id: int) -> TaskCancelOutcome:
+        """Cancel a pending task, or flag a running one (its fence is untouched)."""
+        t = self._table
+
+        async def body(conn: AsyncConnection) -> TaskCancelOutcome:
+            now = await self._sql.now(conn)
+            cancelled = await conn.execute(
+                sa.update(t)
+                .where(t.c.id == task_id, t.c.status == TaskStatus.PENDING.value)
+                .values(
+                    status=TaskStatus.CANCELLED.value,
+                    failure_reason=TaskFailureReason.CANCELLED.value,
+                    rescued=False,
+                    updated_at=now[0],
+                    finished_at=now[0],
+                )
+            )
+            if cancelled.rowcount == 1:
+                return TaskCancelOutcome.CANCELLED
+            flagged = await conn.execute(
+                sa.update(t)
+                .where(t.c.id == task_id, t.c.status == TaskStatus.RUNNING.value)
+                .values(cancel_requested=True, updated_at=now[0])
+            )
+            if flagged.rowcount == 1:
+                return TaskCancelOutcome.CANCEL_REQUESTED
+            exists = (await conn.execute(sa.select(t.c.id).where(t.c.id == task_id))).first()
+            return (
+                TaskCancelOutcome.NOT_FOUND
+                if exists is None
+                else TaskCancelOutcome.ALREADY_FINISHED
+            )
+
+        return await self._sql.run("cancel task", body)
+
+    async def lane_counts(self, lanes: Sequence[str] | None = None) -> list[TaskLaneCounts]:
+        """Per-lane pending/due/running/expired counts and the oldest due ``run_at``."""
+        wanted = None if lanes is None else sorted({wire_value(lane, "lane") for lane in lanes})
+        t = self._table
+
+        async def body(conn: AsyncConnection) -> list[TaskLaneCounts]:
+            now_expr, now_value = await self._sql.now(conn)
+            if now_value is None:
+                now_value = (await conn.execute(sa.select(now_expr))).scalar_one()
+            pending = t.c.status == TaskStatus.PENDING.value
+            running = t.c.status == TaskStatus.RUNNING.value
+            due = sa.and_(pending, t.c.run_at <= now_expr)
+            expired = sa.and_(running, t.c.lease_expires_at <= now_expr)
+
+            def count(cond: Any) -> Any:
+                return sa.func.coalesce(sa.func.sum(sa.case((cond, 1), else_=0)), 0)
+
+            query = (
+                sa.select(
+                    t.c.lane,
+                    count(pending),
+                    count(due),
+                    count(running),
+                    count(expired),
+                    sa.func.min(sa.case((due, t.c.run_at), else_=sa.null()), type_=UtcDateTime()),
+                )
+                .where(t.c.status.in_((TaskStatus.PENDING.value, TaskStatus.RUNNING.value)))
+                .group_by(t.c.lane)
+            )
+            if wanted is not None:
+                query = query.where(t.c.lane.in_(wanted))
+            figures: dict[str, TaskLaneCounts] = {}
+            for row in await conn.execute(query):
+                figures[row[0]] = TaskLaneCounts(
+                    row[0], int(row[1]), int(row[2]), int(row[3]), int(row[4]), row[5], now_value
+                )
+            for lane in wanted or ():
+                figures.setdefault(lane, TaskLaneCounts(lane, 0, 0, 0, 0, None, now_value))
+            return [figures[lane] for lane in sorted(figures)]
+
+        return await self._sql.run("count tasks by lane", body)

@@ -1,0 +1,121 @@
+"""Transactions, server-clock time expressions and fenced predicates for the task store."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from .._errors import AsterForgeError
+from ..runtime import Clock
+from ..runtime._lease_types import NEVER_EXPIRES, saturating_expiry
+from ..tasks._lease import TaskLease
+from ..tasks._records import TaskStatus
+from ._time import DatabaseBackend, UtcDateTime, database_now
+from ._translate import is_transient_conflict, translate_db_error
+
+__all__ = ["TaskSql"]
+
+logger = logging.getLogger("aster_forge.db")
+
+T = TypeVar("T")
+
+_CONFLICT_ATTEMPTS = 6
+# A delay this long from any "now" before 2200 lands past NEVER_EXPIRES: saturate it
+# in Python so the server never computes an out-of-range timestamp.
+_SATURATING_DELTA = NEVER_EXPIRES - datetime(2200, 1, 1, tzinfo=UTC)
+
+
+class TaskSql:
+    """Per-store helpers: how to run a transaction and how to say "now" on a backend.
+
+    PostgreSQL computes times inline with ``now()`` (no extra round trip); MariaDB reads
+    ``UTC_TIMESTAMP(6)`` once per transaction; SQLite uses the injected clock. SQLite
+    write transactions start with ``BEGIN IMMEDIATE`` so the single writer is chosen
+    up front (no lock-upgrade failures between read and write).
+    """
+
+    def __init__(self, engine: AsyncEngine, table: sa.Table, clock: Clock) -> None:
+        self.backend = DatabaseBackend.of(engine)
+        self.table = table
+        self.clock = clock
+        self._engine = engine
+        if self.backend is DatabaseBackend.MYSQL:
+            # Locking reads without gap locks: SKIP LOCKED claims must not block inserts.
+            self._engine = engine.execution_options(isolation_level="READ COMMITTED")
+        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+
+    @property
+    def is_postgres(self) -> bool:
+        """Whether the backend is PostgreSQL."""
+        return self.backend is DatabaseBackend.POSTGRESQL
+
+    async def run(
+        self,
+        operation: str,
+        body: Callable[[AsyncConnection], Awaitable[T]],
+        *,
+        single_statement: bool = False,
+    ) -> T:
+        """Run ``body`` in one transaction; retry lost conflicts; translate driver errors.
+
+        ``single_statement`` bodies run in autocommit on PostgreSQL/MariaDB (one round
+        trip instead of three); one statement is atomic on its own.
+        """
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                if self.backend is DatabaseBackend.SQLITE:
+                    async with self._engine.connect() as conn:
+                        await conn.exec_driver_sql("BEGIN IMMEDIATE")
+                        result = await body(conn)
+                        await conn.commit()
+                        return result
+                if single_statement:
+                    async with self._autocommit.connect() as conn:
+                        return await body(conn)
+                async with self._engine.begin() as conn:
+                    return await body(conn)
+            except asyncio.CancelledError:
+                raise
+            except AsterForgeError:
+                raise
+            except sa.exc.DBAPIError as exc:
+                if is_transient_conflict(exc) and attempt < _CONFLICT_ATTEMPTS:
+                    logger.debug("%s: transient conflict, retrying (%d)", operation, attempt)
+                    await asyncio.sleep(0.005 * attempt)
+                    continue
+                raise translate_db_error(exc, operation) from exc
+            except (sa.exc.SQLAlchemyError, OSError, TimeoutError) as exc:
+                raise translate_db_error(exc, operation) from exc
+
+    async def now(self, conn: AsyncConnection) -> tuple[Any, datetime | None]:
+        """Return ``(sql_expression, python_value)`` for "now" (value ``None`` on PostgreSQL)."""
+        if self.is_postgres:
+            return sa.func.now(type_=UtcDateTime()), None
+        value = await database_now(conn, self.clock)
+        return sa.literal(value, UtcDateTime()), value
+
+    def plus(self, now: tuple[Any, datetime | None], delta: timedelta) -> Any:
+        """``now + delta`` as SQL, saturated to ``NEVER_EXPIRES``."""
+        if delta >= _SATURATING_DELTA:
+            return sa.literal(NEVER_EXPIRES, UtcDateTime())
+        expr, value = now
+        if value is None:
+            return expr + sa.literal(delta, sa.Interval())
+        return sa.literal(saturating_expiry(value, delta), UtcDateTime())
+
+    def fence(self, lease: TaskLease) -> Any:
+        """The predicate every write after a claim carries: id, token and RUNNING."""
+        t = self.table
+        return sa.and_(
+            t.c.id == lease.task_id,
+            t.c.processing_token == lease.processing_token,
+            t.c.status == TaskStatus.RUNNING.value,
+        )

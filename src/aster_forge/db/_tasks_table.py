@@ -1,0 +1,212 @@
+"""The reference ``background_tasks`` table: factory, DDL helper, row mapping."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from ..tasks._dedupe import MAX_TASK_DEDUPE_KEY_LENGTH
+from ..tasks._records import (
+    MAX_TASK_KIND_LENGTH,
+    BackgroundTaskRecord,
+    TaskFailureReason,
+    TaskStatus,
+)
+from ._time import UtcDateTime
+
+__all__ = [
+    "BACKGROUND_TASKS_TABLE",
+    "CORE_COLUMNS",
+    "background_tasks_table",
+    "create_background_tasks_table",
+    "record_from_row",
+]
+
+BACKGROUND_TASKS_TABLE = "background_tasks"
+
+_LONG_TEXT = sa.Text().with_variant(mysql.LONGTEXT(), "mysql")
+_BIG_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+CORE_COLUMNS = (
+    "id",
+    "kind",
+    "lane",
+    "status",
+    "payload_json",
+    "result_json",
+    "steps_json",
+    "attempt",
+    "max_attempts",
+    "run_at",
+    "priority",
+    "processing_token",
+    "lease_expires_at",
+    "claimed_by",
+    "dedupe_key",
+    "last_error",
+    "failure_reason",
+    "manual_retry_allowed",
+    "cancel_requested",
+    "rescued",
+    "created_at",
+    "updated_at",
+    "started_at",
+    "finished_at",
+)
+"""The columns :class:`BackgroundTaskDbStore` reads and writes (in this order)."""
+
+
+def background_tasks_table(
+    metadata: sa.MetaData, name: str = BACKGROUND_TASKS_TABLE, *extra_columns: sa.Column[Any]
+) -> sa.Table:
+    """Define (or return the already defined) background task table on ``metadata``.
+
+    Columns (see :class:`~aster_forge.tasks.BackgroundTaskRecord`): ``id`` (big integer
+    primary key), ``kind``, ``lane``, ``status`` (wire values), ``payload_json``,
+    ``result_json``, ``steps_json`` (JSON text), ``attempt``, ``max_attempts``,
+    ``run_at``, ``priority``, ``processing_token``, ``lease_expires_at``,
+    ``claimed_by``, ``dedupe_key`` (``UNIQUE NULL``), ``last_error``,
+    ``failure_reason``, ``manual_retry_allowed``, ``cancel_requested``, ``rescued``,
+    ``created_at``, ``updated_at``, ``started_at``, ``finished_at`` (aware UTC).
+
+    Indexes: ``ux_<name>_dedupe_key`` (unique), ``ix_<name>_due`` on ``(lane, status,
+    priority DESC, run_at, id)`` (partial ``WHERE status = 'pending'`` on PostgreSQL and
+    SQLite) and ``ix_<name>_lease`` on ``(lane, status, lease_expires_at)`` (partial
+    ``WHERE status = 'running'``).
+
+    Args:
+        metadata: The caller's ``MetaData`` (e.g. the product's migration metadata).
+        name: The table name.
+        *extra_columns: Product columns appended to the core ones (they must be
+            nullable or have a default unless every enqueue sets them via
+            ``NewTask.extra``).
+
+    Raises:
+        ValueError: When an extra column reuses a core column name.
+    """
+    existing = metadata.tables.get(name)
+    if existing is not None:
+        return existing
+    clash = [column.name for column in extra_columns if column.name in CORE_COLUMNS]
+    if clash:
+        raise ValueError(f"extra columns reuse core background task columns: {clash}")
+    key_len = MAX_TASK_KIND_LENGTH
+    table = sa.Table(
+        name,
+        metadata,
+        sa.Column("id", _BIG_ID, primary_key=True, autoincrement=True),
+        sa.Column("kind", sa.String(key_len), nullable=False),
+        sa.Column("lane", sa.String(key_len), nullable=False),
+        sa.Column("status", sa.String(16), nullable=False),
+        sa.Column("payload_json", _LONG_TEXT, nullable=False),
+        sa.Column("result_json", _LONG_TEXT, nullable=True),
+        sa.Column("steps_json", _LONG_TEXT, nullable=True),
+        sa.Column("attempt", sa.Integer(), nullable=False, server_default=sa.text("0")),
+        sa.Column("max_attempts", sa.Integer(), nullable=False),
+        sa.Column("run_at", UtcDateTime(), nullable=False),
+        sa.Column("priority", sa.Integer(), nullable=False, server_default=sa.text("0")),
+        sa.Column("processing_token", sa.String(64), nullable=True),
+        sa.Column("lease_expires_at", UtcDateTime(), nullable=True),
+        sa.Column("claimed_by", sa.String(255), nullable=True),
+        sa.Column("dedupe_key", sa.String(MAX_TASK_DEDUPE_KEY_LENGTH), nullable=True),
+        sa.Column("last_error", _LONG_TEXT, nullable=True),
+        sa.Column("failure_reason", sa.String(32), nullable=True),
+        sa.Column("manual_retry_allowed", sa.Boolean(), nullable=False),
+        sa.Column("cancel_requested", sa.Boolean(), nullable=False),
+        sa.Column("rescued", sa.Boolean(), nullable=False),
+        sa.Column("created_at", UtcDateTime(), nullable=False),
+        sa.Column("updated_at", UtcDateTime(), nullable=False),
+        sa.Column("started_at", UtcDateTime(), nullable=True),
+        sa.Column("finished_at", UtcDateTime(), nullable=True),
+        *extra_columns,
+        mysql_engine="InnoDB",
+        mysql_charset="utf8mb4",
+        # Binary collation: dedupe keys and wire values compare exactly.
+        mysql_collate="utf8mb4_bin",
+    )
+    sa.Index(f"ux_{name}_dedupe_key", table.c.dedupe_key, unique=True)
+    pending = table.c.status == sa.literal_column("'pending'")
+    running = table.c.status == sa.literal_column("'running'")
+    sa.Index(
+        f"ix_{name}_due",
+        table.c.lane,
+        table.c.status,
+        table.c.priority.desc(),
+        table.c.run_at,
+        table.c.id,
+        postgresql_where=pending,
+        sqlite_where=pending,
+    )
+    sa.Index(
+        f"ix_{name}_lease",
+        table.c.lane,
+        table.c.status,
+        table.c.lease_expires_at,
+        postgresql_where=running,
+        sqlite_where=running,
+    )
+    return table
+
+
+async def create_background_tasks_table(
+    engine_or_conn: AsyncEngine | AsyncConnection,
+    *,
+    table: sa.Table | None = None,
+    name: str = BACKGROUND_TASKS_TABLE,
+) -> sa.Table:
+    """Create the table and its indexes if missing (``CREATE ... IF NOT EXISTS`` semantics).
+
+    For real deployments prefer your migration tool: ``table.metadata`` (or
+    ``CreateTable(table)`` plus ``CreateIndex`` per ``table.indexes``) gives Alembic
+    everything.
+
+    Args:
+        engine_or_conn: Where to create it (a connection joins its transaction).
+        table: A table from :func:`background_tasks_table` (e.g. with extra columns).
+        name: The table name when ``table`` is not given.
+
+    Returns:
+        The table object.
+    """
+    target = table if table is not None else background_tasks_table(sa.MetaData(), name)
+    if isinstance(engine_or_conn, AsyncConnection):
+        await engine_or_conn.run_sync(lambda sync: target.create(sync, checkfirst=True))
+    else:
+        async with engine_or_conn.begin() as conn:
+            await conn.run_sync(lambda sync: target.create(sync, checkfirst=True))
+    return target
+
+
+def record_from_row(row: Any) -> BackgroundTaskRecord:
+    """Map a selected row (core columns) to a :class:`BackgroundTaskRecord`."""
+    m = row._mapping
+    reason = m["failure_reason"]
+    return BackgroundTaskRecord(
+        id=int(m["id"]),
+        kind=m["kind"],
+        lane=m["lane"],
+        status=TaskStatus(m["status"]),
+        payload_json=m["payload_json"],
+        result_json=m["result_json"],
+        steps_json=m["steps_json"],
+        attempt=int(m["attempt"]),
+        max_attempts=int(m["max_attempts"]),
+        run_at=m["run_at"],
+        priority=int(m["priority"]),
+        processing_token=m["processing_token"],
+        lease_expires_at=m["lease_expires_at"],
+        claimed_by=m["claimed_by"],
+        dedupe_key=m["dedupe_key"],
+        last_error=m["last_error"],
+        failure_reason=None if reason is None else TaskFailureReason(reason),
+        manual_retry_allowed=bool(m["manual_retry_allowed"]),
+        cancel_requested=bool(m["cancel_requested"]),
+        rescued=bool(m["rescued"]),
+        created_at=m["created_at"],
+        updated_at=m["updated_at"],
+        started_at=m["started_at"],
+        finished_at=m["finished_at"],
+    )
