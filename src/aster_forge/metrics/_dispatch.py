@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Hashable, Iterator, Mapping
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
@@ -36,7 +36,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from ..tasks._dispatch_stats import DispatchStats
+from ..tasks import DispatchStats
 
 __all__ = ["DispatchStatsSource", "PrometheusDispatchStatsCollector", "lane_label"]
 
@@ -79,7 +79,9 @@ class PrometheusDispatchStatsCollector(Collector):
         PrometheusDispatchStatsCollector(stats_recorder, registry, lane_limits={"media": 2})
 
     Args:
-        source: The statistics (read on every scrape).
+        source: The statistics (read on every scrape), or a callable returning them
+            (or ``None`` while there is no dispatcher, e.g. this instance does not
+            hold the runtime lease: then no lane series are exposed).
         registry: When given, the collector registers itself there.
         lane_limits: Concurrency limit per lane (keys: lanes or their labels); a
             mapping, or a callable returning one at scrape time. Exposed as
@@ -88,15 +90,15 @@ class PrometheusDispatchStatsCollector(Collector):
 
     def __init__(
         self,
-        source: DispatchStatsSource,
+        source: DispatchStatsSource | Callable[[], DispatchStatsSource | None],
         registry: CollectorRegistry | None = None,
         *,
-        lane_limits: Mapping[Hashable, int] | Callable[[], Mapping[Hashable, int]] | None = None,
+        lane_limits: Mapping[Any, int] | Callable[[], Mapping[Any, int]] | None = None,
     ) -> None:
-        if not isinstance(source, DispatchStatsSource):
+        if not isinstance(source, DispatchStatsSource) and not callable(source):
             raise TypeError(
-                f"source must have a lanes() method returning DispatchStats, "
-                f"got {type(source).__name__}"
+                "source must have a lanes() method returning DispatchStats (or be a "
+                f"callable returning such an object), got {type(source).__name__}"
             )
         self._source = source
         self._lane_limits = lane_limits
@@ -112,7 +114,10 @@ class PrometheusDispatchStatsCollector(Collector):
 
     def _snapshot(self) -> dict[str, DispatchStats]:
         stats: dict[str, DispatchStats] = {}
-        for lane, snapshot in self._source.lanes().items():
+        source = self._source
+        current = source if isinstance(source, DispatchStatsSource) else source()
+        lanes = {} if current is None else current.lanes()
+        for lane, snapshot in lanes.items():
             label = lane_label(lane)
             previous = stats.get(label)
             # Two lane objects with one label (unusual) are summed, never dropped.

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from starlette.requests import Request
@@ -25,8 +25,10 @@ from ..metrics import DispatchStatsSource
 from ..runtime import AsterRuntime, Clock, RuntimeComponentRegistry, SystemClock
 from ..tasks import (
     BackgroundTaskStore,
+    DispatchStats,
     ScheduledTaskStore,
     TaskCancelOutcome,
+    TaskDispatcher,
     TaskInvalidValueError,
     TaskNotFoundError,
     TaskStateError,
@@ -44,12 +46,16 @@ from ._serialize import (
 )
 from ._tasks_json import label_keys, lanes_json, task_json
 
-__all__ = ["AdminSources", "LaneLimits", "admin_routes"]
+__all__ = ["AdminSources", "DispatcherSource", "LaneLimits", "admin_routes"]
 
 logger = logging.getLogger("aster_forge.web.admin")
 
-LaneLimits = Mapping[Hashable, int] | Callable[[], Mapping[Hashable, int]]
+LaneLimits = Mapping[Any, int] | Callable[[], Mapping[Any, int]]
 """Lane concurrency limits: a mapping (lane or wire value -> limit) or a callable."""
+
+DispatcherSource = TaskDispatcher[Any] | Callable[[], TaskDispatcher[Any] | None]
+"""A dispatcher, or a callable returning the current one (``None`` while this
+instance holds no runtime lease and so runs no dispatcher)."""
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 _NO_STORE = {"Cache-Control": "no-store"}
@@ -66,8 +72,10 @@ class AdminSources:
         task_store: The task table (list, show, retry, cancel, lane counts).
         scheduled_store: The scheduled task catalog.
         leases: Lists runtime leases (e.g. :class:`RuntimeLeaseTableReader`).
-        dispatch_stats: The dispatcher's statistics (in-flight counts per lane).
-        lane_limits: Each lane's concurrency limit.
+        dispatcher: This process's dispatcher (lane limits, in-flight counts, stats),
+            or a callable returning it.
+        dispatch_stats: Dispatch statistics when there is no ``dispatcher``.
+        lane_limits: Lane limits when there is no ``dispatcher``.
         lanes: Lanes to list even when they are idle (wire values or enum members).
         clock: Judges "due"/"claimed" for scheduled rows.
         title: The service title shown by the dashboard and in the OpenAPI document.
@@ -78,6 +86,7 @@ class AdminSources:
     task_store: BackgroundTaskStore | None = None
     scheduled_store: ScheduledTaskStore | None = None
     leases: RuntimeLeaseSource | None = None
+    dispatcher: DispatcherSource | None = None
     dispatch_stats: DispatchStatsSource | None = None
     lane_limits: LaneLimits | None = None
     lanes: Sequence[Hashable] = ()
@@ -96,6 +105,7 @@ class AdminSources:
         return {
             "tasks": self.task_store is not None,
             "lanes": self.task_store is not None
+            or self.dispatcher is not None
             or self.dispatch_stats is not None
             or self.lane_limits is not None,
             "scheduled": self.scheduled_store is not None,
@@ -104,13 +114,35 @@ class AdminSources:
             "reports": self.registry is not None,
         }
 
-    def limits(self) -> dict[str, int]:
-        """Return the lane limits keyed by wire value."""
-        limits = self.lane_limits
-        if limits is None:
-            return {}
-        mapping = limits() if callable(limits) else limits
-        return label_keys({lane: int(limit) for lane, limit in mapping.items()})
+    def current_dispatcher(self) -> TaskDispatcher[Any] | None:
+        """Return the dispatcher (calling the factory), or ``None``."""
+        source = self.dispatcher
+        if source is None or isinstance(source, TaskDispatcher):
+            return source
+        return source()
+
+    def dispatch_view(self) -> tuple[dict[str, int], dict[str, DispatchStats]]:
+        """Return lane limits and stats snapshots (in-flight counts included), by wire value."""
+        dispatcher = self.current_dispatcher()
+        if dispatcher is not None:
+            limits = {c.lane: c.max_concurrency for c in dispatcher.lanes}
+            stats = dict(dispatcher.stats.lanes())
+            for config in dispatcher.lanes:
+                # The dispatcher's own count is authoritative for "executing now".
+                snapshot = stats.get(config.lane, DispatchStats())
+                stats[config.lane] = replace(snapshot, in_flight=dispatcher.in_flight(config.lane))
+            return label_keys(limits), label_keys(stats)
+        limits_source = self.lane_limits
+        mapping = (
+            {}
+            if limits_source is None
+            else (limits_source() if callable(limits_source) else limits_source)
+        )
+        stats_source = self.dispatch_stats
+        return (
+            label_keys({lane: int(limit) for lane, limit in mapping.items()}),
+            {} if stats_source is None else label_keys(stats_source.lanes()),
+        )
 
 
 def _error(status: int, code: str, message: str) -> JSONResponse:
@@ -239,8 +271,7 @@ class _AdminApi:
         s = self.sources
         if not s.features()["lanes"]:
             return _not_configured("lane source")
-        limits = s.limits()
-        stats = {} if s.dispatch_stats is None else label_keys(s.dispatch_stats.lanes())
+        limits, stats = s.dispatch_view()
         counts: Sequence[Any] = ()
         if s.task_store is not None:
             wanted = sorted({*limits, *stats, *label_keys(dict.fromkeys(s.lanes))})

@@ -154,7 +154,8 @@ def _respond(request: Request, report: SystemHealthReport) -> Response:
 
 def _synthetic(name: str, message: str) -> SystemHealthReport:
     return SystemHealthReport(
-        (HealthComponentReport.unhealthy(name, message),), duration=timedelta(0)
+        (HealthComponentReport.unhealthy(name, message).with_duration(timedelta(0)),),
+        duration=timedelta(0),
     )
 
 

@@ -6,8 +6,7 @@ import json
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
-from ..tasks import BackgroundTaskRecord, TaskLaneCounts
-from ..tasks._dispatch_stats import DispatchStats
+from ..tasks import BackgroundTaskRecord, DispatchStats, TaskLaneCounts
 from ._serialize import iso, wire
 
 __all__ = ["dispatch_stats_json", "lanes_json", "task_json"]
