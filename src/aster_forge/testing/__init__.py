@@ -14,6 +14,7 @@ from ._scheduled_conformance import ScheduledTaskStoreConformance
 from ._scheduled_store import InMemoryScheduledTaskStore
 
 # --- task stores and suites (issue 7) ---
+from ._task_conformance import TaskStoreConformance
 from ._task_store import InMemoryTaskStore
 
 __all__ = [
@@ -23,4 +24,5 @@ __all__ = [
     "ManualClock",
     "RuntimeLeaseStoreConformance",
     "ScheduledTaskStoreConformance",
+    "TaskStoreConformance",
 ]
