@@ -32,3 +32,12 @@ def advance_for(backend: str, clock: ManualClock) -> Callable[[timedelta], Await
         await asyncio.sleep(delta.total_seconds())
 
     return real_sleep
+
+
+async def drop_tables(engine: AsyncEngine) -> None:
+    """Drop the tables :func:`create_tables` made (for tests with their own engines)."""
+    metadata = sa.MetaData()
+    runtime_leases_table(metadata)
+    scheduled_tasks_table(metadata)
+    async with engine.begin() as conn:
+        await conn.run_sync(metadata.drop_all)

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from aster_forge.db import RuntimeLeaseDbStore, ScheduledTaskDbStore
 
-from ._support import create_tables
+from ._support import create_tables, drop_tables
 
 CONTENDERS = 20
 # SQLite serializes writers and its busy handler polls, so a contended round costs
@@ -63,6 +63,7 @@ async def _race_rounds(database_url: str, backend: str, what: str) -> None:
             winners = sum(await asyncio.gather(*tasks))
             assert winners == 1, f"{what} round {round_no}: {winners} winners"
     finally:
+        await drop_tables(engine)
         await engine.dispose()
 
 
@@ -131,4 +132,5 @@ async def test_four_processes_one_winner_per_round(postgres_url: str) -> None:
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
+        await drop_tables(engine)
         await engine.dispose()

@@ -6,6 +6,12 @@ from .errors import AsterForgeDbError
 
 # --- runtime leases, scheduled tasks, health/shutdown components (issue 5) ---
 # isort: split
+from ._migrations import (
+    alembic_create_runtime_leases,
+    alembic_create_scheduled_tasks,
+    alembic_drop_runtime_leases,
+    alembic_drop_scheduled_tasks,
+)
 from ._runtime_leases import (
     RuntimeLeaseDbStore,
     create_runtime_leases_table,
@@ -56,6 +62,10 @@ __all__ = [
     "ScheduledTaskDbStore",
     "UnsupportedDatabaseBackendError",
     "UtcDateTime",
+    "alembic_create_runtime_leases",
+    "alembic_create_scheduled_tasks",
+    "alembic_drop_runtime_leases",
+    "alembic_drop_scheduled_tasks",
     "background_tasks_table",
     "create_background_tasks_table",
     "create_runtime_leases_table",

@@ -120,8 +120,12 @@ async def database_now(conn: AsyncConnection, clock: Clock) -> datetime:
         value = (await conn.execute(sa.text("SELECT UTC_TIMESTAMP(6)"))).scalar_one()
     else:
         value = clock.now()
+        if not isinstance(value, datetime) or value.utcoffset() is None:
+            raise ValueError(f"clock.now() must return an aware datetime, got {value!r}")
+        return value.astimezone(UTC)
     if not isinstance(value, datetime):  # pragma: no cover - driver contract
         raise TypeError(f"database returned {value!r} for now()")
     if value.tzinfo is None:
+        # UTC_TIMESTAMP() is naive UTC by definition.
         value = value.replace(tzinfo=UTC)
     return value.astimezone(UTC)

@@ -1,0 +1,101 @@
+"""Alembic ``op``-level helpers so a product migration can add the aster-forge tables.
+
+Alembic is optional: it is imported only inside these functions, when no ``op`` is
+passed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import sqlalchemy as sa
+from sqlalchemy.schema import DropIndex, DropTable, ExecutableDDLElement
+
+from ._runtime_leases import create_runtime_leases_table
+from ._scheduled_tasks import (
+    NAMESPACE_NAME_UNIQUE_INDEX,
+    NEXT_RUN_INDEX,
+    _index,
+    create_scheduled_tasks_namespace_name_unique_index,
+    create_scheduled_tasks_next_run_index,
+    create_scheduled_tasks_table,
+    scheduled_tasks_table,
+)
+
+__all__ = [
+    "alembic_create_runtime_leases",
+    "alembic_create_scheduled_tasks",
+    "alembic_drop_runtime_leases",
+    "alembic_drop_scheduled_tasks",
+]
+
+
+class _Operations(Protocol):
+    def execute(self, sqltext: Any, *, execution_options: Any = None) -> Any: ...
+
+    def get_context(self) -> Any: ...
+
+
+def _op(op: _Operations | None) -> _Operations:
+    if op is not None:
+        return op
+    from alembic import op as alembic_op  # optional dependency, imported lazily
+
+    return alembic_op
+
+
+def _backend(op: _Operations) -> str:
+    return str(op.get_context().dialect.name)
+
+
+def _run(op: _Operations, *ddl: ExecutableDDLElement) -> None:
+    for element in ddl:
+        op.execute(element)
+
+
+def alembic_create_runtime_leases(op: _Operations | None = None) -> None:
+    """Create the ``runtime_leases`` table from an Alembic ``upgrade()``.
+
+    Works online and in offline (``--sql``) mode.
+
+    Args:
+        op: Alembic's ``Operations`` (default: ``alembic.op``).
+    """
+    operations = _op(op)
+    _run(operations, create_runtime_leases_table(_backend(operations)))
+
+
+def alembic_drop_runtime_leases(op: _Operations | None = None) -> None:
+    """Drop the ``runtime_leases`` table from an Alembic ``downgrade()``."""
+    operations = _op(op)
+    _run(operations, DropTable(create_runtime_leases_table().element))
+
+
+def alembic_create_scheduled_tasks(op: _Operations | None = None) -> None:
+    """Create ``scheduled_tasks`` and both of its indexes from an Alembic ``upgrade()``.
+
+    Runs :func:`create_scheduled_tasks_table`,
+    :func:`create_scheduled_tasks_namespace_name_unique_index` and
+    :func:`create_scheduled_tasks_next_run_index`, the order the seed's migrations use.
+
+    Args:
+        op: Alembic's ``Operations`` (default: ``alembic.op``).
+    """
+    operations = _op(op)
+    _run(
+        operations,
+        create_scheduled_tasks_table(_backend(operations)),
+        create_scheduled_tasks_namespace_name_unique_index(),
+        create_scheduled_tasks_next_run_index(),
+    )
+
+
+def alembic_drop_scheduled_tasks(op: _Operations | None = None) -> None:
+    """Drop ``scheduled_tasks`` (indexes first) from an Alembic ``downgrade()``."""
+    operations = _op(op)
+    _run(
+        operations,
+        DropIndex(_index(NEXT_RUN_INDEX)),
+        DropIndex(_index(NAMESPACE_NAME_UNIQUE_INDEX)),
+        DropTable(scheduled_tasks_table(sa.MetaData())),
+    )
