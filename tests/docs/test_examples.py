@@ -15,6 +15,7 @@ import inspect
 import os
 import sys
 import traceback
+import types
 from pathlib import Path
 
 import pytest
@@ -31,8 +32,7 @@ def _runnable(page: Path) -> list[CodeBlock]:
 RUNNABLE = [page for page in PAGES if _runnable(page)]
 
 
-def _run_blocks(blocks: list[CodeBlock]) -> None:
-    namespace: dict[str, object] = {"__name__": "__docs__"}
+def _run_blocks(blocks: list[CodeBlock], namespace: dict[str, object]) -> None:
     loop = asyncio.new_event_loop()
     try:
         for block in blocks:
@@ -58,10 +58,13 @@ def test_page_examples_run(
     page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     blocks = _runnable(page)
+    # A real module, so dataclasses, pydantic and pickling can resolve the page's names.
+    module = types.ModuleType(f"docs_example_{page.stem.replace('-', '_')}")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", [str(page)])
     monkeypatch.setenv("TMPDIR", str(tmp_path))
-    _run_blocks(blocks)
+    _run_blocks(blocks, vars(module))
     capsys.readouterr()
     assert os.getcwd() == str(tmp_path)
 
