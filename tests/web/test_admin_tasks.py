@@ -1,4 +1,4 @@
-"""Admin API task endpoints on the in-memory store and on SQLite: list, show, retry, cancel, auth."""
+"""Admin API task endpoints on the in-memory store and SQLite: list, show, retry, cancel, auth."""
 
 from __future__ import annotations
 
