@@ -125,9 +125,10 @@ class DispatchBackoff:
     error_streak: int = 0
 
     def _grown(self, streak: int, cap: timedelta) -> timedelta:
-        base = effective_dispatch_base_interval(self.config.base_interval)
-        factor = self.config.multiplier ** min(streak, 64)
-        return min(cap, base * factor)
+        base = effective_dispatch_base_interval(self.config.base_interval).total_seconds()
+        # Float seconds with a bounded exponent: a long streak saturates at the cap.
+        seconds = base * self.config.multiplier ** min(streak, 64)
+        return cap if seconds >= cap.total_seconds() else timedelta(seconds=seconds)
 
     def record_work(self) -> timedelta:
         """A drain claimed tasks: reset both streaks and return the base interval."""

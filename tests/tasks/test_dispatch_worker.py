@@ -1,0 +1,281 @@
+"""The dispatch worker loop: wake-ups, poll backoff, store errors, shutdown release."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from datetime import timedelta
+
+import pytest
+
+from aster_forge.runtime import CancellationToken
+from aster_forge.tasks import (
+    BackgroundTaskRecord,
+    DispatchPollConfig,
+    DispatchWakeSignal,
+    TaskDispatcher,
+    TaskExecutionContext,
+    TaskLaneConfig,
+    TaskStatus,
+    run_dispatch_worker,
+)
+from aster_forge.testing import InMemoryTaskStore, ManualClock
+
+from ._dispatch_support import (
+    Harness,
+    Job,
+    Kind,
+    Lane,
+    ProxyStore,
+    enqueue,
+    make_config,
+    new_task,
+    until,
+)
+
+SLOW_POLL = DispatchPollConfig(
+    base_interval=timedelta(seconds=10), max_interval=timedelta(seconds=60)
+)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def store(clock: ManualClock) -> InMemoryTaskStore:
+    return InMemoryTaskStore(clock)
+
+
+def _dispatcher(
+    harness: Harness, clock: ManualClock, *, media: int = 2, fallback: int = 2, **options: object
+) -> TaskDispatcher[Harness]:
+    return TaskDispatcher(
+        [TaskLaneConfig(Lane.MEDIA, media), TaskLaneConfig(Lane.FALLBACK, fallback)],
+        make_config(harness, clock, **options),
+        owner="worker-1",
+    )
+
+
+def _start(
+    store: object,
+    dispatcher: TaskDispatcher[Harness],
+    shutdown: CancellationToken,
+    clock: ManualClock,
+    *,
+    poll: DispatchPollConfig = SLOW_POLL,
+    wake: DispatchWakeSignal | None = None,
+) -> asyncio.Task[None]:
+    return asyncio.create_task(
+        run_dispatch_worker(
+            store,  # type: ignore[arg-type]
+            dispatcher,
+            shutdown,
+            wake=wake,
+            poll=poll,
+            clock=clock,
+        ),
+        name="test-dispatch-worker",
+    )
+
+
+async def test_wake_makes_an_idle_worker_claim_immediately(
+    store: InMemoryTaskStore, clock: ManualClock
+) -> None:
+    harness = Harness()
+    dispatcher = _dispatcher(harness, clock)
+    external = DispatchWakeSignal()
+    shutdown = CancellationToken()
+    worker = _start(store, dispatcher, shutdown, clock, wake=external)
+    await until(lambda: store.claim_calls == 2)  # the first (empty) drain
+    await clock.wait_for_sleepers(1)  # parked on the 10 s poll
+    await enqueue(store, new_task(Kind.MAIL, "a"))
+    dispatcher.wake()
+    await until(lambda: "a" in harness.finished)
+    # An external signal (an enqueue hook, a NOTIFY listener) works the same way.
+    await until(lambda: dispatcher.in_flight() == 0)
+    await clock.wait_for_sleepers(1)
+    await enqueue(store, new_task(Kind.RENDER, "b"))
+    external.wake()
+    await until(lambda: "b" in harness.finished)
+    assert clock.monotonic() == 0.0  # no poll interval elapsed
+    shutdown.cancel()
+    await worker
+    assert {row.status for row in store.all_tasks()} == {TaskStatus.SUCCEEDED}
+
+
+async def test_a_wake_during_a_drain_is_not_lost(
+    store: InMemoryTaskStore, clock: ManualClock
+) -> None:
+    signal = DispatchWakeSignal()
+
+    def pending() -> bool:
+        return signal.pending
+
+    signal.wake()
+    assert pending()
+    await signal.wait()  # returns at once and consumes it
+    assert not pending()
+    waiter = asyncio.create_task(signal.wait(), name="test-wait")
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    signal.wake()
+    await waiter
+    assert "pending=False" in repr(signal)
+
+
+async def test_freed_slot_of_a_full_lane_wakes_the_worker(
+    store: InMemoryTaskStore, clock: ManualClock
+) -> None:
+    harness = Harness()
+    harness.gate("r0")
+    await enqueue(store, new_task(Kind.RENDER, "r0"), new_task(Kind.RENDER, "r1"))
+    dispatcher = _dispatcher(harness, clock, media=1)
+    shutdown = CancellationToken()
+    worker = _start(store, dispatcher, shutdown, clock)
+    await until(lambda: "r0" in harness.started)
+    await clock.wait_for_sleepers(2)  # poll wait + the heartbeat of r0
+    assert "r1" not in harness.started
+    harness.open("r0")
+    await until(lambda: "r1" in harness.finished)
+    assert clock.monotonic() == 0.0
+    shutdown.cancel()
+    await worker
+
+
+async def test_empty_polls_and_store_errors_back_off_then_recover(
+    store: InMemoryTaskStore, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    drains: list[float] = []
+
+    class Timed(ProxyStore):
+        async def claim_due_for_lane(
+            self, lane: str, limit: int, owner: str, lease_ttl: timedelta
+        ) -> Sequence[BackgroundTaskRecord]:
+            if not drains or drains[-1] != clock.monotonic():
+                drains.append(clock.monotonic())
+            return await super().claim_due_for_lane(lane, limit, owner, lease_ttl)
+
+    proxy = Timed(store)
+    proxy.claim_errors = 3
+    harness = Harness()
+    dispatcher = _dispatcher(harness, clock)
+    shutdown = CancellationToken()
+    poll = DispatchPollConfig(
+        base_interval=timedelta(seconds=1),
+        max_interval=timedelta(seconds=4),
+        error_max_interval=timedelta(seconds=8),
+    )
+    with caplog.at_level(logging.WARNING, logger="aster_forge.tasks.dispatch"):
+        worker = _start(proxy, dispatcher, shutdown, clock, poll=poll)
+        while clock.monotonic() < 20:
+            await clock.wait_for_sleepers(1)
+            await clock.advance(0.5)
+        # errors: wait 2, 4, 8 (capped); then empty polls: 1, 2, 4, 4 (capped)
+        assert drains == [0.0, 2.0, 6.0, 14.0, 15.0, 17.0]
+        await clock.wait_for_sleepers(1)
+        await enqueue(store, new_task(Kind.MAIL, "late"))
+        while "late" not in harness.finished:
+            await clock.wait_for_sleepers(1)
+            await clock.advance(0.5)
+        assert drains[-1] == 21.0
+        await until(lambda: dispatcher.in_flight() == 0)
+        # Work resets the backoff: the next poll is one base interval later.
+        while len(drains) < 8:
+            await clock.wait_for_sleepers(1)
+            await clock.advance(0.5)
+        assert drains[-1] == 22.0
+    shutdown.cancel()
+    await worker
+    assert len([r for r in caplog.records if "claim failed" in r.getMessage()]) == 3
+    assert dispatcher.stats.total().claim_errors == 3
+
+
+async def test_shutdown_releases_in_flight_tasks_without_counting(
+    store: InMemoryTaskStore, clock: ManualClock
+) -> None:
+    harness = Harness()
+
+    async def cooperative(ctx: TaskExecutionContext, job: Job) -> int:
+        await ctx.cancellation.wait()
+        ctx.ensure_active()  # raises the shutdown error
+        return 0
+
+    harness.actions.update(c1=cooperative, c2=cooperative)
+    harness.gate("stubborn")
+    await enqueue(
+        store,
+        new_task(Kind.RENDER, "c1"),
+        new_task(Kind.MAIL, "c2"),
+        new_task(Kind.MAIL, "stubborn"),
+        new_task(Kind.MAIL, "queued"),
+    )
+    dispatcher = _dispatcher(
+        harness, clock, media=1, fallback=2, shutdown_grace=timedelta(seconds=3)
+    )
+    shutdown = CancellationToken()
+    worker = _start(store, dispatcher, shutdown, clock)
+    await until(lambda: len(harness.started) == 3)
+    shutdown.cancel()
+    await until(lambda: "c1" in harness.finished and "c2" in harness.finished)
+    # The stubborn body ignores its context: it gets the 3 s grace on the manual clock.
+    while not worker.done():
+        assert "stubborn" not in harness.finished or clock.monotonic() >= 3
+        await clock.advance(0.5)
+        assert clock.monotonic() <= 5, "the grace period was not honoured"
+    await worker
+    assert clock.monotonic() >= 3
+    assert dispatcher.in_flight() == 0
+    rows = {row.id: row for row in store.all_tasks()}
+    assert all(row.status is TaskStatus.PENDING for row in rows.values())
+    assert all(row.attempt == 0 and row.last_error is None for row in rows.values())
+    assert "queued" not in harness.started
+    assert dispatcher.stats.total().released_on_shutdown == 3
+    assert dispatcher.stopping
+
+
+async def test_cancelling_the_worker_still_releases_and_joins(
+    store: InMemoryTaskStore, clock: ManualClock
+) -> None:
+    harness = Harness()
+    harness.gate("g")
+    await enqueue(store, new_task(Kind.MAIL, "g"))
+    dispatcher = _dispatcher(harness, clock)
+    worker = _start(store, dispatcher, CancellationToken(), clock)
+    await until(lambda: "g" in harness.started)
+    await clock.wait_for_sleepers(2)
+    worker.cancel()
+    # The body ignores its context: the default 10 s grace runs on the manual clock.
+    while not worker.done():
+        await clock.advance(1)
+        assert clock.monotonic() <= 12, "the worker did not finish after the grace period"
+    with pytest.raises(asyncio.CancelledError):
+        await worker
+    (row,) = store.all_tasks()
+    assert (row.status, row.attempt) == (TaskStatus.PENDING, 0)
+    assert dispatcher.in_flight() == 0
+
+
+async def test_invalid_payload_fails_and_the_worker_keeps_going(
+    store: InMemoryTaskStore, clock: ManualClock
+) -> None:
+    harness = Harness()
+    await enqueue(
+        store,
+        new_task(Kind.MAIL, "bad", payload='{"name": 5}'),
+        new_task(Kind.MAIL, "good"),
+    )
+    dispatcher = _dispatcher(harness, clock)
+    shutdown = CancellationToken()
+    worker = _start(store, dispatcher, shutdown, clock)
+    await until(lambda: "good" in harness.finished and dispatcher.in_flight() == 0)
+    shutdown.cancel()
+    await worker
+    bad, good = store.all_tasks()
+    assert bad.status is TaskStatus.FAILED and bad.last_error is not None
+    assert "mail" in bad.last_error and "'name'" in bad.last_error
+    assert good.status is TaskStatus.SUCCEEDED
+    stats = dispatcher.stats.lane(Lane.FALLBACK)
+    assert (stats.failed_permanently, stats.succeeded) == (1, 1)

@@ -1,0 +1,484 @@
+"""Claimed execution: one fenced outcome per task, classification, shutdown, heartbeat."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from datetime import timedelta
+
+import pytest
+
+from aster_forge.runtime import CancellationToken
+from aster_forge.tasks import (
+    ClaimedTaskOutcome,
+    ClassifiedTaskError,
+    TaskExecutionContext,
+    TaskInvalidValueError,
+    TaskLeaseLostError,
+    TaskRegistryError,
+    TaskRetryClass,
+    TaskStatus,
+    run_claimed_task_batch_with_store,
+    run_claimed_task_with_store,
+)
+from aster_forge.testing import InMemoryTaskStore, ManualClock
+
+from ._dispatch_support import (
+    LEASE_TTL,
+    REGISTRY,
+    Harness,
+    Job,
+    Kind,
+    Lane,
+    ProxyStore,
+    claim_one,
+    enqueue,
+    make_config,
+    new_task,
+    until,
+)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def store(clock: ManualClock) -> InMemoryTaskStore:
+    return InMemoryTaskStore(clock)
+
+
+async def test_success_writes_result_and_steps(
+    store: InMemoryTaskStore, clock: ManualClock
+) -> None:
+    harness = Harness()
+
+    async def report(ctx: TaskExecutionContext, job: Job) -> int:
+        await ctx.step_succeeded("collect")
+        await ctx.step_active("render", progress=(1, 2))
+        return 42
+
+    harness.actions["r"] = report
+    (task_id,) = await enqueue(store, new_task(Kind.REPORT, "r"))
+    record = await claim_one(store, Lane.FALLBACK)
+    report_ = await run_claimed_task_with_store(store, record, make_config(harness, clock))
+    assert report_.outcome is ClaimedTaskOutcome.SUCCEEDED
+    assert report_.attempt == 1
+    row = await store.get_task(task_id)
+    assert row is not None
+    assert row.status is TaskStatus.SUCCEEDED
+    assert row.result_json == "42"
+    assert row.processing_token is None
+    assert row.steps_json is not None
+    steps = json.loads(row.steps_json)
+    assert [step["status"] for step in steps] == ["succeeded", "active"]
+    assert steps[1]["progress_current"] == 1
+
+
+async def test_record_kind_may_be_the_enum_member(
+    store: InMemoryTaskStore, clock: ManualClock
+) -> None:
+    config = make_config(Harness(), clock)
+    assert config.spec_for("mail") is config.spec_for(Kind.MAIL)
+    with pytest.raises(TaskRegistryError):
+        config.spec_for("nope")
+
+
+async def test_retryable_failure_goes_back_to_pending_with_policy_delay(
+    store: InMemoryTaskStore, clock: ManualClock
+) -> None:
+    harness = Harness()
+
+    async def flaky(ctx: TaskExecutionContext, job: Job) -> int:
+        raise ClassifiedTaskError("Upstream busy", TaskRetryClass.RETRYABLE)
+
+    harness.actions["f"] = flaky
+    (task_id,) = await enqueue(store, new_task(Kind.MAIL, "f"))
+    config = make_config(harness, clock)
+    first = await run_claimed_task_with_store(store, await claim_one(store, Lane.FALLBACK), config)
+    assert first.outcome is ClaimedTaskOutcome.RETRIED
+    assert first.retry_delay == timedelta(seconds=5)
+    row = await store.get_task(task_id)
+    assert row is not None
+    assert (row.status, row.attempt, row.last_error) == (TaskStatus.PENDING, 1, "Upstream busy")
+    assert row.run_at == clock.now() + timedelta(seconds=5)
+    # Not due yet: nothing to claim until the delay passed.
+    assert await store.claim_due_for_lane(Lane.FALLBACK, 1, "o", LEASE_TTL) == []
+    await clock.advance(5)
+    second = await run_claimed_task_with_store(store, await claim_one(store, Lane.FALLBACK), config)
+    assert second.attempt == 2
+    assert second.retry_delay == timedelta(seconds=15)
+
+
+async def test_attempts_exhausted_turns_retryable_into_failed(
+    store: InMemoryTaskStore, clock: ManualClock
+) -> None:
+    harness = Harness()
+
+    async def flaky(ctx: TaskExecutionContext, job: Job) -> int:
+        raise ClassifiedTaskError("Upstream busy")
+
+    harness.actions["f"] = flaky
+    (task_id,) = await enqueue(store, new_task(Kind.MAIL, "f", max_attempts=2))
+    config = make_config(harness, clock)
+    outcomes = []
+    for _ in range(2):
+        record = await claim_one(store, Lane.FALLBACK)
+        outcomes.append((await run_claimed_task_with_store(store, record, config)).outcome)
+        await clock.advance(60)
+    assert outcomes == [ClaimedTaskOutcome.RETRIED, ClaimedTaskOutcome.FAILED]
+    row = await store.get_task(task_id)
+    assert row is not None
+    assert (row.status, row.attempt) == (TaskStatus.FAILED, 2)
+    assert row.manual_retry_allowed is True
+
+
+async def test_permanent_failure_marks_the_active_step_failed(
+    store: InMemoryTaskStore, clock: ManualClock
+) -> None:
+    harness = Harness()
+
+    async def broken(ctx: TaskExecutionContext, job: Job) -> int:
+        await ctx.step_succeeded("collect")
+        await ctx.step_active("render")
+        raise ClassifiedTaskError("Template is missing", TaskRetryClass.PERMANENT)
+
+    harness.actions["p"] = broken
+    (task_id,) = await enqueue(store, new_task(Kind.REPORT, "p"))
+    result = await run_claimed_task_with_store(
+        store, await claim_one(store, Lane.FALLBACK), make_config(harness, clock)
+    )
+    assert result.outcome is ClaimedTaskOutcome.FAILED
+    assert result.retry_class is TaskRetryClass.PERMANENT
+    row = await store.get_task(task_id)
+    assert row is not None and row.steps_json is not None
+    assert (row.status, row.attempt, row.last_error) == (
+        TaskStatus.FAILED,
+        1,
+        "Template is missing",
+    )
+    assert row.manual_retry_allowed is False
+    steps = json.loads(row.steps_json)
+    assert [(s["key"], s["status"], s["detail"]) for s in steps] == [
+        ("collect", "succeeded", None),
+        ("render", "failed", "Template is missing"),
+    ]
+
+
+async def test_manual_failure_is_final_but_manually_retryable(
+    store: InMemoryTaskStore, clock: ManualClock
+) -> None:
+    harness = Harness()
+
+    async def quota(ctx: TaskExecutionContext, job: Job) -> int:
+        raise ClassifiedTaskError("Quota exceeded", TaskRetryClass.MANUAL)
+
+    harness.actions["m"] = quota
+    (task_id,) = await enqueue(store, new_task(Kind.MAIL, "m"))
+    result = await run_claimed_task_with_store(
+        store, await claim_one(store, Lane.FALLBACK), make_config(harness, clock)
+    )
+    assert result.outcome is ClaimedTaskOutcome.FAILED
+    row = await store.get_task(task_id)
+    assert row is not None
+    assert (row.status, row.manual_retry_allowed) == (TaskStatus.FAILED, True)
+
+
+async def test_unclassified_exception_is_retryable_with_fixed_text(
+    store: InMemoryTaskStore, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    harness = Harness()
+
+    async def leaky(ctx: TaskExecutionContext, job: Job) -> int:
+        raise RuntimeError("password=hunter2")
+
+    harness.actions["u"] = leaky
+    (task_id,) = await enqueue(store, new_task(Kind.MAIL, "u"))
+    with caplog.at_level(logging.WARNING, logger="aster_forge.tasks.execution"):
+        result = await run_claimed_task_with_store(
+            store, await claim_one(store, Lane.FALLBACK), make_config(harness, clock)
+        )
+    assert result.outcome is ClaimedTaskOutcome.RETRIED
+    assert result.retry_class is TaskRetryClass.RETRYABLE
+    row = await store.get_task(task_id)
+    assert row is not None
+    assert row.last_error == "Task failed with an unexpected error (RuntimeError)"
+    assert "hunter2" not in (row.last_error or "")
+    # The traceback (with the original message) goes to the log only.
+    logged = [r for r in caplog.records if r.exc_info is not None]
+    assert logged and isinstance(logged[0].exc_info[1], RuntimeError)  # type: ignore[index]
+
+
+async def test_product_classifier_from_config(store: InMemoryTaskStore, clock: ManualClock) -> None:
+    harness = Harness()
+
+    async def missing(ctx: TaskExecutionContext, job: Job) -> int:
+        raise FileNotFoundError("/secret/path")
+
+    harness.actions["x"] = missing
+
+    def classify(exc: Exception) -> object:
+        from aster_forge.tasks import TaskFailureClassification
+
+        if isinstance(exc, FileNotFoundError):
+            return TaskFailureClassification(TaskRetryClass.PERMANENT, "Source file is gone")
+        return None
+
+    (task_id,) = await enqueue(store, new_task(Kind.MAIL, "x"))
+    config = make_config(harness, clock, error_classifier=classify)
+    result = await run_claimed_task_with_store(store, await claim_one(store, Lane.FALLBACK), config)
+    assert result.outcome is ClaimedTaskOutcome.FAILED
+    row = await store.get_task(task_id)
+    assert row is not None and row.last_error == "Source file is gone"
+
+
+async def test_invalid_payload_fails_permanently_naming_kind_and_field(
+    store: InMemoryTaskStore, clock: ManualClock
+) -> None:
+    (task_id,) = await enqueue(store, new_task(Kind.MAIL, "bad", payload='{"value": 3}'))
+    result = await run_claimed_task_with_store(
+        store, await claim_one(store, Lane.FALLBACK), make_config(Harness(), clock)
+    )
+    assert result.outcome is ClaimedTaskOutcome.FAILED
+    assert result.retry_class is TaskRetryClass.PERMANENT
+    row = await store.get_task(task_id)
+    assert row is not None and row.last_error is not None
+    assert row.status is TaskStatus.FAILED
+    assert "mail" in row.last_error and "name" in row.last_error
+
+
+async def test_lease_lost_mid_run_never_writes_success(
+    store: InMemoryTaskStore, clock: ManualClock
+) -> None:
+    proxy = ProxyStore(store)
+    harness = Harness()
+    harness.gate("slow")
+    (task_id,) = await enqueue(store, new_task(Kind.MAIL, "slow"))
+    config = make_config(harness, clock, lease_ttl=timedelta(seconds=3))
+    record = await store.claim_due_for_lane(Lane.FALLBACK, 1, "old", timedelta(seconds=3))
+    run = asyncio.create_task(
+        run_claimed_task_with_store(proxy, record[0], config), name="test-run"
+    )
+    await until(lambda: "slow" in harness.started)
+    # The database goes away for the old worker: its renewals fail until the lease lapses.
+    proxy.renew_error = ConnectionError("db down")
+    while not harness.contexts["slow"].lease_lost:
+        await clock.wait_for_sleepers(1)
+        await clock.advance(0.5)
+    assert clock.monotonic() <= 3.5
+    ctx = harness.contexts["slow"]
+    assert ctx.lease_lost and ctx.cancellation.cancelled
+    # Another worker rescues the expired task under a new token.
+    (rescued,) = await store.claim_due_for_lane(Lane.FALLBACK, 1, "new", LEASE_TTL)
+    assert rescued.rescued and rescued.processing_token != record[0].processing_token
+    harness.open("slow")  # the old body finishes "successfully" anyway
+    report = await run
+    assert report.outcome is ClaimedTaskOutcome.LEASE_LOST
+    row = await store.get_task(task_id)
+    assert row is not None
+    assert row.status is TaskStatus.RUNNING
+    assert row.processing_token == rescued.processing_token
+    assert row.result_json is None
+
+
+async def test_refused_success_write_reports_lease_lost(
+    store: InMemoryTaskStore, clock: ManualClock
+) -> None:
+    proxy = ProxyStore(store)
+    proxy.refuse_success = True
+    await enqueue(store, new_task(Kind.MAIL, "a"))
+    report = await run_claimed_task_with_store(
+        proxy, await claim_one(store, Lane.FALLBACK), make_config(Harness(), clock)
+    )
+    assert report.outcome is ClaimedTaskOutcome.LEASE_LOST
+    assert report.error is None
+
+
+async def test_lease_lost_error_from_body_writes_nothing(
+    store: InMemoryTaskStore, clock: ManualClock
+) -> None:
+    harness = Harness()
+
+    class ProductError(Exception):
+        pass
+
+    async def wrapped(ctx: TaskExecutionContext, job: Job) -> int:
+        try:
+            raise TaskLeaseLostError(ctx.task_id, ctx.lease.processing_token)
+        except TaskLeaseLostError as exc:
+            raise ProductError("storage aborted") from exc
+
+    harness.actions["w"] = wrapped
+    (task_id,) = await enqueue(store, new_task(Kind.MAIL, "w"))
+    report = await run_claimed_task_with_store(
+        store, await claim_one(store, Lane.FALLBACK), make_config(harness, clock)
+    )
+    assert report.outcome is ClaimedTaskOutcome.LEASE_LOST
+    row = await store.get_task(task_id)
+    assert row is not None and row.status is TaskStatus.RUNNING and row.last_error is None
+
+
+async def test_shutdown_releases_without_counting_an_attempt(
+    store: InMemoryTaskStore, clock: ManualClock
+) -> None:
+    harness = Harness()
+
+    async def cooperative(ctx: TaskExecutionContext, job: Job) -> int:
+        await ctx.sleep(3600)  # raises the shutdown error when the worker stops
+        return 1
+
+    harness.actions["c"] = cooperative
+    (task_id,) = await enqueue(store, new_task(Kind.MAIL, "c"))
+    shutdown = CancellationToken()
+    config = make_config(harness, clock, shutdown_token=shutdown)
+    run = asyncio.create_task(
+        run_claimed_task_with_store(store, await claim_one(store, Lane.FALLBACK), config),
+        name="test-run",
+    )
+    await until(lambda: "c" in harness.started)
+    shutdown.cancel()
+    report = await run
+    assert report.outcome is ClaimedTaskOutcome.RELEASED
+    row = await store.get_task(task_id)
+    assert row is not None
+    assert (row.status, row.attempt, row.last_error) == (TaskStatus.PENDING, 0, None)
+    assert row.processing_token is None
+
+
+async def test_shutdown_grace_then_uncooperative_body_is_cancelled(
+    store: InMemoryTaskStore, clock: ManualClock
+) -> None:
+    harness = Harness()
+    harness.gate("stubborn")  # never opened: the body ignores its context
+    (task_id,) = await enqueue(store, new_task(Kind.MAIL, "stubborn"))
+    shutdown = CancellationToken()
+    config = make_config(
+        harness, clock, shutdown_token=shutdown, shutdown_grace=timedelta(seconds=5)
+    )
+    run = asyncio.create_task(
+        run_claimed_task_with_store(store, await claim_one(store, Lane.FALLBACK), config),
+        name="test-run",
+    )
+    await until(lambda: "stubborn" in harness.started)
+    shutdown.cancel()
+    await clock.wait_for_sleepers(2)  # heartbeat + grace timer
+    assert not run.done()
+    await clock.advance(5)
+    report = await run
+    assert report.outcome is ClaimedTaskOutcome.RELEASED
+    assert "stubborn" in harness.finished
+    row = await store.get_task(task_id)
+    assert row is not None and (row.status, row.attempt) == (TaskStatus.PENDING, 0)
+
+
+async def test_caller_cancellation_releases_then_reraises(
+    store: InMemoryTaskStore, clock: ManualClock
+) -> None:
+    harness = Harness()
+    harness.gate("g")
+    (task_id,) = await enqueue(store, new_task(Kind.MAIL, "g"))
+    run = asyncio.create_task(
+        run_claimed_task_with_store(
+            store, await claim_one(store, Lane.FALLBACK), make_config(harness, clock)
+        ),
+        name="test-run",
+    )
+    await until(lambda: "g" in harness.started)
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    row = await store.get_task(task_id)
+    assert row is not None and (row.status, row.attempt) == (TaskStatus.PENDING, 0)
+
+
+async def test_heartbeat_renews_while_the_body_runs(
+    store: InMemoryTaskStore, clock: ManualClock
+) -> None:
+    proxy = ProxyStore(store)
+    harness = Harness()
+    harness.gate("long")
+    (task_id,) = await enqueue(store, new_task(Kind.MAIL, "long"))
+    config = make_config(harness, clock, lease_ttl=timedelta(seconds=3))
+    (record,) = await store.claim_due_for_lane(Lane.FALLBACK, 1, "w", timedelta(seconds=3))
+    run = asyncio.create_task(run_claimed_task_with_store(proxy, record, config), name="test-run")
+    await until(lambda: "long" in harness.started)
+    expiries = []
+    for _ in range(10):  # 10 s: far beyond the 3 s TTL
+        await clock.wait_for_sleepers(1)  # the heartbeat is parked until its next tick
+        await clock.advance(1)
+        row = await store.get_task(task_id)
+        assert row is not None and row.lease_expires_at is not None
+        expiries.append(row.lease_expires_at)
+    assert proxy.renewals == 10
+    assert expiries == sorted(expiries) and len(set(expiries)) == 10
+    # Nobody else can claim it: the lease stayed live the whole time.
+    assert await store.claim_due_for_lane(Lane.FALLBACK, 1, "other", LEASE_TTL) == []
+    harness.open("long")
+    assert (await run).outcome is ClaimedTaskOutcome.SUCCEEDED
+
+
+async def test_store_error_on_final_write_is_reported(
+    store: InMemoryTaskStore, clock: ManualClock
+) -> None:
+    proxy = ProxyStore(store)
+    proxy.success_error = ConnectionError("db down")
+    (task_id,) = await enqueue(store, new_task(Kind.MAIL, "a"))
+    report = await run_claimed_task_with_store(
+        proxy, await claim_one(store, Lane.FALLBACK), make_config(Harness(), clock)
+    )
+    assert report.outcome is ClaimedTaskOutcome.STORE_ERROR
+    # The task is rescued once its lease expires.
+    await clock.advance(LEASE_TTL + timedelta(seconds=1))
+    (rescued,) = await store.claim_due_for_lane(Lane.FALLBACK, 1, "w2", LEASE_TTL)
+    assert rescued.id == task_id and rescued.rescued
+
+
+async def test_unknown_kind_fails_permanently(store: InMemoryTaskStore, clock: ManualClock) -> None:
+    from aster_forge.tasks import NewTask
+
+    (task_id,) = await enqueue(store, NewTask(kind="retired-kind", lane=Lane.FALLBACK))
+    report = await run_claimed_task_with_store(
+        store, await claim_one(store, Lane.FALLBACK), make_config(Harness(), clock)
+    )
+    assert report.outcome is ClaimedTaskOutcome.FAILED
+    row = await store.get_task(task_id)
+    assert row is not None and "retired-kind" in (row.last_error or "")
+
+
+async def test_batch_runs_concurrently_and_reports_in_order(
+    store: InMemoryTaskStore, clock: ManualClock
+) -> None:
+    harness = Harness()
+    harness.gate("a", "b", "c")
+    await enqueue(store, *(new_task(Kind.MAIL, name) for name in "abc"))
+    records = await store.claim_due_for_lane(Lane.FALLBACK, 3, "w", LEASE_TTL)
+    run = asyncio.create_task(
+        run_claimed_task_batch_with_store(store, records, make_config(harness, clock)),
+        name="test-batch",
+    )
+    await until(lambda: harness.running["fallback"] == 3)
+    harness.open("c", "a", "b")
+    reports = await run
+    assert [r.task_id for r in reports] == [r.id for r in records]
+    assert {r.outcome for r in reports} == {ClaimedTaskOutcome.SUCCEEDED}
+
+
+async def test_unclaimed_record_is_rejected(store: InMemoryTaskStore, clock: ManualClock) -> None:
+    await enqueue(store, new_task(Kind.MAIL, "a"))
+    (row,) = store.all_tasks()
+    with pytest.raises(TaskInvalidValueError):
+        await run_claimed_task_batch_with_store(store, [row], make_config(Harness(), clock))
+
+
+def test_config_validation(clock: ManualClock) -> None:
+    with pytest.raises(TaskInvalidValueError):
+        make_config(Harness(), clock, registry=None)
+    with pytest.raises(TaskInvalidValueError):
+        make_config(Harness(), clock, lease_ttl=timedelta(0))
+    with pytest.raises(TaskInvalidValueError):
+        make_config(Harness(), clock, shutdown_grace=timedelta(seconds=-1))
+    specs = {kind: REGISTRY.spec_for(kind) for kind in Kind}
+    config = make_config(Harness(), clock, registry=None, specs=specs)
+    assert config.spec_for(Kind.MAIL).kind is Kind.MAIL
