@@ -1,0 +1,102 @@
+"""TaskDedupeKey and scheduled_task_dedupe_key: deterministic, injective, bounded, validated."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from aster_forge.tasks import (
+    TaskDedupeKey,
+    TaskDedupeKeyError,
+    TaskInvalidValueError,
+    scheduled_task_dedupe_key,
+)
+
+AT = datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+
+
+def test_format_is_stable() -> None:
+    key = scheduled_task_dedupe_key("aster_yggdrasil", "audit-cleanup", AT)
+    assert key.as_str() == "scheduled:aster_yggdrasil:audit-cleanup:2030-01-02T03:04:05.678901Z"
+    assert str(key) == key.value
+    assert key == scheduled_task_dedupe_key("aster_yggdrasil", "audit-cleanup", AT)
+
+
+def test_equal_instants_in_other_zones_give_the_same_key() -> None:
+    tokyo = AT.astimezone(timezone(timedelta(hours=9)))
+    assert scheduled_task_dedupe_key("ns", "job", tokyo) == scheduled_task_dedupe_key(
+        "ns", "job", AT
+    )
+
+
+def test_separators_are_escaped_so_keys_never_collide() -> None:
+    a = scheduled_task_dedupe_key("a:b", "c", AT)
+    b = scheduled_task_dedupe_key("a", "b:c", AT)
+    c = scheduled_task_dedupe_key("a%3Ab", "c", AT)
+    assert len({a, b, c}) == 3
+    assert a.value.startswith("scheduled:a%3Ab:c:")
+
+
+_part = st.text(
+    alphabet=st.characters(blacklist_categories=("Cc", "Cs", "Zs", "Zl", "Zp")),
+    min_size=1,
+    max_size=20,
+)
+
+
+@given(_part, _part, _part, _part)
+def test_distinct_parts_give_distinct_keys(ns1: str, n1: str, ns2: str, n2: str) -> None:
+    k1 = scheduled_task_dedupe_key(ns1, n1, AT)
+    k2 = scheduled_task_dedupe_key(ns2, n2, AT)
+    assert (k1 == k2) == ((ns1, n1) == (ns2, n2))
+    assert len(k1.value) <= TaskDedupeKey.MAX_LENGTH
+
+
+def test_distinct_instants_give_distinct_keys() -> None:
+    later = AT + timedelta(microseconds=1)
+    assert scheduled_task_dedupe_key("n", "j", AT) != scheduled_task_dedupe_key("n", "j", later)
+
+
+@pytest.mark.parametrize(
+    ("namespace", "name", "message"),
+    [
+        ("", "job", "namespace must not be empty"),
+        ("ns", "  ", "name must not be empty"),
+        ("ns ", "job", "leading or trailing whitespace"),
+        ("n" * 65, "job", "namespace is 65 characters"),
+        ("ns", "j" * 129, "name is 129 characters"),
+        ("ns", "bad\nname", "control characters"),
+        ("ns\x00", "job", "control characters"),
+    ],
+)
+def test_invalid_parts(namespace: str, name: str, message: str) -> None:
+    with pytest.raises(TaskDedupeKeyError, match=message):
+        scheduled_task_dedupe_key(namespace, name, AT)
+
+
+def test_escaping_that_overflows_the_limit_is_rejected() -> None:
+    with pytest.raises(TaskDedupeKeyError, match="after escaping"):
+        scheduled_task_dedupe_key(":" * 64, ":" * 20, AT)
+
+
+def test_naive_or_wrong_type_scheduled_at_is_rejected() -> None:
+    with pytest.raises(TaskDedupeKeyError, match="timezone-aware"):
+        scheduled_task_dedupe_key("ns", "job", datetime(2030, 1, 1))  # naive on purpose
+    with pytest.raises(TaskDedupeKeyError, match="must be a datetime"):
+        scheduled_task_dedupe_key("ns", "job", "2030-01-01")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", ["", " x", "x" * 256, "tab\t", "\x85"])
+def test_task_dedupe_key_validation(bad: str) -> None:
+    with pytest.raises(TaskDedupeKeyError):
+        TaskDedupeKey(bad)
+
+
+def test_errors_are_invalid_value_errors() -> None:
+    with pytest.raises(TaskInvalidValueError) as caught:
+        TaskDedupeKey("")
+    assert isinstance(caught.value, ValueError) and caught.value.is_invalid_value()
+    assert TaskDedupeKey("x" * 255).value == "x" * 255
