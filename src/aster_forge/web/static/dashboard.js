@@ -170,7 +170,7 @@
       el("td", { text: duration(task.interval_seconds) }),
       el("td", {}, [task.last_run_status ? badge(task.last_run_status) : el("span", { class: "muted", text: "never" }),
         el("span", { class: "muted", text: " " + ago(task.last_run_finished_at) })]),
-      el("td", { text: task.claimed ? "running" : ago(task.next_run_at) }),
+      el("td", { text: task.claimed ? "running" : task.due ? "due now" : ago(task.next_run_at) }),
       el("td", { text: task.claimed ? task.claimed_by : "-" }),
       el("td", { text: task.run_count }),
     ])));
@@ -212,7 +212,7 @@
       items.forEach((item, row) => position.set(item.name, { x: 10 + level * (width + gapX), y: 10 + row * (height + gapY) }));
     }
     const levels = columns.size ? Math.max(...columns.keys()) + 1 : 1;
-    graph.setAttribute("viewBox", "0 0 " + (20 + levels * (width + gapX)) + " " + (20 + maxRows * (height + gapY)));
+    graph.setAttribute("viewBox", "0 -40 " + (20 + levels * (width + gapX)) + " " + (60 + maxRows * (height + gapY)));
     const defs = svg("defs", {});
     const marker = svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto" });
     marker.append(svg("path", { d: "M0,0 L10,5 L0,10 z", class: "arrowhead" }));
@@ -222,7 +222,14 @@
       const from = position.get(edge.from), to = position.get(edge.to);
       if (!from || !to) continue;
       // A component points at what it depends on (what shuts down before it).
-      nodes.push(svg("line", { x1: from.x, y1: from.y + height / 2, x2: to.x + width, y2: to.y + height / 2, "data-edge": edge.from + "->" + edge.to }));
+      const x1 = from.x, y1 = from.y + height / 2, x2 = to.x + width, y2 = to.y + height / 2;
+      // Edges that skip a level bend above the row so they do not cross the boxes between.
+      const skips = Math.abs(x1 - x2) > width + gapX;
+      const bend = skips ? Math.min(from.y, to.y) - 6 : (y1 + y2) / 2;
+      const d = skips
+        ? "M" + x1 + "," + from.y + " Q" + (x1 + x2) / 2 + "," + (bend - 30) + " " + x2 + "," + to.y
+        : "M" + x1 + "," + y1 + " L" + x2 + "," + y2;
+      nodes.push(svg("path", { d, class: "edge", "data-edge": edge.from + "->" + edge.to }));
     }
     for (const component of body.components) {
       const at = position.get(component.name);
@@ -240,6 +247,7 @@
 
   function phaseRows(report, kind) {
     if (!report) return [el("tr", {}, [el("td", { colspan: 3, class: "muted", text: kind + " has not finished" })])];
+    if (!report.phases.length) return [el("tr", {}, [el("td", { colspan: 3, class: "muted", text: kind + " had no phases" })])];
     return report.phases.map((phase) => el("tr", {}, [
       el("td", { text: (phase.component ? phase.component + ": " : "") + phase.name }),
       el("td", {}, [badge(phase.status)]),
