@@ -1,0 +1,178 @@
+"""``aster-forge tasks list|show|retry|cancel`` on the reference ``background_tasks`` table."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.table import Table
+
+from aster_forge.db import BackgroundTaskDbStore
+from aster_forge.tasks import (
+    BackgroundTaskRecord,
+    TaskCancelOutcome,
+    TaskStatus,
+    TaskStepInfo,
+    parse_task_steps_json,
+)
+
+from ._db import checked_engine
+from ._errors import EXIT_FAILED, CliError
+from ._output import console
+
+__all__ = ["cancel_task", "list_tasks", "retry_task", "show_task", "task_dict"]
+
+
+def _iso(value: Any) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _steps(record: BackgroundTaskRecord) -> tuple[TaskStepInfo, ...]:
+    if not record.steps_json:
+        return ()
+    try:
+        return parse_task_steps_json(record.steps_json)
+    except ValueError:
+        return ()
+
+
+def task_dict(record: BackgroundTaskRecord, *, detail: bool = False) -> dict[str, Any]:
+    """A JSON-ready view of one task (with payload, result and steps when ``detail``)."""
+    out: dict[str, Any] = {
+        "id": record.id,
+        "kind": record.kind,
+        "lane": record.lane,
+        "status": record.status.value,
+        "attempt": record.attempt,
+        "max_attempts": record.max_attempts,
+        "run_at": _iso(record.run_at),
+        "last_error": record.last_error,
+        "failure_reason": None if record.failure_reason is None else record.failure_reason.value,
+        "manual_retry_allowed": record.manual_retry_allowed,
+        "cancel_requested": record.cancel_requested,
+        "claimed_by": record.claimed_by,
+        "created_at": _iso(record.created_at),
+        "finished_at": _iso(record.finished_at),
+    }
+    if detail:
+        out["payload"] = json.loads(record.payload_json)
+        out["result"] = None if record.result_json is None else json.loads(record.result_json)
+        out["dedupe_key"] = record.dedupe_key
+        out["steps"] = [
+            {
+                "key": s.key,
+                "title": s.title,
+                "status": s.status.value,
+                "progress_current": s.progress_current,
+                "progress_total": s.progress_total,
+                "detail": s.detail,
+            }
+            for s in _steps(record)
+        ]
+    return out
+
+
+def _progress(record: BackgroundTaskRecord) -> str:
+    steps = _steps(record)
+    if not steps:
+        return ""
+    done = sum(1 for s in steps if s.status.value in ("succeeded", "skipped"))
+    active = next((s for s in steps if s.status.value in ("active", "failed")), None)
+    label = f"{done}/{len(steps)}"
+    return f"{label} {active.key}" if active is not None else label
+
+
+async def list_tasks(
+    url: str, status: str | None, kind: str | None, lane: str | None, limit: int, as_json: bool
+) -> int:
+    """Print one page of tasks, newest first."""
+    async with checked_engine(url) as engine:
+        page = await BackgroundTaskDbStore(engine).list_tasks(
+            status=None if status is None else TaskStatus(status),
+            kind=kind,
+            lane=lane,
+            limit=limit,
+        )
+    if as_json:
+        console().print_json(
+            json.dumps(
+                {
+                    "items": [task_dict(r) for r in page.items],
+                    "next_before_id": page.next_before_id,
+                }
+            )
+        )
+        return 0
+    table = Table("ID", "KIND", "LANE", "STATUS", "ATTEMPT", "STEPS", "LAST ERROR")
+    for r in page.items:
+        table.add_row(
+            str(r.id),
+            r.kind,
+            r.lane,
+            r.status.value,
+            f"{r.attempt}/{r.max_attempts}",
+            _progress(r),
+            (r.last_error or "")[:60],
+        )
+    console().print(table)
+    if not page.items:
+        console().print("no tasks")
+    return 0
+
+
+async def _get(store: BackgroundTaskDbStore, task_id: int) -> BackgroundTaskRecord:
+    record = await store.get_task(task_id)
+    if record is None:
+        raise CliError(f"task {task_id} not found", EXIT_FAILED)
+    return record
+
+
+async def show_task(url: str, task_id: int, as_json: bool) -> int:
+    """Print one task with its steps."""
+    async with checked_engine(url) as engine:
+        record = await _get(BackgroundTaskDbStore(engine), task_id)
+    data = task_dict(record, detail=True)
+    if as_json:
+        console().print_json(json.dumps(data))
+        return 0
+    out = console()
+    for key in ("id", "kind", "lane", "status", "attempt", "max_attempts", "run_at"):
+        out.print(f"{key:>14}: {data[key]}")
+    for key in ("claimed_by", "last_error", "failure_reason", "finished_at", "dedupe_key"):
+        if data[key] is not None:
+            out.print(f"{key:>14}: {data[key]}")
+    out.print(f"{'payload':>14}: {json.dumps(data['payload'])}")
+    if data["result"] is not None:
+        out.print(f"{'result':>14}: {json.dumps(data['result'])}")
+    for step in data["steps"]:
+        total = step["progress_total"]
+        progress = f" {step['progress_current']}/{total}" if total else ""
+        detail = f" - {step['detail']}" if step["detail"] else ""
+        out.print(f"{'step':>14}: [{step['status']}] {step['title']}{progress}{detail}")
+    return 0
+
+
+async def retry_task(url: str, task_id: int, force: bool) -> int:
+    """Put a failed/cancelled task back to pending."""
+    async with checked_engine(url) as engine:
+        record = await BackgroundTaskDbStore(engine).retry_task(task_id, force=force)
+    console().print(f"task {record.id} is {record.status.value} again")
+    return 0
+
+
+async def cancel_task(url: str, task_id: int) -> int:
+    """Cancel a pending task, or request cancellation of a running one."""
+    async with checked_engine(url) as engine:
+        outcome = await BackgroundTaskDbStore(engine).cancel_task(task_id)
+    if outcome is TaskCancelOutcome.NOT_FOUND:
+        raise CliError(f"task {task_id} not found", EXIT_FAILED)
+    messages = {
+        TaskCancelOutcome.CANCELLED: f"task {task_id} cancelled",
+        TaskCancelOutcome.CANCEL_REQUESTED: (
+            f"task {task_id} is running; cancellation requested (it ends cancelled "
+            "instead of being retried)"
+        ),
+        TaskCancelOutcome.ALREADY_FINISHED: f"task {task_id} already finished; nothing changed",
+    }
+    console().print(messages[outcome])
+    return 0 if outcome is not TaskCancelOutcome.ALREADY_FINISHED else EXIT_FAILED

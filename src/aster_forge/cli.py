@@ -1,0 +1,247 @@
+"""The ``aster-forge`` command line (extra ``cli``: click and rich).
+
+Commands: ``demo``, ``run``, ``migrate``, ``tasks list|show|retry|cancel`` and
+``health``. Every expected failure (bad URL, unreachable database, unknown task id,
+port in use...) prints one ``error: ...`` line on stderr and exits non-zero; no
+traceback. Exit codes: 0 success, 1 operation failed (or unhealthy), 2 usage error
+or the service/database could not be reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Coroutine, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from aster_forge import __version__
+from aster_forge._cli._errors import CliError, fail
+from aster_forge.demo import DEFAULT_DATABASE_URL
+
+__all__ = ["cli", "main"]
+
+DATABASE_URL_ENV = "ASTER_FORGE_DATABASE_URL"
+ADMIN_TOKEN_ENV = "ASTER_FORGE_ADMIN_TOKEN"
+
+_database_option = click.option(
+    "--database-url",
+    envvar=DATABASE_URL_ENV,
+    default=DEFAULT_DATABASE_URL,
+    show_default=True,
+    help=f"SQLAlchemy async URL (env {DATABASE_URL_ENV}).",
+)
+
+
+def _run(coro: Coroutine[Any, Any, int]) -> int:
+    try:
+        return asyncio.run(coro)
+    except CliError as exc:
+        fail(exc)
+        raise AssertionError("unreachable") from exc
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="aster-forge")
+def cli() -> None:
+    """aster-forge: database-backed background tasks and runtime lifecycle."""
+
+
+@cli.command()
+@_database_option
+@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP bind address.")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Stop by itself after this many seconds (tests, CI).",
+)
+@click.option(
+    "--admin-token",
+    envvar=ADMIN_TOKEN_ENV,
+    default=None,
+    help=f"Bearer token for the admin API and dashboard (env {ADMIN_TOKEN_ENV}).",
+)
+@click.option("--seed/--no-seed", default=True, show_default=True, help="Enqueue sample work.")
+@click.option(
+    "--pace",
+    type=click.FloatRange(min=0),
+    default=0.4,
+    show_default=True,
+    help="Seconds per unit of simulated work.",
+)
+@click.option(
+    "--live/--no-live",
+    default=None,
+    help="Live terminal view (default: on when stdout is a terminal).",
+)
+@click.option(
+    "--report-json",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the startup and shutdown reports to this JSON file.",
+)
+def demo(
+    database_url: str,
+    host: str,
+    port: int,
+    duration: float | None,
+    admin_token: str | None,
+    seed: bool,
+    pace: float,
+    live: bool | None,
+    report_json: Path | None,
+) -> None:
+    """Run the example product: migrate, seed, serve HTTP, run workers.
+
+    Ctrl+C or SIGTERM stops it gracefully and prints the shutdown report.
+    """
+    from aster_forge._cli._demo import DemoOptions, run_demo
+
+    options = DemoOptions(
+        database_url=database_url,
+        host=host,
+        port=port,
+        duration=duration,
+        admin_token=admin_token or None,
+        seed=seed,
+        pace=pace,
+        live=sys.stdout.isatty() if live is None else live,
+        report_json=report_json,
+    )
+    sys.exit(_run(run_demo(options)))
+
+
+@cli.command(name="run")
+@click.argument("target", metavar="MODULE:FACTORY")
+def run_command(target: str) -> None:
+    """Run a product's AsterRuntime built by ``factory()`` (like uvicorn's module:app).
+
+    The factory is called inside the event loop and returns an ``AsterRuntime`` (or an
+    ``AsterRuntimeBuilder``, or a coroutine producing one). SIGINT/SIGTERM stop it.
+    """
+    from aster_forge._cli._run import run_factory
+
+    sys.path.insert(0, os.getcwd())
+    sys.exit(_run(run_factory(target)))
+
+
+@cli.command()
+@_database_option
+def migrate(database_url: str) -> None:
+    """Create the reference tables (runtime_leases, scheduled_tasks, background_tasks).
+
+    Also creates the demo's audit table. Idempotent.
+    """
+    from aster_forge._cli._db import run_migrate
+
+    sys.exit(_run(run_migrate(database_url)))
+
+
+@cli.group()
+def tasks() -> None:
+    """Inspect and operate on the background_tasks table."""
+
+
+@tasks.command(name="list")
+@_database_option
+@click.option(
+    "--status",
+    type=click.Choice(["pending", "running", "succeeded", "failed", "cancelled"]),
+    default=None,
+)
+@click.option("--kind", default=None, help="Only this kind (wire value).")
+@click.option("--lane", default=None, help="Only this lane (wire value).")
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def tasks_list(
+    database_url: str,
+    status: str | None,
+    kind: str | None,
+    lane: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List tasks, newest first."""
+    from aster_forge._cli._tasks import list_tasks
+
+    sys.exit(_run(list_tasks(database_url, status, kind, lane, limit, as_json)))
+
+
+@tasks.command(name="show")
+@_database_option
+@click.argument("task_id", type=click.IntRange(min=1))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+def tasks_show(database_url: str, task_id: int, as_json: bool) -> None:
+    """Show one task with its steps."""
+    from aster_forge._cli._tasks import show_task
+
+    sys.exit(_run(show_task(database_url, task_id, as_json)))
+
+
+@tasks.command(name="retry")
+@_database_option
+@click.argument("task_id", type=click.IntRange(min=1))
+@click.option("--force", is_flag=True, help="Retry even a failure marked not retryable.")
+def tasks_retry(database_url: str, task_id: int, force: bool) -> None:
+    """Put a failed or cancelled task back to pending."""
+    from aster_forge._cli._tasks import retry_task
+
+    sys.exit(_run(retry_task(database_url, task_id, force)))
+
+
+@tasks.command(name="cancel")
+@_database_option
+@click.argument("task_id", type=click.IntRange(min=1))
+def tasks_cancel(database_url: str, task_id: int) -> None:
+    """Cancel a pending task, or request cancellation of a running one."""
+    from aster_forge._cli._tasks import cancel_task
+
+    sys.exit(_run(cancel_task(database_url, task_id)))
+
+
+@cli.command()
+@click.option(
+    "--scope",
+    type=click.Choice(["liveness", "readiness", "diagnostics"]),
+    default="readiness",
+    show_default=True,
+)
+@click.option(
+    "--url",
+    default="http://127.0.0.1:8000",
+    show_default=True,
+    help="Base URL of a running service.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON report.")
+@click.option(
+    "--admin-token",
+    envvar=ADMIN_TOKEN_ENV,
+    default=None,
+    help="Bearer token (diagnostics may require it).",
+)
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=10.0)
+def health(scope: str, url: str, as_json: bool, admin_token: str | None, timeout: float) -> None:
+    """Query a running service's health; exit 0 healthy/degraded, 1 unhealthy, 2 unreachable."""
+    from aster_forge._cli._health import run_health
+
+    sys.exit(_run(run_health(url, scope, as_json, admin_token or None, timeout)))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
+    try:
+        cli.main(args=list(argv) if argv is not None else None, prog_name="aster-forge")
+    except SystemExit as exc:
+        code = exc.code
+        if code is None:
+            return 0
+        return code if isinstance(code, int) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
