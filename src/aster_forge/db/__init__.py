@@ -6,6 +6,7 @@ from .errors import AsterForgeDbError
 
 # --- runtime leases, scheduled tasks, health/shutdown components (issue 5) ---
 # isort: split
+from ._components import database_component_after, database_health_component
 from ._migrations import (
     alembic_create_runtime_leases,
     alembic_create_scheduled_tasks,
@@ -72,6 +73,8 @@ __all__ = [
     "create_scheduled_tasks_namespace_name_unique_index",
     "create_scheduled_tasks_next_run_index",
     "create_scheduled_tasks_table",
+    "database_component_after",
+    "database_health_component",
     "listen_for_task_notifications",
     "runtime_leases_table",
     "scheduled_tasks_table",
