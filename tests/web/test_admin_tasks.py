@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from aster_forge.db import BackgroundTaskDbStore, create_background_tasks_table
-from aster_forge.tasks import BackgroundTaskStore, TaskStatus
+from aster_forge.db import (
+    BackgroundTaskDbStore,
+    DatabaseUnavailableError,
+    create_background_tasks_table,
+)
+from aster_forge.tasks import BackgroundTaskStore, NewTask, TaskStatus
 from aster_forge.testing import InMemoryTaskStore
 from aster_forge.web import AdminSources, admin_app, create_app
 
@@ -232,3 +238,34 @@ def test_a_malformed_token_is_refused_at_construction() -> None:
             create_app(admin_token=bad)
     with pytest.raises(TypeError, match="admin token"):
         create_app(admin_token=123)  # type: ignore[arg-type]
+
+
+class BrokenStore(InMemoryTaskStore):
+    """A store whose reads fail like an unreachable database."""
+
+    async def list_tasks(self, **kwargs: object) -> Any:
+        raise DatabaseUnavailableError(
+            "connection refused: password=hunter2", operation="list tasks"
+        )
+
+
+async def test_store_failures_are_503_without_details(caplog: pytest.LogCaptureFixture) -> None:
+    async with client(admin_app(AdminSources(task_store=BrokenStore()))) as http:
+        response = await http.get("/api/tasks")
+    assert response.status_code == 503
+    assert response.json() == {"error": "store_unavailable", "message": "the store is unavailable"}
+    assert "admin API store operation failed" in caplog.text
+
+
+async def test_stored_values_that_are_not_json_do_not_break_the_page() -> None:
+    from aster_forge.web._tasks_json import task_json
+
+    store = InMemoryTaskStore()
+    record = (await store.enqueue(NewTask(kind="k", lane="l"))).record
+    broken = replace(record, steps_json="not json", payload_json="{", result_json='{"a": 1}')
+    item = task_json(broken, detail=True)
+    assert (item["steps"], item["steps_invalid"], item["steps_total"]) == (None, True, 0)
+    assert (item["payload"], item["payload_invalid"]) == (None, True)
+    assert (item["result"], item["result_invalid"]) == ({"a": 1}, False)
+    odd = task_json(replace(record, steps_json='{"not": "a list"}'))
+    assert odd["steps_invalid"] is True
