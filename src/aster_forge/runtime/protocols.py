@@ -6,10 +6,12 @@ Products (or :mod:`aster_forge.db`, :mod:`aster_forge.metrics`) implement these;
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from ._health import HealthComponentReport, HealthStatus
+    from ._lease_types import RuntimeLease
 
 # --- health (issue 2): HealthMetricsRecorder ---
 
