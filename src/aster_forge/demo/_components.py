@@ -97,7 +97,7 @@ def dispatcher_component(
     """The lane dispatcher: its worker loop as a component task, and a health check.
 
     The worker runs on every instance (claims are fenced, so instances share the
-    queue). Unhealthy when claims keep failing; degraded when a lane is saturated.
+    queue). Unhealthy when every claim failed; degraded while stopping.
     """
 
     async def check() -> HealthComponentReport:
@@ -114,8 +114,9 @@ def dispatcher_component(
         elif dispatcher.stopping:
             report = HealthComponentReport.degraded(DISPATCHER_COMPONENT, "dispatcher stopping")
         elif full:
-            report = HealthComponentReport.degraded(
-                DISPATCHER_COMPONENT, f"lanes at their limit: {', '.join(sorted(full))}"
+            # A lane at its limit is normal back-pressure, not a health problem.
+            report = HealthComponentReport.healthy(
+                DISPATCHER_COMPONENT, f"dispatching; at their limit: {', '.join(sorted(full))}"
             )
         else:
             report = HealthComponentReport.healthy(DISPATCHER_COMPONENT, "dispatching")
