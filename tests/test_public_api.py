@@ -15,6 +15,7 @@ PACKAGES = [
     "aster_forge.db",
     "aster_forge.testing",
     "aster_forge.metrics",
+    "aster_forge.web",
 ]
 
 
