@@ -4,18 +4,45 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import sqlalchemy as sa
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aster_forge.demo import demo_tables, migrate_demo_database, open_demo_engine
 
-from ._errors import CliError, database_error, safe_url
+from ._errors import EXIT_UNREACHABLE, CliError, database_error, safe_url
 from ._output import console
 
-__all__ = ["CONNECT_TIMEOUT_SECONDS", "checked_engine", "run_migrate"]
+__all__ = ["CONNECT_TIMEOUT_SECONDS", "check_sqlite_path", "checked_engine", "run_migrate"]
 
 CONNECT_TIMEOUT_SECONDS = 10.0
+
+
+def check_sqlite_path(url: str) -> None:
+    """Reject a SQLite file URL whose directory does not exist, before any driver runs.
+
+    (aiosqlite's worker thread outlives a failed connect; checking first keeps the
+    error one line and leaves no thread behind.)
+
+    Raises:
+        CliError: The directory is missing.
+    """
+    try:
+        parsed = make_url(url)
+    except Exception:
+        return  # reported by the engine factory with the URL's own error
+    if parsed.get_backend_name() != "sqlite" or not parsed.database:
+        return
+    if parsed.database == ":memory:" or parsed.database.startswith("file:"):
+        return
+    parent = Path(parsed.database).expanduser().resolve().parent
+    if not parent.is_dir():
+        raise CliError(
+            f"cannot use the database at {safe_url(url)}: directory {parent} does not exist",
+            EXIT_UNREACHABLE,
+        )
 
 
 @asynccontextmanager
@@ -25,6 +52,7 @@ async def checked_engine(url: str) -> AsyncIterator[AsyncEngine]:
     Raises:
         CliError: Bad URL, missing driver, unreachable database (one line each).
     """
+    check_sqlite_path(url)
     try:
         engine = open_demo_engine(url)
     except Exception as exc:

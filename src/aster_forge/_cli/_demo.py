@@ -15,6 +15,7 @@ from aster_forge.demo import DemoApp, DemoPortInUseError, DemoSettings
 from aster_forge.runtime import AsterRuntime, AsterRuntimeError
 from aster_forge.tasks import ClassifiedTaskError
 
+from ._db import check_sqlite_path
 from ._errors import EXIT_FAILED, EXIT_UNREACHABLE, CliError, database_error, safe_url
 from ._reports import (
     print_runtime_error,
@@ -109,6 +110,7 @@ async def run_demo(options: DemoOptions) -> int:
         from aster_forge.demo._http import bind_listen_socket
     except ImportError as exc:  # pragma: no cover - the web extra is missing
         raise CliError(f"the demo needs the 'web' extra ({exc.name} is missing)", 2) from None
+    check_sqlite_path(options.database_url)
     try:
         sock = bind_listen_socket(options.host, options.port)
     except DemoPortInUseError as exc:

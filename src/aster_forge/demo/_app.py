@@ -197,10 +197,15 @@ class DemoApp:
         group.spawn("leased_scheduler", scheduler)
         return group
 
-    def build_runtime(self) -> AsterRuntime:
-        """Build the runtime: the entrypoint only declares components."""
+    def build_runtime(self, *, install_signal_handlers: bool = True) -> AsterRuntime:
+        """Build the runtime: the entrypoint only declares components.
+
+        Args:
+            install_signal_handlers: Let ``run()`` handle SIGINT/SIGTERM (off in tests).
+        """
         builder = (
             AsterRuntime.builder()
+            .install_signal_handlers(install_signal_handlers)
             .component(database_component(self.engine, self.migrate))
             .component(sample_work_component(self._seed_phase))
             .component(audit_log_component(self.audit))

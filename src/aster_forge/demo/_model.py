@@ -56,7 +56,7 @@ LANE_LIMITS: dict[DemoLane, int] = {
 FailureMode = Literal["none", "flaky", "corrupt", "quota"]
 """How a sample task misbehaves.
 
-``flaky``: the transform step fails with a retryable error on the first attempt.
+``flaky``: the transform step fails with a retryable error on the first execution.
 ``corrupt``: the transform step fails permanently (the source is unusable).
 ``quota``: the publish step fails with a MANUAL error on the first run in this
 process; an operator retry (dashboard or ``aster-forge tasks retry``) then succeeds.

@@ -50,7 +50,7 @@ async def _transform(
     ctx: TaskExecutionContext, state: DemoState, failure: str, passes: int
 ) -> None:
     await ctx.step_active("transform", progress=(0, passes))
-    if failure == "flaky" and ctx.attempt == 0:
+    if failure == "flaky" and ctx.attempt == 1:  # 1-based: the first execution
         await ctx.sleep(state.pace)
         # Retryable: the executor puts the task back to pending with a backoff delay.
         raise ClassifiedTaskError(

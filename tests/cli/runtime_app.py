@@ -1,0 +1,66 @@
+"""Factories for ``aster-forge run`` tests."""
+
+from __future__ import annotations
+
+import sys
+from datetime import timedelta
+
+from aster_forge.runtime import (
+    AsterRuntime,
+    AsterRuntimeBuilder,
+    CancellationToken,
+    RuntimeComponentKind,
+    RuntimeComponentRegistry,
+    RuntimeServiceComponent,
+    runtime_component,
+    runtime_component_with_shutdown,
+)
+
+
+def _resource() -> object:
+    def register(registry: RuntimeComponentRegistry) -> None:
+        async def close() -> None:
+            return None
+
+        registry.component("resource", RuntimeComponentKind.OTHER).shutdown(
+            "resource_close", timedelta(seconds=5), close
+        )
+
+    return runtime_component(register)
+
+
+def _service(until_stopped: bool) -> object:
+    def build(token: CancellationToken) -> RuntimeServiceComponent[int]:
+        async def serve() -> int:
+            sys.stdout.write("service started\n")
+            sys.stdout.flush()
+            if until_stopped:
+                await token.wait()
+            return 0
+
+        return RuntimeServiceComponent("service", RuntimeComponentKind.HTTP, serve(), token)
+
+    return runtime_component_with_shutdown(build)
+
+
+def short_lived() -> AsterRuntime:
+    """A runtime whose service returns at once."""
+    return AsterRuntime.builder().component(_resource()).component(_service(False)).build()
+
+
+def until_signal() -> AsterRuntimeBuilder:
+    """A builder whose service runs until SIGINT/SIGTERM."""
+    return AsterRuntime.builder().component(_resource()).component(_service(True))
+
+
+async def built_async() -> AsterRuntime:
+    """An async factory."""
+    return short_lived()
+
+
+def not_a_runtime() -> int:
+    """Returns the wrong type."""
+    return 42
+
+
+NOT_CALLABLE = 7
