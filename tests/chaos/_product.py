@@ -59,9 +59,15 @@ Hook = Callable[[TaskExecutionContext, "ChaosState", Job], Awaitable[None]]
 
 @dataclass
 class ChaosState:
-    """Application state: what ran, concurrency per lane, and an optional hook."""
+    """Application state: what ran, concurrency per lane, and an optional hook.
+
+    ``done`` counts executions per task sequence number; soak runs set
+    ``track_done=False`` so only the ``completed`` total grows.
+    """
 
     done: Counter[int] = field(default_factory=Counter)
+    completed: int = 0
+    track_done: bool = True
     running: Counter[str] = field(default_factory=Counter)
     max_running: Counter[str] = field(default_factory=Counter)
     hook: Hook | None = None
@@ -78,7 +84,9 @@ def _body(kind: Kind) -> Callable[[TaskExecutionContext, ChaosState, Job], Await
                 await state.hook(ctx, state, job)
             elif job.sleep_ms:
                 await asyncio.sleep(job.sleep_ms / 1000)
-            state.done[job.seq] += 1
+            state.completed += 1
+            if state.track_done:
+                state.done[job.seq] += 1
             return job.seq
         finally:
             state.running[lane] -= 1
