@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import QueuePool
 
 from aster_forge.db import BackgroundTaskDbStore, create_background_tasks_table
 from aster_forge.runtime import (
@@ -186,7 +187,9 @@ async def _task_soak(engine: AsyncEngine, backend: str, total: int, *, long: boo
         limit = sum(config.max_concurrency for config in LANES)
         assert max(task_counts) <= tasks_before + 4 * limit + 8
         assert len(asyncio.all_tasks()) == tasks_before
-        assert engine.pool.checkedout() == 0, engine.pool.status()
+        pool = engine.pool
+        assert isinstance(pool, QueuePool), pool
+        assert pool.checkedout() == 0, pool.status()
         assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
         assert state.completed == total
         assert growth < RSS_BUDGET, f"RSS grew {growth / 2**20:.1f} MB"
