@@ -1,0 +1,207 @@
+"""A chaos worker process: ``python -m tests.chaos._worker URL OWNER LOG [options]``.
+
+Runs one dispatch worker on PostgreSQL until SIGTERM. Every task body records its run
+in ``chaos_runs`` and applies a fenced, idempotent effect to ``chaos_effects`` (the
+insert only happens while this claim's token still owns the row). Every fenced store
+write is appended to LOG as a JSON line (operation, task, token, accepted) so the test
+can prove that a paused worker's late writes were refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+from datetime import timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from aster_forge.db import BackgroundTaskDbStore
+from aster_forge.runtime import CancellationToken
+from aster_forge.tasks import (
+    DispatchPollConfig,
+    TaskDispatcher,
+    TaskExecutionContext,
+    TaskLease,
+    TaskLeaseControlError,
+    run_dispatch_worker,
+)
+
+from ._product import LANES, ChaosState, Job, execution_config
+
+REPORT_SEQ_BASE = 1_000_000
+"""Report-lane tasks are numbered from here (the body records its lane from it)."""
+
+SIDE_TABLES = """
+CREATE TABLE IF NOT EXISTS chaos_runs (
+    id BIGSERIAL PRIMARY KEY, task_id BIGINT NOT NULL, token TEXT NOT NULL,
+    owner TEXT NOT NULL, lane TEXT NOT NULL,
+    started TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(), finished TIMESTAMPTZ);
+CREATE TABLE IF NOT EXISTS chaos_effects (
+    task_id BIGINT PRIMARY KEY, token TEXT NOT NULL, owner TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS chaos_redeliveries (
+    id BIGSERIAL PRIMARY KEY, task_id BIGINT NOT NULL, token TEXT NOT NULL, owner TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS chaos_transitions (
+    id BIGSERIAL PRIMARY KEY, task_id BIGINT NOT NULL, old_status TEXT, new_status TEXT,
+    old_owner TEXT, new_owner TEXT, old_token TEXT, new_token TEXT,
+    old_attempt INT, new_attempt INT, failure_reason TEXT,
+    at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp());
+CREATE OR REPLACE FUNCTION chaos_log_transition() RETURNS trigger AS $$
+BEGIN
+    IF NEW.status IS DISTINCT FROM OLD.status
+       OR NEW.processing_token IS DISTINCT FROM OLD.processing_token THEN
+        INSERT INTO chaos_transitions (task_id, old_status, new_status, old_owner, new_owner,
+            old_token, new_token, old_attempt, new_attempt, failure_reason)
+        VALUES (NEW.id, OLD.status, NEW.status, OLD.claimed_by, NEW.claimed_by,
+            OLD.processing_token, NEW.processing_token, OLD.attempt, NEW.attempt,
+            NEW.failure_reason);
+    END IF;
+    RETURN NEW;
+END $$ LANGUAGE plpgsql;
+DROP TRIGGER IF EXISTS chaos_transitions_trigger ON background_tasks;
+CREATE TRIGGER chaos_transitions_trigger AFTER UPDATE ON background_tasks
+    FOR EACH ROW EXECUTE FUNCTION chaos_log_transition();
+"""
+
+_RUN = sa.text(
+    "INSERT INTO chaos_runs (task_id, token, owner, lane) VALUES (:id, :token, :owner, :lane) "
+    "RETURNING id"
+)
+_FINISH = sa.text("UPDATE chaos_runs SET finished = clock_timestamp() WHERE id = :run")
+# Fenced effect: only while this claim still owns the row; at most one per task.
+_EFFECT = sa.text(
+    "INSERT INTO chaos_effects (task_id, token, owner) "
+    "SELECT :id, :token, :owner WHERE EXISTS (SELECT 1 FROM background_tasks "
+    "WHERE id = :id AND processing_token = :token AND status = 'running' FOR SHARE) "
+    "ON CONFLICT (task_id) DO NOTHING RETURNING task_id"
+)
+_OWNED = sa.text(
+    "SELECT 1 FROM background_tasks WHERE id = :id AND processing_token = :token "
+    "AND status = 'running'"
+)
+_REDELIVERED = sa.text(
+    "INSERT INTO chaos_redeliveries (task_id, token, owner) VALUES (:id, :token, :owner)"
+)
+
+
+async def install_side_tables(engine: AsyncEngine) -> None:
+    """Create the side tables and the transition trigger (idempotent)."""
+    async with engine.begin() as conn:
+        for statement in _statements(SIDE_TABLES):
+            await conn.execute(sa.text(statement))
+
+
+def _statements(script: str) -> list[str]:
+    parts: list[str] = []
+    buffer = ""
+    for chunk in script.split(";"):
+        buffer += chunk
+        if buffer.count("$$") % 2 == 0:
+            if buffer.strip():
+                parts.append(buffer.strip())
+            buffer = ""
+        else:
+            buffer += ";"
+    return parts
+
+
+class LoggingStore(BackgroundTaskDbStore):
+    """The DB store, appending every fenced write's outcome to a log file."""
+
+    def __init__(self, engine: AsyncEngine, log_fd: int) -> None:
+        super().__init__(engine)
+        self._fd = log_fd
+
+    def _log(self, op: str, lease: TaskLease, accepted: bool) -> None:
+        line = {"op": op, "task": lease.task_id, "token": lease.processing_token, "ok": accepted}
+        os.write(self._fd, (json.dumps(line) + "\n").encode())
+
+    async def renew_task_lease(self, lease: TaskLease, lease_ttl: timedelta) -> TaskLease | None:
+        renewed = await super().renew_task_lease(lease, lease_ttl)
+        self._log("heartbeat", lease, renewed is not None)
+        return renewed
+
+    async def mark_task_succeeded(
+        self, lease: TaskLease, result_json: str | None, steps_json: str | None
+    ) -> bool:
+        ok = await super().mark_task_succeeded(lease, result_json, steps_json)
+        self._log("succeed", lease, ok)
+        return ok
+
+    async def update_task_steps(self, lease: TaskLease, steps_json: str) -> bool:
+        ok = await super().update_task_steps(lease, steps_json)
+        self._log("steps", lease, ok)
+        return ok
+
+
+def make_hook(engine: AsyncEngine, owner: str, log_fd: int) -> Any:
+    """The task body: record the run, work, apply the fenced effect, finish the run."""
+
+    async def hook(ctx: TaskExecutionContext, state: ChaosState, job: Job) -> None:
+        lease = ctx.lease
+        lane = "reports" if job.seq >= REPORT_SEQ_BASE else "fast"
+        params = {"id": lease.task_id, "token": lease.processing_token, "owner": owner}
+        async with engine.begin() as conn:
+            run_id = (await conn.execute(_RUN, {**params, "lane": lane})).scalar_one()
+        if ctx.steps:
+            await ctx.step_active("collect")
+        await asyncio.sleep(job.sleep_ms / 1000)
+        if ctx.steps:
+            try:
+                await ctx.step_succeeded("collect")
+            except TaskLeaseControlError:
+                line = {"op": "step-refused", "task": lease.task_id, "ok": False}
+                os.write(log_fd, (json.dumps(line) + "\n").encode())
+                raise
+        async with engine.begin() as conn:
+            applied = (await conn.execute(_EFFECT, params)).first()
+            if applied is None and (await conn.execute(_OWNED, params)).first() is not None:
+                # Still ours, but an earlier claim (killed after its effect) applied it.
+                await conn.execute(_REDELIVERED, params)
+            await conn.execute(_FINISH, {"run": run_id})
+
+    return hook
+
+
+async def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("url")
+    parser.add_argument("owner")
+    parser.add_argument("log")
+    parser.add_argument("--lease-ms", type=int, default=2000)
+    args = parser.parse_args(argv)
+    engine = create_async_engine(args.url, pool_size=20, max_overflow=10)
+    log_fd = os.open(args.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    token = CancellationToken()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, token.cancel)
+    store = LoggingStore(engine, log_fd)
+    state = ChaosState(track_done=False, hook=make_hook(engine, args.owner, log_fd))
+    config = execution_config(
+        state,
+        lease_ttl=timedelta(milliseconds=args.lease_ms),
+        shutdown_grace=timedelta(seconds=2),
+    )
+    dispatcher = TaskDispatcher(LANES, config, owner=args.owner)
+    poll = DispatchPollConfig(
+        base_interval=timedelta(milliseconds=50),
+        max_interval=timedelta(milliseconds=200),
+        error_max_interval=timedelta(seconds=1),
+    )
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    try:
+        await run_dispatch_worker(store, dispatcher, token, poll=poll)
+    finally:
+        os.close(log_fd)
+        await engine.dispose()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(asyncio.run(main(sys.argv[1:])))
