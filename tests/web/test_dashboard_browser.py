@@ -71,9 +71,7 @@ def test_dashboard_shows_progress_and_retries_a_failed_task(tmp_path: Path) -> N
                 button.wait_for(timeout=10_000)
                 button.click()
                 # It runs again and, the simulated quota being spent, succeeds.
-                page.wait_for_selector(
-                    f'{row}[data-task-status="succeeded"]', timeout=30_000
-                )
+                page.wait_for_selector(f'{row}[data-task-status="succeeded"]', timeout=30_000)
                 detail = demo.get(f"/api/tasks/{task_id}").json()
                 assert detail["status"] == "succeeded"
                 shot = tmp_path / "dashboard.png"
