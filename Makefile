@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test lint format demo bench bench-check chaos docs clean
+.PHONY: chromium venv test lint format demo bench bench-check chaos docs clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,7 +14,12 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-test: $(STAMP)
+# The browser test drives Debian's chromium (never a downloaded browser); install it when missing.
+CHROMIUM ?= /usr/bin/chromium
+chromium:
+	@test -x $(CHROMIUM) || (command -v apt-get >/dev/null && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) || echo "make: chromium unavailable; the browser test will skip outside CI"
+
+test: $(STAMP) chromium
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
@@ -27,7 +32,7 @@ format: $(STAMP)
 	$(BIN)/ruff format src tests benchmarks
 
 demo: $(STAMP)
-	$(BIN)/python -m aster_forge.demo
+	$(BIN)/aster-forge demo
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
