@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import signal
@@ -31,12 +32,12 @@ class WorkerProcess:
     log: Path
     ready: bool = False
 
-    async def wait_ready(self, timeout: float = 60) -> None:
+    async def wait_ready(self, within: float = 60) -> None:
         """Wait for the worker's ``ready`` line (its SIGTERM handler is installed then)."""
         if self.ready:
             return
         assert self.process.stdout is not None
-        line = await asyncio.wait_for(self.process.stdout.readline(), timeout)
+        line = await asyncio.wait_for(self.process.stdout.readline(), within)
         assert line.strip() == b"ready", line
         self.ready = True
 
@@ -56,8 +57,8 @@ class Cluster:
     killed: set[str] = field(default_factory=set)
     generation: int = 0
 
-    async def start(self, slot: str) -> WorkerProcess:
-        """Start a fresh worker (a new owner id) in ``slot``."""
+    async def start(self, slot: str, *extra: str) -> WorkerProcess:
+        """Start a fresh worker (a new owner id) in ``slot`` (``extra``: worker options)."""
         self.generation += 1
         owner = f"{slot}-gen{self.generation}"
         log = self.log_dir / f"{owner}.log"
@@ -70,6 +71,7 @@ class Cluster:
             str(log),
             "--lease-ms",
             str(self.lease_ms),
+            *extra,
             cwd=REPO_ROOT,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
@@ -85,17 +87,17 @@ class Cluster:
         await worker.process.wait()
         self.killed.add(worker.owner)
 
-    async def stop_all(self, timeout: float = 60) -> list[int]:
+    async def stop_all(self, within: float = 60) -> list[int]:
         """SIGTERM every worker; return their exit codes."""
-        codes = []
         for worker in self.workers.values():
             if worker.process.returncode is None:
                 worker.signal(signal.SIGCONT)
                 await worker.wait_ready()
                 worker.signal(signal.SIGTERM)
-        for worker in self.workers.values():
-            codes.append(await asyncio.wait_for(worker.process.wait(), timeout))
-        return codes
+        return [
+            await asyncio.wait_for(worker.process.wait(), within)
+            for worker in self.workers.values()
+        ]
 
 
 async def enqueue_mix(engine: AsyncEngine, total: int, *, store: Any) -> None:
@@ -123,10 +125,10 @@ async def status_counts(engine: AsyncEngine) -> dict[str, int]:
         return {str(status): int(count) for status, count in rows}
 
 
-async def wait_all_succeeded(engine: AsyncEngine, total: int, timeout: float) -> dict[str, int]:
+async def wait_all_succeeded(engine: AsyncEngine, total: int, within: float) -> dict[str, int]:
     """Poll until every task succeeded (or the timeout passes); return the last counts."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
+    deadline = loop.time() + within
     counts = await status_counts(engine)
     while counts.get("succeeded", 0) < total and loop.time() < deadline:
         await asyncio.sleep(0.5)
@@ -225,7 +227,7 @@ async def post_mortem(engine: AsyncEngine, total: int, dead: set[str]) -> PostMo
     overlaps = 0
     for task_runs in by_task.values():
         live = sorted((r for r in task_runs if r.owner not in dead), key=lambda r: r.started)
-        for first, second in zip(live, live[1:], strict=False):
+        for first, second in itertools.pairwise(live):
             if first.finished is None or first.finished > second.started:
                 overlaps += 1
     # Lane concurrency per owner (a dead owner's unfinished runs count as open forever).

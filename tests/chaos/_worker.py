@@ -22,17 +22,18 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from aster_forge.db import BackgroundTaskDbStore
-from aster_forge.runtime import CancellationToken
+from aster_forge.runtime import CancellationToken, ShutdownCoordinator
 from aster_forge.tasks import (
     DispatchPollConfig,
     TaskDispatcher,
     TaskExecutionContext,
+    TaskLaneConfig,
     TaskLease,
     TaskLeaseControlError,
     run_dispatch_worker,
 )
 
-from ._product import LANES, ChaosState, Job, execution_config
+from ._product import LANES, ChaosState, Job, Lane, execution_config
 
 REPORT_SEQ_BASE = 1_000_000
 """Report-lane tasks are numbered from here (the body records its lane from it)."""
@@ -174,6 +175,10 @@ async def main(argv: list[str]) -> int:
     parser.add_argument("owner")
     parser.add_argument("log")
     parser.add_argument("--lease-ms", type=int, default=2000)
+    parser.add_argument("--fast-limit", type=int, default=0, help="override the fast lane limit")
+    parser.add_argument(
+        "--budget-ms", type=int, default=0, help="stop through a ShutdownCoordinator phase"
+    )
     args = parser.parse_args(argv)
     engine = create_async_engine(args.url, pool_size=20, max_overflow=10)
     log_fd = os.open(args.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -187,7 +192,10 @@ async def main(argv: list[str]) -> int:
         lease_ttl=timedelta(milliseconds=args.lease_ms),
         shutdown_grace=timedelta(seconds=2),
     )
-    dispatcher = TaskDispatcher(LANES, config, owner=args.owner)
+    lanes = LANES
+    if args.fast_limit:
+        lanes = [TaskLaneConfig(Lane.FAST, args.fast_limit), TaskLaneConfig(Lane.REPORTS, 3)]
+    dispatcher = TaskDispatcher(lanes, config, owner=args.owner)
     poll = DispatchPollConfig(
         base_interval=timedelta(milliseconds=50),
         max_interval=timedelta(milliseconds=200),
@@ -195,11 +203,37 @@ async def main(argv: list[str]) -> int:
     )
     sys.stdout.write("ready\n")
     sys.stdout.flush()
-    try:
-        await run_dispatch_worker(store, dispatcher, token, poll=poll)
-    finally:
-        os.close(log_fd)
-        await engine.dispose()
+    if not args.budget_ms:
+        try:
+            await run_dispatch_worker(store, dispatcher, token, poll=poll)
+        finally:
+            os.close(log_fd)
+            await engine.dispose()
+        return 0
+    # As a product's runtime would: the SIGTERM starts a time-boxed shutdown phase.
+    stop = CancellationToken()
+    loop.remove_signal_handler(signal.SIGTERM)
+    loop.add_signal_handler(signal.SIGTERM, stop.cancel)
+    worker = asyncio.create_task(
+        run_dispatch_worker(store, dispatcher, token, poll=poll), name="chaos:worker"
+    )
+    await stop.wait()
+
+    async def stop_workers() -> None:
+        token.cancel()
+        await worker
+
+    coordinator = ShutdownCoordinator(grace=timedelta(milliseconds=200))
+    coordinator.phase("background-tasks", timedelta(milliseconds=args.budget_ms), stop_workers)
+    report = await coordinator.run()
+    os.close(log_fd)
+    await engine.dispose()
+    phases = [
+        {"name": p.name, "status": p.status.as_str(), "seconds": p.duration_seconds}
+        for p in report.phases
+    ]
+    sys.stdout.write(json.dumps({"report": phases, "summary": report.summary()}) + "\n")
+    sys.stdout.flush()
     return 0
 
 

@@ -58,7 +58,7 @@ async def _crash_run(
             await cluster.kill(victim)
             kills += 1
             await cluster.start(victim)
-        counts = await wait_all_succeeded(engine, total, timeout=120 + total / 20)
+        counts = await wait_all_succeeded(engine, total, within=120 + total / 20)
     finally:
         codes = await cluster.stop_all()
     pm = await post_mortem(engine, total, cluster.killed)
@@ -146,7 +146,7 @@ async def _stale_writer_run(
         stale.signal(signal.SIGSTOP)
         fresh = await cluster.start("fresh")
         await fresh.wait_ready()
-        counts = await wait_all_succeeded(engine, tasks, timeout=60)
+        counts = await wait_all_succeeded(engine, tasks, within=60)
         offset = stale.log.stat().st_size
         stale.signal(signal.SIGCONT)
         # Give the resumed worker time to try its late writes (heartbeat, steps, success).
