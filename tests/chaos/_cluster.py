@@ -146,7 +146,8 @@ class PostMortem:
     successes_per_task_max: int
     success_token_mismatch: int
     live_redeliveries: int
-    killed_redeliveries: int
+    redeliveries: int
+    """Tasks whose effect was applied under an earlier claim that was then rescued."""
     live_overlaps: int
     rescues: int
     rescues_of_live_owners: int
@@ -182,23 +183,31 @@ async def post_mortem(engine: AsyncEngine, total: int, dead: set[str]) -> PostMo
         ).all()
         runs = (
             await conn.execute(
-                sa.text("SELECT task_id, owner, lane, started, finished FROM chaos_runs")
+                sa.text("SELECT task_id, token, owner, lane, started, finished FROM chaos_runs")
             )
         ).all()
         redeliveries = (
             await conn.execute(
                 sa.text(
-                    "SELECT r.task_id, e.owner FROM chaos_redeliveries r "
+                    "SELECT r.task_id, e.owner, e.token FROM chaos_redeliveries r "
                     "JOIN chaos_effects e USING (task_id)"
                 )
             )
         ).all()
     successes: dict[int, list[Any]] = defaultdict(list)
+    rescued_at: dict[str, datetime] = {}
+    # When each claim ended, and whether it ended other than by its own success.
+    ended_at: dict[str, datetime] = {}
+    ended_unsuccessfully: set[str] = set()
     claims_by_dead = 0
     successes_by_dead = 0
     rescues = 0
     rescues_live = 0
     for t in transitions:
+        if t.old_token is not None and t.new_token != t.old_token:
+            ended_at.setdefault(t.old_token, t.at)
+            if t.new_status != "succeeded":
+                ended_unsuccessfully.add(t.old_token)
         if t.old_status == "pending" and t.new_status == "running" and t.new_owner in dead:
             claims_by_dead += 1
         if t.old_status == "running" and t.new_status == "succeeded":
@@ -212,31 +221,45 @@ async def post_mortem(engine: AsyncEngine, total: int, dead: set[str]) -> PostMo
             and t.new_attempt == t.old_attempt + 1
         ):
             rescues += 1
+            rescued_at[t.old_token] = t.at
             if t.old_owner not in dead:
                 rescues_live += 1
+    # An effect written under an earlier claim is a legitimate redelivery only when that
+    # claim then ended without succeeding (rescued after its lease expired, or retried
+    # because its success write failed); anything else means two claims both wrote.
     mismatch = sum(
+        1
+        for task_id, rows in successes.items()
+        if task_id in effects
+        and rows[0].old_token != effects[task_id][0]
+        and effects[task_id][0] not in ended_unsuccessfully
+    )
+    live_redeliveries = sum(1 for r in redeliveries if r.token not in ended_unsuccessfully)
+    moved = sum(
         1
         for task_id, rows in successes.items()
         if task_id in effects and rows[0].old_token != effects[task_id][0]
     )
-    live_redeliveries = sum(1 for r in redeliveries if r.owner not in dead)
-    # Two live owners running the same task at overlapping times would break the fence.
+    # Two claims running the same task at once is only allowed after the first one's
+    # lease expired (its late writes are then fenced off).
     by_task: dict[int, list[Any]] = defaultdict(list)
     for run in runs:
         by_task[int(run.task_id)].append(run)
     overlaps = 0
     for task_runs in by_task.values():
-        live = sorted((r for r in task_runs if r.owner not in dead), key=lambda r: r.started)
+        live = sorted((r for r in task_runs if r.token not in rescued_at), key=lambda r: r.started)
         for first, second in itertools.pairwise(live):
-            if first.finished is None or first.finished > second.started:
+            end = first.finished or ended_at.get(first.token)
+            if end is None or end > second.started:
                 overlaps += 1
-    # Lane concurrency per owner (a dead owner's unfinished runs count as open forever).
+    # Lane concurrency per owner; an unfinished run ends when its claim was rescued.
     concurrency: dict[str, int] = defaultdict(int)
     events: dict[tuple[str, str], list[tuple[datetime, int]]] = defaultdict(list)
     for run in runs:
         events[(run.owner, run.lane)].append((run.started, 1))
-        if run.finished is not None:
-            events[(run.owner, run.lane)].append((run.finished, -1))
+        end = run.finished if run.finished is not None else ended_at.get(run.token)
+        if end is not None:
+            events[(run.owner, run.lane)].append((end, -1))
     for (_, lane), points in events.items():
         level = peak = 0
         for _, delta in sorted(points, key=lambda p: (p[0], p[1])):
@@ -250,7 +273,7 @@ async def post_mortem(engine: AsyncEngine, total: int, dead: set[str]) -> PostMo
         successes_per_task_max=max((len(v) for v in successes.values()), default=0),
         success_token_mismatch=mismatch,
         live_redeliveries=live_redeliveries,
-        killed_redeliveries=len(redeliveries) - live_redeliveries,
+        redeliveries=moved - mismatch,
         live_overlaps=overlaps,
         rescues=rescues,
         rescues_of_live_owners=rescues_live,

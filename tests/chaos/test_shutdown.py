@@ -46,9 +46,7 @@ async def _sigterm_under_load(
     store = BackgroundTaskDbStore(engine)
     await store.enqueue_many([new_task(Kind.WORK, seq, sleep_ms=120_000) for seq in range(tasks)])
     cluster = Cluster(database_url, tmp_path, lease_ms=10_000)
-    worker = await cluster.start(
-        "w", "--fast-limit", str(tasks), "--budget-ms", str(BUDGET_MS)
-    )
+    worker = await cluster.start("w", "--fast-limit", str(tasks), "--budget-ms", str(BUDGET_MS))
     await worker.wait_ready()
     running = 0
     for _ in range(1200):
@@ -68,7 +66,9 @@ async def _sigterm_under_load(
     async with engine.connect() as conn:
         rows = (
             await conn.execute(
-                sa.text("SELECT status, attempt, failure_reason, processing_token FROM background_tasks")
+                sa.text(
+                    "SELECT status, attempt, failure_reason, processing_token FROM background_tasks"
+                )
             )
         ).all()
         releases = (

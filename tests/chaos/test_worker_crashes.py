@@ -85,7 +85,7 @@ async def _crash_run(
             result="pass" if not problems else "FAIL: " + "; ".join(problems),
             long=long,
             extra=f"rescues {pm.rescues} (= tasks in flight in killed workers "
-            f"{pm.expected_rescues}); effects re-found after a kill {pm.killed_redeliveries}; "
+            f"{pm.expected_rescues}); effects re-found after a lost lease {pm.redeliveries}; "
             f"peak lane concurrency {pm.max_concurrency}",
         )
     )
