@@ -125,6 +125,19 @@ def test_the_component_carries_the_task_definitions() -> None:
         background_task_component_with_definitions(group, ["system-health-check"])  # type: ignore[list-item]
 
 
+def test_the_task_definitions_appear_in_the_component_descriptor() -> None:
+    registry = RuntimeComponentRegistry()
+    group = BackgroundTasks()
+    registry.register_bundle(
+        background_task_component_with_definitions(group, CATALOG.definitions())
+    )
+    descriptor = registry.descriptor(BACKGROUND_TASKS_COMPONENT)
+    assert descriptor is not None
+    assert descriptor.tasks == ("system-health-check", "audit-cleanup")
+    # Catalog metadata only: the one shutdown phase is the group's, none per task.
+    assert [p.name for p in descriptor.shutdown_phases] == [BACKGROUND_TASKS_SHUTDOWN_PHASE]
+
+
 async def test_async_spawner_via_background_task_component_from_shutdown() -> None:
     groups: list[BackgroundTasks] = []
 

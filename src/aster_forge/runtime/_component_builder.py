@@ -36,7 +36,16 @@ COMPONENT_TASK_FAILED = "component task failed"
 
 
 class _Component:
-    __slots__ = ("checks", "depends_on", "kind", "name", "shutdown", "startup", "tasks")
+    __slots__ = (
+        "checks",
+        "depends_on",
+        "kind",
+        "name",
+        "shutdown",
+        "startup",
+        "task_names",
+        "tasks",
+    )
 
     def __init__(self, name: str, kind: RuntimeComponentKind) -> None:
         self.name = name
@@ -46,6 +55,8 @@ class _Component:
         self.startup: list[StartupPhase] = []
         self.shutdown: list[_Phase] = []
         self.tasks: dict[str, _ComponentTask] = {}
+        # Catalog-only task names (nothing started, no phase), e.g. runtime-task definitions.
+        self.task_names: list[str] = []
 
     def descriptor(self) -> RuntimeComponentDescriptor:
         return RuntimeComponentDescriptor(
@@ -59,7 +70,7 @@ class _Component:
             shutdown_phases=tuple(
                 RuntimeShutdownDescriptor(self.name, p.name, p.timeout) for p in self.shutdown
             ),
-            tasks=tuple(self.tasks),
+            tasks=tuple(self.tasks) + tuple(n for n in self.task_names if n not in self.tasks),
         )
 
 
@@ -153,6 +164,17 @@ class RuntimeComponentBuilder:
         task = _ComponentTask(name, fn)
         self._component.tasks[name] = task
         return self.shutdown(name, None, task.join)
+
+    def task_descriptor(self, name: str) -> Self:
+        """Declare a task this component runs, as catalog metadata only.
+
+        Nothing is started and no shutdown phase is added; the name appears in the
+        component's descriptor (``tasks``) for admin UIs and diagnostics.
+        """
+        _check_name(name, "task name")
+        if name not in self._component.task_names:
+            self._component.task_names.append(name)
+        return self
 
     def shutdown(
         self, phase: str, timeout: timedelta | None, fn: Callable[[], Awaitable[Any]]

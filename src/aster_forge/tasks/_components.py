@@ -76,6 +76,8 @@ class BackgroundTaskComponent:
     def register(self, registry: RuntimeComponentRegistry) -> None:
         """Register the component, its startup phase (if spawning) and its shutdown phase."""
         builder = registry.component(BACKGROUND_TASKS_COMPONENT, RuntimeComponentKind.TASKS)
+        for name in self.task_names:
+            builder.task_descriptor(name)
         if self.spawn is not None:
             builder.startup(
                 BACKGROUND_TASKS_SPAWN_PHASE, self._spawn, StartupPhaseFailurePolicy.REQUIRED
