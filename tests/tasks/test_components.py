@@ -135,7 +135,7 @@ def test_the_task_definitions_appear_in_the_component_descriptor() -> None:
     assert descriptor is not None
     assert descriptor.tasks == ("system-health-check", "audit-cleanup")
     # Catalog metadata only: the one shutdown phase is the group's, none per task.
-    assert [p.name for p in descriptor.shutdown_phases] == [BACKGROUND_TASKS_SHUTDOWN_PHASE]
+    assert [p.phase for p in descriptor.shutdown_phases] == [BACKGROUND_TASKS_SHUTDOWN_PHASE]
 
 
 async def test_async_spawner_via_background_task_component_from_shutdown() -> None:
