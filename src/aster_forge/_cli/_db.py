@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -52,7 +53,7 @@ async def checked_engine(url: str) -> AsyncIterator[AsyncEngine]:
     Raises:
         CliError: Bad URL, missing driver, unreachable database (one line each).
     """
-    check_sqlite_path(url)
+    await asyncio.to_thread(check_sqlite_path, url)
     try:
         engine = open_demo_engine(url)
     except Exception as exc:

@@ -110,7 +110,7 @@ async def run_demo(options: DemoOptions) -> int:
         from aster_forge.demo._http import bind_listen_socket
     except ImportError as exc:  # pragma: no cover - the web extra is missing
         raise CliError(f"the demo needs the 'web' extra ({exc.name} is missing)", 2) from None
-    check_sqlite_path(options.database_url)
+    await asyncio.to_thread(check_sqlite_path, options.database_url)
     try:
         sock = bind_listen_socket(options.host, options.port)
     except DemoPortInUseError as exc:
@@ -157,7 +157,7 @@ async def run_demo(options: DemoOptions) -> int:
         await app.engine.dispose()
     print_shutdown_report(runtime.last_shutdown_report)
     if options.report_json is not None:
-        _write_reports(options.report_json, runtime, app)
+        await asyncio.to_thread(_write_reports, options.report_json, runtime, app)
     sys.stdout.flush()
     return code
 
