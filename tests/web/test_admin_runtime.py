@@ -12,6 +12,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from aster_forge import web
 from aster_forge.db import (
     RuntimeLeaseDbStore,
     ScheduledTaskDbStore,
@@ -21,6 +22,8 @@ from aster_forge.db import (
 from aster_forge.runtime import (
     RuntimeComponentKind,
     RuntimeComponentRegistry,
+    RuntimeLeases,
+    RuntimeLeaseView,
     StartupPhaseFailurePolicy,
 )
 from aster_forge.tasks import (
@@ -33,8 +36,13 @@ from aster_forge.tasks import (
     TaskDispatcher,
     TaskLaneConfig,
 )
-from aster_forge.testing import InMemoryScheduledTaskStore, InMemoryTaskStore, ManualClock
-from aster_forge.web import AdminSources, RuntimeLeaseTableReader, admin_app
+from aster_forge.testing import (
+    InMemoryRuntimeLeaseStore,
+    InMemoryScheduledTaskStore,
+    InMemoryTaskStore,
+    ManualClock,
+)
+from aster_forge.web import AdminSources, RuntimeLeaseSource, RuntimeLeaseTableReader, admin_app
 
 from ._support import client
 
@@ -234,6 +242,46 @@ async def test_runtime_leases_on_every_backend(engine: AsyncEngine, backend: str
     assert items["demo.old"]["expired"] is True
     assert datetime.fromisoformat(items["demo.background_tasks"]["expires_at"]) == held.expires_at
     assert repr(reader).startswith("<RuntimeLeaseTableReader backend=")
+    # The lease store itself is a lease source and lists the same rows.
+    assert isinstance(store, RuntimeLeaseSource)
+    async with client(admin_app(AdminSources(leases=store, clock=clock))) as http:
+        assert (await http.get("/api/leases")).json()["items"] == body["items"]
+
+
+async def test_runtime_leases_from_an_in_memory_store() -> None:
+    clock = ManualClock(T0)
+    store = InMemoryRuntimeLeaseStore(clock)
+    await store.try_acquire("demo.short", "instance-a", timedelta(seconds=10))
+    await clock.advance(timedelta(seconds=5))
+    renewed = await store.renew("demo.short", "instance-a", timedelta(seconds=10))
+    await store.try_acquire("demo.gone", "instance-b", timedelta(seconds=1))
+    await clock.advance(timedelta(seconds=2))
+    assert renewed is not None
+    # aster_forge.web re-exports the runtime's listing types (one class each).
+    assert web.RuntimeLeases is RuntimeLeases and web.RuntimeLeaseView is RuntimeLeaseView
+    async with client(admin_app(AdminSources(leases=store))) as http:
+        body = (await http.get("/api/leases")).json()
+    assert body["now"] == (T0 + timedelta(seconds=7)).isoformat()
+    assert body["items"] == [
+        {
+            "lease_id": "demo.gone",
+            "owner_id": "instance-b",
+            "expires_at": (T0 + timedelta(seconds=6)).isoformat(),
+            "expired": True,
+            "never_expires": False,
+            "acquired_at": (T0 + timedelta(seconds=5)).isoformat(),
+            "updated_at": (T0 + timedelta(seconds=5)).isoformat(),
+        },
+        {
+            "lease_id": "demo.short",
+            "owner_id": "instance-a",
+            "expires_at": renewed.expires_at.isoformat(),
+            "expired": False,
+            "never_expires": False,
+            "acquired_at": T0.isoformat(),
+            "updated_at": (T0 + timedelta(seconds=5)).isoformat(),
+        },
+    ]
 
 
 class Lane(enum.StrEnum):

@@ -10,7 +10,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.schema import CreateTable
 
-from ..runtime import Clock, RuntimeLease, SystemClock
+from ..runtime import Clock, RuntimeLease, RuntimeLeases, RuntimeLeaseView, SystemClock
 from ..runtime._lease_types import (
     MAX_RUNTIME_LEASE_ID_LENGTH,
     saturating_expiry,
@@ -263,6 +263,44 @@ class RuntimeLeaseDbStore:
             return None if row is None else RuntimeLease(lease_id, row.owner_id, row.expires_at)
 
         return await run_transaction(self._engine, "read runtime lease", body)
+
+    async def list_runtime_leases(self) -> RuntimeLeases:
+        """Return every lease row, expired ones included (one read-only transaction).
+
+        Rows are ordered by ``lease_id`` in code-point order on every backend.
+
+        Raises:
+            DatabaseOperationError: (or a subclass) when the query fails.
+        """
+        t = self._table
+        # PostgreSQL's default collation is locale-aware; "C" gives the same code-point
+        # order as SQLite's BINARY and MariaDB's utf8mb4_bin.
+        key = (
+            t.c.lease_id.collate("C")
+            if self._backend is DatabaseBackend.POSTGRESQL
+            else t.c.lease_id
+        )
+        query = sa.select(t).order_by(key)
+
+        async def body(conn: AsyncConnection) -> RuntimeLeases:
+            now = await database_now(conn, self._clock)
+            rows = (await conn.execute(query)).all()
+            return RuntimeLeases(
+                now=now,
+                leases=tuple(
+                    RuntimeLeaseView(
+                        lease_id=row.lease_id,
+                        owner_id=row.owner_id,
+                        expires_at=row.expires_at,
+                        expired=row.expires_at <= now,
+                        acquired_at=row.acquired_at,
+                        updated_at=row.updated_at,
+                    )
+                    for row in rows
+                ),
+            )
+
+        return await run_transaction(self._engine, "list runtime leases", body)
 
     def __repr__(self) -> str:
         return f"<RuntimeLeaseDbStore backend={self._backend.value}>"

@@ -139,6 +139,8 @@ from ._lease import run_runtime_lease_supervisor
 from ._lease_types import (
     RuntimeLease,
     RuntimeLeaseConfig,
+    RuntimeLeases,
+    RuntimeLeaseView,
     new_runtime_lease_owner_id,
 )
 from .errors import RuntimeLeaseConfigError
@@ -205,6 +207,8 @@ __all__ = [
     "RuntimeLeaseConfig",
     "RuntimeLeaseConfigError",
     "RuntimeLeaseStore",
+    "RuntimeLeaseView",
+    "RuntimeLeases",
     "RuntimeServiceComponent",
     "RuntimeShutdownDescriptor",
     "RuntimeSignalError",

@@ -1,4 +1,4 @@
-"""Runtime lease value types: configuration, owner ids, the acquired lease."""
+"""Runtime lease value types: configuration, owner ids, the acquired lease, listings."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import socket
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from .errors import RuntimeLeaseConfigError
 
@@ -16,6 +16,8 @@ __all__ = [
     "NEVER_EXPIRES",
     "RuntimeLease",
     "RuntimeLeaseConfig",
+    "RuntimeLeaseView",
+    "RuntimeLeases",
     "new_runtime_lease_owner_id",
     "saturating_expiry",
     "validate_lease_identifier",
@@ -176,3 +178,55 @@ class RuntimeLease:
     def never_expires(self) -> bool:
         """Whether the TTL saturated, i.e. the lease only ends by release."""
         return self.expires_at >= NEVER_EXPIRES
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeLeaseView:
+    """One stored runtime lease row, as diagnostics and the admin API show it.
+
+    Attributes:
+        lease_id: The lease (a singleton worker group).
+        owner_id: The process that holds (or last held) it.
+        expires_at: When it expires unless renewed.
+        expired: Whether ``expires_at`` is past at :attr:`RuntimeLeases.now`; an
+            expired row is free for any instance to take.
+        acquired_at: When the current owner acquired it, if the store knows.
+        updated_at: When it was last acquired or renewed, if the store knows.
+    """
+
+    lease_id: str
+    owner_id: str
+    expires_at: datetime
+    expired: bool
+    acquired_at: datetime | None = None
+    updated_at: datetime | None = None
+
+    @property
+    def never_expires(self) -> bool:
+        """Whether the TTL saturated (the lease only ends by release)."""
+        return self.expires_at >= NEVER_EXPIRES
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """Return the admin API's JSON object for this lease."""
+        return {
+            "lease_id": self.lease_id,
+            "owner_id": self.owner_id,
+            "expires_at": self.expires_at.isoformat(),
+            "expired": self.expired,
+            "never_expires": self.never_expires,
+            "acquired_at": None if self.acquired_at is None else self.acquired_at.isoformat(),
+            "updated_at": None if self.updated_at is None else self.updated_at.isoformat(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeLeases:
+    """A consistent read of every stored lease, with the clock value expiry was judged at.
+
+    Attributes:
+        now: The store's "now" (the database server's clock where it has one).
+        leases: The leases, expired ones included, ordered by ``lease_id``.
+    """
+
+    now: datetime
+    leases: tuple[RuntimeLeaseView, ...]

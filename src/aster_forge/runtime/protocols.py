@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from ._health import HealthComponentReport, HealthStatus
-    from ._lease_types import RuntimeLease
+    from ._lease_types import RuntimeLease, RuntimeLeases
 
 # --- health (issue 2): HealthMetricsRecorder ---
 
@@ -84,5 +84,14 @@ class RuntimeLeaseStore(Protocol):
 
         Returns:
             ``True`` when ``owner_id`` held the lease and released it, else ``False``.
+        """
+        ...
+
+    async def list_runtime_leases(self) -> RuntimeLeases:
+        """Return every stored lease for diagnostics (read-only, any owner).
+
+        Rows are ordered by ``lease_id``; expired rows are included with
+        ``expired=True`` (judged at the returned ``now``, the same clock the
+        store's expiry uses). Released leases are absent.
         """
         ...

@@ -8,7 +8,13 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import ClassVar
 
-from ..runtime import RuntimeLease, RuntimeLeaseConfigError, RuntimeLeaseStore
+from ..runtime import (
+    RuntimeLease,
+    RuntimeLeaseConfigError,
+    RuntimeLeases,
+    RuntimeLeaseStore,
+    RuntimeLeaseView,
+)
 
 __all__ = ["RuntimeLeaseStoreConformance"]
 
@@ -59,6 +65,7 @@ class RuntimeLeaseStoreConformance:
         "check_ids_are_exact_and_tricky_values_round_trip",
         "check_invalid_input_is_rejected",
         "check_concurrent_acquire_has_one_winner",
+        "check_list_runtime_leases_reports_every_row",
     )
 
     def __init__(
@@ -234,6 +241,63 @@ class RuntimeLeaseStoreConformance:
         )
         winners = [lease for lease in results if lease is not None]
         assert len(winners) == 1, f"expected one winner, got {len(winners)}"
+
+    async def check_list_runtime_leases_reports_every_row(self) -> None:
+        """Listing shows held and expired rows in ``lease_id`` order, never released ones."""
+        store = self._make_store()
+        prefix = self._id("list")
+        a_id, b_id, c_id = f"{prefix}-a", f"{prefix}-b", f"{prefix}-c"
+        b_lease = await store.try_acquire(b_id, "owner-b", timedelta(hours=1))
+        a_lease = await store.try_acquire(a_id, "owner-a", self.short_ttl)
+        assert await store.try_acquire(c_id, "owner-c", timedelta(hours=1)) is not None
+        assert await store.release(c_id, "owner-c") is True
+        assert a_lease is not None and b_lease is not None
+
+        first = await _listing(store, prefix)
+        assert [v.lease_id for v in first] == [a_id, b_id], "rows in lease_id order, released gone"
+        a, b = first
+        assert (a.owner_id, a.expires_at, a.expired) == ("owner-a", a_lease.expires_at, False)
+        assert (b.owner_id, b.expires_at, b.expired) == ("owner-b", b_lease.expires_at, False)
+
+        await self._expire()
+        renewed = await store.renew(b_id, "owner-b", timedelta(hours=1))
+        assert renewed is not None, "the holder must renew"
+        second = await _listing(store, prefix)
+        assert [v.lease_id for v in second] == [a_id, b_id], "an expired row is still listed"
+        a2, b2 = second
+        assert a2.expired and a2.owner_id == "owner-a", "the expired row keeps its last owner"
+        assert not b2.expired and b2.expires_at == renewed.expires_at
+        if b.acquired_at is not None and b.updated_at is not None:
+            assert b2.acquired_at == b.acquired_at, "renewal keeps the acquisition time"
+            assert b2.updated_at is not None and b2.updated_at > b.updated_at, (
+                "renewal moves updated_at"
+            )
+
+        taken = await store.try_acquire(a_id, "owner-x", timedelta(hours=1))
+        assert taken is not None, "an expired lease must be acquirable"
+        (a3, _) = await _listing(store, prefix)
+        assert (a3.owner_id, a3.expires_at, a3.expired) == ("owner-x", taken.expires_at, False)
+        if a.acquired_at is not None:
+            assert a3.acquired_at is not None and a3.acquired_at > a.acquired_at, (
+                "a new owner gets a new acquisition time"
+            )
+
+
+async def _listing(store: RuntimeLeaseStore, prefix: str) -> list[RuntimeLeaseView]:
+    """List the store, check the invariants of the whole listing, return our rows."""
+    listing = await store.list_runtime_leases()
+    assert isinstance(listing, RuntimeLeases)
+    assert listing.now.utcoffset() == timedelta(0), "now must be aware UTC"
+    ids = [view.lease_id for view in listing.leases]
+    assert ids == sorted(ids), "leases must be ordered by lease_id"
+    assert len(set(ids)) == len(ids), "each lease is listed once"
+    for view in listing.leases:
+        assert view.expired == (view.expires_at <= listing.now), view
+        stamps = [view.expires_at, view.acquired_at, view.updated_at]
+        assert all(t is None or t.utcoffset() == timedelta(0) for t in stamps), view
+        if view.acquired_at is not None and view.updated_at is not None:
+            assert view.acquired_at <= view.updated_at <= listing.now, view
+    return [view for view in listing.leases if view.lease_id.startswith(prefix)]
 
 
 async def _expect_config_error(call: Awaitable[object], what: str) -> None:

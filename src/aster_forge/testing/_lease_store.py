@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from ..runtime import Clock, RuntimeLease, SystemClock
+from ..runtime import Clock, RuntimeLease, RuntimeLeases, RuntimeLeaseView, SystemClock
 from ..runtime._lease_types import (
     saturating_expiry,
     validate_lease_identifier,
@@ -19,6 +19,8 @@ __all__ = ["InMemoryRuntimeLeaseStore"]
 class _Row:
     owner_id: str
     expires_at: datetime
+    acquired_at: datetime
+    updated_at: datetime
 
 
 class InMemoryRuntimeLeaseStore:
@@ -57,7 +59,9 @@ class InMemoryRuntimeLeaseStore:
         if row is not None and row.owner_id != owner_id and row.expires_at > now:
             return None
         expires_at = saturating_expiry(now, ttl)
-        self._rows[lease_id] = _Row(owner_id, expires_at)
+        # Like the database store: re-acquiring our own lease keeps its acquisition time.
+        acquired_at = row.acquired_at if row is not None and row.owner_id == owner_id else now
+        self._rows[lease_id] = _Row(owner_id, expires_at, acquired_at, now)
         return RuntimeLease(lease_id, owner_id, expires_at)
 
     async def renew(self, lease_id: str, owner_id: str, ttl: timedelta) -> RuntimeLease | None:
@@ -68,6 +72,7 @@ class InMemoryRuntimeLeaseStore:
         if row is None or row.owner_id != owner_id or row.expires_at <= now:
             return None
         row.expires_at = saturating_expiry(now, ttl)
+        row.updated_at = now
         return RuntimeLease(lease_id, owner_id, row.expires_at)
 
     async def release(self, lease_id: str, owner_id: str) -> bool:
@@ -79,6 +84,24 @@ class InMemoryRuntimeLeaseStore:
             return False
         del self._rows[lease_id]
         return True
+
+    async def list_runtime_leases(self) -> RuntimeLeases:
+        """Return every stored lease, expired ones included (see the protocol)."""
+        now = self._clock.now()
+        return RuntimeLeases(
+            now=now,
+            leases=tuple(
+                RuntimeLeaseView(
+                    lease_id=lease_id,
+                    owner_id=row.owner_id,
+                    expires_at=row.expires_at,
+                    expired=row.expires_at <= now,
+                    acquired_at=row.acquired_at,
+                    updated_at=row.updated_at,
+                )
+                for lease_id, row in sorted(self._rows.items())
+            ),
+        )
 
     @staticmethod
     def _validate(lease_id: str, owner_id: str, ttl: timedelta) -> None:

@@ -71,7 +71,9 @@ class AdminSources:
         components: The component registry (default: ``runtime.registry``).
         task_store: The task table (list, show, retry, cancel, lane counts).
         scheduled_store: The scheduled task catalog.
-        leases: Lists runtime leases (e.g. :class:`RuntimeLeaseTableReader`).
+        leases: Lists runtime leases: any :class:`~aster_forge.runtime.RuntimeLeaseStore`
+            (e.g. the process's :class:`~aster_forge.db.RuntimeLeaseDbStore`) or a
+            :class:`RuntimeLeaseTableReader`.
         dispatcher: This process's dispatcher (lane limits, in-flight counts, stats),
             or a callable returning it.
         dispatch_stats: Dispatch statistics when there is no ``dispatcher``.
