@@ -21,6 +21,8 @@ __all__ = ["RESULTS", "ScenarioResult", "record", "render_markdown", "write_repo
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
+DOCS_RESULTS_DIR = Path(__file__).resolve().parent / "results"
+"""``docs/chaos.md`` splices in the newest ``tests/chaos/results/<date>.md``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,11 +89,15 @@ def render_markdown(results: list[ScenarioResult], *, when: datetime | None = No
 
 
 def write_report(results: list[ScenarioResult], *, when: datetime | None = None) -> Path:
-    """Write the table to ``benchmarks/results/chaos-<date>.md`` and a JSON copy beside it."""
+    """Write the table to ``benchmarks/results/chaos-<date>.md`` (plus a JSON copy) and
+    to ``tests/chaos/results/<date>.md`` (the file the documentation site shows)."""
     when = when or datetime.now(UTC)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    DOCS_RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     path = RESULTS_DIR / f"chaos-{when:%Y-%m-%d}.md"
-    path.write_text(render_markdown(results, when=when), encoding="utf-8")
+    table = render_markdown(results, when=when)
+    path.write_text(table, encoding="utf-8")
+    (DOCS_RESULTS_DIR / f"{when:%Y-%m-%d}.md").write_text(table, encoding="utf-8")
     path.with_suffix(".json").write_text(
         json.dumps([asdict(r) for r in results], indent=2) + "\n", encoding="utf-8"
     )
