@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,13 @@ from aster_forge.demo import (
     DemoTaskKind,
     build_task_registry,
     sample_tasks,
+)
+from aster_forge.runtime import (
+    HealthCheckScope,
+    HealthComponentDetailValue,
+    HealthStatus,
+    RuntimeComponentKind,
+    StartupPhaseFailurePolicy,
 )
 from aster_forge.tasks import TaskStatus, TaskStepStatus, parse_task_steps_json
 
@@ -55,6 +63,28 @@ def test_component_graph(tmp_path: Path) -> None:
     assert {"background_tasks", "dispatcher"} <= deps["audit_log"]
     order = list(runtime.registry.shutdown_order())
     assert order.index("background_tasks") < order.index("audit_log") < order.index("database")
+
+
+async def test_database_component_migrates_checks_and_disposes(tmp_path: Path) -> None:
+    app = DemoApp(DemoSettings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'd.db'}"))
+    runtime = app.build_runtime(install_signal_handlers=False)
+    database = next(d for d in runtime.descriptors() if d.name == "database")
+    assert database.kind is RuntimeComponentKind.DATABASE
+    assert [(p.phase, p.policy) for p in database.startup_phases] == [
+        ("database_migrate", StartupPhaseFailurePolicy.REQUIRED)
+    ]
+    assert [(p.phase, p.timeout) for p in database.shutdown_phases] == [
+        ("database_close", timedelta(seconds=10))
+    ]
+    assert database.health_checks == ("database",)
+    try:
+        await app.migrate()
+        report = await runtime.run_health(HealthCheckScope.READINESS)
+    finally:
+        await app.engine.dispose()
+    check = next(c for c in report.components if c.name == "database")
+    assert check.status is HealthStatus.HEALTHY
+    assert check.detail("backend") == HealthComponentDetailValue.text("sqlite")
 
 
 async def _until_settled(app: DemoApp, limit_seconds: float) -> None:

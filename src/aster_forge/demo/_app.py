@@ -232,14 +232,14 @@ class DemoApp:
         assert sock is not None
 
         def app() -> Any:
-            from aster_forge.web import AdminSources, RuntimeLeaseTableReader
+            from aster_forge.web import AdminSources
 
             return build_web_app(
                 AdminSources(
                     runtime=self._runtime,
                     task_store=self.task_store,
                     scheduled_store=self.scheduled_store,
-                    leases=RuntimeLeaseTableReader(self.engine),
+                    leases=self.lease_store,
                     dispatch_stats=self.dispatcher.stats,
                     lane_limits=dict(LANE_LIMITS),
                     lanes=tuple(LANE_LIMITS),

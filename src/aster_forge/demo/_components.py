@@ -7,14 +7,13 @@ Startup is the reverse: the database migrates before anything uses it.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from aster_forge.db import database_component_after, database_health_component
 from aster_forge.runtime import (
     BufferedWriterLifecycle,
     CancellationToken,
@@ -57,36 +56,28 @@ def database_component(
 ) -> RuntimeComponentBundleRegistration[Any]:
     """The database: migrate at startup, ``SELECT 1`` health check, dispose at shutdown.
 
-    Depends on every component that uses the engine, so it closes last.
+    Built from :func:`aster_forge.db.database_health_component` and
+    :func:`aster_forge.db.database_component_after`, plus the demo's migration as a
+    required startup phase. Depends on every component that uses the engine, so it
+    closes last.
     """
-
-    async def check() -> HealthComponentReport:
-        started = time.perf_counter()
-        async with engine.connect() as conn:
-            await conn.execute(sa.text("SELECT 1"))
-        latency = timedelta(seconds=time.perf_counter() - started)
-        return (
-            HealthComponentReport.healthy(DATABASE_COMPONENT, "database ping succeeded")
-            .with_detail("backend", HealthComponentDetailValue.text(engine.dialect.name))
-            .with_detail("latency", HealthComponentDetailValue.duration(latency))
-        )
-
-    async def close() -> None:
-        await engine.dispose()
+    health = database_health_component(
+        engine, component=DATABASE_COMPONENT, timeout=timedelta(seconds=3)
+    )
+    dispose = database_component_after(
+        engine,
+        [BACKGROUND_TASKS_COMPONENT, DISPATCHER_COMPONENT, AUDIT_COMPONENT, SAMPLE_WORK_COMPONENT],
+        component=DATABASE_COMPONENT,
+        phase="database_close",
+        timeout=timedelta(seconds=10),
+    )
 
     def register(registry: RuntimeComponentRegistry) -> None:
-        registry.component(DATABASE_COMPONENT, RuntimeComponentKind.DATABASE).depends_on(
-            BACKGROUND_TASKS_COMPONENT,
-            DISPATCHER_COMPONENT,
-            AUDIT_COMPONENT,
-            SAMPLE_WORK_COMPONENT,
-        ).startup(
+        registry.component(DATABASE_COMPONENT, RuntimeComponentKind.DATABASE).startup(
             "database_migrate", migrate, StartupPhaseFailurePolicy.REQUIRED
-        ).health_with_options(
-            DATABASE_COMPONENT,
-            HealthCheckOptions.required(timedelta(seconds=3)).with_scopes(_READY),
-            check,
-        ).shutdown("database_close", timedelta(seconds=10), close)
+        )
+        health.register(registry)
+        dispose.register(registry)
 
     return runtime_component(register)
 
