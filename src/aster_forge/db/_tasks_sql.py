@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -19,7 +20,7 @@ from ..tasks._records import TaskStatus
 from ._time import DatabaseBackend, UtcDateTime, database_now
 from ._translate import is_transient_conflict, translate_db_error
 
-__all__ = ["TaskSql"]
+__all__ = ["TaskSql", "sqlite_write_lock"]
 
 logger = logging.getLogger("aster_forge.db")
 
@@ -30,6 +31,20 @@ _CONFLICT_ATTEMPTS = 6
 # in Python so the server never computes an out-of-range timestamp.
 _SATURATING_DELTA = NEVER_EXPIRES - datetime(2200, 1, 1, tzinfo=UTC)
 
+# One in-process writer lock per SQLite engine (shared by every store on it): SQLite has
+# a single writer anyway, and queueing on an asyncio.Lock is far cheaper than letting
+# BEGIN IMMEDIATE collide and spin in the busy handler.
+_SQLITE_WRITE_LOCKS: weakref.WeakKeyDictionary[Any, asyncio.Lock] = weakref.WeakKeyDictionary()
+
+
+def sqlite_write_lock(engine: AsyncEngine) -> asyncio.Lock:
+    """The in-process writer lock of a SQLite ``engine`` (created on first use)."""
+    key = engine.sync_engine
+    lock = _SQLITE_WRITE_LOCKS.get(key)
+    if lock is None:
+        lock = _SQLITE_WRITE_LOCKS[key] = asyncio.Lock()
+    return lock
+
 
 class TaskSql:
     """Per-store helpers: how to run a transaction and how to say "now" on a backend.
@@ -37,7 +52,8 @@ class TaskSql:
     PostgreSQL computes times inline with ``now()`` (no extra round trip); MariaDB reads
     ``UTC_TIMESTAMP(6)`` once per transaction; SQLite uses the injected clock. SQLite
     write transactions start with ``BEGIN IMMEDIATE`` so the single writer is chosen
-    up front (no lock-upgrade failures between read and write).
+    up front (no lock-upgrade failures between read and write), after taking the
+    engine's in-process writer lock (:func:`sqlite_write_lock`).
     """
 
     def __init__(self, engine: AsyncEngine, table: sa.Table, clock: Clock) -> None:
@@ -72,7 +88,7 @@ class TaskSql:
             attempt += 1
             try:
                 if self.backend is DatabaseBackend.SQLITE:
-                    async with self._engine.connect() as conn:
+                    async with sqlite_write_lock(self._engine), self._engine.connect() as conn:
                         await conn.exec_driver_sql("BEGIN IMMEDIATE")
                         result = await body(conn)
                         await conn.commit()

@@ -13,8 +13,10 @@ from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
 from ..runtime import CancellationToken, Clock, SystemClock
+from ._completion import TaskCompletionBatcher, supports_batched_success
 from ._dispatch_stats import ClaimedTaskOutcome, DispatchStatsRecorder
 from ._execution import ClaimedTaskExecutionConfig, run_claimed_task_with_store
+from ._heartbeat import SharedTaskHeartbeat
 from ._lease import TaskLease
 from .errors import TaskDispatchConfigError
 from .protocols import ClaimedTaskRecord, ClaimedTaskStore, DispatchTaskStore, TaskClaimStore
@@ -280,6 +282,12 @@ class TaskDispatcher(Generic[StateT]):
 
     The dispatcher owns a stop token: each execution's context is cancelled through it
     on :meth:`shutdown` (and through ``execution.shutdown_token`` if one was given).
+
+    Throughput: per store, one shared heartbeat renews the leases of every in-flight
+    task in one statement per tick (``renew_task_leases_many`` when the store has it),
+    and successes are coalesced into ``mark_tasks_succeeded_many`` calls while a write
+    is in flight (each entry still fenced by its own token, each task's outcome
+    reported only once stored). Both can be switched off.
     """
 
     def __init__(
@@ -290,6 +298,8 @@ class TaskDispatcher(Generic[StateT]):
         owner: str | None = None,
         stats: DispatchStatsRecorder | None = None,
         wake: DispatchWakeSignal | None = None,
+        shared_heartbeat: bool = True,
+        batch_completions: bool = True,
     ) -> None:
         """Create a dispatcher.
 
@@ -299,6 +309,10 @@ class TaskDispatcher(Generic[StateT]):
             owner: The claim owner (default :func:`default_dispatch_owner`).
             stats: The stats recorder (default: a new one).
             wake: The signal a freed slot of a saturated lane fires (default: a new one).
+            shared_heartbeat: Renew all in-flight leases from one loop (batched) instead
+                of one heartbeat task per task.
+            batch_completions: Coalesce success writes into
+                ``mark_tasks_succeeded_many`` when the store has it.
 
         Raises:
             TaskDispatchConfigError: When no lane is given or a lane repeats.
@@ -321,6 +335,12 @@ class TaskDispatcher(Generic[StateT]):
         self._leases: dict[int, TaskLease] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._next_lane = 0
+        self._shared_heartbeat = shared_heartbeat
+        self._batch_completions = batch_completions
+        # Per store (by identity; the store is kept referenced): heartbeat and batcher.
+        self._helpers: dict[
+            int, tuple[object, SharedTaskHeartbeat | None, TaskCompletionBatcher | None]
+        ] = {}
 
     @property
     def lanes(self) -> tuple[TaskLaneConfig, ...]:
@@ -432,6 +452,24 @@ class TaskDispatcher(Generic[StateT]):
             self._saturated.add(lane)
         return len(records), requested
 
+    def _helpers_for(
+        self, store: ClaimedTaskStore
+    ) -> tuple[SharedTaskHeartbeat | None, TaskCompletionBatcher | None]:
+        entry = self._helpers.get(id(store))
+        if entry is None or entry[0] is not store:
+            heartbeat = (
+                SharedTaskHeartbeat(store, self._execution.clock, self._execution.lease_ttl)
+                if self._shared_heartbeat
+                else None
+            )
+            batcher = (
+                TaskCompletionBatcher(store)
+                if self._batch_completions and supports_batched_success(store)
+                else None
+            )
+            entry = self._helpers[id(store)] = (store, heartbeat, batcher)
+        return entry[1], entry[2]
+
     def _start(
         self, store: ClaimedTaskStore, lane: Hashable, record: Any, claimed_at: float
     ) -> None:
@@ -452,9 +490,15 @@ class TaskDispatcher(Generic[StateT]):
         self, store: ClaimedTaskStore, lane: Hashable, record: Any, claimed_at: float
     ) -> None:
         outcome = ClaimedTaskOutcome.STORE_ERROR
+        heartbeat, completions = self._helpers_for(store)
         try:
             report = await run_claimed_task_with_store(
-                store, record, self._execution, claimed_at=claimed_at
+                store,
+                record,
+                self._execution,
+                claimed_at=claimed_at,
+                heartbeat=heartbeat,
+                completions=completions,
             )
             outcome = report.outcome
         except asyncio.CancelledError:
@@ -480,6 +524,11 @@ class TaskDispatcher(Generic[StateT]):
         """Wait until every execution this dispatcher started has finished."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        for _, heartbeat, batcher in list(self._helpers.values()):
+            if batcher is not None:
+                await batcher.join()
+            if heartbeat is not None:
+                await heartbeat.join()
 
     async def shutdown(self) -> None:
         """Stop claiming, cancel every running context, and wait for the executions.

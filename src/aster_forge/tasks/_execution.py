@@ -11,9 +11,10 @@ from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
 from ..runtime import CancellationToken, Clock, SystemClock
+from ._completion import TaskCompletionBatcher
 from ._context import TaskExecutionContext
 from ._dispatch_stats import ClaimedTaskOutcome
-from ._heartbeat import run_task_heartbeat
+from ._heartbeat import SharedTaskHeartbeat, run_task_heartbeat
 from ._lease import TaskLease, TaskLeaseGuard, TaskLeaseTermination
 from ._registry import TaskRegistry
 from ._retry import (
@@ -220,6 +221,18 @@ async def _shielded(awaitable: Awaitable[_T], name: str) -> _T:
         raise
 
 
+async def _settled(future: asyncio.Future[bool]) -> bool:
+    """The batched write's result; when cancelled, wait for it first, then re-raise."""
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        if not future.done():
+            await asyncio.wait({future})
+        if not future.cancelled():
+            future.exception()  # retrieved: the caller is gone, the log has it
+        raise
+
+
 async def run_claimed_task_batch_with_store(
     store: ClaimedTaskStore,
     tasks: Sequence[ExecutableTaskRecord[Any]],
@@ -263,6 +276,8 @@ async def run_claimed_task_with_store(
     config: ClaimedTaskExecutionConfig[StateT],
     *,
     claimed_at: float | None = None,
+    heartbeat: SharedTaskHeartbeat | None = None,
+    completions: TaskCompletionBatcher | None = None,
 ) -> ClaimedTaskReport:
     """Run one claimed task through its whole lifecycle.
 
@@ -283,6 +298,17 @@ async def run_claimed_task_with_store(
     cancellation re-raised. The temp dir (if the body created one) is removed after
     every outcome.
 
+    Args:
+        store: The heartbeat and execution store.
+        task: The claimed record.
+        config: The execution configuration.
+        claimed_at: ``config.clock.monotonic()`` read before the claim was sent.
+        heartbeat: A shared heartbeat (one loop, batched renewals for many tasks, same
+            per-task contract) to register the lease with instead of starting a
+            heartbeat task for this task alone.
+        completions: A success batcher: the success write joins other tasks' in one
+            fenced statement (still only reported once stored).
+
     Raises:
         TaskInvalidValueError: When the record carries no processing token or expiry.
     """
@@ -297,15 +323,19 @@ async def run_claimed_task_with_store(
     )
     attempt = task.attempt + 1
     stop_heartbeat = CancellationToken()
-    heartbeat = asyncio.create_task(
-        run_task_heartbeat(
-            store,
-            guard,
-            stop=stop_heartbeat,
-            late_wake_threshold=config.heartbeat_late_wake_threshold,
-        ),
-        name=f"aster-forge:task-heartbeat-{task.id}",
-    )
+    own_heartbeat: asyncio.Task[None] | None = None
+    if heartbeat is not None:
+        heartbeat.register(guard)
+    else:
+        own_heartbeat = asyncio.create_task(
+            run_task_heartbeat(
+                store,
+                guard,
+                stop=stop_heartbeat,
+                late_wake_threshold=config.heartbeat_late_wake_threshold,
+            ),
+            name=f"aster-forge:task-heartbeat-{task.id}",
+        )
     ctx: TaskExecutionContext | None = None
     try:
         try:
@@ -327,16 +357,26 @@ async def run_claimed_task_with_store(
                 name=f"aster-forge:task-release-{task.id}",
             )
             raise
-        report = await _shielded(
-            _write(store, task, guard, ctx, decision, attempt, config, started),
-            name=f"aster-forge:task-outcome-{task.id}",
-        )
+        if completions is not None and decision.plan is _Plan.SUCCEED:
+            # Cancellation-safe without a helper task: the batcher owns the write and
+            # _write waits for its result even when cancelled.
+            report = await _write(
+                store, task, guard, ctx, decision, attempt, config, started, completions
+            )
+        else:
+            report = await _shielded(
+                _write(store, task, guard, ctx, decision, attempt, config, started),
+                name=f"aster-forge:task-outcome-{task.id}",
+            )
         if decision.reraise is not None:
             raise decision.reraise
         return report
     finally:
-        stop_heartbeat.cancel()
-        await asyncio.gather(heartbeat, return_exceptions=True)
+        if heartbeat is not None:
+            heartbeat.unregister(guard)
+        if own_heartbeat is not None:
+            stop_heartbeat.cancel()
+            await asyncio.gather(own_heartbeat, return_exceptions=True)
         if ctx is not None and ctx.temp_dir_created and config.temp_dirs is not None:
             await _shielded(
                 _remove_temp_dir(config.temp_dirs, guard.lease),
@@ -422,6 +462,9 @@ async def _run_body(
 async def _wait_body(
     body: asyncio.Task[Any], stop: CancellationToken, config: ClaimedTaskExecutionConfig[Any]
 ) -> None:
+    if not body.done() and not stop.cancelled:
+        # One loop turn first: a body that finishes without awaiting needs no stop waiter.
+        await asyncio.sleep(0)
     if not body.done():
         stopper = asyncio.create_task(stop.wait(), name="aster-forge:task-stop-wait")
         try:
@@ -478,6 +521,7 @@ async def _write(
     attempt: int,
     config: ClaimedTaskExecutionConfig[Any],
     started: float,
+    completions: TaskCompletionBatcher | None = None,
 ) -> ClaimedTaskReport:
     lease = guard.lease
     steps = ctx.steps if ctx is not None else ()
@@ -490,9 +534,13 @@ async def _write(
             written = False
         elif decision.plan is _Plan.SUCCEED:
             outcome = ClaimedTaskOutcome.SUCCEEDED
-            written = await store.mark_task_succeeded(
-                lease, decision.result_json, serialize_task_steps_json(steps) if steps else None
-            )
+            steps_json = serialize_task_steps_json(steps) if steps else None
+            if completions is not None:
+                written = await _settled(
+                    completions.succeed(lease, decision.result_json, steps_json)
+                )
+            else:
+                written = await store.mark_task_succeeded(lease, decision.result_json, steps_json)
         elif decision.plan is _Plan.RELEASE:
             outcome = ClaimedTaskOutcome.RELEASED
             written = await store.release_task_for_shutdown(lease)

@@ -220,6 +220,13 @@ class InMemoryTaskStore:
         self._rows[row.id] = replace(row, lease_expires_at=expires, updated_at=now)
         return lease.renewed(expires)
 
+    async def renew_task_leases_many(
+        self, leases: Sequence[TaskLease], lease_ttl: timedelta
+    ) -> list[TaskLease | None]:
+        """Batched :meth:`renew_task_lease`: each lease fenced on its own, input order."""
+        check_ttl(lease_ttl)
+        return [await self.renew_task_lease(lease, lease_ttl) for lease in leases]
+
     def _succeed(self, lease: TaskLease, result_json: str | None, steps_json: str | None) -> bool:
         row = self._owned(lease)
         if row is None:

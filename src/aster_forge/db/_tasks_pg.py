@@ -1,0 +1,148 @@
+"""PostgreSQL hot-path statements of the task store, built once per store.
+
+Built once, the statements skip SQLAlchemy's per-call construction and cache-key work
+and hit asyncpg's prepared-statement cache. The claim folds the lane's lease rescue
+into the same statement (one round trip instead of two) with the same semantics as
+the portable rescue-then-claim pair: expired leases are rescued (attempt counted;
+cancelled or exhausted ones end), and a rescued task may be claimed right away when it
+ranks among the first ``limit`` due tasks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+
+from ..tasks._records import LEASE_EXPIRED_ERROR, TaskFailureReason, TaskStatus
+from ._tasks_table import CORE_COLUMNS
+
+__all__ = ["PgTaskStatements"]
+
+_RESCUE_BATCH = 500
+
+_CLAIM = """
+WITH exp AS (
+    SELECT id FROM {t}
+    WHERE lane = :lane AND status = 'running' AND lease_expires_at <= now()
+    ORDER BY lease_expires_at LIMIT {rescue} FOR UPDATE SKIP LOCKED
+), due AS (
+    SELECT id, priority, run_at FROM {t}
+    WHERE lane = :lane AND status = 'pending' AND run_at <= now()
+    ORDER BY priority DESC, run_at, id LIMIT :lim FOR UPDATE SKIP LOCKED
+), cand AS (
+    SELECT c.id FROM (
+        SELECT id, priority, run_at FROM due
+        UNION ALL
+        SELECT x.id, x.priority, x.run_at FROM {t} x JOIN exp ON x.id = exp.id
+        WHERE NOT (x.cancel_requested OR x.attempt + 1 >= x.max_attempts)
+    ) c ORDER BY c.priority DESC, c.run_at, c.id LIMIT :lim
+), target AS (
+    SELECT id, true AS claim FROM cand
+    UNION ALL
+    SELECT id, false AS claim FROM exp WHERE id NOT IN (SELECT id FROM cand)
+)
+UPDATE {t} AS t SET
+    status = CASE WHEN target.claim THEN '{running}'
+                  WHEN t.cancel_requested THEN '{cancelled}'
+                  WHEN t.attempt + 1 >= t.max_attempts THEN '{failed}'
+                  ELSE '{pending}' END,
+    failure_reason = CASE WHEN t.status = '{running}' THEN
+                         CASE WHEN t.cancel_requested THEN '{reason_cancelled}'
+                              ELSE '{reason_expired}' END
+                     ELSE t.failure_reason END,
+    rescued = CASE WHEN t.status = '{running}'
+                   THEN NOT (t.cancel_requested OR t.attempt + 1 >= t.max_attempts)
+                   ELSE t.rescued END,
+    finished_at = CASE WHEN t.status <> '{running}' THEN t.finished_at
+                       WHEN t.cancel_requested OR t.attempt + 1 >= t.max_attempts THEN now()
+                       ELSE NULL END,
+    last_error = CASE WHEN t.status = '{running}' THEN :lease_error ELSE t.last_error END,
+    attempt = CASE WHEN t.status = '{running}' THEN t.attempt + 1 ELSE t.attempt END,
+    processing_token = CASE WHEN target.claim THEN :prefix || CAST(t.id AS TEXT) ELSE NULL END,
+    lease_expires_at = CASE WHEN target.claim THEN now() + :ttl ELSE NULL END,
+    claimed_by = CASE WHEN target.claim THEN :owner ELSE t.claimed_by END,
+    started_at = CASE WHEN target.claim THEN now() ELSE t.started_at END,
+    updated_at = now()
+FROM target
+WHERE t.id = target.id
+RETURNING {returning}
+"""
+
+
+class PgTaskStatements:
+    """The prebuilt claim, batched success and batched renewal statements for one table."""
+
+    def __init__(self, table: sa.Table, dialect: Any) -> None:
+        quote = dialect.identifier_preparer.format_table
+        cols = [table.c[name] for name in CORE_COLUMNS]
+        sql = _CLAIM.format(
+            t=quote(table),
+            rescue=_RESCUE_BATCH,
+            running=TaskStatus.RUNNING.value,
+            pending=TaskStatus.PENDING.value,
+            cancelled=TaskStatus.CANCELLED.value,
+            failed=TaskStatus.FAILED.value,
+            reason_cancelled=TaskFailureReason.CANCELLED.value,
+            reason_expired=TaskFailureReason.LEASE_EXPIRED.value,
+            returning=", ".join(f"t.{dialect.identifier_preparer.quote(n)}" for n in CORE_COLUMNS),
+        )
+        self.claim = (
+            sa.text(sql)
+            .bindparams(
+                sa.bindparam("lane", type_=sa.Text()),
+                sa.bindparam("lim", type_=sa.Integer()),
+                sa.bindparam("lease_error", value=LEASE_EXPIRED_ERROR, type_=sa.Text()),
+                sa.bindparam("prefix", type_=sa.Text()),
+                sa.bindparam("ttl", type_=sa.Interval()),
+                sa.bindparam("owner", type_=sa.Text()),
+            )
+            .columns(*cols)
+        )
+        t = table
+        running = TaskStatus.RUNNING.value
+        done = (
+            sa.func.unnest(
+                sa.bindparam("ids", type_=postgresql.ARRAY(sa.BigInteger())),
+                sa.bindparam("tokens", type_=postgresql.ARRAY(sa.Text())),
+                sa.bindparam("results", type_=postgresql.ARRAY(sa.Text())),
+                sa.bindparam("steps", type_=postgresql.ARRAY(sa.Text())),
+            )
+            .table_valued("id", "token", "result_json", "steps_json")
+            .render_derived(name="v")
+        )
+        self.succeed_many = (
+            sa.update(t)
+            .where(t.c.id == done.c.id, t.c.processing_token == done.c.token, t.c.status == running)
+            .values(
+                status=TaskStatus.SUCCEEDED.value,
+                result_json=done.c.result_json,
+                steps_json=sa.func.coalesce(done.c.steps_json, t.c.steps_json),
+                failure_reason=None,
+                processing_token=None,
+                lease_expires_at=None,
+                rescued=False,
+                finished_at=sa.func.now(),
+                updated_at=sa.func.now(),
+            )
+            .returning(t.c.id, done.c.token)
+        )
+        leases = (
+            sa.func.unnest(
+                sa.bindparam("ids", type_=postgresql.ARRAY(sa.BigInteger())),
+                sa.bindparam("tokens", type_=postgresql.ARRAY(sa.Text())),
+            )
+            .table_valued("id", "token")
+            .render_derived(name="v")
+        )
+        self.renew_many = (
+            sa.update(t)
+            .where(t.c.id == leases.c.id, t.c.processing_token == leases.c.token)
+            .where(t.c.status == running)
+            .values(
+                lease_expires_at=sa.func.now() + sa.bindparam("ttl", type_=sa.Interval()),
+                updated_at=sa.func.now(),
+            )
+            .returning(t.c.id, t.c.processing_token, t.c.lease_expires_at)
+        )
