@@ -10,17 +10,20 @@ or the service/database could not be reached.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import sys
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import click
 
 from aster_forge import __version__
 from aster_forge._cli._errors import CliError, fail
 from aster_forge.demo import DEFAULT_DATABASE_URL
+from aster_forge.tasks._records import MAX_TASK_ID
 
 __all__ = ["cli", "main"]
 
@@ -36,6 +39,62 @@ _database_option = click.option(
 )
 
 
+class _FiniteRange(click.FloatRange):
+    """A float range that also refuses ``nan`` (which compares false to every bound)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if math.isnan(number):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        return number
+
+
+_SECONDS = _FiniteRange(min=0, min_open=True, max=86_400.0)
+"""A positive, finite number of seconds (``inf`` and ``nan`` are usage errors)."""
+
+_TASK_ID = click.IntRange(1, MAX_TASK_ID)
+"""Task ids are positive 64-bit integers; a larger value never reaches the driver."""
+
+
+class _OneLineUsageError(click.UsageError):
+    """A usage error shown as one ``error: ...`` line (exit 2), like every other failure."""
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        hint = f" (see '{self.ctx.command_path} --help')" if self.ctx is not None else ""
+        click.echo(f"error: {self.format_message()}{hint}", file=file, err=True)
+
+
+@contextmanager
+def _one_line_usage_errors() -> Iterator[None]:
+    try:
+        yield
+    except click.exceptions.NoArgsIsHelpError:
+        raise  # a bare group prints its help
+    except _OneLineUsageError:
+        raise
+    except click.UsageError as exc:
+        message = " ".join(exc.format_message().split())
+        raise _OneLineUsageError(message, exc.ctx) from None
+
+
+class _CliGroup(click.Group):
+    """The root group: bad arguments end with one ``error:`` line, not a usage dump."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        with _one_line_usage_errors():
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with _one_line_usage_errors():
+            return super().invoke(ctx)
+
+
 def _run(coro: Coroutine[Any, Any, int]) -> int:
     try:
         return asyncio.run(coro)
@@ -44,7 +103,7 @@ def _run(coro: Coroutine[Any, Any, int]) -> int:
         raise AssertionError("unreachable") from exc
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_CliGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="aster-forge")
 def cli() -> None:
     """aster-forge: database-backed background tasks and runtime lifecycle."""
@@ -56,7 +115,7 @@ def cli() -> None:
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
 @click.option(
     "--duration",
-    type=click.FloatRange(min=0, min_open=True),
+    type=_SECONDS,
     default=None,
     help="Stop by itself after this many seconds (tests, CI).",
 )
@@ -69,7 +128,7 @@ def cli() -> None:
 @click.option("--seed/--no-seed", default=True, show_default=True, help="Enqueue sample work.")
 @click.option(
     "--pace",
-    type=click.FloatRange(min=0),
+    type=_FiniteRange(min=0, max=3600.0),
     default=0.4,
     show_default=True,
     help="Seconds per unit of simulated work.",
@@ -174,7 +233,7 @@ def tasks_list(
 
 @tasks.command(name="show")
 @_database_option
-@click.argument("task_id", type=click.IntRange(min=1))
+@click.argument("task_id", type=_TASK_ID)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def tasks_show(database_url: str, task_id: int, as_json: bool) -> None:
     """Show one task with its steps."""
@@ -185,7 +244,7 @@ def tasks_show(database_url: str, task_id: int, as_json: bool) -> None:
 
 @tasks.command(name="retry")
 @_database_option
-@click.argument("task_id", type=click.IntRange(min=1))
+@click.argument("task_id", type=_TASK_ID)
 @click.option("--force", is_flag=True, help="Retry even a failure marked not retryable.")
 def tasks_retry(database_url: str, task_id: int, force: bool) -> None:
     """Put a failed or cancelled task back to pending."""
@@ -196,7 +255,7 @@ def tasks_retry(database_url: str, task_id: int, force: bool) -> None:
 
 @tasks.command(name="cancel")
 @_database_option
-@click.argument("task_id", type=click.IntRange(min=1))
+@click.argument("task_id", type=_TASK_ID)
 def tasks_cancel(database_url: str, task_id: int) -> None:
     """Cancel a pending task, or request cancellation of a running one."""
     from aster_forge._cli._tasks import cancel_task
@@ -224,7 +283,7 @@ def tasks_cancel(database_url: str, task_id: int) -> None:
     default=None,
     help="Bearer token (diagnostics may require it).",
 )
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=10.0)
+@click.option("--timeout", type=_SECONDS, default=10.0, show_default=True)
 def health(scope: str, url: str, as_json: bool, admin_token: str | None, timeout: float) -> None:
     """Query a running service's health; exit 0 healthy/degraded, 1 unhealthy, 2 unreachable."""
     from aster_forge._cli._health import run_health

@@ -38,7 +38,13 @@ def check_sqlite_path(url: str) -> None:
         return
     if parsed.database == ":memory:" or parsed.database.startswith("file:"):
         return
-    parent = Path(parsed.database).expanduser().resolve().parent
+    try:
+        parent = Path(parsed.database).expanduser().resolve().parent
+    except (OSError, ValueError, RuntimeError) as exc:  # NUL byte, unknown ~user, loop
+        raise CliError(
+            f"cannot use the database at {safe_url(url)}: invalid SQLite path ({exc})",
+            EXIT_UNREACHABLE,
+        ) from None
     if not parent.is_dir():
         raise CliError(
             f"cannot use the database at {safe_url(url)}: directory {parent} does not exist",

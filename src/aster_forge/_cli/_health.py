@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import urllib.error
 import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
+
+from aster_forge._json import load_json
 
 from ._errors import EXIT_FAILED, EXIT_UNREACHABLE, CliError
 from ._output import console
@@ -42,13 +45,14 @@ async def fetch_health(
     url = base_url.rstrip("/") + SCOPE_PATHS[scope]
     try:
         status, body = await asyncio.to_thread(_get, url, token, timeout_seconds)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
+        # HTTPException: an URL with control characters, a malformed or cut response.
         reason = getattr(exc, "reason", exc)
         raise CliError(f"cannot reach {url}: {reason}", EXIT_UNREACHABLE) from None
     if status == 401:
         raise CliError(f"{url} needs a valid admin token (--admin-token)", EXIT_UNREACHABLE)
     try:
-        report = json.loads(body)
+        report = load_json(body, what="health response", error=ValueError)
     except ValueError:
         raise CliError(f"{url} answered HTTP {status} without a health report", 2) from None
     if not isinstance(report, dict) or "status" not in report:

@@ -11,8 +11,14 @@ PIPE_WIDTH = 200
 
 
 def console() -> Console:
-    """A stdout console (plain, wide text when stdout is not a terminal)."""
-    out = Console(highlight=False, soft_wrap=True)
+    """A stdout console (plain, wide text when stdout is not a terminal).
+
+    Markup is off: task kinds, errors, payloads and step titles are data, and text
+    such as ``[/x]`` must print as is rather than fail as a rich markup error.
+    """
+    out = Console(highlight=False, soft_wrap=True, markup=False)
     if not out.is_terminal:
-        out = Console(highlight=False, soft_wrap=True, width=max(out.width, PIPE_WIDTH))
+        out = Console(
+            highlight=False, soft_wrap=True, markup=False, width=max(out.width, PIPE_WIDTH)
+        )
     return out

@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.table import Table
 
+from aster_forge._json import load_json
 from aster_forge.db import BackgroundTaskDbStore
 from aster_forge.tasks import (
     BackgroundTaskRecord,
@@ -36,6 +37,16 @@ def _steps(record: BackgroundTaskRecord) -> tuple[TaskStepInfo, ...]:
         return ()
 
 
+def _stored_json(text: str | None) -> tuple[Any, bool]:
+    """``(value, invalid)``: a stored text that does not decode shows as ``None``."""
+    if text is None:
+        return None, False
+    try:
+        return load_json(text, what="stored value", error=ValueError), False
+    except ValueError:
+        return None, True
+
+
 def task_dict(record: BackgroundTaskRecord, *, detail: bool = False) -> dict[str, Any]:
     """A JSON-ready view of one task (with payload, result and steps when ``detail``)."""
     out: dict[str, Any] = {
@@ -55,8 +66,8 @@ def task_dict(record: BackgroundTaskRecord, *, detail: bool = False) -> dict[str
         "finished_at": _iso(record.finished_at),
     }
     if detail:
-        out["payload"] = json.loads(record.payload_json)
-        out["result"] = None if record.result_json is None else json.loads(record.result_json)
+        out["payload"], out["payload_invalid"] = _stored_json(record.payload_json)
+        out["result"], out["result_invalid"] = _stored_json(record.result_json)
         out["dedupe_key"] = record.dedupe_key
         out["steps"] = [
             {
@@ -141,9 +152,11 @@ async def show_task(url: str, task_id: int, as_json: bool) -> int:
     for key in ("claimed_by", "last_error", "failure_reason", "finished_at", "dedupe_key"):
         if data[key] is not None:
             out.print(f"{key:>14}: {data[key]}")
-    out.print(f"{'payload':>14}: {json.dumps(data['payload'])}")
-    if data["result"] is not None:
-        out.print(f"{'result':>14}: {json.dumps(data['result'])}")
+    for key in ("payload", "result"):
+        if data[f"{key}_invalid"]:
+            out.print(f"{key:>14}: (stored {key} is not decodable JSON)")
+        elif key == "payload" or data[key] is not None:
+            out.print(f"{key:>14}: {json.dumps(data[key])}")
     for step in data["steps"]:
         total = step["progress_total"]
         progress = f" {step['progress_current']}/{total}" if total else ""

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from .._json import load_json
 from ._health_detail import HealthComponentDetail, HealthComponentDetailValue
 from .errors import InvalidHealthDetailError, InvalidHealthReportError
 
@@ -390,8 +391,5 @@ class SystemHealthReport:
         Raises:
             InvalidHealthReportError: The text is not valid JSON or not a valid report.
         """
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise InvalidHealthReportError("health report is not valid JSON") from exc
+        data = load_json(text, what="health report", error=InvalidHealthReportError)
         return cls.from_json_dict(data)

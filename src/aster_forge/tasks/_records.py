@@ -9,18 +9,19 @@ implements the claim/heartbeat/execution protocols.
 from __future__ import annotations
 
 import enum
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from .._json import load_json
 from ._dedupe import TaskDedupeKey
 from ._lease import TaskLease
 from .errors import TaskEnqueueValueError, TaskInvalidValueError
 
 __all__ = [
     "LEASE_EXPIRED_ERROR",
+    "MAX_TASK_ID",
     "MAX_TASK_KIND_LENGTH",
     "MAX_TASK_PAGE_SIZE",
     "MAX_TASK_PRIORITY",
@@ -43,6 +44,9 @@ __all__ = [
 
 MAX_TASK_KIND_LENGTH = 64
 """The longest kind or lane wire value (characters)."""
+
+MAX_TASK_ID = 2**63 - 1
+"""Task ids are positive 64-bit signed integers (``BIGINT``): ``1..MAX_TASK_ID``."""
 
 MAX_TASK_PRIORITY = 2**31 - 1
 """Priorities are 32-bit signed integers (higher is claimed first)."""
@@ -120,10 +124,7 @@ def _check_json(what: str, value: object, *, optional: bool) -> None:
         return
     if not isinstance(value, str):
         raise TaskEnqueueValueError(f"{what} must be JSON text, got {type(value).__name__}")
-    try:
-        json.loads(value)
-    except ValueError as exc:
-        raise TaskEnqueueValueError(f"{what} is not valid JSON: {exc.args[0]}") from exc
+    load_json(value, what=what, error=TaskEnqueueValueError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,8 +375,14 @@ def check_list_args(
         or not 1 <= limit <= MAX_TASK_PAGE_SIZE
     ):
         raise TaskInvalidValueError(f"limit must be an int in 1..{MAX_TASK_PAGE_SIZE}")
-    if before_id is not None and (isinstance(before_id, bool) or not isinstance(before_id, int)):
-        raise TaskInvalidValueError("before_id must be an int")
+    if before_id is not None and (
+        isinstance(before_id, bool)
+        or not isinstance(before_id, int)
+        or not 1 <= before_id <= MAX_TASK_ID
+    ):
+        # Beyond 64 bits the value would reach the driver (OverflowError, or a
+        # misleading database error), so it is refused here as bad input.
+        raise TaskInvalidValueError(f"before_id must be an int in 1..{MAX_TASK_ID}")
     return (
         status_value,
         None if kind is None else wire_value(kind, "kind"),

@@ -34,7 +34,7 @@ from ..tasks import (
     TaskStateError,
     TaskStatus,
 )
-from ..tasks._records import MAX_TASK_PAGE_SIZE
+from ..tasks._records import MAX_TASK_ID, MAX_TASK_PAGE_SIZE
 from ._auth import BearerTokenGuard, same_origin
 from ._leases import RuntimeLeaseSource, leases_json
 from ._openapi import openapi_document
@@ -163,6 +163,10 @@ class _BadRequest(Exception):
     """A query parameter failed validation (answered 400)."""
 
 
+class _NoSuchTask(Exception):
+    """A path task id that cannot name a task (answered 404 ``task_not_found``)."""
+
+
 def _int_param(request: Request, name: str, default: int | None) -> int | None:
     raw = request.query_params.get(name)
     if raw is None or raw == "":
@@ -178,9 +182,36 @@ def _str_param(request: Request, name: str) -> str | None:
     return None if raw is None or raw == "" else raw
 
 
+def _id_value(raw: str) -> int | None:
+    """``raw`` as a task id (decimal digits, ``1..MAX_TASK_ID``), else ``None``.
+
+    Checked before any store call: a value beyond 64 bits would otherwise reach the
+    driver (an ``OverflowError`` on SQLite, a misleading database error elsewhere).
+    """
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > len(str(MAX_TASK_ID)):
+        return None
+    value = int(raw)
+    return value if 1 <= value <= MAX_TASK_ID else None
+
+
+def _id_param(request: Request, name: str) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    value = _id_value(raw)
+    if value is None:
+        raise _BadRequest(
+            f"query parameter {name!r} must be an integer task id in 1..{MAX_TASK_ID}, "
+            f"got {raw[:40]!r}"
+        )
+    return value
+
+
 def _task_id(request: Request) -> int:
-    value = request.path_params["task_id"]
-    assert isinstance(value, int)
+    raw = request.path_params["task_id"]
+    value = _id_value(raw)
+    if value is None:
+        raise _NoSuchTask(f"no background task has the id {raw[:40]!r}")
     return value
 
 
@@ -225,7 +256,7 @@ class _AdminApi:
             kind=_str_param(request, "kind"),
             lane=_str_param(request, "lane"),
             limit=limit,
-            before_id=_int_param(request, "before_id", None),
+            before_id=_id_param(request, "before_id"),
         )
         return _ok(
             {
@@ -323,6 +354,8 @@ class _AdminApi:
                 return await endpoint(request)
             except _BadRequest as exc:
                 return _error(400, "bad_request", str(exc))
+            except _NoSuchTask as exc:
+                return _error(404, "task_not_found", str(exc))
             except TaskNotFoundError as exc:
                 return _error(404, "task_not_found", str(exc))
             except TaskStateError as exc:
@@ -353,7 +386,7 @@ def admin_routes(
     get: list[tuple[str, Endpoint]] = [
         ("/info", api.info),
         ("/tasks", api.list_tasks),
-        ("/tasks/{task_id:int}", api.get_task),
+        ("/tasks/{task_id}", api.get_task),
         ("/lanes", api.lanes),
         ("/scheduled", api.scheduled),
         ("/leases", api.leases),
@@ -362,8 +395,8 @@ def admin_routes(
         ("/openapi.json", api.openapi),
     ]
     post: list[tuple[str, Endpoint]] = [
-        ("/tasks/{task_id:int}/retry", api.retry_task),
-        ("/tasks/{task_id:int}/cancel", api.cancel_task),
+        ("/tasks/{task_id}/retry", api.retry_task),
+        ("/tasks/{task_id}/cancel", api.cancel_task),
     ]
     routes: list[BaseRoute] = [
         Route(prefix + path, api.wrap(fn), methods=["GET"]) for path, fn in get

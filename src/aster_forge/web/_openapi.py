@@ -9,6 +9,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from ..tasks._records import MAX_TASK_ID
+
 __all__ = ["openapi_document"]
 
 
@@ -218,11 +220,13 @@ def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any
     }
 
 
+_TASK_ID_SCHEMA = {"type": "integer", "minimum": 1, "maximum": MAX_TASK_ID}
+
 _TASK_ID = {
     "name": "task_id",
     "in": "path",
     "required": True,
-    "schema": {"type": "integer"},
+    "schema": _TASK_ID_SCHEMA,
 }
 
 
@@ -262,7 +266,7 @@ def openapi_document(title: str, *, auth: bool) -> dict[str, Any]:
                 ),
                 _query(
                     "before_id",
-                    {"type": "integer"},
+                    _TASK_ID_SCHEMA,
                     "Keyset cursor: the previous page's next_before_id.",
                 ),
             ],

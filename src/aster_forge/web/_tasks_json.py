@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
+from .._json import load_json
 from ..tasks import BackgroundTaskRecord, DispatchStats, TaskLaneCounts
 from ._serialize import iso, wire
 
@@ -14,13 +14,17 @@ __all__ = ["dispatch_stats_json", "lanes_json", "task_json"]
 _DONE_STEPS = frozenset({"succeeded", "skipped"})
 
 
+class _Undecodable(ValueError):
+    """A stored text that does not decode (malformed or nested too deeply)."""
+
+
 def _json_or_none(text: str | None) -> tuple[Any, bool]:
     """Return ``(value, ok)``; a stored text that is not JSON gives ``(None, False)``."""
     if text is None:
         return None, True
     try:
-        return json.loads(text), True
-    except ValueError:
+        return load_json(text, what="stored value", error=_Undecodable), True
+    except _Undecodable:
         return None, False
 
 
