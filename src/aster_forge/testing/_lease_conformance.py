@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
 from typing import ClassVar
 
@@ -15,6 +15,7 @@ from ..runtime import (
     RuntimeLeaseStore,
     RuntimeLeaseView,
 )
+from ._conformance import StoreConformance
 
 __all__ = ["RuntimeLeaseStoreConformance"]
 
@@ -26,7 +27,7 @@ TRICKY_IDS = (
 )
 
 
-class RuntimeLeaseStoreConformance:
+class RuntimeLeaseStoreConformance(StoreConformance[RuntimeLeaseStore]):
     """Checks every :class:`~aster_forge.runtime.RuntimeLeaseStore` must pass.
 
     Each ``check_*`` coroutine raises ``AssertionError`` on a violation. Parametrize
@@ -68,38 +69,9 @@ class RuntimeLeaseStoreConformance:
         "check_list_runtime_leases_reports_every_row",
     )
 
-    def __init__(
-        self,
-        make_store: Callable[[], RuntimeLeaseStore],
-        *,
-        advance: Callable[[timedelta], Awaitable[None]],
-        short_ttl: timedelta = timedelta(milliseconds=300),
-        expiry_slack: timedelta = timedelta(milliseconds=150),
-        contenders: int = 20,
-    ) -> None:
-        self._make_store = make_store
-        self._advance = advance
-        self.short_ttl = short_ttl
-        self.expiry_slack = expiry_slack
-        self.contenders = contenders
-
-    async def run(self, check: str) -> None:
-        """Run the check named ``check`` (one of :attr:`CHECKS`)."""
-        if check not in self.CHECKS:
-            raise ValueError(f"unknown check {check!r}")
-        await getattr(self, check)()
-
-    async def run_all(self) -> None:
-        """Run every check in :attr:`CHECKS` in order."""
-        for check in self.CHECKS:
-            await self.run(check)
-
     @staticmethod
     def _id(prefix: str = "lease") -> str:
         return f"conformance-{prefix}-{uuid.uuid4().hex}"
-
-    async def _expire(self) -> None:
-        await self._advance(self.short_ttl + self.expiry_slack)
 
     async def check_acquire_free_lease(self) -> None:
         """A free lease is granted with an aware expiry in the future of the grant."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
 from typing import ClassVar
 
@@ -16,13 +16,14 @@ from ..tasks import (
     ScheduledTaskStore,
     ScheduledTaskValueError,
 )
+from ._conformance import StoreConformance
 
 __all__ = ["ScheduledTaskStoreConformance"]
 
 _HOUR = timedelta(hours=1)
 
 
-class ScheduledTaskStoreConformance:
+class ScheduledTaskStoreConformance(StoreConformance[ScheduledTaskStore]):
     """Checks every :class:`~aster_forge.tasks.ScheduledTaskStore` must pass.
 
     Each ``check_*`` coroutine raises ``AssertionError`` on a violation. Parametrize a
@@ -57,38 +58,9 @@ class ScheduledTaskStoreConformance:
         "check_concurrent_claim_has_one_winner",
     )
 
-    def __init__(
-        self,
-        make_store: Callable[[], ScheduledTaskStore],
-        *,
-        advance: Callable[[timedelta], Awaitable[None]],
-        short_ttl: timedelta = timedelta(milliseconds=300),
-        expiry_slack: timedelta = timedelta(milliseconds=150),
-        contenders: int = 20,
-    ) -> None:
-        self._make_store = make_store
-        self._advance = advance
-        self.short_ttl = short_ttl
-        self.expiry_slack = expiry_slack
-        self.contenders = contenders
-
-    async def run(self, check: str) -> None:
-        """Run the check named ``check`` (one of :attr:`CHECKS`)."""
-        if check not in self.CHECKS:
-            raise ValueError(f"unknown check {check!r}")
-        await getattr(self, check)()
-
-    async def run_all(self) -> None:
-        """Run every check in :attr:`CHECKS` in order."""
-        for check in self.CHECKS:
-            await self.run(check)
-
     @staticmethod
     def _ns() -> str:
         return f"conformance-{uuid.uuid4().hex}"
-
-    async def _expire(self) -> None:
-        await self._advance(self.short_ttl + self.expiry_slack)
 
     async def _due_claim(
         self, store: ScheduledTaskStore, ttl: timedelta = _HOUR

@@ -30,6 +30,7 @@ from ..tasks import (
     set_task_step_active,
     set_task_step_succeeded,
 )
+from ._conformance import StoreConformance
 
 __all__ = ["TaskStoreConformance"]
 
@@ -41,7 +42,7 @@ def _lease(record: BackgroundTaskRecord) -> TaskLease:
     return TaskLease(record.id, record.processing_token, record.lease_expires_at)
 
 
-class TaskStoreConformance:
+class TaskStoreConformance(StoreConformance[BackgroundTaskStore]):
     """Checks every :class:`~aster_forge.tasks.BackgroundTaskStore` must pass (seed 测试要求).
 
     Each ``check_*`` coroutine raises ``AssertionError`` on a violation. Every check
@@ -94,29 +95,17 @@ class TaskStoreConformance:
         expiry_slack: timedelta = timedelta(milliseconds=200),
         contenders: int = 20,
     ) -> None:
-        self._make_store = make_store
-        self._advance = advance
-        self.short_ttl = short_ttl
-        self.expiry_slack = expiry_slack
-        self.contenders = contenders
-
-    async def run(self, check: str) -> None:
-        """Run the check named ``check`` (one of :attr:`CHECKS`)."""
-        if check not in self.CHECKS:
-            raise ValueError(f"unknown check {check!r}")
-        await getattr(self, check)()
-
-    async def run_all(self) -> None:
-        """Run every check in :attr:`CHECKS` in order."""
-        for check in self.CHECKS:
-            await self.run(check)
+        super().__init__(
+            make_store,
+            advance=advance,
+            short_ttl=short_ttl,
+            expiry_slack=expiry_slack,
+            contenders=contenders,
+        )
 
     @staticmethod
     def _lane() -> str:
         return f"lane-{uuid.uuid4().hex[:16]}"
-
-    async def _expire(self) -> None:
-        await self._advance(self.short_ttl + self.expiry_slack)
 
     async def _one(
         self, store: BackgroundTaskStore, lane: str, ttl: timedelta = _LONG, **kw: object
