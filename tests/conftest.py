@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import inspect
 import os
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -120,3 +122,24 @@ async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
     finally:
         await drop_all_tables(eng)
         await eng.dispose()
+
+
+@pytest.fixture(autouse=True)
+def _close_idle_event_loop(request: pytest.FixtureRequest) -> None:
+    """Close the idle loop pytest-asyncio leaves current before a sync test runs.
+
+    A sync test that ends in ``asyncio.run`` (the CLI, docs examples) calls
+    ``set_event_loop(None)``, which would orphan that loop unclosed; its ResourceWarning
+    then fails whichever later test happens to trigger garbage collection.
+    """
+    if inspect.iscoroutinefunction(request.function):
+        return
+    policy = asyncio.get_event_loop_policy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            loop = policy.get_event_loop()
+        except RuntimeError:
+            return
+    if not loop.is_running() and not loop.is_closed():
+        loop.close()
