@@ -40,46 +40,12 @@ def shutdown_report_dict(report: ShutdownReport | None) -> dict[str, Any] | None
     """The shutdown report as JSON-ready data (phases in the order they ran)."""
     if report is None:
         return None
-    return {
-        "has_failures": report.has_failures(),
-        "summary": report.summary(),
-        "duration_seconds": report.duration.total_seconds(),
-        "components": shutdown_components(report),
-        "phases": [
-            {
-                "name": p.name,
-                "component": p.component,
-                "status": p.status.as_str(),
-                "message": p.status.message,
-                "duration_seconds": p.duration.total_seconds(),
-                "component_started": p.component_started,
-            }
-            for p in report.phases
-        ],
-    }
+    return {**report.to_json_dict(), "components": shutdown_components(report)}
 
 
 def startup_report_dict(report: StartupReport | None) -> dict[str, Any] | None:
     """The startup report as JSON-ready data."""
-    if report is None:
-        return None
-    return {
-        "succeeded": report.succeeded(),
-        "aborted": report.aborted,
-        "cancelled": report.cancelled,
-        "duration_seconds": report.duration.total_seconds(),
-        "phases": [
-            {
-                "name": p.name,
-                "component": p.component,
-                "policy": p.policy.value,
-                "status": p.status.value,
-                "error": p.error,
-                "duration_seconds": p.duration.total_seconds(),
-            }
-            for p in report.phases
-        ],
-    }
+    return None if report is None else report.to_json_dict()
 
 
 def print_shutdown_report(report: ShutdownReport | None) -> None:

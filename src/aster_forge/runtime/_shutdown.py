@@ -140,6 +140,25 @@ class ShutdownReport:
             text += " (" + ", ".join(f"{p.name}: {p.status}" for p in failed) + ")"
         return text
 
+    def to_json_dict(self) -> dict[str, Any]:
+        """Return the report as JSON-ready data (the admin API and ``--report-json``)."""
+        return {
+            "has_failures": self.has_failures(),
+            "summary": self.summary(),
+            "duration_seconds": self.duration_seconds,
+            "phases": [
+                {
+                    "name": p.name,
+                    "component": p.component,
+                    "status": p.status.as_str(),
+                    "message": p.status.message,
+                    "duration_seconds": p.duration_seconds,
+                    "component_started": p.component_started,
+                }
+                for p in self.phases
+            ],
+        }
+
 
 def log_shutdown_report(report: ShutdownReport, log: logging.Logger | None = None) -> None:
     """Log a shutdown report: INFO per phase and overall, WARNING for failed phases.

@@ -133,6 +133,26 @@ class StartupReport:
         """Return the phase names in execution order."""
         return tuple(phase.name for phase in self.phases)
 
+    def to_json_dict(self) -> dict[str, Any]:
+        """Return the report as JSON-ready data (the admin API and ``--report-json``)."""
+        return {
+            "succeeded": self.succeeded(),
+            "aborted": self.aborted,
+            "cancelled": self.cancelled,
+            "duration_seconds": self.duration_seconds,
+            "phases": [
+                {
+                    "name": p.name,
+                    "component": p.component,
+                    "policy": p.policy.value,
+                    "status": p.status.value,
+                    "duration_seconds": p.duration_seconds,
+                    "error": p.error,
+                }
+                for p in self.phases
+            ],
+        }
+
 
 def _elapsed(clock: Clock, begin: float) -> timedelta:
     return timedelta(seconds=max(clock.monotonic() - begin, 0.0))

@@ -121,47 +121,12 @@ def component_graph_json(registry: RuntimeComponentRegistry) -> dict[str, Any]:
 
 def startup_report_json(report: StartupReport | None) -> dict[str, Any] | None:
     """Return a startup report as JSON (``None`` when startup has not ended)."""
-    if report is None:
-        return None
-    return {
-        "succeeded": report.succeeded(),
-        "aborted": report.aborted,
-        "cancelled": report.cancelled,
-        "duration_seconds": report.duration_seconds,
-        "phases": [
-            {
-                "name": p.name,
-                "component": p.component,
-                "policy": p.policy.value,
-                "status": p.status.value,
-                "duration_seconds": p.duration_seconds,
-                "error": p.error,
-            }
-            for p in report.phases
-        ],
-    }
+    return None if report is None else report.to_json_dict()
 
 
 def shutdown_report_json(report: ShutdownReport | None) -> dict[str, Any] | None:
     """Return a shutdown report as JSON (``None`` when shutdown has not ended)."""
-    if report is None:
-        return None
-    return {
-        "has_failures": report.has_failures(),
-        "summary": report.summary(),
-        "duration_seconds": report.duration_seconds,
-        "phases": [
-            {
-                "name": p.name,
-                "component": p.component,
-                "status": p.status.as_str(),
-                "message": p.status.message,
-                "duration_seconds": p.duration_seconds,
-                "component_started": p.component_started,
-            }
-            for p in report.phases
-        ],
-    }
+    return None if report is None else report.to_json_dict()
 
 
 def scheduled_task_json(record: ScheduledTaskRecord, now: datetime) -> dict[str, Any]:
