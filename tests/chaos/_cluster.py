@@ -208,16 +208,21 @@ async def post_mortem(engine: AsyncEngine, total: int, dead: set[str]) -> PostMo
             ended_at.setdefault(t.old_token, t.at)
             if t.new_status != "succeeded":
                 ended_unsuccessfully.add(t.old_token)
-        if t.old_status == "pending" and t.new_status == "running" and t.new_owner in dead:
+        # A claim: a new token on a running row (from pending, or from an expired running
+        # row when the PostgreSQL claim folds the rescue into the same statement).
+        claimed = t.new_status == "running" and t.new_token not in (None, t.old_token)
+        if claimed and t.new_owner in dead:
             claims_by_dead += 1
         if t.old_status == "running" and t.new_status == "succeeded":
             successes[int(t.task_id)].append(t)
             if t.old_owner in dead:
                 successes_by_dead += 1
+        # A rescue ends an expired claim and counts its attempt; the row goes back to
+        # pending (token cleared) or, folded into a claim, straight to the new claim.
         if (
             t.old_status == "running"
             and t.failure_reason == "lease_expired"
-            and t.new_token is None
+            and t.new_token != t.old_token
             and t.new_attempt == t.old_attempt + 1
         ):
             rescues += 1
