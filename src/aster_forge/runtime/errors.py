@@ -7,7 +7,7 @@ built-in such as ``ValueError``, ``TimeoutError`` or ``LookupError``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from .._errors import AsterForgeError
 
@@ -15,6 +15,10 @@ if TYPE_CHECKING:  # buffered (issue 4): annotations only, avoids an import cycl
     from ._buffered_types import BufferedWriterLifecycle, WriteFailure
 
 _T = TypeVar("_T")
+
+if TYPE_CHECKING:  # lifecycle (issue 3): report types for annotations only
+    from ._shutdown import ShutdownReport
+    from ._startup import StartupReport
 
 
 class AsterForgeRuntimeError(AsterForgeError):
@@ -329,6 +333,7 @@ class WriterQuarantinedError(BufferedWriterError):
     def __init__(self, cause: BaseException | None) -> None:
         super().__init__("buffered writer worker is quarantined; unconfirmed records retained")
         self.cause = cause
+
 
 # --- lease (issue 5) ---
 
