@@ -187,7 +187,7 @@ def background_task_component_with_definitions_from_shutdown(
         spawn: ``spawn(shutdown_token) -> BackgroundTasks`` (plain or ``async``).
         timeout: The shutdown phase deadline (``None``: none).
 
-    Example:
+    Examples:
         >>> from aster_forge.runtime import AsterRuntime
         >>> def spawn(token: CancellationToken) -> BackgroundTasks:
         ...     return BackgroundTasks(token)
