@@ -27,6 +27,7 @@ from ._tasks_enqueue import DEFAULT_TASK_NOTIFY_CHANNEL, TaskEnqueueMixin
 from ._tasks_pg import PgTaskStatements
 from ._tasks_sql import _SATURATING_DELTA, TaskSql
 from ._tasks_table import CORE_COLUMNS, background_tasks_table, record_from_row
+from ._time import UtcDateTime
 
 __all__ = ["DEFAULT_TASK_NOTIFY_CHANNEL", "BackgroundTaskDbStore"]
 
@@ -71,6 +72,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin):
         self._channel = notify_channel
         self._cols = [self._table.c[name] for name in CORE_COLUMNS]
         self._pg = PgTaskStatements(self._table, engine.dialect) if self._sql.is_postgres else None
+        self._succeed_many_cached: Any = None
 
     @property
     def table(self) -> sa.Table:
@@ -343,20 +345,70 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin):
         if self._sql.is_postgres:
             return await self._succeed_many_pg(completions)
 
+        t = self._table
+        ids = list({c.lease.task_id for c in completions})
+        owned_query = sa.select(t.c.id, t.c.processing_token).where(
+            t.c.id.in_(ids), t.c.status == _RUNNING
+        )
+        if self._sql.backend.value == "mysql":
+            owned_query = owned_query.with_for_update()
+
         async def body(conn: AsyncConnection) -> list[bool]:
+            # Two statements for the whole batch: read which claims still hold (inside
+            # the write transaction), then one executemany of the fenced UPDATE.
             now = await self._sql.now(conn)
+            owned = {int(row[0]): row[1] for row in await conn.execute(owned_query)}
             done: list[bool] = []
+            params: list[dict[str, Any]] = []
             for item in completions:
-                values = self._success_values(item.result_json, item.steps_json)
-                values["finished_at"] = now[0]
-                values["updated_at"] = now[0]
-                result = await conn.execute(
-                    sa.update(self._table).where(self._sql.fence(item.lease)).values(**values)
-                )
-                done.append(result.rowcount == 1)
+                lease = item.lease
+                ok = owned.get(lease.task_id) == lease.processing_token
+                if ok:
+                    del owned[lease.task_id]  # a task id listed twice is written once
+                    params.append(
+                        {
+                            "b_id": lease.task_id,
+                            "b_token": lease.processing_token,
+                            "b_result": item.result_json,
+                            "b_steps": item.steps_json,
+                            "b_now": now[1],
+                        }
+                    )
+                done.append(ok)
+            if params:
+                await conn.execute(self._succeed_many_stmt(), params)
             return done
 
         return await self._sql.run("mark tasks succeeded", body)
+
+    def _succeed_many_stmt(self) -> Any:
+        stmt = self._succeed_many_cached
+        if stmt is None:
+            t = self._table
+            now = sa.bindparam("b_now", type_=UtcDateTime())
+            stmt = (
+                sa.update(t)
+                .where(
+                    t.c.id == sa.bindparam("b_id", type_=t.c.id.type),
+                    t.c.processing_token == sa.bindparam("b_token", type_=sa.String()),
+                    t.c.status == _RUNNING,
+                )
+                .values(
+                    status=TaskStatus.SUCCEEDED.value,
+                    result_json=sa.bindparam("b_result", type_=sa.Text()),
+                    steps_json=sa.func.coalesce(
+                        sa.bindparam("b_steps", type_=sa.Text()), t.c.steps_json
+                    ),
+                    failure_reason=None,
+                    processing_token=None,
+                    lease_expires_at=None,
+                    rescued=False,
+                    finished_at=now,
+                    updated_at=now,
+                )
+            )
+            self._succeed_many_cached = stmt
+        return stmt
 
     async def _succeed_many_pg(self, completions: Sequence[TaskCompletion]) -> list[bool]:
         assert self._pg is not None

@@ -1,0 +1,140 @@
+"""Shared benchmark plumbing: databases, engines, percentiles, the result table."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+DEFAULT_POSTGRES_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+
+
+def postgres_base_url() -> str:
+    """The server the benchmarks create their throwaway databases on."""
+    return os.environ.get("ASTER_FORGE_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL)
+
+
+def asyncpg_dsn(url: str) -> str:
+    """A SQLAlchemy ``postgresql+asyncpg://`` URL as a plain libpq DSN."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        # The recommended embedded setup: WAL (readers never block the writer), NORMAL
+        # sync (durable at checkpoints, no fsync per commit).
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA busy_timeout=5000")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+    finally:
+        cursor.close()
+
+
+def make_engine(url: str, *, pool_size: int = 20) -> AsyncEngine:
+    """An engine as a product would configure it (WAL + NORMAL on SQLite)."""
+    if url.startswith("sqlite"):
+        engine = create_async_engine(url)
+        sa.event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_async_engine(url, pool_size=pool_size, max_overflow=5)
+
+
+async def create_postgres_database(prefix: str = "af_bench") -> str | None:
+    """Create a throwaway database; ``None`` when the server is unreachable."""
+    base = postgres_base_url()
+    name = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    admin = create_async_engine(base, isolation_level="AUTOCOMMIT")
+    try:
+        async with admin.connect() as conn:
+            await conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    except Exception as exc:  # unreachable server: skip PostgreSQL
+        print(f"PostgreSQL skipped ({type(exc).__name__}: {exc})", flush=True)
+        return None
+    finally:
+        await admin.dispose()
+    return make_url(base).set(database=name).render_as_string(hide_password=False)
+
+
+async def drop_postgres_database(url: str) -> None:
+    """Drop a database made by :func:`create_postgres_database`."""
+    admin = create_async_engine(postgres_base_url(), isolation_level="AUTOCOMMIT")
+    try:
+        async with admin.connect() as conn:
+            name = make_url(url).database
+            await conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        await admin.dispose()
+
+
+def percentile(samples: Sequence[float], fraction: float) -> float:
+    """The ``fraction`` quantile (nearest rank) of ``samples``."""
+    ordered = sorted(samples)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))
+    return ordered[index]
+
+
+def median(samples: Sequence[float]) -> float:
+    """The median (``nan`` when empty)."""
+    return statistics.median(samples) if samples else float("nan")
+
+
+def load_average() -> float:
+    """The 1-minute load average."""
+    return os.getloadavg()[0]
+
+
+@dataclass
+class Row:
+    """One line of the results table."""
+
+    scenario: str
+    backend: str
+    system: str
+    setting: str
+    value: float
+    unit: str = "tasks/s"
+    note: str = ""
+    ratio: float | None = None
+
+
+@dataclass
+class Report:
+    """Every figure of one run, in order."""
+
+    rows: list[Row] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, row: Row) -> Row:
+        """Record and print one figure."""
+        self.rows.append(row)
+        ratio = f"  ({row.ratio:.2f}x aster-forge)" if row.ratio is not None else ""
+        print(
+            f"  {row.scenario:<4} {row.backend:<10} {row.system:<24} {row.setting:<22} "
+            f"{row.value:>10,.1f} {row.unit}{ratio} {row.note}",
+            flush=True,
+        )
+        return row
+
+    def markdown(self) -> str:
+        """The table as Markdown."""
+        lines = [
+            "| scenario | backend | system | setting | figure | vs aster-forge | note |",
+            "|---|---|---|---|---:|---:|---|",
+        ]
+        for row in self.rows:
+            ratio = f"{row.ratio:.2f}x" if row.ratio is not None else ""
+            lines.append(
+                f"| {row.scenario} | {row.backend} | {row.system} | {row.setting} | "
+                f"{row.value:,.1f} {row.unit} | {ratio} | {row.note} |"
+            )
+        return "\n".join(lines)

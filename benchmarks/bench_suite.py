@@ -1,0 +1,298 @@
+"""The side-by-side benchmark suite (issue 10): aster-forge, its peers and the raw limit.
+
+Scenarios (every burn-down verifies each task completed exactly once, for every system):
+
+(a) burn-down of N pre-enqueued no-op tasks, one process, concurrency 1, 10, 50
+    (``ANALYZE`` after filling, for every system alike);
+(b) the same with 4 worker processes (PostgreSQL);
+(c) steady state: a producer at a fixed rate, enqueue-to-start p50/p99/max;
+(d) bulk enqueue (rows/s);
+(e) tasks with 3 steps (each step a fenced write);
+(f) the scheduled runner: 100 scheduled tasks at 100 ms on 3 instances.
+
+Peers on PostgreSQL, same database, same N and concurrency: pgqueuer and Procrastinate
+(in their own venv, see ``_peers.py``), and a bare asyncpg ``SKIP LOCKED`` loop with 1
+and 50 rows per claim (the physical limit). Every figure is also given as a ratio to
+aster-forge in the same run. Results go to ``benchmarks/results/<date>.md``.
+
+Run: ``python -m benchmarks bench_suite`` (``make bench``); ``--quick`` (or
+``BENCH_QUICK=1``) for a short development run. PostgreSQL comes from
+``ASTER_FORGE_TEST_POSTGRES_URL``; a throwaway database is created and dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import platform
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from . import _aster, _peers, _raw, _scheduled
+from ._common import (
+    Report,
+    Row,
+    create_postgres_database,
+    drop_postgres_database,
+    load_average,
+    make_engine,
+)
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How big each scenario is."""
+
+    burn: int
+    bulk: int
+    steps: int
+    latency_seconds: float
+    scheduled_seconds: float
+    concurrency: tuple[int, ...] = (1, 10, 50)
+
+
+FULL = Sizes(burn=20_000, bulk=100_000, steps=5_000, latency_seconds=10, scheduled_seconds=10)
+QUICK = Sizes(burn=3_000, bulk=20_000, steps=1_000, latency_seconds=3, scheduled_seconds=3)
+
+
+def _quick() -> bool:
+    return "--quick" in sys.argv or os.environ.get("BENCH_QUICK", "") not in ("", "0")
+
+
+async def _pg_version(url: str) -> str:
+    engine = make_engine(url)
+    try:
+        async with engine.connect() as conn:
+            return str((await conn.execute(sa.text("SHOW server_version"))).scalar_one())
+    finally:
+        await engine.dispose()
+
+
+async def _burn_downs(report: Report, backend: str, url: str, sizes: Sizes, peers: bool) -> None:
+    n = sizes.burn
+    if backend == "postgresql":
+        raw1 = await _raw.raw_burn_down(url, n, 1)
+        raw50 = await _raw.raw_burn_down(url, n, 50)
+    for concurrency in sizes.concurrency:
+        setting = f"1 proc x {concurrency}, N={n:,}"
+        ours = await _aster.burn_down(url, n, concurrency)
+        note = f"{ours.round_trips_per_task:.2f} SQL round trips/task"
+        report.add(Row("a", backend, "aster-forge", setting, ours.rate, note=note, ratio=1.0))
+        if backend != "postgresql":
+            continue
+        if peers:
+            for system in ("pgqueuer", "procrastinate"):
+                try:
+                    result = await _peers.run_peer(system, "burn", url, n, concurrency)
+                except RuntimeError as exc:
+                    report.notes.append(str(exc))
+                    continue
+                rate = float(result["rate"])
+                report.add(Row("a", backend, system, setting, rate, ratio=rate / ours.rate))
+        for label, rate in (
+            ("raw asyncpg 1 row/claim", raw1),
+            ("raw asyncpg 50 rows/claim", raw50),
+        ):
+            report.add(
+                Row("a", backend, label, setting, rate, note="1 connection", ratio=rate / ours.rate)
+            )
+
+
+async def _run(sizes: Sizes) -> Report:
+    report = Report()
+    peer_problem = _peers.ensure_peers_venv()
+    versions = _peers.peer_versions() if peer_problem is None else {}
+    if peer_problem is not None:
+        report.notes.append(f"peers skipped: {peer_problem}")
+    pg_url = await create_postgres_database()
+    report.notes.append(
+        f"machine: {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"load average at start {load_average():.2f}"
+    )
+    if versions:
+        report.notes.append(
+            "peers: " + ", ".join(f"{name} {version}" for name, version in versions.items())
+        )
+    with tempfile.TemporaryDirectory(prefix="af-bench-") as tmp:
+        backends = [("sqlite", f"sqlite+aiosqlite:///{Path(tmp) / 'bench.db'}")]
+        if pg_url is not None:
+            report.notes.append(f"PostgreSQL {await _pg_version(pg_url)} on loopback")
+            backends.insert(0, ("postgresql", pg_url))
+        try:
+            for backend, url in backends:
+                print(f"== {backend}: (a) burn-down", flush=True)
+                await _burn_downs(report, backend, url, sizes, peer_problem is None)
+                if backend == "postgresql":
+                    print(f"== {backend}: (b) 4 processes", flush=True)
+                    four = await _aster.burn_down_processes(url, sizes.burn, 10, 4)
+                    report.add(
+                        Row("b", backend, "aster-forge", f"4 proc x 10, N={sizes.burn:,}", four)
+                    )
+                print(f"== {backend}: (c) enqueue-to-start latency", flush=True)
+                for rate in (20.0, 200.0):
+                    lat = await _aster.latency(url, rate, sizes.latency_seconds)
+                    hint = "NOTIFY" if backend == "postgresql" else "wake()"
+                    setting = f"producer {rate:.0f}/s, {hint}"
+                    report.add(Row("c", backend, "aster-forge", setting + " p50", lat.p50, "ms"))
+                    report.add(Row("c", backend, "aster-forge", setting + " p99", lat.p99, "ms"))
+                    report.add(Row("c", backend, "aster-forge", setting + " max", lat.max, "ms"))
+                print(f"== {backend}: (d) bulk enqueue", flush=True)
+                ours_bulk = await _aster.bulk_enqueue(url, sizes.bulk)
+                setting = f"N={sizes.bulk:,}"
+                report.add(
+                    Row("d", backend, "aster-forge", setting, ours_bulk, "rows/s", ratio=1.0)
+                )
+                if backend == "postgresql":
+                    if peer_problem is None:
+                        for system in ("pgqueuer", "procrastinate"):
+                            result = await _peers.run_peer(system, "bulk", url, sizes.bulk, 1)
+                            rate = float(result["rate"])
+                            report.add(
+                                Row(
+                                    "d",
+                                    backend,
+                                    system,
+                                    setting,
+                                    rate,
+                                    "rows/s",
+                                    ratio=rate / ours_bulk,
+                                )
+                            )
+                    copy = await _raw.raw_bulk_insert(url, sizes.bulk)
+                    report.add(
+                        Row(
+                            "d",
+                            backend,
+                            "raw asyncpg COPY",
+                            setting,
+                            copy,
+                            "rows/s",
+                            ratio=copy / ours_bulk,
+                        )
+                    )
+                print(f"== {backend}: (e) 3-step tasks", flush=True)
+                steps = await _aster.burn_down(url, sizes.steps, 10, kind=_aster.Kind.STEPS)
+                report.add(
+                    Row(
+                        "e",
+                        backend,
+                        "aster-forge",
+                        f"1 proc x 10, N={sizes.steps:,}, 3 step writes",
+                        steps.rate,
+                        note=f"{steps.round_trips_per_task:.2f} SQL round trips/task",
+                    )
+                )
+                print(f"== {backend}: (f) scheduled runner", flush=True)
+                sched = await _scheduled.scheduled(url, seconds=sizes.scheduled_seconds)
+                setting = "100 tasks @ 100 ms, 3 instances"
+                report.add(
+                    Row(
+                        "f",
+                        backend,
+                        "aster-forge",
+                        setting,
+                        sched.claims_per_second,
+                        "claims/s",
+                        note=f"{sched.firings} firings, {sched.duplicates} duplicates",
+                    )
+                )
+                report.add(
+                    Row(
+                        "f",
+                        backend,
+                        "aster-forge",
+                        "firing lateness p99",
+                        sched.lateness_p99_ms,
+                        "ms",
+                    )
+                )
+                if sched.duplicates:
+                    raise SystemExit(f"scheduled: {sched.duplicates} firings ran twice")
+        finally:
+            if pg_url is not None:
+                await drop_postgres_database(pg_url)
+    report.notes.append(f"load average at end {load_average():.2f}")
+    return report
+
+
+def _goals(report: Report) -> list[str]:
+    def find(scenario: str, backend: str, system: str, setting_part: str) -> float | None:
+        for row in report.rows:
+            if (row.scenario, row.backend, row.system) == (scenario, backend, system) and (
+                setting_part in row.setting
+            ):
+                return row.value
+        return None
+
+    lines: list[str] = []
+    ours = find("a", "postgresql", "aster-forge", "1 proc x 10,")
+    pgq = find("a", "postgresql", "pgqueuer", "1 proc x 10,")
+    proc = find("a", "postgresql", "procrastinate", "1 proc x 10,")
+    raw50 = find("a", "postgresql", "raw asyncpg 50 rows/claim", "1 proc x 10,")
+    if ours and pgq:
+        lines.append(f"PostgreSQL 1 x 10: {ours / pgq:.2f}x pgqueuer (goal >= 2x)")
+    if ours and proc:
+        lines.append(f"PostgreSQL 1 x 10: {ours / proc:.1f}x Procrastinate (goal >= 10x)")
+    if ours and raw50:
+        lines.append(f"PostgreSQL 1 x 10: {ours / raw50:.0%} of the raw 50-row limit (goal >= 50%)")
+    four = find("b", "postgresql", "aster-forge", "4 proc")
+    if ours and four:
+        lines.append(f"PostgreSQL 4 processes: {four / ours:.2f}x one process (goal >= 1.5x)")
+    p50 = find("c", "postgresql", "aster-forge", "20/s, NOTIFY p50")
+    p99 = find("c", "postgresql", "aster-forge", "20/s, NOTIFY p99")
+    if p50 is not None and p99 is not None:
+        lines.append(
+            f"idle enqueue-to-start: p50 {p50:.1f} ms (goal < 10), p99 {p99:.1f} ms (goal < 50)"
+        )
+    sqlite = find("a", "sqlite", "aster-forge", "1 proc x 10,")
+    if sqlite:
+        lines.append(f"SQLite 1 x 10: {sqlite:,.0f} tasks/s (goal >= 3,000)")
+    return lines
+
+
+def write_results(report: Report, quick: bool) -> Path:
+    """Write ``results/<date>.md`` (``<date>-quick.md`` for quick runs)."""
+    RESULTS.mkdir(exist_ok=True)
+    today = dt.date.today().isoformat()
+    path = RESULTS / (f"{today}-quick.md" if quick else f"{today}.md")
+    body = [
+        f"# Benchmark results {today}{' (quick)' if quick else ''}",
+        "",
+        "Produced by `python -m benchmarks bench_suite` (`make bench`). Every burn-down "
+        "verified that each task completed exactly once, for every system. Ratios compare "
+        "with aster-forge in the same run, same database, same N and concurrency.",
+        "",
+        *(f"- {note}" for note in report.notes),
+        "",
+        "## Goals",
+        "",
+        *(f"- {line}" for line in _goals(report)),
+        "",
+        "## Figures",
+        "",
+        report.markdown(),
+        "",
+    ]
+    path.write_text("\n".join(body))
+    return path
+
+
+def main() -> None:
+    """Run the suite and write the results file."""
+    quick = _quick()
+    report = asyncio.run(_run(QUICK if quick else FULL))
+    path = write_results(report, quick)
+    for line in _goals(report):
+        print(f"goal: {line}")
+    print(f"results written to {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,186 @@
+# mypy: disable-error-code="import-not-found,untyped-decorator"
+"""Peer systems under the same scenarios; runs inside ``benchmarks/.peers-venv`` only.
+
+Usage: ``python benchmarks/peer_runner.py SYSTEM SCENARIO DSN COUNT CONCURRENCY``
+with SYSTEM ``pgqueuer`` or ``procrastinate``, SCENARIO ``burn`` (drain COUNT
+pre-enqueued no-op jobs with the documented worker API) or ``bulk`` (enqueue COUNT
+jobs in chunks). Prints one JSON line: ``{"rate": ..., "checked": ...}``. Each burn
+verifies that every job ran exactly once (a counter in the job body) and that the
+queue ended empty / every job row succeeded. This file imports nothing from the
+project (the peers are not project dependencies).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+CHUNK = 5000
+
+
+async def _analyze(dsn: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("ANALYZE")
+    finally:
+        await conn.close()
+
+
+# -- pgqueuer ---------------------------------------------------------------------------
+
+
+async def _pgq_fresh(dsn: str) -> Any:
+    import asyncpg
+    from pgqueuer import AsyncpgDriver, Queries
+
+    conn = await asyncpg.connect(dsn)
+    queries = Queries(AsyncpgDriver(conn))
+    with contextlib.suppress(Exception):  # not installed yet
+        await queries.uninstall()
+    await queries.install()
+    return conn, queries
+
+
+async def _pgq_fill(queries: Any, count: int) -> float:
+    started = time.perf_counter()
+    for start in range(0, count, CHUNK):
+        n = min(CHUNK, count - start)
+        await queries.enqueue(
+            ["noop"] * n, [str(i).encode() for i in range(start, start + n)], [0] * n
+        )
+    return count / (time.perf_counter() - started)
+
+
+async def pgqueuer_burn(dsn: str, count: int, concurrency: int) -> dict[str, Any]:
+    import asyncpg
+    from pgqueuer import AsyncpgDriver, Job, Queries, QueueManager
+    from pgqueuer.types import QueueExecutionMode
+
+    conn, queries = await _pgq_fresh(dsn)
+    await _pgq_fill(queries, count)
+    await conn.close()
+    await _analyze(dsn)
+    worker_conn = await asyncpg.connect(dsn)
+    qm = QueueManager(Queries(AsyncpgDriver(worker_conn)))
+    executed: Counter[bytes] = Counter()
+
+    @qm.entrypoint("noop", concurrency_limit=concurrency)
+    async def noop(job: Job) -> None:
+        executed[job.payload or b""] += 1
+
+    started = time.perf_counter()
+    await qm.run(batch_size=concurrency, mode=QueueExecutionMode.drain)
+    elapsed = time.perf_counter() - started
+    await worker_conn.close()
+    check = await asyncpg.connect(dsn)
+    try:
+        left = await check.fetchval("SELECT count(*) FROM pgqueuer")
+    finally:
+        await check.close()
+    once = len(executed) == count and all(n == 1 for n in executed.values()) and left == 0
+    return {"rate": count / elapsed, "checked": once, "left": left}
+
+
+async def pgqueuer_bulk(dsn: str, count: int) -> dict[str, Any]:
+    conn, queries = await _pgq_fresh(dsn)
+    try:
+        rate = await _pgq_fill(queries, count)
+    finally:
+        await conn.close()
+    return {"rate": rate, "checked": True}
+
+
+# -- procrastinate ----------------------------------------------------------------------
+
+
+def _procrastinate_app(dsn: str, executed: Counter[int]) -> Any:
+    import procrastinate
+
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
+
+    @app.task(name="noop", queue="bench")
+    async def noop(n: int) -> None:
+        executed[n] += 1
+
+    return app, noop
+
+
+async def _procrastinate_fresh(app: Any, dsn: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+    finally:
+        await conn.close()
+    await app.schema_manager.apply_schema_async()
+
+
+async def _procrastinate_fill(noop: Any, count: int) -> float:
+    started = time.perf_counter()
+    for start in range(0, count, CHUNK):
+        await noop.batch_defer_async(*({"n": i} for i in range(start, min(start + CHUNK, count))))
+    return count / (time.perf_counter() - started)
+
+
+async def procrastinate_burn(dsn: str, count: int, concurrency: int) -> dict[str, Any]:
+    import asyncpg
+
+    executed: Counter[int] = Counter()
+    app, noop = _procrastinate_app(dsn, executed)
+    async with app.open_async():
+        await _procrastinate_fresh(app, dsn)
+        await _procrastinate_fill(noop, count)
+        await _analyze(dsn)
+        started = time.perf_counter()
+        await app.run_worker_async(queues=["bench"], concurrency=concurrency, wait=False)
+        elapsed = time.perf_counter() - started
+    check = await asyncpg.connect(dsn)
+    try:
+        done = await check.fetchval(
+            "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
+        )
+    finally:
+        await check.close()
+    once = len(executed) == count and all(n == 1 for n in executed.values()) and done == count
+    return {"rate": count / elapsed, "checked": once, "succeeded_rows": done}
+
+
+async def procrastinate_bulk(dsn: str, count: int) -> dict[str, Any]:
+    executed: Counter[int] = Counter()
+    app, noop = _procrastinate_app(dsn, executed)
+    async with app.open_async():
+        await _procrastinate_fresh(app, dsn)
+        rate = await _procrastinate_fill(noop, count)
+    return {"rate": rate, "checked": True}
+
+
+async def _main(argv: list[str]) -> dict[str, Any]:
+    system, scenario, dsn, count, concurrency = (
+        argv[1],
+        argv[2],
+        argv[3],
+        int(argv[4]),
+        int(argv[5]),
+    )
+    if system == "pgqueuer":
+        if scenario == "burn":
+            return await pgqueuer_burn(dsn, count, concurrency)
+        return await pgqueuer_bulk(dsn, count)
+    if scenario == "burn":
+        return await procrastinate_burn(dsn, count, concurrency)
+    return await procrastinate_bulk(dsn, count)
+
+
+if __name__ == "__main__":
+    import logging
+
+    logging.disable(logging.WARNING)
+    print(json.dumps(asyncio.run(_main(sys.argv))), flush=True)

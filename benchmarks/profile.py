@@ -1,0 +1,109 @@
+"""Where the time goes in scenario (a): cProfile of one burn-down, top 15 frames.
+
+Runs the PostgreSQL (and SQLite) burn-down at concurrency 10 under :mod:`cProfile`,
+and writes ``benchmarks/results/profile-<date>.md``: the top 15 frames by own time
+and by cumulative time, the SQL round trips per task (statements plus BEGIN/COMMIT of
+real transactions, counted with an SQLAlchemy event hook) and the tasks per claim.
+cProfile slows Python down (roughly 2x), so the rates here are lower than the suite's.
+
+Run: ``python -m benchmarks.profile`` (``BENCH_PROFILE_TASKS``, default 5,000).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import cProfile
+import datetime as dt
+import io
+import os
+import pstats
+import tempfile
+from pathlib import Path
+
+from . import _aster
+from ._common import create_postgres_database, drop_postgres_database, load_average
+
+RESULTS = Path(__file__).resolve().parent / "results"
+TOP = 15
+
+
+class _Profile:
+    def __init__(self) -> None:
+        self.profile = cProfile.Profile()
+
+    def start(self) -> None:
+        self.profile.enable()
+
+    def stop(self) -> None:
+        self.profile.disable()
+
+
+def _top(profile: cProfile.Profile, key: str) -> str:
+    out = io.StringIO()
+    stats = pstats.Stats(profile, stream=out)
+    stats.strip_dirs().sort_stats(key).print_stats(TOP)
+    lines = out.getvalue().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith("ncalls"))
+    return "\n".join(lines[start : start + TOP + 1])
+
+
+async def _one(url: str, count: int) -> tuple[_aster.BurnDown, _Profile]:
+    profile = _Profile()
+    result = await _aster.burn_down(url, count, 10, profile=profile)
+    return result, profile
+
+
+async def _run(count: int) -> str:
+    sections: list[str] = []
+    pg = await create_postgres_database("af_bench_profile")
+    with tempfile.TemporaryDirectory(prefix="af-profile-") as tmp:
+        targets = [("SQLite", f"sqlite+aiosqlite:///{Path(tmp) / 'p.db'}")]
+        if pg is not None:
+            targets.insert(0, ("PostgreSQL", pg))
+        try:
+            for name, url in targets:
+                result, profile = await _one(url, count)
+                sections += [
+                    f"## {name}: 1 process x concurrency 10, N={count:,}",
+                    "",
+                    f"- {result.rate:,.0f} tasks/s under cProfile",
+                    f"- {result.round_trips_per_task:.2f} SQL round trips per task "
+                    "(statements + BEGIN/COMMIT of real transactions)",
+                    f"- {result.tasks_per_claim:.1f} tasks per claim statement",
+                    "",
+                    "Top frames by own time:",
+                    "",
+                    "```",
+                    _top(profile.profile, "tottime"),
+                    "```",
+                    "",
+                    "Top frames by cumulative time:",
+                    "",
+                    "```",
+                    _top(profile.profile, "cumulative"),
+                    "```",
+                    "",
+                ]
+        finally:
+            if pg is not None:
+                await drop_postgres_database(pg)
+    return "\n".join(sections)
+
+
+def main() -> None:
+    """Profile and write the summary."""
+    count = int(os.environ.get("BENCH_PROFILE_TASKS", "5000"))
+    load = load_average()
+    body = asyncio.run(_run(count))
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"profile-{dt.date.today().isoformat()}.md"
+    path.write_text(
+        f"# Profile of scenario (a), {dt.date.today().isoformat()}\n\n"
+        f"`python -m benchmarks.profile`; load average at start {load:.2f} on "
+        f"{os.cpu_count()} cores. cProfile counts each coroutine resumption as a call.\n\n" + body
+    )
+    print(f"profile written to {path}")
+
+
+if __name__ == "__main__":
+    main()
