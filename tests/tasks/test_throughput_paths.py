@@ -43,11 +43,14 @@ class CountingStore(InMemoryTaskStore):
         self.renew_batches: list[int] = []
         self.success_batches: list[int] = []
         self.success_error: Exception | None = None
+        self.renew_error: Exception | None = None
 
     async def renew_task_leases_many(
         self, leases: Sequence[TaskLease], lease_ttl: timedelta
     ) -> list[TaskLease | None]:
         self.renew_batches.append(len(leases))
+        if self.renew_error is not None:
+            raise self.renew_error
         return await super().renew_task_leases_many(leases, lease_ttl)
 
     async def mark_tasks_succeeded_many(self, completions: Sequence[TaskCompletion]) -> list[bool]:
@@ -122,10 +125,7 @@ async def test_failed_renewal_past_the_deadline_times_out(
     (record,) = await _claim(store, 1)
     guard = _guard(record, clock)
 
-    async def broken(leases: Sequence[TaskLease], ttl: timedelta) -> list[TaskLease | None]:
-        raise ConnectionError("database is down")
-
-    store.renew_task_leases_many = broken  # type: ignore[method-assign]
+    store.renew_error = ConnectionError("database is down")
     heartbeat = SharedTaskHeartbeat(store, clock, LEASE_TTL)
     heartbeat.register(guard)
     for _ in range(50):
