@@ -258,10 +258,10 @@ def _goals(report: Report) -> list[str]:
 
 
 def write_results(report: Report, quick: bool) -> Path:
-    """Write ``results/<date>.md`` (``<date>-quick.md`` for quick runs)."""
+    """Write ``results/<date>.md`` (``quick-<date>.md`` for quick runs: never spliced)."""
     RESULTS.mkdir(exist_ok=True)
     today = dt.date.today().isoformat()
-    path = RESULTS / (f"{today}-quick.md" if quick else f"{today}.md")
+    path = RESULTS / (f"quick-{today}.md" if quick else f"{today}.md")
     body = [
         f"# Benchmark results {today}{' (quick)' if quick else ''}",
         "",

@@ -96,8 +96,20 @@ class TaskEnqueueMixin:
             now = await self._sql.now(conn)
             stmt, params = self._insert(now, [tasks[i] for i in inserts])
             inserted = (await conn.execute(stmt, params)).all()
+            if self._sql.backend.value == "sqlite":
+                # Inserted in VALUES order by the single writer: ids ascend with the
+                # input. Checked below; SQLAlchemy's ordered RETURNING would fall back
+                # to one statement per row on SQLite.
+                inserted = sorted(inserted, key=lambda row: int(row._mapping["id"]))
             for index, row in zip(inserts, inserted, strict=True):
-                created[index] = record_from_row(row)
+                record = record_from_row(row)
+                task = tasks[index]
+                if (record.payload_json, record.dedupe_key) != (
+                    task.payload_json,
+                    task.dedupe_key_text,
+                ):
+                    raise RuntimeError("inserted rows came back out of input order")
+                created[index] = record
             if self._notify:
                 for lane in sorted({tasks[i].lane for i in inserts}):
                     await conn.execute(sa.select(sa.func.pg_notify(self._channel, lane)))
@@ -153,6 +165,6 @@ class TaskEnqueueMixin:
         stmt = (
             sa.insert(t)
             .values(run_at=run_at_expr, created_at=now_expr, updated_at=now_expr)
-            .returning(*self._cols, sort_by_parameter_order=True)
+            .returning(*self._cols, sort_by_parameter_order=self._sql.backend.value != "sqlite")
         )
         return stmt, params
