@@ -168,22 +168,7 @@ def set_task_step_active(
         TaskStepNotFoundError: When no step has ``key``.
         TaskInvalidValueError: When ``progress`` is negative or current exceeds total.
     """
-    index = _index_of(steps, key)
-    at = now or utc_now()
-    step = steps[index]
-    current, total = (
-        progress if progress is not None else (step.progress_current, step.progress_total)
-    )
-    updated = replace(
-        step,
-        status=TaskStepStatus.ACTIVE,
-        started_at=step.started_at or at,
-        finished_at=None,
-        detail=detail,
-        progress_current=current,
-        progress_total=total,
-    )
-    return _with(steps, index, updated)
+    return _transition(steps, key, TaskStepStatus.ACTIVE, detail=detail, progress=progress, now=now)
 
 
 def set_task_step_succeeded(
@@ -202,25 +187,15 @@ def set_task_step_succeeded(
         TaskStepNotFoundError: When no step has ``key``.
         TaskInvalidValueError: When ``progress`` is invalid.
     """
-    index = _index_of(steps, key)
-    at = now or utc_now()
-    step = steps[index]
-    if progress is not None:
-        current, total = progress
-    else:
-        current, total = step.progress_current, step.progress_total
-        if total > 0:
-            current = total
-    updated = replace(
-        step,
-        status=TaskStepStatus.SUCCEEDED,
-        started_at=step.started_at or at,
-        finished_at=at,
+    return _transition(
+        steps,
+        key,
+        TaskStepStatus.SUCCEEDED,
         detail=detail,
-        progress_current=current,
-        progress_total=total,
+        progress=progress,
+        now=now,
+        complete=True,
     )
-    return _with(steps, index, updated)
 
 
 def set_task_step_skipped(
@@ -235,17 +210,7 @@ def set_task_step_skipped(
     Raises:
         TaskStepNotFoundError: When no step has ``key``.
     """
-    index = _index_of(steps, key)
-    at = now or utc_now()
-    step = steps[index]
-    updated = replace(
-        step,
-        status=TaskStepStatus.SKIPPED,
-        started_at=step.started_at or at,
-        finished_at=at,
-        detail=detail,
-    )
-    return _with(steps, index, updated)
+    return _transition(steps, key, TaskStepStatus.SKIPPED, detail=detail, progress=None, now=now)
 
 
 def mark_active_step_failed(
@@ -342,6 +307,43 @@ def _describe(exc: pydantic.ValidationError) -> str:
         location = ".".join(str(part) for part in error["loc"]) or "<root>"
         parts.append(f"{location}: {error['msg']}")
     return "; ".join(parts)
+
+
+def _transition(
+    steps: Sequence[TaskStepInfo],
+    key: str,
+    status: TaskStepStatus,
+    *,
+    detail: str | None,
+    progress: tuple[int, int] | None,
+    now: datetime | None,
+    complete: bool = False,
+) -> tuple[TaskStepInfo, ...]:
+    """Move step ``key`` to ``status``, keeping its first ``started_at``.
+
+    An active step has no ``finished_at``; any other status is finished at ``now``.
+    Without ``progress`` the stored progress is kept, or, with ``complete``, a known
+    total is reached (current = total).
+    """
+    index = _index_of(steps, key)
+    at = now or utc_now()
+    step = steps[index]
+    if progress is not None:
+        current, total = progress
+    else:
+        current, total = step.progress_current, step.progress_total
+        if complete and total > 0:
+            current = total
+    updated = replace(
+        step,
+        status=status,
+        started_at=step.started_at or at,
+        finished_at=None if status is TaskStepStatus.ACTIVE else at,
+        detail=detail,
+        progress_current=current,
+        progress_total=total,
+    )
+    return _with(steps, index, updated)
 
 
 def _index_of(steps: Sequence[TaskStepInfo], key: str) -> int:
