@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
+from ._validation import check_stored_duration, check_stored_identifier, is_control_character
 from .errors import RuntimeLeaseConfigError
 
 __all__ = [
@@ -62,20 +63,9 @@ def validate_lease_identifier(what: str, value: object) -> str:
         RuntimeLeaseConfigError: When it is not a non-empty ``str`` of at most
             :data:`MAX_RUNTIME_LEASE_ID_LENGTH` characters without control characters.
     """
-    if not isinstance(value, str):
-        raise RuntimeLeaseConfigError(f"{what} must be a str, got {type(value).__name__}")
-    if not value.strip():
-        raise RuntimeLeaseConfigError(f"{what} must not be empty or blank")
-    if value != value.strip():
-        # MariaDB's PAD SPACE collations would make "a" and "a " the same key.
-        raise RuntimeLeaseConfigError(f"{what} must not have leading or trailing whitespace")
-    if len(value) > MAX_RUNTIME_LEASE_ID_LENGTH:
-        raise RuntimeLeaseConfigError(
-            f"{what} is {len(value)} characters long; the limit is {MAX_RUNTIME_LEASE_ID_LENGTH}"
-        )
-    if any(_is_control(ch) for ch in value):
-        raise RuntimeLeaseConfigError(f"{what} must not contain control characters")
-    return value
+    return check_stored_identifier(
+        what, value, limit=MAX_RUNTIME_LEASE_ID_LENGTH, error=RuntimeLeaseConfigError
+    )
 
 
 def validate_lease_ttl(what: str, value: object) -> timedelta:
@@ -84,16 +74,7 @@ def validate_lease_ttl(what: str, value: object) -> timedelta:
     Raises:
         RuntimeLeaseConfigError: When it is not a positive ``timedelta``.
     """
-    if not isinstance(value, timedelta):
-        raise RuntimeLeaseConfigError(f"{what} must be a timedelta, got {type(value).__name__}")
-    if value <= timedelta(0):
-        raise RuntimeLeaseConfigError(f"{what} must be positive, got {value}")
-    return value
-
-
-def _is_control(ch: str) -> bool:
-    code = ord(ch)
-    return code < 0x20 or 0x7F <= code < 0xA0
+    return check_stored_duration(what, value, allow_zero=False, error=RuntimeLeaseConfigError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +133,9 @@ def new_runtime_lease_owner_id() -> str:
     calls) never share an id, so a restarted process never inherits a lease.
     """
     host = (socket.gethostname() or "unknown-host")[:96]
-    host = "".join(ch for ch in host if not _is_control(ch) and ch != ":") or "unknown-host"
+    host = (
+        "".join(ch for ch in host if not is_control_character(ch) and ch != ":") or "unknown-host"
+    )
     return f"{host}:{os.getpid()}:{uuid.uuid4().hex}"
 
 

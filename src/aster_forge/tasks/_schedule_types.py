@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from ..runtime._validation import check_stored_duration, check_stored_identifier
 from .errors import ScheduledTaskValueError
 
 __all__ = [
@@ -32,20 +33,9 @@ def validate_scheduled_identifier(what: str, value: object) -> str:
         ScheduledTaskValueError: When it is not a non-empty ``str`` of at most
             :data:`MAX_SCHEDULED_TASK_NAME_LENGTH` characters without control characters.
     """
-    if not isinstance(value, str):
-        raise ScheduledTaskValueError(f"{what} must be a str, got {type(value).__name__}")
-    if not value.strip():
-        raise ScheduledTaskValueError(f"{what} must not be empty or blank")
-    if value != value.strip():
-        # MariaDB's PAD SPACE collations would make "a" and "a " the same key.
-        raise ScheduledTaskValueError(f"{what} must not have leading or trailing whitespace")
-    if len(value) > MAX_SCHEDULED_TASK_NAME_LENGTH:
-        raise ScheduledTaskValueError(
-            f"{what} is {len(value)} characters long; the limit is {MAX_SCHEDULED_TASK_NAME_LENGTH}"
-        )
-    if any(ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0 for ch in value):
-        raise ScheduledTaskValueError(f"{what} must not contain control characters")
-    return value
+    return check_stored_identifier(
+        what, value, limit=MAX_SCHEDULED_TASK_NAME_LENGTH, error=ScheduledTaskValueError
+    )
 
 
 def validate_scheduled_duration(what: str, value: object, *, allow_zero: bool = False) -> timedelta:
@@ -54,13 +44,7 @@ def validate_scheduled_duration(what: str, value: object, *, allow_zero: bool = 
     Raises:
         ScheduledTaskValueError: Otherwise.
     """
-    if not isinstance(value, timedelta):
-        raise ScheduledTaskValueError(f"{what} must be a timedelta, got {type(value).__name__}")
-    if value < timedelta(0) or (value == timedelta(0) and not allow_zero):
-        raise ScheduledTaskValueError(
-            f"{what} must be {'non-negative' if allow_zero else 'positive'}, got {value}"
-        )
-    return value
+    return check_stored_duration(what, value, allow_zero=allow_zero, error=ScheduledTaskValueError)
 
 
 class ScheduledTaskRunStatus(enum.StrEnum):
