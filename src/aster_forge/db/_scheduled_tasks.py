@@ -18,10 +18,13 @@ from ..tasks import (
     ScheduledTaskOutcome,
     ScheduledTaskRecord,
     ScheduledTaskRunStatus,
-    ScheduledTaskValueError,
 )
 from ..tasks._schedule_types import (
     MAX_SCHEDULED_TASK_NAME_LENGTH,
+    validate_claim_scheduled_task_args,
+    validate_complete_scheduled_task_args,
+    validate_ensure_scheduled_task_args,
+    validate_scheduled_claim,
     validate_scheduled_duration,
     validate_scheduled_identifier,
 )
@@ -166,11 +169,7 @@ class ScheduledTaskDbStore:
         initial_delay: timedelta | None = None,
     ) -> ScheduledTaskRecord:
         """Insert the row if missing, else update its interval (see the protocol)."""
-        validate_scheduled_identifier("namespace", namespace)
-        validate_scheduled_identifier("name", name)
-        validate_scheduled_duration("interval", interval)
-        if initial_delay is not None:
-            validate_scheduled_duration("initial_delay", initial_delay, allow_zero=True)
+        validate_ensure_scheduled_task_args(namespace, name, interval, initial_delay)
         interval_micros = _micros(min(interval, MAX_STORED_INTERVAL))
         t = self._table
 
@@ -224,10 +223,7 @@ class ScheduledTaskDbStore:
         self, namespace: str, name: str, owner_id: str, claim_ttl: timedelta
     ) -> ScheduledTaskClaim | None:
         """Claim the due, unclaimed-or-expired firing atomically (see the protocol)."""
-        validate_scheduled_identifier("namespace", namespace)
-        validate_scheduled_identifier("name", name)
-        validate_scheduled_identifier("owner_id", owner_id)
-        validate_scheduled_duration("claim_ttl", claim_ttl)
+        validate_claim_scheduled_task_args(namespace, name, owner_id, claim_ttl)
         t = self._table
 
         async def body(conn: AsyncConnection) -> ScheduledTaskClaim | None:
@@ -285,7 +281,7 @@ class ScheduledTaskDbStore:
         self, claim: ScheduledTaskClaim, claim_ttl: timedelta
     ) -> bool:
         """Extend a claim that still matches the ownership predicate (see the protocol)."""
-        _check_claim(claim)
+        validate_scheduled_claim(claim)
         validate_scheduled_duration("claim_ttl", claim_ttl)
         t = self._table
 
@@ -308,15 +304,8 @@ class ScheduledTaskDbStore:
         next_run_at: datetime | None = None,
     ) -> bool:
         """Record the outcome, advance ``next_run_at``, release the claim (see the protocol)."""
-        _check_claim(claim)
-        if not isinstance(outcome, ScheduledTaskOutcome):
-            raise ScheduledTaskValueError(
-                f"outcome must be a ScheduledTaskOutcome, got {type(outcome).__name__}"
-            )
-        if next_run_at is not None and (
-            not isinstance(next_run_at, datetime) or next_run_at.utcoffset() is None
-        ):
-            raise ScheduledTaskValueError("next_run_at must be a timezone-aware datetime")
+        validate_scheduled_claim(claim)
+        validate_complete_scheduled_task_args(outcome, next_run_at)
         duration = None if outcome.duration is None else _micros(outcome.duration)
         t = self._table
 
@@ -383,13 +372,6 @@ class ScheduledTaskDbStore:
 
     def __repr__(self) -> str:
         return f"<ScheduledTaskDbStore backend={self._backend.value}>"
-
-
-def _check_claim(claim: object) -> None:
-    if not isinstance(claim, ScheduledTaskClaim):
-        raise ScheduledTaskValueError(
-            f"claim must be a ScheduledTaskClaim, got {type(claim).__name__}"
-        )
 
 
 def _record(row: sa.Row[Any]) -> ScheduledTaskRecord:

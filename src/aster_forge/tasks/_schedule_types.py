@@ -15,6 +15,10 @@ __all__ = [
     "ScheduledTaskOutcome",
     "ScheduledTaskRecord",
     "ScheduledTaskRunStatus",
+    "validate_claim_scheduled_task_args",
+    "validate_complete_scheduled_task_args",
+    "validate_ensure_scheduled_task_args",
+    "validate_scheduled_claim",
     "validate_scheduled_duration",
     "validate_scheduled_identifier",
 ]
@@ -167,3 +171,64 @@ class ScheduledTaskRecord:
     run_count: int
     created_at: datetime
     updated_at: datetime
+
+
+def validate_ensure_scheduled_task_args(
+    namespace: object, name: object, interval: object, initial_delay: object
+) -> None:
+    """Check the arguments of ``ScheduledTaskStore.ensure_scheduled_task``.
+
+    Raises:
+        ScheduledTaskValueError: On the first invalid argument, in signature order.
+    """
+    validate_scheduled_identifier("namespace", namespace)
+    validate_scheduled_identifier("name", name)
+    validate_scheduled_duration("interval", interval)
+    if initial_delay is not None:
+        validate_scheduled_duration("initial_delay", initial_delay, allow_zero=True)
+
+
+def validate_claim_scheduled_task_args(
+    namespace: object, name: object, owner_id: object, claim_ttl: object
+) -> None:
+    """Check the arguments of ``ScheduledTaskStore.claim_scheduled_task``.
+
+    Raises:
+        ScheduledTaskValueError: On the first invalid argument, in signature order.
+    """
+    validate_scheduled_identifier("namespace", namespace)
+    validate_scheduled_identifier("name", name)
+    validate_scheduled_identifier("owner_id", owner_id)
+    validate_scheduled_duration("claim_ttl", claim_ttl)
+
+
+def validate_scheduled_claim(claim: object) -> ScheduledTaskClaim:
+    """Check that ``claim`` is a :class:`ScheduledTaskClaim`.
+
+    Raises:
+        ScheduledTaskValueError: When it is not.
+    """
+    if not isinstance(claim, ScheduledTaskClaim):
+        raise ScheduledTaskValueError(
+            f"claim must be a ScheduledTaskClaim, got {type(claim).__name__}"
+        )
+    return claim
+
+
+def validate_complete_scheduled_task_args(outcome: object, next_run_at: object) -> None:
+    """Check the outcome and override of ``ScheduledTaskStore.complete_scheduled_task``.
+
+    The claim is checked separately (:func:`validate_scheduled_claim`), first.
+
+    Raises:
+        ScheduledTaskValueError: When ``outcome`` is not a :class:`ScheduledTaskOutcome`
+            or ``next_run_at`` is given but not a timezone-aware datetime.
+    """
+    if not isinstance(outcome, ScheduledTaskOutcome):
+        raise ScheduledTaskValueError(
+            f"outcome must be a ScheduledTaskOutcome, got {type(outcome).__name__}"
+        )
+    if next_run_at is not None and (
+        not isinstance(next_run_at, datetime) or next_run_at.utcoffset() is None
+    ):
+        raise ScheduledTaskValueError("next_run_at must be a timezone-aware datetime")

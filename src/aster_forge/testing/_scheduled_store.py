@@ -12,9 +12,15 @@ from ..tasks import (
     ScheduledTaskClaim,
     ScheduledTaskOutcome,
     ScheduledTaskRecord,
-    ScheduledTaskValueError,
 )
-from ..tasks._schedule_types import validate_scheduled_duration, validate_scheduled_identifier
+from ..tasks._schedule_types import (
+    validate_claim_scheduled_task_args,
+    validate_complete_scheduled_task_args,
+    validate_ensure_scheduled_task_args,
+    validate_scheduled_claim,
+    validate_scheduled_duration,
+    validate_scheduled_identifier,
+)
 
 __all__ = ["InMemoryScheduledTaskStore"]
 
@@ -48,11 +54,7 @@ class InMemoryScheduledTaskStore:
         initial_delay: timedelta | None = None,
     ) -> ScheduledTaskRecord:
         """Insert the row if missing, else update its interval (see the protocol)."""
-        validate_scheduled_identifier("namespace", namespace)
-        validate_scheduled_identifier("name", name)
-        validate_scheduled_duration("interval", interval)
-        if initial_delay is not None:
-            validate_scheduled_duration("initial_delay", initial_delay, allow_zero=True)
+        validate_ensure_scheduled_task_args(namespace, name, interval, initial_delay)
         now = self._clock.now()
         key = (namespace, name)
         row = self._rows.get(key)
@@ -84,10 +86,7 @@ class InMemoryScheduledTaskStore:
         self, namespace: str, name: str, owner_id: str, claim_ttl: timedelta
     ) -> ScheduledTaskClaim | None:
         """Claim the due, unclaimed-or-expired firing (see the protocol)."""
-        validate_scheduled_identifier("namespace", namespace)
-        validate_scheduled_identifier("name", name)
-        validate_scheduled_identifier("owner_id", owner_id)
-        validate_scheduled_duration("claim_ttl", claim_ttl)
+        validate_claim_scheduled_task_args(namespace, name, owner_id, claim_ttl)
         now = self._clock.now()
         row = self._rows.get((namespace, name))
         if row is None or row.next_run_at > now:
@@ -115,10 +114,7 @@ class InMemoryScheduledTaskStore:
         )
 
     def _owned(self, claim: ScheduledTaskClaim) -> ScheduledTaskRecord | None:
-        if not isinstance(claim, ScheduledTaskClaim):
-            raise ScheduledTaskValueError(
-                f"claim must be a ScheduledTaskClaim, got {type(claim).__name__}"
-            )
+        validate_scheduled_claim(claim)
         row = self._rows.get((claim.namespace, claim.name))
         if (
             row is None
@@ -152,14 +148,7 @@ class InMemoryScheduledTaskStore:
     ) -> bool:
         """Record the outcome, advance ``next_run_at``, release the claim (see the protocol)."""
         row = self._owned(claim)
-        if not isinstance(outcome, ScheduledTaskOutcome):
-            raise ScheduledTaskValueError(
-                f"outcome must be a ScheduledTaskOutcome, got {type(outcome).__name__}"
-            )
-        if next_run_at is not None and (
-            not isinstance(next_run_at, datetime) or next_run_at.utcoffset() is None
-        ):
-            raise ScheduledTaskValueError("next_run_at must be a timezone-aware datetime")
+        validate_complete_scheduled_task_args(outcome, next_run_at)
         if row is None:
             return False
         now = self._clock.now()
