@@ -7,16 +7,17 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.schema import CreateTable
 
-from ..runtime import Clock, RuntimeLease, RuntimeLeases, RuntimeLeaseView, SystemClock
+from ..runtime import RuntimeLease, RuntimeLeases, RuntimeLeaseView
 from ..runtime._lease_types import (
     MAX_RUNTIME_LEASE_ID_LENGTH,
     saturating_expiry,
     validate_lease_identifier,
     validate_lease_ttl,
 )
+from ._engine_store import EngineBackedStore
 from ._time import DatabaseBackend, UtcDateTime, database_now
 from ._translate import run_transaction
 
@@ -83,7 +84,7 @@ def create_runtime_leases_table(
     return CreateTable(runtime_leases_table(sa.MetaData()), if_not_exists=if_not_exists)
 
 
-class RuntimeLeaseDbStore:
+class RuntimeLeaseDbStore(EngineBackedStore):
     """A :class:`~aster_forge.runtime.RuntimeLeaseStore` on the ``runtime_leases`` table.
 
     Each operation is one short transaction. PostgreSQL and SQLite use an atomic
@@ -100,16 +101,8 @@ class RuntimeLeaseDbStore:
         UnsupportedDatabaseBackendError: When the engine is not SQLite, PostgreSQL or MariaDB.
     """
 
-    def __init__(self, engine: AsyncEngine, *, clock: Clock | None = None) -> None:
-        self._engine = engine
-        self._backend = DatabaseBackend.of(engine)
-        self._clock: Clock = clock if clock is not None else SystemClock()
-        self._table = runtime_leases_table(sa.MetaData())
-
-    @property
-    def backend(self) -> DatabaseBackend:
-        """The engine's backend."""
-        return self._backend
+    def _define_table(self, metadata: sa.MetaData) -> sa.Table:
+        return runtime_leases_table(metadata)
 
     async def try_acquire(
         self, lease_id: str, owner_id: str, ttl: timedelta

@@ -8,10 +8,9 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from ..runtime import Clock, SystemClock
 from ..runtime._lease_types import saturating_expiry
 from ..tasks import (
     ScheduledTaskClaim,
@@ -28,6 +27,7 @@ from ..tasks._schedule_types import (
     validate_scheduled_duration,
     validate_scheduled_identifier,
 )
+from ._engine_store import EngineBackedStore
 from ._time import DatabaseBackend, UtcDateTime, database_now
 from ._translate import run_transaction
 
@@ -133,7 +133,7 @@ def _micros(value: timedelta) -> int:
     return (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
 
 
-class ScheduledTaskDbStore:
+class ScheduledTaskDbStore(EngineBackedStore):
     """A :class:`~aster_forge.tasks.ScheduledTaskStore` on the ``scheduled_tasks`` table.
 
     Claims are one conditional ``UPDATE`` (due, and unclaimed or expired), so
@@ -149,16 +149,8 @@ class ScheduledTaskDbStore:
         UnsupportedDatabaseBackendError: When the engine is not SQLite, PostgreSQL or MariaDB.
     """
 
-    def __init__(self, engine: AsyncEngine, *, clock: Clock | None = None) -> None:
-        self._engine = engine
-        self._backend = DatabaseBackend.of(engine)
-        self._clock: Clock = clock if clock is not None else SystemClock()
-        self._table = scheduled_tasks_table(sa.MetaData())
-
-    @property
-    def backend(self) -> DatabaseBackend:
-        """The engine's backend."""
-        return self._backend
+    def _define_table(self, metadata: sa.MetaData) -> sa.Table:
+        return scheduled_tasks_table(metadata)
 
     async def ensure_scheduled_task(
         self,
