@@ -39,7 +39,12 @@ def _check_scope(scope: object) -> str:
     return scope
 
 
-def _mkdir(path: Path) -> Path:
+def make_dirs(path: Path) -> Path:
+    """Create ``path`` and its parents if missing (blocking: run it in a thread).
+
+    Returns:
+        ``path``.
+    """
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -58,7 +63,7 @@ async def ensure_runtime_temp_dir(root: str | os.PathLike[str]) -> Path:
     """
     target = Path(root) / RUNTIME_TEMP_DIR_NAME
     try:
-        return await asyncio.to_thread(_mkdir, target)
+        return await asyncio.to_thread(make_dirs, target)
     except OSError as exc:
         raise RuntimeTempDirError(f"failed to create runtime temp dir {target}: {exc}") from exc
 
@@ -104,7 +109,7 @@ class RuntimeTempDirGuard:
             raise RuntimeTempDirError(f"temp dir guard for {self.label!r} was already opened")
         scope_dir = self._root / RUNTIME_TEMP_DIR_NAME / self.scope
         try:
-            await asyncio.to_thread(_mkdir, scope_dir)
+            await asyncio.to_thread(make_dirs, scope_dir)
             created = await asyncio.to_thread(tempfile.mkdtemp, dir=scope_dir)
         except OSError as exc:
             raise RuntimeTempDirError(
