@@ -115,20 +115,19 @@ async def _run_maintenance(
     return await run_maintenance(ctx, state, payload)
 
 
-THUMBNAIL: TaskSpec[DemoState, MediaPayload, MediaResult] = TaskSpec(
-    kind=DemoTaskKind.THUMBNAIL_RENDER,
-    payload_type=MediaPayload,
-    result_type=MediaResult,
-    run=run_media,
-    steps=PIPELINE_STEPS,
-)
-TRANSCODE: TaskSpec[DemoState, MediaPayload, MediaResult] = TaskSpec(
-    kind=DemoTaskKind.VIDEO_TRANSCODE,
-    payload_type=MediaPayload,
-    result_type=MediaResult,
-    run=run_media,
-    steps=PIPELINE_STEPS,
-)
+def _media_spec(kind: DemoTaskKind) -> TaskSpec[DemoState, MediaPayload, MediaResult]:
+    # Thumbnails and transcodes run the same media pipeline; only the kind differs.
+    return TaskSpec(
+        kind=kind,
+        payload_type=MediaPayload,
+        result_type=MediaResult,
+        run=run_media,
+        steps=PIPELINE_STEPS,
+    )
+
+
+THUMBNAIL = _media_spec(DemoTaskKind.THUMBNAIL_RENDER)
+TRANSCODE = _media_spec(DemoTaskKind.VIDEO_TRANSCODE)
 REPORT: TaskSpec[DemoState, ReportPayload, ReportResult] = TaskSpec(
     kind=DemoTaskKind.REPORT_EXPORT,
     payload_type=ReportPayload,
