@@ -37,6 +37,9 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
+bench-check: $(STAMP)
+	$(BIN)/python -m benchmarks.check
+
 chaos: $(STAMP)
 	$(BIN)/python -m pytest tests/chaos -m slow --timeout=900 -p no:cacheprovider
 
