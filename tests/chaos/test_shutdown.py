@@ -166,7 +166,9 @@ async def test_a_body_ignoring_cancellation_is_reported_not_waited_on_forever() 
     try:
         report = await asyncio.wait_for(coordinator.run(), 20)
         [phase] = report.phases
-        assert phase.status.kind is ShutdownPhaseStatusKind.TIMED_OUT
+        # The worker abandons the stubborn body after its grace instead of waiting on it,
+        # so the phase finishes within its timeout.
+        assert phase.status.kind is ShutdownPhaseStatusKind.SUCCEEDED
         assert ignored, "the body saw (and ignored) its cancellation"
         rows = (await store.list_tasks(limit=10)).items
         by_status = {r.id: r.status for r in rows}
@@ -185,17 +187,11 @@ async def test_a_body_ignoring_cancellation_is_reported_not_waited_on_forever() 
             lost=0,
             duplicated=0,
             stuck=1,
-            result="pass (phase reported timed_out; task left to lease expiry)",
+            result="pass (body abandoned after its grace; task left to lease expiry)",
         )
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gap (tasks/_execution.py _wait_body): after shutdown_grace the executor "
-    "cancels the body and then awaits it without bound, so TaskDispatcher.shutdown() never "
-    "returns while a body ignores cancellation (the caller's timeout is the only way out)",
-)
 async def test_dispatcher_shutdown_returns_although_a_body_ignores_cancellation() -> None:
     release = asyncio.Event()
     ignored: list[int] = []

@@ -416,8 +416,17 @@ async def _run_body(
         await _wait_body(body, guard.token, config)
     except asyncio.CancelledError:
         body.cancel()
-        await asyncio.gather(body, return_exceptions=True)
+        # Bounded: a body that ignores cancellation must not hold the caller's cancellation.
+        await asyncio.wait({body}, timeout=config.shutdown_grace.total_seconds())
+        if not body.done():
+            _abandon(body, task.id)
         raise
+    if not body.done():
+        # The body ignored its cancellation past the grace: abandon it and write nothing.
+        # The lease is not renewed any more, so the task is rescued once it expires (crash
+        # semantics); releasing it now could let a new claim run beside the stray body.
+        _abandon(body, task.id)
+        return _Decision(_Plan.NOTHING)
     if body.cancelled():
         if guard.lease_lost:
             return _Decision(_Plan.NOTHING)
@@ -485,7 +494,38 @@ async def _wait_body(
             await asyncio.gather(timer, return_exceptions=True)
     if not body.done():
         body.cancel()
-        await asyncio.gather(body, return_exceptions=True)
+        # Bounded on the injected clock: a body that swallows the cancellation is abandoned
+        # by the caller after a second grace instead of hanging the worker's shutdown.
+        timer = asyncio.create_task(
+            config.clock.sleep(config.shutdown_grace.total_seconds()),
+            name="aster-forge:task-cancel-grace",
+        )
+        try:
+            await asyncio.wait({body, timer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
+            await asyncio.gather(timer, return_exceptions=True)
+
+
+#: Bodies that ignored cancellation past their grace; referenced until they end.
+_ABANDONED: set[asyncio.Task[Any]] = set()
+
+
+def _abandon(body: asyncio.Task[Any], task_id: int) -> None:
+    logger.warning(
+        "task #%s ignored cancellation past its grace; abandoned without a write "
+        "(its lease expires and the task is rescued)",
+        task_id,
+        extra={"task_id": task_id},
+    )
+    _ABANDONED.add(body)
+    body.add_done_callback(_reap_abandoned)
+
+
+def _reap_abandoned(body: asyncio.Task[Any]) -> None:
+    _ABANDONED.discard(body)
+    if not body.cancelled():
+        body.exception()  # retrieved: the outcome of an abandoned body is never used
 
 
 def _classify(
