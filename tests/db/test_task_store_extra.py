@@ -21,7 +21,7 @@ from aster_forge.db import (
     create_background_tasks_table,
 )
 from aster_forge.runtime import CancellationToken
-from aster_forge.tasks import NewTask
+from aster_forge.tasks import NewTask, TaskCancelOutcome, TaskNotFoundError
 from aster_forge.testing import ManualClock
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -179,3 +179,15 @@ async def test_product_extends_the_table(engine: AsyncEngine) -> None:
         "ix_product_tasks_due",
         "ix_product_tasks_lease",
     }
+
+
+@pytest.mark.parametrize("task_id", [0, -1, 2**63, 2**70])
+async def test_out_of_range_ids_are_not_found_without_reaching_the_driver(
+    engine: AsyncEngine, task_id: int
+) -> None:
+    await create_background_tasks_table(engine)
+    store = BackgroundTaskDbStore(engine)
+    assert await store.get_task(task_id) is None
+    assert await store.cancel_task(task_id) is TaskCancelOutcome.NOT_FOUND
+    with pytest.raises(TaskNotFoundError):
+        await store.retry_task(task_id)

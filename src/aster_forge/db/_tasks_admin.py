@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..tasks._records import (
+    MAX_TASK_ID,
     BackgroundTaskRecord,
     TaskCancelOutcome,
     TaskFailureReason,
@@ -45,6 +46,8 @@ class TaskAdminMixin:
 
     async def get_task(self, task_id: int) -> BackgroundTaskRecord | None:
         """Return the row, or ``None`` when it does not exist."""
+        if not _valid_id(task_id):
+            return None  # no BIGINT row can have it; never hand it to the driver
 
         async def body(conn: AsyncConnection) -> BackgroundTaskRecord | None:
             return await self._get(conn, task_id)
@@ -85,6 +88,8 @@ class TaskAdminMixin:
     ) -> BackgroundTaskRecord:
         """Operator retry of a failed/cancelled task (see the protocol)."""
         check_run_at(run_at)
+        if not _valid_id(task_id):
+            raise TaskNotFoundError(task_id)
         t = self._table
 
         async def body(conn: AsyncConnection) -> BackgroundTaskRecord:
@@ -129,6 +134,8 @@ class TaskAdminMixin:
 
     async def cancel_task(self, task_id: int) -> TaskCancelOutcome:
         """Cancel a pending task, or flag a running one (its fence is untouched)."""
+        if not _valid_id(task_id):
+            return TaskCancelOutcome.NOT_FOUND
         t = self._table
 
         async def body(conn: AsyncConnection) -> TaskCancelOutcome:
@@ -203,3 +210,7 @@ class TaskAdminMixin:
             return [figures[lane] for lane in sorted(figures)]
 
         return await self._sql.run("count tasks by lane", body)
+
+
+def _valid_id(task_id: int) -> bool:
+    return isinstance(task_id, int) and 1 <= task_id <= MAX_TASK_ID
