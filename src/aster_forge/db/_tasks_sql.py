@@ -5,20 +5,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from .._errors import AsterForgeError
 from ..runtime import Clock
 from ..runtime._lease_types import NEVER_EXPIRES, saturating_expiry
 from ..tasks._lease import TaskLease
 from ..tasks._records import TaskStatus
 from ._time import DatabaseBackend, UtcDateTime, database_now
-from ._translate import is_transient_conflict, translate_db_error
+from ._translate import run_transaction
 
 __all__ = ["TaskSql", "sqlite_write_lock"]
 
@@ -83,33 +83,24 @@ class TaskSql:
         ``single_statement`` bodies run in autocommit on PostgreSQL/MariaDB (one round
         trip instead of three); one statement is atomic on its own.
         """
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                if self.backend is DatabaseBackend.SQLITE:
-                    async with sqlite_write_lock(self._engine), self._engine.connect() as conn:
-                        await conn.exec_driver_sql("BEGIN IMMEDIATE")
-                        result = await body(conn)
-                        await conn.commit()
-                        return result
-                if single_statement:
-                    async with self._autocommit.connect() as conn:
-                        return await body(conn)
-                async with self._engine.begin() as conn:
-                    return await body(conn)
-            except asyncio.CancelledError:
-                raise
-            except AsterForgeError:
-                raise
-            except sa.exc.DBAPIError as exc:
-                if is_transient_conflict(exc) and attempt < _CONFLICT_ATTEMPTS:
-                    logger.debug("%s: transient conflict, retrying (%d)", operation, attempt)
-                    await asyncio.sleep(0.005 * attempt)
-                    continue
-                raise translate_db_error(exc, operation) from exc
-            except (sa.exc.SQLAlchemyError, OSError, TimeoutError) as exc:
-                raise translate_db_error(exc, operation) from exc
+        transaction: Callable[[], AbstractAsyncContextManager[AsyncConnection]]
+        if self.backend is DatabaseBackend.SQLITE:
+            transaction = self._sqlite_immediate
+        elif single_statement:
+            transaction = self._autocommit.connect
+        else:
+            transaction = self._engine.begin
+        return await run_transaction(
+            self._engine, operation, body, transaction=transaction, attempts=_CONFLICT_ATTEMPTS
+        )
+
+    @asynccontextmanager
+    async def _sqlite_immediate(self) -> AsyncIterator[AsyncConnection]:
+        # One in-process writer at a time, then SQLite's own write lock up front.
+        async with sqlite_write_lock(self._engine), self._engine.connect() as conn:
+            await conn.exec_driver_sql("BEGIN IMMEDIATE")
+            yield conn
+            await conn.commit()
 
     async def now(self, conn: AsyncConnection) -> tuple[Any, datetime | None]:
         """Return ``(sql_expression, python_value)`` for "now" (value ``None`` on PostgreSQL)."""

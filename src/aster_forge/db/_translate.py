@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import TypeVar
 
 import sqlalchemy as sa
@@ -91,11 +92,22 @@ async def run_transaction(
     engine: AsyncEngine,
     operation: str,
     body: Callable[[AsyncConnection], Awaitable[T]],
+    *,
+    transaction: Callable[[], AbstractAsyncContextManager[AsyncConnection]] | None = None,
+    attempts: int = _CONFLICT_ATTEMPTS,
 ) -> T:
     """Run ``body`` in one transaction; retry deadlocks/serialization failures; translate errors.
 
     Retrying is safe because a conflict rolls the whole transaction back before
     commit. Bad input must be rejected before this is called.
+
+    Args:
+        engine: The engine whose ``begin()`` opens the transaction by default.
+        operation: What is being done, for logs and error messages.
+        body: The work, given the transaction's connection.
+        transaction: Opens the connection/transaction instead of ``engine.begin``
+            (e.g. SQLite ``BEGIN IMMEDIATE`` or autocommit for a single statement).
+        attempts: How many times a transient conflict is tried in all.
 
     Raises:
         DatabaseOperationError: (or a subclass) for any driver/SQLAlchemy failure.
@@ -104,14 +116,14 @@ async def run_transaction(
     while True:
         attempt += 1
         try:
-            async with engine.begin() as conn:
+            async with (transaction or engine.begin)() as conn:
                 return await body(conn)
         except asyncio.CancelledError:
             raise
         except AsterForgeError:
             raise
         except sa.exc.DBAPIError as exc:
-            if is_transient_conflict(exc) and attempt < _CONFLICT_ATTEMPTS:
+            if is_transient_conflict(exc) and attempt < attempts:
                 logger.debug("%s: transient conflict, retrying (attempt %d)", operation, attempt)
                 await asyncio.sleep(0.005 * attempt)
                 continue
