@@ -12,6 +12,7 @@ from ._migrations import (
     alembic_create_scheduled_tasks,
     alembic_drop_runtime_leases,
     alembic_drop_scheduled_tasks,
+    alembic_render_item,
 )
 from ._runtime_leases import (
     RuntimeLeaseDbStore,
@@ -26,13 +27,16 @@ from ._scheduled_tasks import (
     scheduled_tasks_table,
 )
 from ._time import DatabaseBackend, UtcDateTime
+from ._url import normalize_database_url
 from .errors import (
     DatabaseConflictError,
     DatabaseDataError,
+    DatabaseDriverMissingError,
     DatabaseIntegrityError,
     DatabaseOperationError,
     DatabaseTimeoutError,
     DatabaseUnavailableError,
+    InvalidDatabaseUrlError,
     UnsupportedDatabaseBackendError,
 )
 
@@ -55,10 +59,12 @@ __all__ = [
     "DatabaseBackend",
     "DatabaseConflictError",
     "DatabaseDataError",
+    "DatabaseDriverMissingError",
     "DatabaseIntegrityError",
     "DatabaseOperationError",
     "DatabaseTimeoutError",
     "DatabaseUnavailableError",
+    "InvalidDatabaseUrlError",
     "RuntimeLeaseDbStore",
     "ScheduledTaskDbStore",
     "UnsupportedDatabaseBackendError",
@@ -67,6 +73,7 @@ __all__ = [
     "alembic_create_scheduled_tasks",
     "alembic_drop_runtime_leases",
     "alembic_drop_scheduled_tasks",
+    "alembic_render_item",
     "background_tasks_table",
     "create_background_tasks_table",
     "create_runtime_leases_table",
@@ -76,6 +83,7 @@ __all__ = [
     "database_component_after",
     "database_health_component",
     "listen_for_task_notifications",
+    "normalize_database_url",
     "runtime_leases_table",
     "scheduled_tasks_table",
 ]

@@ -1,4 +1,4 @@
-"""Alembic ``op``-level helpers so a product migration can add the aster-forge tables.
+"""Alembic helpers: ``op``-level DDL for the aster-forge tables and the autogenerate hook.
 
 Alembic is optional: it is imported only inside these functions, when no ``op`` is
 passed.
@@ -6,7 +6,7 @@ passed.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.schema import DropIndex, DropTable, ExecutableDDLElement
@@ -21,12 +21,14 @@ from ._scheduled_tasks import (
     create_scheduled_tasks_table,
     scheduled_tasks_table,
 )
+from ._time import UtcDateTime
 
 __all__ = [
     "alembic_create_runtime_leases",
     "alembic_create_scheduled_tasks",
     "alembic_drop_runtime_leases",
     "alembic_drop_scheduled_tasks",
+    "alembic_render_item",
 ]
 
 
@@ -34,6 +36,36 @@ class _Operations(Protocol):
     def execute(self, sqltext: Any, *, execution_options: Any = None) -> Any: ...
 
     def get_context(self) -> Any: ...
+
+
+class _AutogenContext(Protocol):
+    @property
+    def imports(self) -> set[str]: ...
+
+
+def alembic_render_item(
+    type_: str, obj: object, autogen_context: _AutogenContext
+) -> str | Literal[False]:
+    """Render aster-forge's column types in ``alembic revision --autogenerate``.
+
+    Pass it to ``context.configure(..., render_item=alembic_render_item)`` in
+    ``env.py``. A :class:`~aster_forge.db.UtcDateTime` column is then written as
+    ``aster_forge.db.UtcDateTime()`` and the revision gets ``import aster_forge.db``,
+    so it runs as generated (whatever ``user_module_prefix`` says). Everything else is
+    left to Alembic (``False``). A product with its own hook calls this one first.
+
+    Args:
+        type_: What Alembic is rendering (``"type"``, ``"server_default"``...).
+        obj: The object being rendered.
+        autogen_context: Alembic's ``AutogenContext`` (its ``imports`` set is extended).
+
+    Returns:
+        The Python source for ``obj``, or ``False`` for Alembic's default rendering.
+    """
+    if type_ == "type" and isinstance(obj, UtcDateTime):
+        autogen_context.imports.add("import aster_forge.db")
+        return "aster_forge.db.UtcDateTime()"
+    return False
 
 
 def _op(op: _Operations | None) -> _Operations:

@@ -74,7 +74,14 @@ class UtcDateTime(sa.types.TypeDecorator[datetime]):
 
     Binding a naive datetime raises ``ValueError`` (no silent local-time guess);
     results are always aware UTC.
+
+    Alembic autogenerate renders it as ``aster_forge.db.UtcDateTime()``; configure
+    :func:`aster_forge.db.alembic_render_item` in ``env.py`` so the revision also
+    gets ``import aster_forge.db``.
     """
+
+    # The public path, so rendered migrations and pickles never name the private module.
+    __module__ = "aster_forge.db"
 
     impl = sa.DateTime
     cache_ok = True
@@ -83,7 +90,8 @@ class UtcDateTime(sa.types.TypeDecorator[datetime]):
         """Pick the column type per dialect."""
         if dialect.name == "postgresql":
             return dialect.type_descriptor(postgresql.TIMESTAMP(timezone=True))
-        if dialect.name == "mysql":
+        # SQLAlchemy names the dialect "mariadb" for mariadb:// URLs.
+        if dialect.name in ("mysql", "mariadb"):
             return dialect.type_descriptor(mysql.DATETIME(fsp=6))
         return dialect.type_descriptor(sa.DateTime())
 

@@ -16,6 +16,29 @@ class UnsupportedDatabaseBackendError(AsterForgeDbError, ValueError):
     """Raised when a backend name, dialect or engine is not SQLite, PostgreSQL or MariaDB/MySQL."""
 
 
+class InvalidDatabaseUrlError(AsterForgeDbError, ValueError):
+    """Raised when a database URL cannot be parsed or names a driver aster-forge cannot use.
+
+    A synchronous driver (``postgresql+psycopg2://``, ``mysql+pymysql://``,
+    ``sqlite+pysqlite://``) is refused: every aster-forge store is asyncio.
+    """
+
+
+class DatabaseDriverMissingError(AsterForgeDbError, ImportError):
+    """Raised when the async driver a database URL needs is not installed.
+
+    Attributes:
+        driver: The driver module that could not be imported, e.g. ``"asyncpg"``.
+        extra: The aster-forge extra that installs it (``"postgres"``, ``"mysql"``), or
+            ``None`` when no extra does.
+    """
+
+    def __init__(self, message: str, *, driver: str, extra: str | None) -> None:
+        super().__init__(message)
+        self.driver = driver
+        self.extra = extra
+
+
 class DatabaseOperationError(AsterForgeDbError):
     """Raised when a database statement failed; the driver error is the ``__cause__``.
 
