@@ -22,6 +22,7 @@ import click
 
 from aster_forge import __version__
 from aster_forge._cli._errors import CliError, fail
+from aster_forge.db import BACKGROUND_TASKS_TABLE
 from aster_forge.demo import DEFAULT_DATABASE_URL
 from aster_forge.tasks._records import MAX_TASK_ID
 
@@ -29,13 +30,44 @@ __all__ = ["cli", "main"]
 
 DATABASE_URL_ENV = "ASTER_FORGE_DATABASE_URL"
 ADMIN_TOKEN_ENV = "ASTER_FORGE_ADMIN_TOKEN"
+TASKS_TABLE_ENV = "ASTER_FORGE_TASKS_TABLE"
+SERVICE_URL_ENV = "ASTER_FORGE_SERVICE_URL"
+
+# PostgreSQL truncates identifiers at 63 bytes, MariaDB refuses more than 64.
+_MAX_TABLE_NAME_BYTES = 63
 
 _database_option = click.option(
     "--database-url",
     envvar=DATABASE_URL_ENV,
     default=DEFAULT_DATABASE_URL,
     show_default=True,
-    help=f"SQLAlchemy async URL (env {DATABASE_URL_ENV}).",
+    help=(
+        f"Database URL (env {DATABASE_URL_ENV}); postgresql://, mysql:// and sqlite:// "
+        "get their async driver."
+    ),
+)
+
+
+def _table_name(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        size = -1
+    if not value.strip() or "\x00" in value or not 0 < size <= _MAX_TABLE_NAME_BYTES:
+        raise click.BadParameter(
+            f"{value!r} is not a table name (1 to {_MAX_TABLE_NAME_BYTES} UTF-8 bytes, no NUL)"
+        )
+    return value
+
+
+_table_option = click.option(
+    "--table",
+    "table_name",
+    envvar=TASKS_TABLE_ENV,
+    default=BACKGROUND_TASKS_TABLE,
+    show_default=True,
+    callback=_table_name,
+    help=f"The task table (env {TASKS_TABLE_ENV}).",
 )
 
 
@@ -191,23 +223,25 @@ def run_command(target: str) -> None:
 
 @cli.command()
 @_database_option
-def migrate(database_url: str) -> None:
-    """Create the reference tables (runtime_leases, scheduled_tasks, background_tasks).
+@_table_option
+def migrate(database_url: str, table_name: str) -> None:
+    """Create the reference tables (runtime_leases, scheduled_tasks and the task table).
 
-    Also creates the demo's audit table. Idempotent.
+    Only aster-forge's own tables; idempotent.
     """
     from aster_forge._cli._db import run_migrate
 
-    sys.exit(_run(run_migrate(database_url)))
+    sys.exit(_run(run_migrate(database_url, table_name)))
 
 
 @cli.group()
 def tasks() -> None:
-    """Inspect and operate on the background_tasks table."""
+    """Inspect and operate on a task table (background_tasks unless --table says otherwise)."""
 
 
 @tasks.command(name="list")
 @_database_option
+@_table_option
 @click.option(
     "--status",
     type=click.Choice(["pending", "running", "succeeded", "failed", "cancelled"]),
@@ -219,6 +253,7 @@ def tasks() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def tasks_list(
     database_url: str,
+    table_name: str,
     status: str | None,
     kind: str | None,
     lane: str | None,
@@ -228,39 +263,45 @@ def tasks_list(
     """List tasks, newest first."""
     from aster_forge._cli._tasks import list_tasks
 
-    sys.exit(_run(list_tasks(database_url, status, kind, lane, limit, as_json)))
+    listing = list_tasks(
+        database_url, table_name, status=status, kind=kind, lane=lane, limit=limit, as_json=as_json
+    )
+    sys.exit(_run(listing))
 
 
 @tasks.command(name="show")
 @_database_option
+@_table_option
 @click.argument("task_id", type=_TASK_ID)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-def tasks_show(database_url: str, task_id: int, as_json: bool) -> None:
-    """Show one task with its steps."""
+def tasks_show(database_url: str, table_name: str, task_id: int, as_json: bool) -> None:
+    """Show one task: times (created, started, finished), payload, result and steps."""
     from aster_forge._cli._tasks import show_task
 
-    sys.exit(_run(show_task(database_url, task_id, as_json)))
+    sys.exit(_run(show_task(database_url, table_name, task_id, as_json=as_json)))
 
 
 @tasks.command(name="retry")
 @_database_option
+@_table_option
 @click.argument("task_id", type=_TASK_ID)
 @click.option("--force", is_flag=True, help="Retry even a failure marked not retryable.")
-def tasks_retry(database_url: str, task_id: int, force: bool) -> None:
+def tasks_retry(database_url: str, table_name: str, task_id: int, force: bool) -> None:
     """Put a failed or cancelled task back to pending."""
     from aster_forge._cli._tasks import retry_task
 
-    sys.exit(_run(retry_task(database_url, task_id, force)))
+    sys.exit(_run(retry_task(database_url, table_name, task_id, force=force)))
 
 
 @tasks.command(name="cancel")
 @_database_option
+@_table_option
 @click.argument("task_id", type=_TASK_ID)
-def tasks_cancel(database_url: str, task_id: int) -> None:
+def tasks_cancel(database_url: str, table_name: str, task_id: int) -> None:
     """Cancel a pending task, or request cancellation of a running one."""
     from aster_forge._cli._tasks import cancel_task
 
-    sys.exit(_run(cancel_task(database_url, task_id)))
+    sys.exit(_run(cancel_task(database_url, table_name, task_id)))
 
 
 @cli.command()
@@ -272,9 +313,10 @@ def tasks_cancel(database_url: str, task_id: int) -> None:
 )
 @click.option(
     "--url",
+    envvar=SERVICE_URL_ENV,
     default="http://127.0.0.1:8000",
     show_default=True,
-    help="Base URL of a running service.",
+    help=f"Base URL of a running service (env {SERVICE_URL_ENV}).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report.")
 @click.option(

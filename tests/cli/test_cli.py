@@ -83,7 +83,8 @@ def test_migrate_is_idempotent(tmp_path: Path) -> None:
     ("url", "fragment"),
     [
         ("not a url", "invalid database URL"),
-        ("nosuchdb+nodriver://host/db", "no database driver"),
+        ("nosuchdb+nodriver://host/db", "unsupported database backend 'nosuchdb'"),
+        ("postgresql+psycopg2://postgres:secret@127.0.0.1/x", "'psycopg2' is not an asyncio"),
         ("postgresql+asyncpg://postgres:secret@127.0.0.1:1/nope", "cannot use the database"),
         ("sqlite+aiosqlite:////nonexistent-dir/for/sure/x.db", "cannot use the database"),
     ],
@@ -177,6 +178,12 @@ def test_health_exit_code_follows_status(health_server: _HealthServer) -> None:
     bad = invoke("health", "--url", url, "--scope", "liveness", "--json")
     assert bad.exit_code == 1
     assert json.loads(bad.stdout)["status"] == "unhealthy"
+
+
+def test_health_url_from_the_environment(health_server: _HealthServer) -> None:
+    env = {"ASTER_FORGE_SERVICE_URL": f"http://127.0.0.1:{health_server.port}"}
+    result = CliRunner().invoke(cli, ["health"], catch_exceptions=False, env=env)
+    assert result.exit_code == 0 and "readiness: healthy" in result.stdout
 
 
 def test_health_errors() -> None:

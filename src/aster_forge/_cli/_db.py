@@ -11,12 +11,25 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from aster_forge.demo import demo_tables, migrate_demo_database, open_demo_engine
+from aster_forge.db import (
+    background_tasks_table,
+    normalize_database_url,
+    runtime_leases_table,
+    scheduled_tasks_table,
+)
+from aster_forge.demo import open_demo_engine
 
 from ._errors import EXIT_UNREACHABLE, CliError, database_error, safe_url
 from ._output import console
 
-__all__ = ["CONNECT_TIMEOUT_SECONDS", "check_sqlite_path", "checked_engine", "run_migrate"]
+__all__ = [
+    "CONNECT_TIMEOUT_SECONDS",
+    "check_sqlite_path",
+    "checked_engine",
+    "reference_metadata",
+    "require_table",
+    "run_migrate",
+]
 
 CONNECT_TIMEOUT_SECONDS = 10.0
 
@@ -61,7 +74,7 @@ async def checked_engine(url: str) -> AsyncIterator[AsyncEngine]:
     """
     await asyncio.to_thread(check_sqlite_path, url)
     try:
-        engine = open_demo_engine(url)
+        engine = open_demo_engine(normalize_database_url(url))
     except Exception as exc:
         raise database_error(exc, url) from None
     try:
@@ -80,11 +93,36 @@ async def checked_engine(url: str) -> AsyncIterator[AsyncEngine]:
         await engine.dispose()
 
 
-async def run_migrate(url: str) -> int:
-    """Create every missing table and index; print what exists afterwards."""
-    tables = demo_tables()
-    async with checked_engine(url) as engine:
-        await migrate_demo_database(engine, tables)
-    names = ", ".join(sorted(tables.metadata.tables))
+def reference_metadata(tasks_table: str) -> sa.MetaData:
+    """The reference tables (runtime leases, scheduled catalog, tasks named ``tasks_table``)."""
+    metadata = sa.MetaData()
+    runtime_leases_table(metadata)
+    scheduled_tasks_table(metadata)
+    background_tasks_table(metadata, tasks_table)
+    return metadata
+
+
+async def require_table(engine: AsyncEngine, name: str, url: str) -> None:
+    """Fail with one line when the table ``name`` does not exist.
+
+    Raises:
+        CliError: The table is missing (exit 2, with the command that creates it).
+    """
+    async with engine.connect() as conn:
+        exists = await conn.run_sync(lambda sync: sa.inspect(sync).has_table(name))
+    if not exists:
+        raise CliError(
+            f"no table {name!r} in {safe_url(url)} (create it with 'aster-forge migrate "
+            f"--table {name}' or your migrations, or pick another with --table)",
+            EXIT_UNREACHABLE,
+        )
+
+
+async def run_migrate(url: str, tasks_table: str) -> int:
+    """Create every missing reference table and index; print what exists afterwards."""
+    metadata = reference_metadata(tasks_table)
+    async with checked_engine(url) as engine, engine.begin() as conn:
+        await conn.run_sync(lambda sync: metadata.create_all(sync, checkfirst=True))
+    names = ", ".join(sorted(metadata.tables))
     console().print(f"migrated {safe_url(url)}: {names}")
     return 0

@@ -8,7 +8,12 @@ from typing import NoReturn
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 
-from aster_forge.db import AsterForgeDbError
+from aster_forge.db import (
+    AsterForgeDbError,
+    DatabaseDriverMissingError,
+    InvalidDatabaseUrlError,
+    UnsupportedDatabaseBackendError,
+)
 from aster_forge.tasks import TaskNotFoundError, TaskStateError
 
 __all__ = ["EXIT_FAILED", "EXIT_UNREACHABLE", "CliError", "database_error", "fail", "safe_url"]
@@ -65,10 +70,13 @@ def database_error(exc: BaseException, url: str) -> CliError:
     shown = safe_url(url)
     if isinstance(exc, TaskNotFoundError | TaskStateError):
         return CliError(str(exc), EXIT_FAILED)
+    if isinstance(
+        exc, InvalidDatabaseUrlError | UnsupportedDatabaseBackendError | DatabaseDriverMissingError
+    ):
+        return CliError(f"cannot use the database URL {shown!r}: {exc}", EXIT_UNREACHABLE)
     if isinstance(exc, NoSuchModuleError):
         return CliError(
-            f"no database driver for {shown!r} (install the matching extra, e.g. "
-            "'aster-forge[postgres]')",
+            f"no SQLAlchemy dialect or driver for {shown!r}: {_first_line(str(exc))}",
             EXIT_UNREACHABLE,
         )
     if isinstance(exc, ArgumentError | ValueError) and not isinstance(

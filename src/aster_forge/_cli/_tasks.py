@@ -1,14 +1,17 @@
-"""``aster-forge tasks list|show|retry|cancel`` on the reference ``background_tasks`` table."""
+"""``aster-forge tasks list|show|retry|cancel`` on a reference task table (``--table``)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
+import sqlalchemy as sa
 from rich.table import Table
 
 from aster_forge._json import load_json
-from aster_forge.db import BackgroundTaskDbStore
+from aster_forge.db import BackgroundTaskDbStore, background_tasks_table
 from aster_forge.tasks import (
     BackgroundTaskRecord,
     TaskCancelOutcome,
@@ -17,11 +20,19 @@ from aster_forge.tasks import (
     parse_task_steps_json,
 )
 
-from ._db import checked_engine
+from ._db import checked_engine, require_table
 from ._errors import EXIT_FAILED, CliError
 from ._output import console
 
 __all__ = ["cancel_task", "list_tasks", "retry_task", "show_task", "task_dict"]
+
+
+@asynccontextmanager
+async def _store(url: str, table: str) -> AsyncIterator[BackgroundTaskDbStore]:
+    """A store on the task table ``table`` (which must exist) of the database at ``url``."""
+    async with checked_engine(url) as engine:
+        await require_table(engine, table, url)
+        yield BackgroundTaskDbStore(engine, table=background_tasks_table(sa.MetaData(), table))
 
 
 def _iso(value: Any) -> str | None:
@@ -63,6 +74,8 @@ def task_dict(record: BackgroundTaskRecord, *, detail: bool = False) -> dict[str
         "cancel_requested": record.cancel_requested,
         "claimed_by": record.claimed_by,
         "created_at": _iso(record.created_at),
+        "updated_at": _iso(record.updated_at),
+        "started_at": _iso(record.started_at),
         "finished_at": _iso(record.finished_at),
     }
     if detail:
@@ -94,11 +107,18 @@ def _progress(record: BackgroundTaskRecord) -> str:
 
 
 async def list_tasks(
-    url: str, status: str | None, kind: str | None, lane: str | None, limit: int, as_json: bool
+    url: str,
+    table: str,
+    *,
+    status: str | None = None,
+    kind: str | None = None,
+    lane: str | None = None,
+    limit: int = 50,
+    as_json: bool = False,
 ) -> int:
     """Print one page of tasks, newest first."""
-    async with checked_engine(url) as engine:
-        page = await BackgroundTaskDbStore(engine).list_tasks(
+    async with _store(url, table) as store:
+        page = await store.list_tasks(
             status=None if status is None else TaskStatus(status),
             kind=kind,
             lane=lane,
@@ -114,9 +134,9 @@ async def list_tasks(
             )
         )
         return 0
-    table = Table("ID", "KIND", "LANE", "STATUS", "ATTEMPT", "STEPS", "LAST ERROR")
+    rows = Table("ID", "KIND", "LANE", "STATUS", "ATTEMPT", "STEPS", "LAST ERROR")
     for r in page.items:
-        table.add_row(
+        rows.add_row(
             str(r.id),
             r.kind,
             r.lane,
@@ -125,7 +145,7 @@ async def list_tasks(
             _progress(r),
             (r.last_error or "")[:60],
         )
-    console().print(table)
+    console().print(rows)
     if not page.items:
         console().print("no tasks")
     return 0
@@ -138,10 +158,10 @@ async def _get(store: BackgroundTaskDbStore, task_id: int) -> BackgroundTaskReco
     return record
 
 
-async def show_task(url: str, task_id: int, as_json: bool) -> int:
-    """Print one task with its steps."""
-    async with checked_engine(url) as engine:
-        record = await _get(BackgroundTaskDbStore(engine), task_id)
+async def show_task(url: str, table: str, task_id: int, *, as_json: bool = False) -> int:
+    """Print one task with its times and steps."""
+    async with _store(url, table) as store:
+        record = await _get(store, task_id)
     data = task_dict(record, detail=True)
     if as_json:
         console().print_json(json.dumps(data))
@@ -149,7 +169,8 @@ async def show_task(url: str, task_id: int, as_json: bool) -> int:
     out = console()
     for key in ("id", "kind", "lane", "status", "attempt", "max_attempts", "run_at"):
         out.print(f"{key:>14}: {data[key]}")
-    for key in ("claimed_by", "last_error", "failure_reason", "finished_at", "dedupe_key"):
+    optional = ("created_at", "started_at", "finished_at", "updated_at", "claimed_by")
+    for key in (*optional, "last_error", "failure_reason", "dedupe_key"):
         if data[key] is not None:
             out.print(f"{key:>14}: {data[key]}")
     for key in ("payload", "result"):
@@ -165,18 +186,18 @@ async def show_task(url: str, task_id: int, as_json: bool) -> int:
     return 0
 
 
-async def retry_task(url: str, task_id: int, force: bool) -> int:
+async def retry_task(url: str, table: str, task_id: int, *, force: bool = False) -> int:
     """Put a failed/cancelled task back to pending."""
-    async with checked_engine(url) as engine:
-        record = await BackgroundTaskDbStore(engine).retry_task(task_id, force=force)
+    async with _store(url, table) as store:
+        record = await store.retry_task(task_id, force=force)
     console().print(f"task {record.id} is {record.status.value} again")
     return 0
 
 
-async def cancel_task(url: str, task_id: int) -> int:
+async def cancel_task(url: str, table: str, task_id: int) -> int:
     """Cancel a pending task, or request cancellation of a running one."""
-    async with checked_engine(url) as engine:
-        outcome = await BackgroundTaskDbStore(engine).cancel_task(task_id)
+    async with _store(url, table) as store:
+        outcome = await store.cancel_task(task_id)
     if outcome is TaskCancelOutcome.NOT_FOUND:
         raise CliError(f"task {task_id} not found", EXIT_FAILED)
     messages = {

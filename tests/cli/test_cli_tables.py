@@ -1,0 +1,120 @@
+"""The CLI on a product database: plain URLs, only the reference tables, any task table."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import sys
+from collections.abc import Coroutine
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import sqlalchemy as sa
+from click.testing import CliRunner, Result
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from aster_forge.cli import cli
+from aster_forge.db import BackgroundTaskDbStore, background_tasks_table
+from aster_forge.tasks import NewTask, TaskLease
+
+T = TypeVar("T")
+
+REFERENCE_TABLES = {"background_tasks", "runtime_leases", "scheduled_tasks"}
+
+
+def invoke(*args: str, env: dict[str, str] | None = None) -> Result:
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False, env=env)
+
+
+def on_own_loop(coro: Coroutine[Any, Any, T]) -> T:
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+async def table_names(url: str) -> set[str]:
+    engine = create_async_engine(url)
+    try:
+        async with engine.connect() as conn:
+            return set(await conn.run_sync(lambda sync: sa.inspect(sync).get_table_names()))
+    finally:
+        await engine.dispose()
+
+
+async def one_finished_task(url: str, table: str) -> int:
+    """Enqueue, claim and succeed one task on ``table``: every timestamp is set."""
+    engine = create_async_engine(url)
+    try:
+        store = BackgroundTaskDbStore(engine, table=background_tasks_table(sa.MetaData(), table))
+        enqueued = await store.enqueue(NewTask(kind="invoice", lane="billing"))
+        (claimed,) = await store.claim_due_for_lane("billing", 1, "cli-test", timedelta(minutes=1))
+        assert claimed.processing_token is not None and claimed.lease_expires_at is not None
+        lease = TaskLease(
+            task_id=claimed.id,
+            processing_token=claimed.processing_token,
+            expires_at=claimed.lease_expires_at,
+        )
+        assert await store.mark_task_succeeded(lease, '{"ok":true}', None)
+        return enqueued.record.id
+    finally:
+        await engine.dispose()
+
+
+def _plain(url: str) -> str:
+    return url.replace("postgresql+asyncpg://", "postgres://", 1)
+
+
+def test_migrate_creates_only_the_reference_tables_from_a_plain_url(
+    demo_postgres_url: str,
+) -> None:
+    result = invoke("migrate", "--database-url", _plain(demo_postgres_url))
+    assert result.exit_code == 0, result.stderr
+    assert on_own_loop(table_names(demo_postgres_url)) == REFERENCE_TABLES
+    assert "demo_audit_events" not in result.stdout
+
+
+def test_tasks_commands_use_the_table_option_and_its_env_var(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'shop.db'}"  # plain sqlite://: aiosqlite is implied
+    assert invoke("migrate", "--database-url", url, "--table", "shop_tasks").exit_code == 0
+    assert on_own_loop(table_names(url.replace("sqlite:", "sqlite+aiosqlite:"))) == {
+        "shop_tasks",
+        "runtime_leases",
+        "scheduled_tasks",
+    }
+    task_id = on_own_loop(
+        one_finished_task(url.replace("sqlite:", "sqlite+aiosqlite:"), "shop_tasks")
+    )
+
+    listed = invoke("tasks", "list", "--database-url", url, "--table", "shop_tasks")
+    assert listed.exit_code == 0 and "invoice" in listed.stdout
+    env = {"ASTER_FORGE_DATABASE_URL": url, "ASTER_FORGE_TASKS_TABLE": "shop_tasks"}
+    shown = invoke("tasks", "show", str(task_id), env=env)
+    assert shown.exit_code == 0, shown.stderr
+    lines = {line.split(":", 1)[0].strip(): line for line in shown.stdout.splitlines()}
+    for key in ("created_at", "started_at", "finished_at"):
+        assert key in lines and "20" in lines[key], shown.stdout
+
+    missing = invoke("tasks", "list", "--database-url", url)  # default: background_tasks
+    assert missing.exit_code == 2
+    assert (
+        missing.stderr.strip().splitlines() == [missing.stderr.strip()]
+        and "no table 'background_tasks'" in missing.stderr
+    )
+
+
+@pytest.mark.parametrize("name", ["", " ", "a" * 64, "bad\x00name"])
+def test_a_bad_table_name_is_a_usage_error(tmp_path: Path, name: str) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'x.db'}"
+    result = invoke("tasks", "list", "--database-url", url, "--table", name)
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: ") and len(result.stderr.strip().splitlines()) == 1
+    assert "not a table name" in result.stderr
+
+
+def test_a_missing_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "asyncpg", None)  # what an uninstalled module looks like
+    result = invoke("tasks", "list", "--database-url", "postgresql://u:secret@127.0.0.1/x")
+    assert result.exit_code == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "pip install 'aster-forge[postgres]'" in line and "secret" not in line
