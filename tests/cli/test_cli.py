@@ -208,6 +208,8 @@ def test_demo_refuses_a_busy_port(tmp_path: Path) -> None:
     [
         ("not a url", "invalid database URL"),
         ("postgresql+asyncpg://postgres@127.0.0.1:1/nope", "cannot use the database"),
+        ("postgres://postgres@127.0.0.1:1/nope", "Connect call failed"),
+        ("mysql+pymysql://root@127.0.0.1:1/nope", "'pymysql' is not an asyncio driver"),
     ],
 )
 def test_demo_database_errors(url: str, fragment: str) -> None:

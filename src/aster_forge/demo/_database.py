@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from aster_forge.db import (
     background_tasks_table,
+    normalize_database_url,
     runtime_leases_table,
     scheduled_tasks_table,
 )
@@ -77,11 +78,14 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 def open_demo_engine(url: str) -> AsyncEngine:
     """Create the async engine for ``url`` (SQLite gets WAL mode and a busy timeout).
 
+    The URL goes through :func:`aster_forge.db.normalize_database_url` first.
+
     Raises:
-        sqlalchemy.exc.ArgumentError: The URL cannot be parsed.
-        sqlalchemy.exc.NoSuchModuleError: No driver for the URL's scheme.
+        aster_forge.db.InvalidDatabaseUrlError: The URL cannot be parsed or names a
+            synchronous driver.
+        aster_forge.db.DatabaseDriverMissingError: The async driver is not installed.
     """
-    parsed = make_url(url)
+    parsed = make_url(normalize_database_url(url))
     options: dict[str, Any] = {"pool_pre_ping": True}
     if parsed.get_backend_name() == "sqlite":
         options = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}}
