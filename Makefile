@@ -8,8 +8,9 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[all,dev,docs]'
+	$(BIN)/python -m pip install --quiet --upgrade 'pip>=25.1'
+	# dev and docs are dependency groups (PEP 735): pip >= 25.1 installs them with --group.
+	$(BIN)/python -m pip install --quiet --group dev --group docs -e '.[all]'
 	touch $(STAMP)
 
 venv: $(STAMP)
