@@ -94,9 +94,9 @@ def _plain(url: str) -> str:
     return f"{plain.get(scheme, 'sqlite')}://{rest}"
 
 
-async def test_a_plain_url_opens_a_working_engine(database_url: str) -> None:
-    """A ``postgres://`` / ``mariadb://`` / ``sqlite://`` URL round-trips a microsecond UTC time."""
-    engine = create_async_engine(normalize_database_url(_plain(database_url)))
+async def assert_microsecond_round_trip(url: str) -> str:
+    """Store and read back a microsecond UTC time on ``url``; return the dialect's name."""
+    engine = create_async_engine(url)
     metadata = sa.MetaData()
     table = sa.Table("url_probe", metadata, sa.Column("at", UtcDateTime(), nullable=False))
     moment = datetime(2026, 3, 29, 1, 30, 0, 123456, tzinfo=UTC)
@@ -108,20 +108,15 @@ async def test_a_plain_url_opens_a_working_engine(database_url: str) -> None:
             await conn.run_sync(metadata.drop_all)
     finally:
         await engine.dispose()
+    return engine.dialect.name
+
+
+async def test_a_plain_url_opens_a_working_engine(database_url: str) -> None:
+    """A ``postgres://`` / ``mariadb://`` / ``sqlite://`` URL round-trips a microsecond UTC time."""
+    await assert_microsecond_round_trip(normalize_database_url(_plain(database_url)))
 
 
 async def test_utc_datetime_keeps_microseconds_on_the_mariadb_dialect(mysql_url: str) -> None:
     """An engine a product built with ``mariadb+aiomysql://`` (dialect named "mariadb")."""
-    engine = create_async_engine(mysql_url.replace("mysql+aiomysql://", "mariadb+aiomysql://"))
-    assert engine.dialect.name == "mariadb"
-    metadata = sa.MetaData()
-    table = sa.Table("url_probe_mariadb", metadata, sa.Column("at", UtcDateTime()))
-    moment = datetime(2026, 3, 29, 1, 30, 0, 123456, tzinfo=UTC)
-    try:
-        async with engine.begin() as conn:
-            await conn.run_sync(metadata.create_all)
-            await conn.execute(table.insert().values(at=moment))
-            assert (await conn.execute(sa.select(table.c.at))).scalar_one() == moment
-            await conn.run_sync(metadata.drop_all)
-    finally:
-        await engine.dispose()
+    url = mysql_url.replace("mysql+aiomysql://", "mariadb+aiomysql://")
+    assert await assert_microsecond_round_trip(url) == "mariadb"
