@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -78,6 +79,28 @@ def test_a_missing_driver_names_the_extra(
     with pytest.raises(DatabaseDriverMissingError, match=rf"aster-forge\[{extra}\]") as caught:
         normalize_database_url(url)
     assert caught.value.driver == module and caught.value.extra == extra
+
+
+def test_a_missing_dependency_of_the_driver_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in [name for name in sys.modules if name.split(".")[0] in {"aiomysql", "pymysql"}]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "pymysql", None)
+    with pytest.raises(DatabaseDriverMissingError, match=r"needs 'pymysql'.*\[mysql\]"):
+        normalize_database_url("mysql://root@db/app")
+
+
+def test_a_driver_that_fails_to_import_is_not_reported_missing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Installed but broken (e.g. a bad native build): the real error, not "install it"."""
+    (tmp_path / "asyncmy.py").write_text("raise ImportError('undefined symbol: x')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "asyncmy", raising=False)
+    with pytest.raises(ImportError, match="undefined symbol") as caught:
+        normalize_database_url("mysql+asyncmy://root@db/app")
+    assert not isinstance(caught.value, DatabaseDriverMissingError)
 
 
 def test_a_driver_outside_the_extras_names_its_package(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -48,14 +48,18 @@ _DRIVER_PACKAGES = {"asyncmy": "asyncmy"}
 def _check_driver_installed(backend: _Backend, driver: str) -> None:
     try:
         importlib.import_module(driver)
-    except ImportError:
+    except ModuleNotFoundError as exc:
+        # Only a module that is absent (the driver or one it needs, e.g. aiomysql's
+        # pymysql) means "install it"; any other import failure propagates as it is.
+        missing = (exc.name or driver).partition(".")[0]
         package = _DRIVER_PACKAGES.get(driver)
         if package is None and backend.extra is not None:
             hint = f"install the extra: pip install 'aster-forge[{backend.extra}]'"
         else:
             hint = f"install it: pip install {package or driver}"
+        what = repr(driver) if missing == driver else f"{driver!r} (it needs {missing!r})"
         raise DatabaseDriverMissingError(
-            f"the {backend.dialect} driver {driver!r} is not installed; {hint}",
+            f"the {backend.dialect} driver {what} is not installed; {hint}",
             driver=driver,
             extra=None if package is not None else backend.extra,
         ) from None
