@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,12 +12,14 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from aster_forge.db import (
+    BackgroundTaskNotificationListener,
     DatabaseDriverMissingError,
     InvalidDatabaseUrlError,
     UnsupportedDatabaseBackendError,
     UtcDateTime,
     normalize_database_url,
 )
+from aster_forge.runtime import CancellationToken
 
 
 @pytest.mark.parametrize(
@@ -143,3 +146,17 @@ async def test_utc_datetime_keeps_microseconds_on_the_mariadb_dialect(mysql_url:
     """An engine a product built with ``mariadb+aiomysql://`` (dialect named "mariadb")."""
     url = mysql_url.replace("mysql+aiomysql://", "mariadb+aiomysql://")
     assert await assert_microsecond_round_trip(url) == "mariadb"
+
+
+@pytest.mark.postgres
+async def test_the_notification_listener_takes_a_plain_postgres_url(postgres_url: str) -> None:
+    plain = postgres_url.replace("postgresql+asyncpg://", "postgres://", 1)
+    listener = BackgroundTaskNotificationListener(plain, "af_plain_url")
+    token = CancellationToken()
+    async with asyncio.TaskGroup() as group:
+        group.create_task(listener.run(token), name="listener")
+        await asyncio.wait_for(listener.wait_connected(), 10)
+        token.cancel()
+    assert listener.connects == 1
+    with pytest.raises(InvalidDatabaseUrlError, match="psycopg2"):
+        BackgroundTaskNotificationListener(plain.replace("postgres://", "postgresql+psycopg2://"))

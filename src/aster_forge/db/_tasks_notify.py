@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..runtime import CancellationToken
 from ._tasks import DEFAULT_TASK_NOTIFY_CHANNEL
+from ._url import normalize_database_url
 from .errors import UnsupportedDatabaseBackendError
 
 __all__ = ["BackgroundTaskNotificationListener", "listen_for_task_notifications"]
@@ -21,7 +22,10 @@ logger = logging.getLogger("aster_forge.db")
 
 
 def _asyncpg_dsn(url_or_engine: str | AsyncEngine) -> str:
-    url = make_url(url_or_engine.url if isinstance(url_or_engine, AsyncEngine) else url_or_engine)
+    if isinstance(url_or_engine, AsyncEngine):
+        url = url_or_engine.url
+    else:
+        url = make_url(normalize_database_url(url_or_engine))
     if url.get_backend_name() != "postgresql":
         raise UnsupportedDatabaseBackendError(
             f"task notifications need PostgreSQL, not {url.get_backend_name()!r}"
@@ -39,13 +43,16 @@ class BackgroundTaskNotificationListener:
     every (re)connect, so the caller can poll once for anything it missed.
 
     Args:
-        url_or_engine: A PostgreSQL SQLAlchemy URL (any driver) or async engine.
+        url_or_engine: A PostgreSQL URL (``postgresql://``, ``postgres://`` or
+            ``postgresql+asyncpg://``; see :func:`~aster_forge.db.normalize_database_url`)
+            or async engine.
         channel: The channel (:data:`~aster_forge.db.DEFAULT_TASK_NOTIFY_CHANNEL`).
         on_notify: The callback; exceptions from it are logged, never propagated.
         reconnect_delay: The first delay before reconnecting (doubles up to 30 s).
 
     Raises:
         UnsupportedDatabaseBackendError: When the URL is not PostgreSQL.
+        InvalidDatabaseUrlError: When the URL cannot be parsed or names a sync driver.
     """
 
     def __init__(
