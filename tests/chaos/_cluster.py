@@ -126,14 +126,25 @@ async def status_counts(engine: AsyncEngine) -> dict[str, int]:
         return {str(status): int(count) for status, count in rows}
 
 
-async def wait_all_succeeded(engine: AsyncEngine, total: int, within: float) -> dict[str, int]:
-    """Poll until every task succeeded (or the timeout passes); return the last counts."""
+async def wait_all_succeeded(
+    engine: AsyncEngine, total: int, within: float, *, stalled: float | None = None
+) -> dict[str, int]:
+    """Poll until every task succeeded (or the timeout passes); return the last counts.
+
+    With ``stalled``, give up early once the counts have not changed for that long
+    (work that is stuck for good, e.g. leases that are never rescued).
+    """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
     counts = await status_counts(engine)
+    changed = loop.time()
     while counts.get("succeeded", 0) < total and loop.time() < deadline:
+        if stalled is not None and loop.time() - changed > stalled:
+            break
         await asyncio.sleep(0.5)
-        counts = await status_counts(engine)
+        latest = await status_counts(engine)
+        if latest != counts:
+            counts, changed = latest, loop.time()
     return counts
 
 

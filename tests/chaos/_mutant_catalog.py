@@ -44,10 +44,14 @@ class Mutant:
 
 TASKS = "src/aster_forge/db/_tasks.py"
 TASKS_PG = "src/aster_forge/db/_tasks_pg.py"
-STALE = "tests/chaos/test_stale_writers.py"
+STALE_BATCHED = "tests/chaos/test_stale_writers.py::test_stale_writers_batched"
+STALE_SINGLE = "tests/chaos/test_stale_writers.py::test_stale_writers_one_statement_per_write"
 CRASH = "tests/chaos/test_worker_crashes.py::test_worker_crashes_short"
 DB_FAULTS = "tests/chaos/test_db_faults.py::test_database_faults_short"
-SHUTDOWN = "tests/chaos/test_shutdown.py"
+SHUTDOWN_MID_RELEASE = (
+    "tests/chaos/test_shutdown.py::"
+    "test_a_stop_phase_timing_out_mid_release_still_releases_every_task"
+)
 CHURN = "tests/chaos/test_leader_churn.py::test_leader_churn_short"
 TASK_CONFORMANCE = "tests/db/test_task_store.py"
 TASK_BATCHED = "tests/db/test_task_store_batched.py"
@@ -69,14 +73,14 @@ def _unfenced_single(operation: str) -> Edit:
     )
 
 
-_FENCE_TESTS = (STALE, TASK_CONFORMANCE)
+_FENCE_TESTS = (STALE_BATCHED, TASK_CONFORMANCE)
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "fence-success",
         "the single success write ignores the processing token",
         (_unfenced_single("mark task succeeded"),),
-        _FENCE_TESTS,
+        (STALE_SINGLE, TASK_CONFORMANCE),
     ),
     Mutant(
         "fence-success-batched-pg",
@@ -89,7 +93,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 ".where(t.c.id == done.c.id, t.c.status == running)",
             ),
         ),
-        (STALE, TASK_BATCHED, TASK_CONFORMANCE),
+        (STALE_BATCHED, TASK_BATCHED, TASK_CONFORMANCE),
     ),
     Mutant(
         "fence-success-batched",
@@ -147,7 +151,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 "updated_at=now[0])",
             ),
         ),
-        (TASK_CONFORMANCE,),
+        (STALE_SINGLE, TASK_CONFORMANCE),
     ),
     Mutant(
         "fence-renew-batched-pg",
@@ -164,7 +168,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 ".returning(t.c.id, leases.c.token, t.c.lease_expires_at)",
             ),
         ),
-        (STALE, TASK_BATCHED),
+        (STALE_BATCHED, TASK_BATCHED),
     ),
     Mutant(
         "fence-renew-batched",
@@ -321,7 +325,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 "            )\n",
             ),
         ),
-        (SHUTDOWN, "tests/tasks/test_execution.py", "tests/tasks/test_dispatch_worker.py"),
+        (SHUTDOWN_MID_RELEASE, "tests/tasks/test_execution.py"),
     ),
     Mutant(
         "heartbeat-ignores-lost-lease",
@@ -338,7 +342,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 "                continue\n",
             ),
         ),
-        (STALE, "tests/tasks/test_heartbeat.py"),
+        ("tests/tasks/test_heartbeat.py", "tests/tasks/test_execution.py"),
     ),
 )
 

@@ -43,7 +43,14 @@ from aster_forge.tasks import (
 from ._product import LANES, REPORT_SEQ_BASE, ChaosState, Job, Lane, execution_config
 from ._stall import WriteGate, now, stale_hook
 
-__all__ = ["REPORT_SEQ_BASE", "SIDE_TABLES", "install_side_tables", "make_hook", "writer_settings"]
+__all__ = [
+    "REPORT_SEQ_BASE",
+    "SIDE_TABLES",
+    "LoggingStore",
+    "install_side_tables",
+    "make_hook",
+    "writer_settings",
+]
 
 T = TypeVar("T")
 
@@ -173,7 +180,13 @@ class LoggingStore(BackgroundTaskDbStore):
     ) -> T:
         async def logged(held: bool) -> T:
             sent = now()
-            result = await call()
+            try:
+                result = await call()
+            except Exception as exc:
+                # A fault interrupted this write while it was on the wire.
+                for lease in leases:
+                    self._log(op, lease, False, error=type(exc).__name__)
+                raise
             extra = {"held": True, "sent": sent, "done": now()} if held else {}
             for lease, ok in zip(leases, accepted(result), strict=True):
                 self._log(op, lease, bool(ok), **extra)

@@ -127,9 +127,13 @@ def _first_failure(report: Path) -> str:
     if not report.exists():
         return ""
     for case in ET.parse(report).getroot().iter("testcase"):
-        if case.find("failure") is not None or case.find("error") is not None:
+        problem = case.find("failure")
+        if problem is None:
+            problem = case.find("error")
+        if problem is not None:
             module = case.get("classname", "").replace(".", "/")
-            return f"{module}.py::{case.get('name', '')}"
+            message = " ".join((problem.get("message") or "").split())[:160]
+            return f"{module}.py::{case.get('name', '')} ({message})"
     return ""
 
 

@@ -122,7 +122,7 @@ async def _stale_writer_run(
         stale.signal(signal.SIGUSR1)
         stale_code = await asyncio.wait_for(stale.process.wait(), 60)
         fresh.signal(signal.SIGUSR1)
-        counts = await wait_all_succeeded(engine, len(SEQS), within=60)
+        counts = await wait_all_succeeded(engine, len(SEQS), within=60, stalled=10)
     finally:
         codes = await cluster.stop_all()
     log = read_log(stale.log)

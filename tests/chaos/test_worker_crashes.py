@@ -99,7 +99,9 @@ async def _crash_run(
             at_kill.append(await _kill_in_flight(engine, cluster, victim))
             await cluster.start(victim)
             await cluster.workers[victim].wait_ready()
-        counts = await wait_all_succeeded(engine, total, within=120 + total / 20)
+        counts = await wait_all_succeeded(
+            engine, total, within=120 + total / 20, stalled=5 * lease_ms / 1000
+        )
     finally:
         codes = await cluster.stop_all()
     pm = await post_mortem(engine, total, cluster.killed)
