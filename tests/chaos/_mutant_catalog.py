@@ -46,6 +46,10 @@ TASKS = "src/aster_forge/db/_tasks.py"
 TASKS_PG = "src/aster_forge/db/_tasks_pg.py"
 STALE_BATCHED = "tests/chaos/test_stale_writers.py::test_stale_writers_batched"
 STALE_SINGLE = "tests/chaos/test_stale_writers.py::test_stale_writers_one_statement_per_write"
+TAKEN_OVER = (
+    "tests/chaos/test_stale_writers.py::"
+    "test_a_lease_taken_over_behind_a_live_workers_back_is_reported_lost"
+)
 CRASH = "tests/chaos/test_worker_crashes.py::test_worker_crashes_short"
 DB_FAULTS = "tests/chaos/test_db_faults.py::test_database_faults_short"
 SHUTDOWN_MID_RELEASE = (
@@ -342,7 +346,19 @@ MUTANTS: tuple[Mutant, ...] = (
                 "                continue\n",
             ),
         ),
-        ("tests/tasks/test_heartbeat.py", "tests/tasks/test_execution.py"),
+        (TAKEN_OVER + "[shared-heartbeat-postgres]", "tests/tasks/test_heartbeat.py"),
+    ),
+    Mutant(
+        "heartbeat-ignores-lost-lease-single",
+        "the per-task heartbeat treats a refused renewal as a transient error and retries",
+        (
+            Edit(
+                "src/aster_forge/tasks/_heartbeat.py",
+                "        if renewed is None:\n            guard.mark_lost()\n",
+                "        if renewed is None:\n            return _Outcome.FAILED\n",
+            ),
+        ),
+        (TAKEN_OVER + "[own-heartbeat-postgres]", "tests/tasks/test_heartbeat.py"),
     ),
 )
 

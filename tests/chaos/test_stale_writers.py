@@ -12,12 +12,18 @@ each held write with the fresh worker's claim is measured from the same log.
 
 The scenario runs once with the batched hot path (shared heartbeat, batched success:
 the PostgreSQL ``unnest`` statements) and once with one statement per write.
+
+The other direction: a live worker whose lease is taken over behind its back (the
+database clock jumps past the lease, another worker rescues and claims the task) must
+learn it from its next refused renewal: its body sees the lease *lost*, and it writes
+nothing more.
 """
 
 from __future__ import annotations
 
 import asyncio
 import signal
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +32,27 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aster_forge.db import BackgroundTaskDbStore, create_background_tasks_table
+from aster_forge.runtime import CancellationToken
+from aster_forge.tasks import (
+    DispatchPollConfig,
+    TaskDispatcher,
+    TaskExecutionContext,
+    TaskLeaseTermination,
+    TaskStatus,
+    run_dispatch_worker,
+)
 
 from ._cluster import Cluster, post_mortem, read_log, wait_all_succeeded
-from ._product import REPORT_SEQ_BASE, Kind, new_task
+from ._product import (
+    LANES,
+    REPORT_SEQ_BASE,
+    ChaosState,
+    Job,
+    Kind,
+    Lane,
+    execution_config,
+    new_task,
+)
 from ._stall import Mode, mode_of
 from ._worker import install_side_tables
 from .report import ScenarioResult, record
@@ -169,8 +193,8 @@ async def _stale_writer_run(
             f"writes by a non-claimant {pm.fence_violations}",
         )
     )
-    assert counts.get("succeeded") == len(SEQS), counts
     assert not problems, problems
+    assert counts.get("succeeded") == len(SEQS), counts
     assert {mode_of(seq).value for seq in SEQS} == {m.value for m in Mode}
     assert stale_code == 0 and codes == [0, 0], (stale_code, codes)
 
@@ -185,3 +209,82 @@ async def test_stale_writers_one_statement_per_write(
     engine: AsyncEngine, database_url: str, tmp_path: Path
 ) -> None:
     await _stale_writer_run(engine, database_url, tmp_path, unbatched=True)
+
+
+_CLOCK_JUMP = sa.text(
+    "UPDATE background_tasks SET lease_expires_at = now() - interval '1 second' "
+    "WHERE status = 'running'"
+)
+
+
+@pytest.mark.parametrize("unbatched", [False, True], ids=["shared-heartbeat", "own-heartbeat"])
+async def test_a_lease_taken_over_behind_a_live_workers_back_is_reported_lost(
+    engine: AsyncEngine, unbatched: bool
+) -> None:
+    await create_background_tasks_table(engine)
+    store = BackgroundTaskDbStore(engine)
+    await store.enqueue(new_task(Kind.WORK, 0, sleep_ms=60_000))
+    seen: dict[str, Any] = {}
+    started, stopped = asyncio.Event(), asyncio.Event()
+
+    async def hook(ctx: TaskExecutionContext, state: ChaosState, job: Job) -> None:
+        started.set()
+        await ctx.cancellation.wait()
+        seen["termination"] = ctx.lease_guard.termination
+        stopped.set()
+        ctx.ensure_active()
+
+    config = execution_config(
+        ChaosState(hook=hook),
+        lease_ttl=timedelta(seconds=3),
+        shutdown_grace=timedelta(milliseconds=100),
+    )
+    dispatcher = TaskDispatcher(
+        LANES,
+        config,
+        owner="worker-a",
+        shared_heartbeat=not unbatched,
+        batch_completions=not unbatched,
+    )
+    token = CancellationToken()
+    poll = DispatchPollConfig(base_interval=timedelta(milliseconds=50))
+    worker = asyncio.create_task(
+        run_dispatch_worker(store, dispatcher, token, poll=poll), name="chaos:worker-a"
+    )
+    try:
+        await asyncio.wait_for(started.wait(), 30)
+        taken = []
+        for _ in range(50):  # worker A may renew in between: jump again
+            async with engine.begin() as conn:
+                await conn.execute(_CLOCK_JUMP)
+            taken = await store.claim_due_for_lane(Lane.FAST, 1, "worker-b", timedelta(minutes=1))
+            if taken:
+                break
+        assert taken, "worker B never rescued the task"
+        await asyncio.wait_for(stopped.wait(), 10)
+    finally:
+        token.cancel()
+        await asyncio.wait_for(worker, 30)
+    row = await store.get_task(taken[0].id)
+    assert row is not None
+    record(
+        ScenarioResult(
+            scenario="lease taken over behind a live worker (database clock jump, "
+            f"{'own' if unbatched else 'shared'} heartbeat, postgres)",
+            tasks=1,
+            faults="1 lease expired early in the database, rescued and claimed by another worker",
+            lost=0,
+            duplicated=int(row.claimed_by != "worker-b"),
+            stuck=0,
+            result="pass" if seen["termination"] is TaskLeaseTermination.LOST else "FAIL",
+            extra=f"the live worker's body saw: {seen['termination']}",
+        )
+    )
+    # Learned from the refused renewal (not from its own deadline running out) ...
+    assert seen["termination"] is TaskLeaseTermination.LOST, seen
+    # ... and wrote nothing after it: the row is still worker B's claim.
+    assert (row.status, row.claimed_by, row.processing_token) == (
+        TaskStatus.RUNNING,
+        "worker-b",
+        taken[0].processing_token,
+    )

@@ -147,8 +147,8 @@ async def _crash_run(
             f"peak lane concurrency {pm.max_concurrency}",
         )
     )
-    assert counts.get("succeeded") == total, counts
     assert not problems, problems
+    assert counts.get("succeeded") == total, counts
 
 
 async def test_worker_crashes_short(engine: AsyncEngine, database_url: str, tmp_path: Path) -> None:
