@@ -121,6 +121,20 @@ async def test_sigterm_with_500_tasks_in_flight(
     await _sigterm_under_load(engine, database_url, tmp_path, tasks=500, long=True)
 
 
+def _stop_phase(
+    token: CancellationToken, worker: asyncio.Task[None], timeout: timedelta
+) -> ShutdownCoordinator:
+    """A coordinator with one phase that stops the worker (as a product runtime would)."""
+
+    async def stop_workers() -> None:
+        token.cancel()
+        await worker
+
+    coordinator = ShutdownCoordinator(grace=timedelta(milliseconds=100))
+    coordinator.phase("background-tasks", timeout, stop_workers)
+    return coordinator
+
+
 class _SlowReleaseStore(BackgroundTaskDbStore):
     """Shutdown releases that take as long as the test says (a database under load)."""
 
@@ -161,12 +175,7 @@ async def test_a_stop_phase_timing_out_mid_release_still_releases_every_task(
         await asyncio.sleep(0.01)
     assert state.running[Lane.FAST.value] == tasks
 
-    async def stop_workers() -> None:
-        token.cancel()
-        await worker
-
-    coordinator = ShutdownCoordinator(grace=timedelta(milliseconds=100))
-    coordinator.phase("background-tasks", timedelta(milliseconds=500), stop_workers)
+    coordinator = _stop_phase(token, worker, timedelta(milliseconds=500))
     try:
         report = await asyncio.wait_for(coordinator.run(), 30)
         [phase] = report.phases
@@ -232,12 +241,7 @@ async def test_a_body_ignoring_cancellation_is_reported_not_waited_on_forever() 
     ignored: list[int] = []
     store, _, token, worker = await _stubborn_setup(release, ignored)
 
-    async def stop_workers() -> None:
-        token.cancel()
-        await worker
-
-    coordinator = ShutdownCoordinator(grace=timedelta(milliseconds=100))
-    coordinator.phase("background-tasks", timedelta(seconds=2), stop_workers)
+    coordinator = _stop_phase(token, worker, timedelta(seconds=2))
     try:
         report = await asyncio.wait_for(coordinator.run(), 20)
         [phase] = report.phases
