@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -35,8 +34,6 @@ from ._product import REPORT_SEQ_BASE, ChaosState, Job
 __all__ = ["FINAL_WRITES", "Mode", "WriteGate", "mode_of", "stale_hook"]
 
 T = TypeVar("T")
-
-logger = logging.getLogger("tests.chaos.stall")
 
 
 class Mode(enum.StrEnum):

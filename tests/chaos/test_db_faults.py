@@ -39,7 +39,8 @@ from aster_forge.tasks import DispatchPollConfig, TaskDispatcher, run_dispatch_w
 from ._cluster import post_mortem, read_log, wait_all_succeeded
 from ._product import LANE_LIMITS, LANES, ChaosState, Kind, Lane, execution_config, new_task
 from ._proxy import ChaosProxy
-from ._worker import LoggingStore, install_side_tables, make_hook
+from ._worker import install_side_tables, make_hook
+from ._write_log import LoggingStore
 from .report import ScenarioResult, record
 
 pytestmark = [pytest.mark.postgres, pytest.mark.parametrize("backend", ["postgres"], indirect=True)]
