@@ -56,14 +56,16 @@ async def _kill_in_flight(engine: AsyncEngine, cluster: Cluster, slot: str) -> t
     """SIGKILL ``slot``; once its connections are gone, count the tasks it left running."""
     owner = cluster.workers[slot].owner
     await cluster.kill(slot)
-    async with engine.connect() as conn:
-        # A statement already on the wire still commits: wait for its backend to exit.
-        for _ in range(500):
+    # A statement already on the wire still commits: wait for its backend to exit (a new
+    # transaction per look: pg_stat_activity is a snapshot within one), then count at once,
+    # long before any of those leases expires.
+    for _ in range(500):
+        async with engine.connect() as conn:
             if not (await conn.execute(_BACKENDS, {"owner": owner})).scalar_one():
-                break
-            await asyncio.sleep(0.01)
-        count = int((await conn.execute(_IN_FLIGHT, {"owner": owner})).scalar_one())
-    return owner, count
+                count = int((await conn.execute(_IN_FLIGHT, {"owner": owner})).scalar_one())
+                return owner, count
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"the connections of the killed worker {owner} never closed")
 
 
 async def _crash_run(
