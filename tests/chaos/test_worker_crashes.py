@@ -99,8 +99,8 @@ async def _crash_run(
             # Only a kill that lands while the victim runs tasks tests the rescue.
             victim = await _busy_victim(engine, cluster, slots, rng)
             at_kill.append(await _kill_in_flight(engine, cluster, victim))
+            # Not waited on: until it claims, the new worker is never picked as a victim.
             await cluster.start(victim)
-            await cluster.workers[victim].wait_ready()
         counts = await wait_all_succeeded(
             engine, total, within=120 + total / 20, stalled=5 * lease_ms / 1000
         )
@@ -180,6 +180,6 @@ async def test_worker_crashes_long(engine: AsyncEngine, database_url: str, tmp_p
         kill_every=2.0,
         kills=30,
         lease_ms=2000,
-        report_sleep_ms=600,
+        report_sleep_ms=1000,
         long=True,
     )
