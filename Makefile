@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: chromium venv test lint format demo bench bench-check chaos docs clean
+.PHONY: chromium venv test lint format demo bench bench-check chaos mutants docs clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ bench-check: $(STAMP)
 
 chaos: $(STAMP)
 	$(BIN)/python -m pytest tests/chaos -m slow --timeout=900 -p no:cacheprovider
+
+# Mutation check of the reliability tests (committed tree, scratch copies; see docs/reliability.md).
+mutants: $(STAMP)
+	$(BIN)/python -m tests.chaos.mutants
 
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site

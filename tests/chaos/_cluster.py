@@ -17,8 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ._product import LANE_LIMITS, Kind, Lane, new_task
-from ._worker import REPORT_SEQ_BASE
+from ._product import LANE_LIMITS, REPORT_SEQ_BASE, Kind, Lane, new_task
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -100,13 +99,15 @@ class Cluster:
         ]
 
 
-async def enqueue_mix(engine: AsyncEngine, total: int, *, store: Any) -> None:
+async def enqueue_mix(
+    engine: AsyncEngine, total: int, *, store: Any, report_sleep_ms: int = 200
+) -> None:
     """Enqueue ``total`` tasks: every tenth a slow report, the rest fast work."""
     del engine
     batch = []
     for seq in range(total):
         if seq % 10 == 0:
-            batch.append(new_task(Kind.REPORT, REPORT_SEQ_BASE + seq, sleep_ms=200))
+            batch.append(new_task(Kind.REPORT, REPORT_SEQ_BASE + seq, sleep_ms=report_sleep_ms))
         else:
             batch.append(new_task(Kind.WORK, seq, sleep_ms=seq % 20))
         if len(batch) == 1000:
@@ -125,14 +126,25 @@ async def status_counts(engine: AsyncEngine) -> dict[str, int]:
         return {str(status): int(count) for status, count in rows}
 
 
-async def wait_all_succeeded(engine: AsyncEngine, total: int, within: float) -> dict[str, int]:
-    """Poll until every task succeeded (or the timeout passes); return the last counts."""
+async def wait_all_succeeded(
+    engine: AsyncEngine, total: int, within: float, *, stalled: float | None = None
+) -> dict[str, int]:
+    """Poll until every task succeeded (or the timeout passes); return the last counts.
+
+    With ``stalled``, give up early once the counts have not changed for that long
+    (work that is stuck for good, e.g. leases that are never rescued).
+    """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
     counts = await status_counts(engine)
+    changed = loop.time()
     while counts.get("succeeded", 0) < total and loop.time() < deadline:
+        if stalled is not None and loop.time() - changed > stalled:
+            break
         await asyncio.sleep(0.5)
-        counts = await status_counts(engine)
+        latest = await status_counts(engine)
+        if latest != counts:
+            counts, changed = latest, loop.time()
     return counts
 
 
@@ -153,6 +165,11 @@ class PostMortem:
     rescues_of_live_owners: int
     expected_rescues: int
     max_concurrency: dict[str, int]
+    fence_violations: int = 0
+    """Writes to a claimed row, while its lease was live, by a worker other than the claimant
+    (from the trigger log's ``chaos.writer``)."""
+    rescues_by_owner: dict[str, int] = field(default_factory=dict)
+    """Rescued claims per (dead) owner."""
 
     @property
     def lost(self) -> int:
@@ -168,7 +185,19 @@ class PostMortem:
     def duplicated(self) -> int:
         """Effects applied twice by live workers, concurrent live runs, double successes."""
         doubles = max(self.successes_per_task_max - 1, 0)
-        return self.live_redeliveries + self.live_overlaps + doubles + self.success_token_mismatch
+        return (
+            self.live_redeliveries
+            + self.live_overlaps
+            + doubles
+            + self.success_token_mismatch
+            + self.fence_violations
+        )
+
+
+FENCE_VIOLATIONS = sa.text(
+    "SELECT count(*) FROM chaos_writes "
+    "WHERE writer IS NOT NULL AND writer <> claimant AND NOT expired"
+)
 
 
 async def post_mortem(engine: AsyncEngine, total: int, dead: set[str]) -> PostMortem:
@@ -194,6 +223,7 @@ async def post_mortem(engine: AsyncEngine, total: int, dead: set[str]) -> PostMo
                 )
             )
         ).all()
+        violations = (await conn.execute(FENCE_VIOLATIONS)).scalar_one()
     successes: dict[int, list[Any]] = defaultdict(list)
     rescued_at: dict[str, datetime] = {}
     # When each claim ended, and whether it ended other than by its own success.
@@ -203,6 +233,7 @@ async def post_mortem(engine: AsyncEngine, total: int, dead: set[str]) -> PostMo
     successes_by_dead = 0
     rescues = 0
     rescues_live = 0
+    rescues_by_owner: dict[str, int] = defaultdict(int)
     for t in transitions:
         if t.old_token is not None and t.new_token != t.old_token:
             ended_at.setdefault(t.old_token, t.at)
@@ -226,6 +257,7 @@ async def post_mortem(engine: AsyncEngine, total: int, dead: set[str]) -> PostMo
             and t.new_attempt == t.old_attempt + 1
         ):
             rescues += 1
+            rescues_by_owner[t.old_owner] += 1
             rescued_at[t.old_token] = t.at
             if t.old_owner not in dead:
                 rescues_live += 1
@@ -284,6 +316,8 @@ async def post_mortem(engine: AsyncEngine, total: int, dead: set[str]) -> PostMo
         rescues_of_live_owners=rescues_live,
         expected_rescues=claims_by_dead - successes_by_dead,
         max_concurrency=dict(concurrency),
+        fence_violations=int(violations),
+        rescues_by_owner=dict(rescues_by_owner),
     )
 
 

@@ -45,6 +45,8 @@ class Lane(enum.StrEnum):
 
 LANE_OF = {Kind.NOOP: Lane.FAST, Kind.WORK: Lane.FAST, Kind.REPORT: Lane.REPORTS}
 LANE_LIMITS = {Lane.FAST: 8, Lane.REPORTS: 3}
+REPORT_SEQ_BASE = 1_000_000
+"""Report-lane tasks are numbered from here (the bodies tell the lane from it)."""
 
 
 class Job(pydantic.BaseModel):

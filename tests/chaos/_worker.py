@@ -4,7 +4,12 @@ Runs one dispatch worker on PostgreSQL until SIGTERM. Every task body records it
 in ``chaos_runs`` and applies a fenced, idempotent effect to ``chaos_effects`` (the
 insert only happens while this claim's token still owns the row). Every fenced store
 write is appended to LOG as a JSON line (operation, task, token, accepted) so the test
-can prove that a paused worker's late writes were refused.
+can prove that a paused worker's late writes were refused. Each connection names its
+worker (``chaos.writer``), so the trigger log in the database says who wrote each row.
+
+``--stale`` makes it the stale writer of ``_stall.py`` (SIGUSR1 opens its write gate);
+``--hold`` makes its bodies wait for SIGUSR1 before their effect; ``--unbatched`` turns
+off the shared heartbeat and the batched success (one fenced statement per write).
 """
 
 from __future__ import annotations
@@ -21,22 +26,28 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from aster_forge.db import BackgroundTaskDbStore
 from aster_forge.runtime import CancellationToken, ShutdownCoordinator
 from aster_forge.tasks import (
     DispatchPollConfig,
     TaskDispatcher,
     TaskExecutionContext,
     TaskLaneConfig,
-    TaskLease,
     TaskLeaseControlError,
     run_dispatch_worker,
 )
 
-from ._product import LANES, ChaosState, Job, Lane, execution_config
+from ._product import LANES, REPORT_SEQ_BASE, ChaosState, Job, Lane, execution_config
+from ._stall import WriteGate, stale_hook
+from ._write_log import LoggingStore
 
-REPORT_SEQ_BASE = 1_000_000
-"""Report-lane tasks are numbered from here (the body records its lane from it)."""
+__all__ = [
+    "REPORT_SEQ_BASE",
+    "SIDE_TABLES",
+    "LoggingStore",
+    "install_side_tables",
+    "make_hook",
+    "writer_settings",
+]
 
 SIDE_TABLES = """
 CREATE TABLE IF NOT EXISTS chaos_runs (
@@ -67,7 +78,36 @@ END $$ LANGUAGE plpgsql;
 DROP TRIGGER IF EXISTS chaos_transitions_trigger ON background_tasks;
 CREATE TRIGGER chaos_transitions_trigger AFTER UPDATE ON background_tasks
     FOR EACH ROW EXECUTE FUNCTION chaos_log_transition();
+CREATE TABLE IF NOT EXISTS chaos_writes (
+    id BIGSERIAL PRIMARY KEY, task_id BIGINT NOT NULL, writer TEXT, claimant TEXT,
+    old_token TEXT, new_token TEXT, new_status TEXT, expired BOOLEAN NOT NULL,
+    at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp());
+CREATE OR REPLACE FUNCTION chaos_log_write() RETURNS trigger AS $$
+BEGIN
+    -- Every write to a claimed row, with the worker that sent it: only the claimant may
+    -- write while the lease is live (a rescue or a new claim needs an expired lease).
+    IF OLD.status = 'running' AND (NEW.status IS DISTINCT FROM OLD.status
+       OR NEW.processing_token IS DISTINCT FROM OLD.processing_token
+       OR NEW.lease_expires_at IS DISTINCT FROM OLD.lease_expires_at
+       OR NEW.steps_json IS DISTINCT FROM OLD.steps_json) THEN
+        INSERT INTO chaos_writes (task_id, writer, claimant, old_token, new_token,
+            new_status, expired)
+        VALUES (NEW.id, current_setting('chaos.writer', true), OLD.claimed_by,
+            OLD.processing_token, NEW.processing_token, NEW.status,
+            OLD.lease_expires_at <= now());
+    END IF;
+    RETURN NEW;
+END $$ LANGUAGE plpgsql;
+DROP TRIGGER IF EXISTS chaos_writes_trigger ON background_tasks;
+CREATE TRIGGER chaos_writes_trigger AFTER UPDATE ON background_tasks
+    FOR EACH ROW EXECUTE FUNCTION chaos_log_write();
 """
+
+
+def writer_settings(writer: str) -> dict[str, Any]:
+    """``connect_args`` naming ``writer`` on every connection (read by the trigger)."""
+    return {"server_settings": {"chaos.writer": writer, "application_name": writer}}
+
 
 _RUN = sa.text(
     "INSERT INTO chaos_runs (task_id, token, owner, lane) VALUES (:id, :token, :owner, :lane) "
@@ -111,37 +151,13 @@ def _statements(script: str) -> list[str]:
     return parts
 
 
-class LoggingStore(BackgroundTaskDbStore):
-    """The DB store, appending every fenced write's outcome to a log file."""
+def make_hook(
+    engine: AsyncEngine, owner: str, log_fd: int, *, hold: asyncio.Event | None = None
+) -> Any:
+    """The task body: record the run, work, apply the fenced effect, finish the run.
 
-    def __init__(self, engine: AsyncEngine, log_fd: int) -> None:
-        super().__init__(engine)
-        self._fd = log_fd
-
-    def _log(self, op: str, lease: TaskLease, accepted: bool) -> None:
-        line = {"op": op, "task": lease.task_id, "token": lease.processing_token, "ok": accepted}
-        os.write(self._fd, (json.dumps(line) + "\n").encode())
-
-    async def renew_task_lease(self, lease: TaskLease, lease_ttl: timedelta) -> TaskLease | None:
-        renewed = await super().renew_task_lease(lease, lease_ttl)
-        self._log("heartbeat", lease, renewed is not None)
-        return renewed
-
-    async def mark_task_succeeded(
-        self, lease: TaskLease, result_json: str | None, steps_json: str | None
-    ) -> bool:
-        ok = await super().mark_task_succeeded(lease, result_json, steps_json)
-        self._log("succeed", lease, ok)
-        return ok
-
-    async def update_task_steps(self, lease: TaskLease, steps_json: str) -> bool:
-        ok = await super().update_task_steps(lease, steps_json)
-        self._log("steps", lease, ok)
-        return ok
-
-
-def make_hook(engine: AsyncEngine, owner: str, log_fd: int) -> Any:
-    """The task body: record the run, work, apply the fenced effect, finish the run."""
+    With ``hold``, each body waits for it after its work (before the effect).
+    """
 
     async def hook(ctx: TaskExecutionContext, state: ChaosState, job: Job) -> None:
         lease = ctx.lease
@@ -159,6 +175,8 @@ def make_hook(engine: AsyncEngine, owner: str, log_fd: int) -> Any:
                 line = {"op": "step-refused", "task": lease.task_id, "ok": False}
                 os.write(log_fd, (json.dumps(line) + "\n").encode())
                 raise
+        if hold is not None:
+            await hold.wait()
         async with engine.begin() as conn:
             applied = (await conn.execute(_EFFECT, params)).first()
             if applied is None and (await conn.execute(_OWNED, params)).first() is not None:
@@ -179,14 +197,29 @@ async def main(argv: list[str]) -> int:
     parser.add_argument(
         "--budget-ms", type=int, default=0, help="stop through a ShutdownCoordinator phase"
     )
+    parser.add_argument("--stale", action="store_true", help="hold writes (see _stall.py)")
+    parser.add_argument("--hold", action="store_true", help="bodies wait for SIGUSR1")
+    parser.add_argument("--unbatched", action="store_true", help="one statement per write")
     args = parser.parse_args(argv)
-    engine = create_async_engine(args.url, pool_size=20, max_overflow=10)
+    engine = create_async_engine(
+        args.url, pool_size=20, max_overflow=10, connect_args=writer_settings(args.owner)
+    )
     log_fd = os.open(args.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     token = CancellationToken()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, token.cancel)
-    store = LoggingStore(engine, log_fd)
-    state = ChaosState(track_done=False, hook=make_hook(engine, args.owner, log_fd))
+    gate: WriteGate | None = None
+    if args.stale:
+        gate = WriteGate(token)
+        loop.add_signal_handler(signal.SIGUSR1, gate.open)
+        hook = stale_hook(engine, args.owner, gate)
+    else:
+        hold = asyncio.Event() if args.hold else None
+        if hold is not None:
+            loop.add_signal_handler(signal.SIGUSR1, hold.set)
+        hook = make_hook(engine, args.owner, log_fd, hold=hold)
+    store = LoggingStore(engine, log_fd, gate)
+    state = ChaosState(track_done=False, hook=hook)
     config = execution_config(
         state,
         lease_ttl=timedelta(milliseconds=args.lease_ms),
@@ -195,7 +228,13 @@ async def main(argv: list[str]) -> int:
     lanes = LANES
     if args.fast_limit:
         lanes = [TaskLaneConfig(Lane.FAST, args.fast_limit), TaskLaneConfig(Lane.REPORTS, 3)]
-    dispatcher = TaskDispatcher(lanes, config, owner=args.owner)
+    dispatcher = TaskDispatcher(
+        lanes,
+        config,
+        owner=args.owner,
+        shared_heartbeat=not args.unbatched,
+        batch_completions=not args.unbatched,
+    )
     poll = DispatchPollConfig(
         base_interval=timedelta(milliseconds=50),
         max_interval=timedelta(milliseconds=200),
@@ -207,6 +246,8 @@ async def main(argv: list[str]) -> int:
         try:
             await run_dispatch_worker(store, dispatcher, token, poll=poll)
         finally:
+            if gate is not None:
+                await gate.join()
             os.close(log_fd)
             await engine.dispose()
         return 0

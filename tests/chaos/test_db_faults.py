@@ -1,5 +1,10 @@
 """Suite 3, database faults on PostgreSQL: killed backends, latency, a client-side outage.
 
+The tasks are sized so that work is in flight for the whole run: the test asserts that
+tasks were running when the outage began, that faults interrupted the worker's fenced
+writes (errors seen by the store, logged per task) and that tasks were rescued
+afterwards, so a run in which the faults touched no task fails.
+
 The workers, the runtime-lease holder and the stores talk to PostgreSQL through
 ``ChaosProxy`` (``_proxy.py``). The shared PostgreSQL server is never restarted (other
 suites use it concurrently): the outage is simulated by the proxy cutting every
@@ -31,19 +36,21 @@ from aster_forge.db import (
 from aster_forge.runtime import CancellationToken, RuntimeLeaseConfig, run_runtime_lease_supervisor
 from aster_forge.tasks import DispatchPollConfig, TaskDispatcher, run_dispatch_worker
 
-from ._cluster import post_mortem, wait_all_succeeded
-from ._product import LANES, ChaosState, Kind, execution_config, new_task
+from ._cluster import post_mortem, read_log, wait_all_succeeded
+from ._product import LANE_LIMITS, LANES, ChaosState, Kind, Lane, execution_config, new_task
 from ._proxy import ChaosProxy
 from ._worker import install_side_tables, make_hook
+from ._write_log import LoggingStore
 from .report import ScenarioResult, record
 
 pytestmark = [pytest.mark.postgres, pytest.mark.parametrize("backend", ["postgres"], indirect=True)]
 
 TERMINATE = sa.text(
-    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+    "SELECT state, pg_terminate_backend(pid) FROM pg_stat_activity "
     "WHERE datname = current_database() AND pid <> pg_backend_pid() "
     "AND application_name = 'aster-forge-chaos'"
 )
+RUNNING = sa.text("SELECT count(*) FROM background_tasks WHERE status = 'running'")
 
 
 @pytest.fixture
@@ -70,15 +77,17 @@ async def _db_fault_run(
     await install_side_tables(engine)
     async with engine.begin() as conn:
         await conn.execute(create_runtime_leases_table("postgresql", if_not_exists=True))
+    # Long enough that the fast lane (8 slots) is busy for most of the run.
+    sleep_ms = int(duration * 1000 * LANE_LIMITS[Lane.FAST] / tasks * 0.8)
     await BackgroundTaskDbStore(engine).enqueue_many(
-        [new_task(Kind.WORK, seq, sleep_ms=20) for seq in range(tasks)]
+        [new_task(Kind.WORK, seq, sleep_ms=sleep_ms) for seq in range(tasks)]
     )
     url = make_url(database_url).set(port=proxy.port)
-    faulty = create_async_engine(
-        url, connect_args={"server_settings": {"application_name": "aster-forge-chaos"}}
-    )
-    log_fd = os.open(tmp_path / "writes.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    store = BackgroundTaskDbStore(faulty)
+    settings = {"application_name": "aster-forge-chaos", "chaos.writer": "faulty-worker"}
+    faulty = create_async_engine(url, connect_args={"server_settings": settings})
+    writes = tmp_path / "writes.log"
+    log_fd = os.open(writes, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    store = LoggingStore(faulty, log_fd)
     state = ChaosState(track_done=False, hook=make_hook(faulty, "faulty-worker", log_fd))
     config = execution_config(state, lease_ttl=timedelta(seconds=3))
     token = CancellationToken()
@@ -114,6 +123,8 @@ async def _db_fault_run(
         name="chaos:faulty-lease",
     )
     terminated = 0
+    busy_terminated = 0
+    running_at_outage = 0
     outage = (0.0, 0.0)
     try:
         start = loop.time()
@@ -122,7 +133,11 @@ async def _db_fault_run(
             await asyncio.sleep(1)
             second += 1
             async with engine.connect() as conn:
-                terminated += int((await conn.execute(TERMINATE)).scalar_one())
+                killed = (await conn.execute(TERMINATE)).all()
+                if second == 5:
+                    running_at_outage = int((await conn.execute(RUNNING)).scalar_one())
+            terminated += len(killed)
+            busy_terminated += sum(1 for state, _ in killed if state != "idle")
             if second == 2:
                 proxy.latency = 0.05
             if second == 4:
@@ -140,6 +155,8 @@ async def _db_fault_run(
         await faulty.dispose()
         os.close(log_fd)
     pm = await post_mortem(engine, tasks, set())
+    interrupted = [e for e in read_log(writes) if "error" in e]
+    touched = len({e["task"] for e in interrupted})
     starts = [t for kind, t in group_events if kind == "start"]
     stops_in_outage = [
         t for kind, t in group_events if kind == "stop" and outage[0] <= t <= outage[1]
@@ -152,19 +169,24 @@ async def _db_fault_run(
         and not doubles
         and stops_in_outage
         and restarted
+        and running_at_outage > 0
+        and touched > 0
+        and pm.rescues > 0
     )
     record(
         ScenarioResult(
             scenario="database faults (proxy outage, killed backends, postgres)",
             tasks=tasks,
-            faults=f"{terminated} backends terminated, {proxy.cuts} proxy cuts, "
-            f"{proxy.refused} refused connects, 4 s outage, 2 s of +50 ms latency",
+            faults=f"{terminated} backends terminated ({busy_terminated} mid-statement or "
+            f"mid-transaction), {proxy.cuts} proxy cuts, {proxy.refused} refused connects, "
+            f"4 s outage with {running_at_outage} tasks running, 2 s of +50 ms latency",
             lost=pm.lost,
             duplicated=doubles,
             stuck=pm.stuck,
             result="pass" if ok else "FAIL",
             long=long,
-            extra=f"rescues {pm.rescues}; effects re-found after a lost lease "
+            extra=f"fenced writes interrupted by a fault {len(interrupted)} "
+            f"(on {touched} tasks); rescues {pm.rescues}; effects re-found after a lost lease "
             f"{pm.redeliveries}; lease group stopped during the outage "
             f"{len(stops_in_outage)}x and restarted after it {len(restarted)}x",
         )
@@ -174,6 +196,11 @@ async def _db_fault_run(
     assert stops_in_outage, f"the lease holder kept its group through the outage: {group_events}"
     assert restarted, f"the lease holder did not come back after the outage: {group_events}"
     assert terminated > 0
+    # Not vacuous: the faults hit work in flight.
+    assert running_at_outage > 0, "no task was running when the outage began"
+    assert touched > 0, "no fault interrupted a fenced write of a task"
+    assert pm.rescues > 0, "no task lost its lease to the outage"
+    assert pm.fence_violations == 0
 
 
 async def test_database_faults_short(

@@ -16,6 +16,8 @@ its slot. The proof comes from the side tables:
   ``scheduled_next_run_at`` of the previous firing's last claim.
 * not stuck: after the last kill the firings resume, and every instance still alive
   exits 0 on SIGTERM.
+* not vacuous: every killed holder had fired before its kill, and another instance
+  fired after it.
 """
 
 from __future__ import annotations
@@ -263,12 +265,23 @@ async def _churn_run(
         problems.append("no firing after the last kill")
     if any(code != 0 for code in codes):
         problems.append(f"exit codes {codes}")
+    # Not vacuous: each kill hit the instance doing the scheduled work (it had fired)
+    # and another instance took that work over afterwards.
+    idle_kills = [
+        owner
+        for owner, at in cluster.killed.items()
+        if not any(r.owner == owner and r.started <= at for r in rows)
+        or not any(r.owner != owner and r.started > at for r in rows)
+    ]
+    if idle_kills:
+        problems.append(f"kills that hit no firing holder or were not taken over: {idle_kills}")
     mean_takeover = statistics.fmean(verdict.takeovers) if verdict.takeovers else 0.0
     record(
         ScenarioResult(
             scenario=f"scheduled firings under leader churn ({INSTANCES} instances, postgres)",
             tasks=verdict.firings,
-            faults=f"{len(cluster.killed)} SIGKILL of the lease holder + restart",
+            faults=f"{len(cluster.killed)} SIGKILL of the lease holder + restart "
+            f"({len(cluster.killed) - len(idle_kills)} of them after it fired, then taken over)",
             lost=verdict.grid_violations + verdict.missing_effects,
             duplicated=verdict.duplicated,
             stuck=stuck,

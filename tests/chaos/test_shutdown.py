@@ -25,6 +25,7 @@ from aster_forge.tasks import (
     TaskDispatcher,
     TaskExecutionContext,
     TaskLaneConfig,
+    TaskLease,
     TaskStatus,
     run_dispatch_worker,
 )
@@ -120,6 +121,89 @@ async def test_sigterm_with_500_tasks_in_flight(
     await _sigterm_under_load(engine, database_url, tmp_path, tasks=500, long=True)
 
 
+def _stop_phase(
+    token: CancellationToken, worker: asyncio.Task[None], timeout: timedelta
+) -> ShutdownCoordinator:
+    """A coordinator with one phase that stops the worker (as a product runtime would)."""
+
+    async def stop_workers() -> None:
+        token.cancel()
+        await worker
+
+    coordinator = ShutdownCoordinator(grace=timedelta(milliseconds=100))
+    coordinator.phase("background-tasks", timeout, stop_workers)
+    return coordinator
+
+
+class _SlowReleaseStore(BackgroundTaskDbStore):
+    """Shutdown releases that take as long as the test says (a database under load)."""
+
+    def __init__(self, engine: AsyncEngine, gate: asyncio.Event) -> None:
+        super().__init__(engine)
+        self.gate = gate
+        self.entered = 0
+
+    async def release_task_for_shutdown(self, lease: TaskLease) -> bool:
+        self.entered += 1
+        await self.gate.wait()
+        return await super().release_task_for_shutdown(lease)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+async def test_a_stop_phase_timing_out_mid_release_still_releases_every_task(
+    engine: AsyncEngine,
+) -> None:
+    """The phase times out while every release is on the wire: its cancellation reaches
+    the worker, yet each release still completes (the writes are shielded)."""
+    tasks = 20
+    await create_background_tasks_table(engine)
+    gate = asyncio.Event()
+    store = _SlowReleaseStore(engine, gate)
+    await store.enqueue_many([new_task(Kind.WORK, seq, sleep_ms=120_000) for seq in range(tasks)])
+    state = ChaosState()
+    config = execution_config(state, shutdown_grace=timedelta(milliseconds=50))
+    dispatcher = TaskDispatcher([TaskLaneConfig(Lane.FAST, tasks)], config)
+    token = CancellationToken()
+    poll = DispatchPollConfig(base_interval=timedelta(milliseconds=20))
+    worker = asyncio.create_task(
+        run_dispatch_worker(store, dispatcher, token, poll=poll), name="chaos:slow-release"
+    )
+    for _ in range(1000):
+        if state.running[Lane.FAST.value] == tasks:
+            break
+        await asyncio.sleep(0.01)
+    assert state.running[Lane.FAST.value] == tasks
+
+    coordinator = _stop_phase(token, worker, timedelta(milliseconds=500))
+    try:
+        report = await asyncio.wait_for(coordinator.run(), 30)
+        [phase] = report.phases
+        held = store.entered
+    finally:
+        gate.set()
+        await asyncio.wait_for(asyncio.gather(worker, return_exceptions=True), 30)
+    async with engine.connect() as conn:
+        rows = (await conn.execute(sa.text("SELECT status, attempt FROM background_tasks"))).all()
+    pending = sum(1 for r in rows if r.status == TaskStatus.PENDING.value and r.attempt == 0)
+    record(
+        ScenarioResult(
+            scenario="shutdown: stop phase timed out mid-release (postgres)",
+            tasks=tasks,
+            faults=f"phase timeout (cancellation) with {held} releases on the wire",
+            lost=tasks - pending,
+            duplicated=0,
+            stuck=sum(1 for r in rows if r.status == TaskStatus.RUNNING.value),
+            result="pass" if pending == tasks and held == tasks else "FAIL",
+            extra=f"phase {phase.status.as_str()}; released {pending}/{tasks}, attempt not counted",
+        )
+    )
+    # Not vacuous: the timeout's cancellation arrived while every release was in flight.
+    assert held == tasks, f"only {held} releases were in flight at the timeout"
+    assert phase.status.kind is not ShutdownPhaseStatusKind.SUCCEEDED, phase
+    assert pending == tasks, rows
+
+
 async def _stubborn_setup(
     release: asyncio.Event, ignored: list[int]
 ) -> tuple[InMemoryTaskStore, TaskDispatcher[ChaosState], CancellationToken, asyncio.Task[None]]:
@@ -157,12 +241,7 @@ async def test_a_body_ignoring_cancellation_is_reported_not_waited_on_forever() 
     ignored: list[int] = []
     store, _, token, worker = await _stubborn_setup(release, ignored)
 
-    async def stop_workers() -> None:
-        token.cancel()
-        await worker
-
-    coordinator = ShutdownCoordinator(grace=timedelta(milliseconds=100))
-    coordinator.phase("background-tasks", timedelta(seconds=2), stop_workers)
+    coordinator = _stop_phase(token, worker, timedelta(seconds=2))
     try:
         report = await asyncio.wait_for(coordinator.run(), 20)
         [phase] = report.phases

@@ -1,0 +1,377 @@
+"""The mutants ``make mutants`` applies: each breaks one reliability property on purpose.
+
+A mutant is a list of exact edits (file, original snippet, replacement). The runner
+refuses a mutant whose snippet is not found exactly once, so a refactor that moves the
+code makes ``make mutants`` fail loudly instead of testing nothing. Each mutant names the
+tests that should kill it: the short chaos scenarios first (so the report says when
+chaos evidence, not only a unit check, catches it), then the conformance suites.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["CONTROL", "MUTANTS", "Edit", "Mutant"]
+
+
+@dataclass(frozen=True, slots=True)
+class Edit:
+    """Replace ``original`` (found exactly once in ``path``) with ``replacement``."""
+
+    path: str
+    original: str
+    replacement: str
+
+
+@dataclass(frozen=True, slots=True)
+class Mutant:
+    """One deliberate defect and the tests expected to catch it.
+
+    Attributes:
+        name: A short identifier (``fence-success``).
+        breaks: The property it breaks, in words.
+        edits: The edits that make the mutant.
+        tests: Pytest node ids or files, run in this order with ``-x``.
+        expect_killed: ``False`` only for the control mutant (a no-op that must survive).
+    """
+
+    name: str
+    breaks: str
+    edits: tuple[Edit, ...]
+    tests: tuple[str, ...]
+    expect_killed: bool = True
+
+
+TASKS = "src/aster_forge/db/_tasks.py"
+TASKS_PG = "src/aster_forge/db/_tasks_pg.py"
+STALE_BATCHED = "tests/chaos/test_stale_writers.py::test_stale_writers_batched"
+STALE_SINGLE = "tests/chaos/test_stale_writers.py::test_stale_writers_one_statement_per_write"
+TAKEN_OVER = (
+    "tests/chaos/test_stale_writers.py::"
+    "test_a_lease_taken_over_behind_a_live_workers_back_is_reported_lost"
+)
+CRASH = "tests/chaos/test_worker_crashes.py::test_worker_crashes_short"
+DB_FAULTS = "tests/chaos/test_db_faults.py::test_database_faults_short"
+SHUTDOWN_MID_RELEASE = (
+    "tests/chaos/test_shutdown.py::"
+    "test_a_stop_phase_timing_out_mid_release_still_releases_every_task"
+)
+CHURN = "tests/chaos/test_leader_churn.py::test_leader_churn_short"
+TASK_CONFORMANCE = "tests/db/test_task_store.py"
+TASK_BATCHED = "tests/db/test_task_store_batched.py"
+LEASE_CONFORMANCE = "tests/db/test_lease_conformance.py"
+SCHEDULED_CONFORMANCE = "tests/db/test_scheduled_conformance.py"
+
+_SINGLE_FENCE = "sa.update(t).where(self._sql.fence(lease)).values(**resolved)"
+
+
+def _unfenced_single(operation: str) -> Edit:
+    """The one ``_fenced`` write named ``operation`` loses its token predicate."""
+    return Edit(
+        TASKS,
+        _SINGLE_FENCE,
+        "sa.update(t).where(\n"
+        f"                    self._sql.fence(lease) if operation != {operation!r}\n"
+        "                    else sa.and_(t.c.id == lease.task_id, t.c.status == _RUNNING)\n"
+        "                ).values(**resolved)",
+    )
+
+
+_FENCE_TESTS = (STALE_BATCHED, TASK_CONFORMANCE)
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        "fence-success",
+        "the single success write ignores the processing token",
+        (_unfenced_single("mark task succeeded"),),
+        (STALE_SINGLE, TASK_CONFORMANCE),
+    ),
+    Mutant(
+        "fence-success-batched-pg",
+        "the PostgreSQL batched success (UPDATE ... FROM unnest) ignores the token",
+        (
+            Edit(
+                TASKS_PG,
+                ".where(t.c.id == done.c.id, t.c.processing_token == done.c.token, "
+                "t.c.status == running)",
+                ".where(t.c.id == done.c.id, t.c.status == running)",
+            ),
+        ),
+        (STALE_BATCHED, TASK_BATCHED, TASK_CONFORMANCE),
+    ),
+    Mutant(
+        "fence-success-batched",
+        "the SQLite/MariaDB batched success checks the row is running, not whose token it has",
+        (
+            Edit(
+                TASKS,
+                "ok = owned.get(lease.task_id) == lease.processing_token",
+                "ok = lease.task_id in owned",
+            ),
+            Edit(
+                TASKS,
+                '                    t.c.processing_token == sa.bindparam("b_token", '
+                "type_=sa.String()),\n",
+                "",
+            ),
+        ),
+        (TASK_BATCHED, TASK_CONFORMANCE),
+    ),
+    Mutant(
+        "fence-retry",
+        "the retry write ignores the processing token",
+        (_unfenced_single("mark task retry"),),
+        _FENCE_TESTS,
+    ),
+    Mutant(
+        "fence-fail",
+        "the permanent-failure write ignores the processing token",
+        (_unfenced_single("mark task failed"),),
+        _FENCE_TESTS,
+    ),
+    Mutant(
+        "fence-release",
+        "the shutdown release ignores the processing token",
+        (_unfenced_single("release task for shutdown"),),
+        _FENCE_TESTS,
+    ),
+    Mutant(
+        "fence-steps",
+        "the step-progress write ignores the processing token",
+        (_unfenced_single("update task steps"),),
+        _FENCE_TESTS,
+    ),
+    Mutant(
+        "fence-renew",
+        "the single lease renewal ignores the processing token",
+        (
+            Edit(
+                TASKS,
+                "                .where(self._sql.fence(lease))\n"
+                "                .values(lease_expires_at=self._sql.plus(now, lease_ttl), "
+                "updated_at=now[0])",
+                "                .where(t.c.id == lease.task_id, t.c.status == _RUNNING)\n"
+                "                .values(lease_expires_at=self._sql.plus(now, lease_ttl), "
+                "updated_at=now[0])",
+            ),
+        ),
+        (STALE_SINGLE, TASK_CONFORMANCE),
+    ),
+    Mutant(
+        "fence-renew-batched-pg",
+        "the PostgreSQL batched renewal (UPDATE ... FROM unnest) ignores the token",
+        (
+            Edit(
+                TASKS_PG,
+                ".where(t.c.id == leases.c.id, t.c.processing_token == leases.c.token)",
+                ".where(t.c.id == leases.c.id)",
+            ),
+            Edit(
+                TASKS_PG,
+                ".returning(t.c.id, t.c.processing_token, t.c.lease_expires_at)",
+                ".returning(t.c.id, leases.c.token, t.c.lease_expires_at)",
+            ),
+        ),
+        (STALE_BATCHED, TASK_BATCHED),
+    ),
+    Mutant(
+        "fence-renew-batched",
+        "the SQLite/MariaDB batched renewal ignores the token",
+        (
+            Edit(
+                TASKS,
+                "                stmt = (\n"
+                "                    sa.update(t)\n"
+                "                    .where(self._sql.fence(lease))\n"
+                "                    .values(lease_expires_at=expires, updated_at=now[0])",
+                "                stmt = (\n"
+                "                    sa.update(t)\n"
+                "                    .where(t.c.id == lease.task_id, t.c.status == _RUNNING)\n"
+                "                    .values(lease_expires_at=expires, updated_at=now[0])",
+            ),
+        ),
+        (TASK_BATCHED,),
+    ),
+    Mutant(
+        "rescue-off-pg",
+        "the PostgreSQL claim never rescues an expired lease",
+        (
+            Edit(
+                TASKS_PG,
+                "WHERE lane = :lane AND status = 'running' AND lease_expires_at <= now()",
+                "WHERE lane = :lane AND status = 'running' AND false",
+            ),
+        ),
+        (CRASH, TASK_CONFORMANCE),
+    ),
+    Mutant(
+        "rescue-off",
+        "the portable rescue (SQLite/MariaDB) never runs",
+        (
+            Edit(
+                TASKS,
+                "    async def _rescue(self, conn: AsyncConnection, lane: str, now: tuple[Any, "
+                "Any]) -> None:\n",
+                "    async def _rescue(self, conn: AsyncConnection, lane: str, now: tuple[Any, "
+                "Any]) -> None:\n        return\n",
+            ),
+        ),
+        (TASK_CONFORMANCE,),
+    ),
+    Mutant(
+        "dedupe-plain-insert",
+        "enqueue inserts without looking up the dedupe key first (no insert-or-get)",
+        (
+            Edit(
+                "src/aster_forge/db/_tasks_enqueue.py",
+                "rows = await conn.execute(sa.select(*self._cols).where("
+                "t.c.dedupe_key.in_(chunk)))",
+                "rows = await conn.execute(sa.select(*self._cols).where(sa.false()))",
+            ),
+        ),
+        (TASK_CONFORMANCE,),
+    ),
+    Mutant(
+        "scheduled-claim-exclusive",
+        "a scheduled firing can be claimed while another instance's claim is live",
+        (
+            Edit(
+                "src/aster_forge/db/_scheduled_tasks.py",
+                "                    sa.or_(t.c.claimed_by.is_(None), "
+                "t.c.claim_expires_at <= now),\n",
+                "",
+            ),
+        ),
+        (CHURN, SCHEDULED_CONFORMANCE),
+    ),
+    Mutant(
+        "scheduled-claim-owner",
+        "renewal and completion of a scheduled claim do not check who owns it",
+        (
+            Edit(
+                "src/aster_forge/db/_scheduled_tasks.py",
+                "            t.c.claimed_by == claim.owner_id,\n"
+                "            t.c.last_claimed_at == claim.claimed_at,\n",
+                "",
+            ),
+        ),
+        (CHURN, SCHEDULED_CONFORMANCE),
+    ),
+    Mutant(
+        "runtime-lease-renew-owner",
+        "any owner may renew a runtime lease",
+        (
+            Edit(
+                "src/aster_forge/db/_runtime_leases.py",
+                "                    t.c.lease_id == lease_id,\n"
+                "                    t.c.owner_id == owner_id,\n"
+                "                    t.c.expires_at > now,\n",
+                "                    t.c.lease_id == lease_id,\n"
+                "                    t.c.expires_at > now,\n",
+            ),
+        ),
+        (LEASE_CONFORMANCE,),
+    ),
+    Mutant(
+        "runtime-lease-release-owner",
+        "any owner may release (delete) a runtime lease",
+        (
+            Edit(
+                "src/aster_forge/db/_runtime_leases.py",
+                "sa.delete(t).where(t.c.lease_id == lease_id, t.c.owner_id == owner_id)",
+                "sa.delete(t).where(t.c.lease_id == lease_id)",
+            ),
+        ),
+        (LEASE_CONFORMANCE,),
+    ),
+    Mutant(
+        "batch-writer-retry-any",
+        "the batch writer's retry_failed() resumes after a PERMANENT or UNKNOWN_COMMIT failure",
+        (
+            Edit(
+                "src/aster_forge/runtime/_buffered_types.py",
+                "        return self.failure_class is WriteFailureClass.RETRYABLE\n",
+                "        return True\n",
+            ),
+        ),
+        ("tests/runtime/test_buffered_failures.py", "tests/runtime/test_buffered_basics.py"),
+    ),
+    Mutant(
+        "shutdown-release-unshielded",
+        "the shutdown release write is not shielded from the caller's cancellation",
+        (
+            Edit(
+                "src/aster_forge/tasks/_execution.py",
+                "            await _shielded(\n"
+                "                _write(store, task, guard, ctx, decision, attempt, config, "
+                "started),\n"
+                '                name=f"aster-forge:task-release-{task.id}",\n'
+                "            )\n",
+                "            await _write(store, task, guard, ctx, decision, attempt, config, "
+                "started)\n",
+            ),
+            Edit(
+                "src/aster_forge/tasks/_execution.py",
+                "            report = await _shielded(\n"
+                "                _write(store, task, guard, ctx, decision, attempt, config, "
+                "started),\n"
+                '                name=f"aster-forge:task-outcome-{task.id}",\n'
+                "            )\n",
+                "            report = await (\n"
+                "                _write(store, task, guard, ctx, decision, attempt, config, "
+                "started)\n"
+                "                if decision.plan is _Plan.RELEASE\n"
+                "                else _shielded(\n"
+                "                    _write(store, task, guard, ctx, decision, attempt, config, "
+                "started),\n"
+                '                    name=f"aster-forge:task-outcome-{task.id}",\n'
+                "                )\n"
+                "            )\n",
+            ),
+        ),
+        (SHUTDOWN_MID_RELEASE, "tests/tasks/test_execution.py"),
+    ),
+    Mutant(
+        "heartbeat-ignores-lost-lease",
+        "the shared heartbeat keeps a lease whose renewal was refused (no lease-lost signal)",
+        (
+            Edit(
+                "src/aster_forge/tasks/_heartbeat.py",
+                "            guard = entry.guard\n"
+                "            if renewed is None:\n"
+                "                guard.mark_lost()\n",
+                "            guard = entry.guard\n"
+                "            if renewed is None:\n"
+                "                entry.next_due = started + self._interval\n"
+                "                continue\n",
+            ),
+        ),
+        (TAKEN_OVER + "[shared-heartbeat-postgres]", "tests/tasks/test_heartbeat.py"),
+    ),
+    Mutant(
+        "heartbeat-ignores-lost-lease-single",
+        "the per-task heartbeat treats a refused renewal as a transient error and retries",
+        (
+            Edit(
+                "src/aster_forge/tasks/_heartbeat.py",
+                "        if renewed is None:\n            guard.mark_lost()\n",
+                "        if renewed is None:\n            return _Outcome.FAILED\n",
+            ),
+        ),
+        (TAKEN_OVER + "[own-heartbeat-postgres]", "tests/tasks/test_heartbeat.py"),
+    ),
+)
+
+CONTROL = Mutant(
+    "control-no-op",
+    "nothing (a no-op edit): must SURVIVE, or the runner itself is broken",
+    (
+        Edit(
+            TASKS,
+            '"""Fenced: store step progress."""',
+            '"""Fenced: store step progress."""  # no-op mutant',
+        ),
+    ),
+    (TASK_CONFORMANCE + "::test_in_memory_store",),
+    expect_killed=False,
+)
