@@ -26,6 +26,7 @@ from ._scheduled_tasks import (
     scheduled_tasks_table,
 )
 from ._time import DatabaseBackend, UtcDateTime
+from ._url import normalize_database_url
 from .errors import (
     DatabaseConflictError,
     DatabaseDataError,
@@ -76,6 +77,7 @@ __all__ = [
     "database_component_after",
     "database_health_component",
     "listen_for_task_notifications",
+    "normalize_database_url",
     "runtime_leases_table",
     "scheduled_tasks_table",
 ]
