@@ -1,0 +1,108 @@
+"""``aster-forge migrate module:forge`` and ``aster-forge worker module:forge [--http]``."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from aster_forge.tasks import TaskStatus
+
+from ..cli._support import CLI, REPO, cli_env, free_port
+from ..conftest import drop_all_tables
+from ._product import URL_ENV, build_forge
+
+TARGET = "tests.forge._product:forge"
+
+
+@pytest.fixture
+async def url(database_url: str) -> AsyncIterator[str]:
+    """The backend's URL; every table is dropped afterwards."""
+    yield database_url
+    engine = create_async_engine(database_url)
+    try:
+        await drop_all_tables(engine)
+    finally:
+        await engine.dispose()
+
+
+def _run(*args: str, url: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args],
+        cwd=REPO,
+        env=cli_env(**{URL_ENV: url}),
+        capture_output=True,
+        text=True,
+        timeout=50,
+        check=False,
+    )
+
+
+async def test_migrate_then_worker_runs_tasks_and_serves_health(
+    url: str, backend: str, tmp_path: Path
+) -> None:
+    migrated = await asyncio.to_thread(_run, "migrate", TARGET, url=url)
+    assert migrated.returncode == 0, migrated.stderr
+    assert "background_tasks, runtime_leases, scheduled_tasks" in migrated.stdout
+    port = free_port()
+    log = (tmp_path / "worker.log").open("w+")
+    worker = subprocess.Popen(  # noqa: ASYNC220 - started once, waited in a thread
+        [*CLI, "worker", TARGET, "--http", f"127.0.0.1:{port}"],
+        cwd=REPO,
+        env=cli_env(**{URL_ENV: url}),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    producer = build_forge(url)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            for _ in range(400):
+                try:
+                    ready = await client.get("/readyz")
+                    if ready.status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                await asyncio.sleep(0.05)
+            assert ready.status_code == 200, ready.text
+            made = await producer.tasks[0].enqueue("hello")
+            for _ in range(600):
+                record = await producer.backend.task_store.get_task(made.record.id)
+                assert record is not None
+                if record.status.is_terminal:
+                    break
+                await asyncio.sleep(0.025)
+            assert (
+                record is not None
+                and record.status is TaskStatus.SUCCEEDED
+                and record.result_json == '"HELLO"'
+            )
+            lanes = (await client.get("/api/lanes")).json()
+            assert "mail" in str(lanes)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(worker.wait, 30)
+        await producer.aclose()
+        log.seek(0)
+        output = log.read()
+        log.close()
+    assert code == 0, output
+    assert "background_tasks" in output  # the shutdown report
+    # The NOTIFY listener runs by default on PostgreSQL, with no product code.
+    assert ("task_notifications" in output) is (backend == "postgres"), output
+
+
+def test_worker_rejects_a_target_that_is_not_a_forge() -> None:
+    result = _run("worker", "tests.forge._product:build_forge", url="memory://")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "error: tests.forge._product:build_forge is a function, not a Forge"
+    )
+    bad = _run("worker", TARGET, "--http", "nowhere", url="memory://")
+    assert bad.returncode == 2 and "--http expects HOST:PORT" in bad.stderr
