@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -111,11 +111,11 @@ def test_periodic_declaration_errors() -> None:
     with pytest.raises(ForgeDeclarationError, match="positive timedelta"):
         forge.periodic(every=timedelta(0))(job)
 
-    async def takes_payload(ctx: TaskExecutionContext, payload: Thumbnail) -> None:
+    async def payload_and_state(ctx: TaskExecutionContext, payload: Thumbnail, state: Shop) -> None:
         return None
 
     with pytest.raises(ForgeDeclarationError, match="scheduled_at: datetime"):
-        forge.periodic(every=timedelta(minutes=5))(takes_payload)
+        forge.periodic(every=timedelta(minutes=5))(payload_and_state)
 
 
 async def test_declarations_freeze_once_the_forge_is_used() -> None:
@@ -291,12 +291,22 @@ async def test_resources_open_before_the_workers_and_close_after() -> None:
     assert record is not None and record.result_json == '"from-resources"'
 
 
-def test_a_periodic_job_is_a_task_with_a_schedule() -> None:
-    forge = _memory()
+async def test_a_periodic_job_is_a_task_with_a_schedule_taking_time_or_state() -> None:
+    forge = Forge("memory://", state=Shop(prefix="shop"))
+    seen: list[object] = []
 
     @forge.periodic(every=timedelta(minutes=5))
     async def cleanup(ctx: TaskExecutionContext, scheduled_at: datetime) -> None:
-        return None
+        seen.append(scheduled_at)
+
+    @forge.periodic(every=timedelta(hours=1), name="report.hourly")
+    async def report(ctx: TaskExecutionContext, shop: Shop) -> str:
+        return shop.prefix
 
     assert cleanup.name == "cleanup" and cleanup.every == timedelta(minutes=5)
-    assert cleanup.task in forge.tasks and forge.periodics == (cleanup,)
+    assert forge.periodics == (cleanup, report) and report.task in forge.tasks
+    at = datetime(2026, 12, 1, 10, 5, tzinfo=UTC)
+    await cleanup.task.enqueue(at)
+    await report.task.enqueue()  # run a job now, outside its schedule
+    drained = await forge.drain()
+    assert seen == [at] and drained.of("report.hourly")[0].result_json == '"shop"'

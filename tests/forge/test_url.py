@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from aster_forge.db import UnsupportedDatabaseBackendError, normalize_database_url
+from aster_forge.db import AsterForgeDbError, normalize_database_url
 
 
 @pytest.mark.parametrize(
@@ -24,5 +24,5 @@ def test_plain_schemes_get_the_async_driver(url: str, expected: str) -> None:
 
 @pytest.mark.parametrize("url", ["oracle://scott@db/x", "oracle+cx://scott@db/x", "::nope"])
 def test_other_backends_are_a_typed_error(url: str) -> None:
-    with pytest.raises(UnsupportedDatabaseBackendError):
+    with pytest.raises(AsterForgeDbError):
         normalize_database_url(url)

@@ -40,8 +40,8 @@ from ._backend import ForgeBackend
 from ._drain import ForgeDrainResult, drain_forge
 from ._lifespan import run_forge
 from ._new_task import new_task
-from ._periodic import ForgePeriodic, check_periodic_payload
-from ._signature import read_body
+from ._periodic import ForgePeriodic, periodic_shape
+from ._signature import BodyShape, read_body
 from ._task import ForgeTask
 from ._worker import HTTP_COMPONENT, ForgeWorker, ForgeWorkerSettings
 from .errors import ForgeDeclarationError, ForgeStateError
@@ -245,8 +245,9 @@ class Forge:
     ) -> Callable[[Callable[..., Any]], ForgePeriodic]:
         """Declare a periodic job, run once per firing across every instance.
 
-        Each firing enqueues one task of the job's kind (its body is ``()``, ``(ctx)``
-        or ``(ctx, scheduled_at: datetime)``) with the firing's dedupe key. Firings
+        Each firing enqueues one task of the job's kind with the firing's dedupe key;
+        the body is ``()``, ``(ctx)``, ``(ctx, state)``, ``(ctx, scheduled_at:
+        datetime)`` or ``(ctx, scheduled_at: datetime, state)``. Firings
         missed while every instance was down run once, not once each.
 
         Args:
@@ -274,9 +275,10 @@ class Forge:
 
         def declare(body: Callable[..., Any]) -> ForgePeriodic:
             job = name if name is not None else getattr(body, "__name__", "")
-            check_periodic_payload(job, read_body(body, what=f"periodic job {job!r}").payload_type)
+            shape = periodic_shape(job, read_body(body, what=f"periodic job {job!r}"))
             task = self._declare_task(
                 body,
+                shape=shape,
                 name=job,
                 lane=lane,
                 max_attempts=max_attempts,
@@ -319,6 +321,7 @@ class Forge:
         self,
         body: Callable[..., Any],
         *,
+        shape: BodyShape | None = None,
         name: str | None,
         lane: str | None,
         max_attempts: int,
@@ -342,7 +345,7 @@ class Forge:
         task = ForgeTask(
             self,
             body,
-            read_body(body, what=what),
+            shape if shape is not None else read_body(body, what=what),
             name=wire,
             lane=lane,
             max_attempts=max_attempts,

@@ -9,29 +9,38 @@ a crash never creates a second row.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..tasks import LeasedScheduledRuntime, ScheduledTaskOutcome, ScheduledTaskRun
+from ._signature import BodyShape
 from ._task import ForgeTask
 from .errors import ForgeDeclarationError
 
 if TYPE_CHECKING:
     from ._app import Forge
 
-__all__ = ["ForgePeriodic", "check_periodic_payload"]
+__all__ = ["ForgePeriodic", "periodic_shape"]
 
 
-def check_periodic_payload(name: str, payload_type: Any) -> None:
-    """A periodic body takes no payload, or the firing time as a ``datetime``.
+def periodic_shape(name: str, shape: BodyShape) -> BodyShape:
+    """A periodic body's arguments: ``()``, ``(ctx)``, ``(ctx, state)``,
+    ``(ctx, scheduled_at: datetime)`` or ``(ctx, scheduled_at: datetime, state)``.
+
+    A second parameter not annotated ``datetime`` receives the state.
 
     Raises:
-        ForgeDeclarationError: Any other payload type.
+        ForgeDeclarationError: A third parameter after a non-``datetime`` second one.
     """
-    if payload_type is not None and payload_type is not datetime:
-        raise ForgeDeclarationError(
-            f"periodic job {name!r}: the body takes (), (ctx) or (ctx, scheduled_at: datetime)"
-        )
+    if not shape.takes_payload or shape.payload_type is datetime:
+        return shape
+    if shape.takes_ctx and not shape.takes_state:
+        return dataclasses.replace(shape, takes_payload=False, takes_state=True, payload_type=None)
+    raise ForgeDeclarationError(
+        f"periodic job {name!r}: the body takes (), (ctx), (ctx, state), "
+        "(ctx, scheduled_at: datetime) or (ctx, scheduled_at: datetime, state)"
+    )
 
 
 class ForgePeriodic:
