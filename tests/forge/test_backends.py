@@ -172,6 +172,9 @@ async def test_two_instances_run_each_periodic_firing_once(forge_url: str) -> No
     keys = [row.dedupe_key for row in rows.items]
     assert all(key is not None and key.startswith("scheduled:shop:cleanup:") for key in keys)
     assert len(keys) == len(set(keys))
+    # Both instances shared one catalog row: every executed firing was claimed there once.
+    row = await second.backend.scheduled_store.get_scheduled_task("shop", "cleanup")
+    assert row is not None and row.run_count >= len(set(firings))
     await first.aclose()
     await second.aclose()
 
