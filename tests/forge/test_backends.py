@@ -7,6 +7,7 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
+from typing import Any
 
 import httpx
 import pytest
@@ -147,17 +148,24 @@ async def test_enqueue_sync_from_a_thread_reaches_the_running_worker(forge_url: 
     await forge.aclose()
 
 
-async def test_two_instances_run_each_periodic_firing_once(forge_url: str) -> None:
+@pytest.mark.parametrize(
+    "schedule",
+    [{"every": timedelta(milliseconds=250)}, {"cron": "* * * * * *"}],
+    ids=["every", "cron"],
+)
+async def test_two_instances_run_each_periodic_firing_once(
+    forge_url: str, schedule: dict[str, Any]
+) -> None:
     fired: list[tuple[int, datetime]] = []
     enough = asyncio.Event()
 
     def instance(number: int) -> Forge:
         forge = _forge(forge_url, name="shop")
 
-        @forge.periodic(every=timedelta(milliseconds=250))
+        @forge.periodic(**schedule)
         async def cleanup(ctx: TaskExecutionContext, scheduled_at: datetime) -> None:
             fired.append((number, scheduled_at))
-            if len(fired) >= 4:
+            if len(fired) >= 3:
                 enough.set()
 
         return forge

@@ -7,16 +7,18 @@ import signal
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from aster_forge.tasks import TaskStatus
 
 from ..cli._support import CLI, REPO, cli_env, free_port
 from ..conftest import drop_all_tables
-from ._product import URL_ENV, build_forge
+from ._product import CRON_ENV, URL_ENV, build_forge, ticks
 
 TARGET = "tests.forge._product:forge"
 
@@ -96,6 +98,42 @@ async def test_migrate_then_worker_runs_tasks_and_serves_health(
     assert "background_tasks" in output  # the shutdown report
     # The NOTIFY listener runs by default on PostgreSQL, with no product code.
     assert ("task_notifications" in output) is (backend == "postgres"), output
+
+
+async def test_two_worker_processes_run_each_cron_firing_once(url: str, tmp_path: Path) -> None:
+    migrated = await asyncio.to_thread(_run, "migrate", TARGET, url=url)
+    assert migrated.returncode == 0, migrated.stderr
+    env = cli_env(**{URL_ENV: url, CRON_ENV: "1"})
+    logs = [(tmp_path / f"worker-{n}.log").open("w+") for n in range(2)]
+    workers = [
+        subprocess.Popen(  # noqa: ASYNC220 - started once, waited in a thread
+            [*CLI, "worker", TARGET], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+        for log in logs
+    ]
+    engine = create_async_engine(url)
+    try:
+        rows: list[sa.Row[Any]] = []
+        for _ in range(600):
+            async with engine.connect() as conn:
+                rows = list((await conn.execute(sa.select(ticks))).all())
+            if len(rows) >= 3:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        for worker in workers:
+            worker.send_signal(signal.SIGTERM)
+        codes = [await asyncio.to_thread(worker.wait, 30) for worker in workers]
+        await engine.dispose()
+        outputs = []
+        for log in logs:
+            log.seek(0)
+            outputs.append(log.read())
+            log.close()
+    assert codes == [0, 0], outputs
+    firings = [row.scheduled_at for row in rows]
+    assert len(firings) >= 3, outputs
+    assert len(firings) == len(set(firings)), f"a cron firing ran twice: {firings}"
 
 
 def test_worker_rejects_a_target_that_is_not_a_forge() -> None:

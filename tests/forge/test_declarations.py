@@ -19,6 +19,8 @@ from aster_forge import (
 from aster_forge.tasks import (
     ClaimedTaskOutcome,
     ClassifiedTaskError,
+    CronSchedule,
+    IntervalSchedule,
     TaskRetryClass,
     TaskStatus,
 )
@@ -110,6 +112,15 @@ def test_periodic_declaration_errors() -> None:
         forge.periodic()(job)
     with pytest.raises(ForgeDeclarationError, match="positive timedelta"):
         forge.periodic(every=timedelta(0))(job)
+    with pytest.raises(ForgeDeclarationError, match="invalid cron expression"):
+        forge.periodic(cron="61 * * * *")(job)
+    with pytest.raises(ForgeDeclarationError, match="Mars/Olympus"):
+        forge.periodic(cron="*/5 * * * *", timezone="Mars/Olympus")(job)
+    with pytest.raises(ForgeDeclarationError, match="timezone= applies to cron="):
+        forge.periodic(every=timedelta(minutes=5), timezone="Europe/Paris")(job)
+    with pytest.raises(ForgeDeclarationError, match="exactly one"):
+        forge.periodic(every=timedelta(minutes=5), cron="*/5 * * * *")(job)
+    assert forge.tasks == ()  # nothing half-declared
 
     async def payload_and_state(ctx: TaskExecutionContext, payload: Thumbnail, state: Shop) -> None:
         return None
@@ -299,12 +310,14 @@ async def test_a_periodic_job_is_a_task_with_a_schedule_taking_time_or_state() -
     async def cleanup(ctx: TaskExecutionContext, scheduled_at: datetime) -> None:
         seen.append(scheduled_at)
 
-    @forge.periodic(every=timedelta(hours=1), name="report.hourly")
+    @forge.periodic(cron="0 * * * *", timezone="Europe/Paris", name="report.hourly")
     async def report(ctx: TaskExecutionContext, shop: Shop) -> str:
         return shop.prefix
 
-    assert cleanup.name == "cleanup" and cleanup.every == timedelta(minutes=5)
+    assert cleanup.name == "cleanup"
+    assert cleanup.schedule == IntervalSchedule(timedelta(minutes=5))
     assert forge.periodics == (cleanup, report) and report.task in forge.tasks
+    assert report.schedule == CronSchedule("0 * * * *", timezone="Europe/Paris")
     at = datetime(2026, 12, 1, 10, 5, tzinfo=UTC)
     await cleanup.task.enqueue(at)
     await report.task.enqueue()  # run a job now, outside its schedule

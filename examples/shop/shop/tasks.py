@@ -31,7 +31,7 @@ async def send_confirmation(ctx: TaskExecutionContext, payload: Confirmation, sh
     return body
 
 
-@forge.periodic(every=timedelta(minutes=5))
+@forge.periodic(cron="*/5 * * * *")
 async def expire_carts(ctx: TaskExecutionContext, shop: Shop) -> int:
     cutoff = datetime.now(UTC) - timedelta(days=1)
     async with shop.engine.begin() as conn:

@@ -40,7 +40,7 @@ from ._backend import ForgeBackend
 from ._drain import ForgeDrainResult, drain_forge
 from ._lifespan import run_forge
 from ._new_task import new_task
-from ._periodic import ForgePeriodic, periodic_shape
+from ._periodic import ForgePeriodic, periodic_schedule, periodic_shape
 from ._signature import BodyShape, read_body
 from ._task import ForgeTask
 from ._worker import HTTP_COMPONENT, ForgeWorker, ForgeWorkerSettings
@@ -251,10 +251,11 @@ class Forge:
         missed while every instance was down run once, not once each.
 
         Args:
-            every: The period.
-            cron: A cron expression (not available yet: needs the cron schedule primitive).
-            timezone: The cron expression's time zone.
-            initial_delay: Delay of the very first firing.
+            every: The period (firings on a grid from the first one).
+            cron: A cron expression, five fields or six with leading seconds (the
+                ``cron`` extra); DST-safe on ``timezone``'s wall clock.
+            timezone: The cron expression's IANA time zone (default UTC).
+            initial_delay: Delay of the very first firing (``every=`` only).
             name: The job's stable name (default: the function's name).
             lane: The lane its task runs in.
             max_attempts: Attempts of each firing's task.
@@ -262,16 +263,12 @@ class Forge:
 
         Raises:
             ForgeDeclarationError: Neither or both of ``every``/``cron``, a non-positive
-                interval, or any error :meth:`task` raises.
+                interval, a bad cron expression or timezone, the ``cron`` extra missing,
+                or any error :meth:`task` raises.
         """
-        if (every is None) == (cron is None):
-            raise ForgeDeclarationError("a periodic job takes exactly one of every= or cron=")
-        if cron is not None or timezone is not None:
-            raise ForgeDeclarationError(
-                "cron= schedules need the cron schedule primitive; use every= for now"
-            )
-        if not isinstance(every, timedelta) or every <= timedelta(0):
-            raise ForgeDeclarationError(f"every= must be a positive timedelta, got {every!r}")
+        schedule = periodic_schedule(
+            every=every, cron=cron, timezone=timezone, initial_delay=initial_delay
+        )
 
         def declare(body: Callable[..., Any]) -> ForgePeriodic:
             job = name if name is not None else getattr(body, "__name__", "")
@@ -286,7 +283,7 @@ class Forge:
                 timeout=timeout,
                 error_classifier=None,
             )
-            periodic = ForgePeriodic(task, every=every, initial_delay=initial_delay)
+            periodic = ForgePeriodic(task, schedule=schedule)
             self._periodics.append(periodic)
             return periodic
 

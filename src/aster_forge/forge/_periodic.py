@@ -13,7 +13,17 @@ import dataclasses
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ..tasks import LeasedScheduledRuntime, ScheduledTaskOutcome, ScheduledTaskRun
+from ..tasks import (
+    CronExtraMissingError,
+    CronSchedule,
+    IntervalSchedule,
+    LeasedScheduledRuntime,
+    PeriodicTaskConfigError,
+    Schedule,
+    ScheduledTaskOutcome,
+    ScheduledTaskRun,
+    ScheduledTaskValueError,
+)
 from ._signature import BodyShape
 from ._task import ForgeTask
 from .errors import ForgeDeclarationError
@@ -21,7 +31,37 @@ from .errors import ForgeDeclarationError
 if TYPE_CHECKING:
     from ._app import Forge
 
-__all__ = ["ForgePeriodic", "periodic_shape"]
+__all__ = ["ForgePeriodic", "periodic_schedule", "periodic_shape"]
+
+
+def periodic_schedule(
+    *,
+    every: timedelta | None,
+    cron: str | None,
+    timezone: str | None,
+    initial_delay: timedelta | None,
+) -> Schedule:
+    """The primitive schedule for ``every=`` or ``cron=`` (checked now, at declaration).
+
+    Raises:
+        ForgeDeclarationError: Neither or both given, ``timezone`` without ``cron``,
+            ``initial_delay`` with ``cron``, a bad interval, expression or timezone, or
+            the ``cron`` extra missing.
+    """
+    if (every is None) == (cron is None):
+        raise ForgeDeclarationError("a periodic job takes exactly one of every= or cron=")
+    try:
+        if cron is not None:
+            if initial_delay is not None:
+                raise ForgeDeclarationError("initial_delay= applies to every=, not cron=")
+            return CronSchedule(cron, timezone=timezone if timezone is not None else "UTC")
+        if timezone is not None:
+            raise ForgeDeclarationError("timezone= applies to cron=, not every=")
+        if not isinstance(every, timedelta) or every <= timedelta(0):
+            raise ForgeDeclarationError(f"every= must be a positive timedelta, got {every!r}")
+        return IntervalSchedule(every, initial_delay=initial_delay)
+    except (ScheduledTaskValueError, PeriodicTaskConfigError, CronExtraMissingError) as exc:
+        raise ForgeDeclarationError(f"periodic job: {exc}") from exc
 
 
 def periodic_shape(name: str, shape: BodyShape) -> BodyShape:
@@ -50,12 +90,9 @@ class ForgePeriodic:
     run the job now, outside its schedule).
     """
 
-    def __init__(
-        self, task: ForgeTask, *, every: timedelta, initial_delay: timedelta | None
-    ) -> None:
+    def __init__(self, task: ForgeTask, *, schedule: Schedule) -> None:
         self._task = task
-        self._every = every
-        self._initial_delay = initial_delay
+        self._schedule = schedule
 
     @property
     def name(self) -> str:
@@ -68,13 +105,14 @@ class ForgePeriodic:
         return self._task
 
     @property
-    def every(self) -> timedelta:
-        """The period between firings."""
-        return self._every
+    def schedule(self) -> Schedule:
+        """When it fires: a :class:`~aster_forge.tasks.CronSchedule` or an
+        :class:`~aster_forge.tasks.IntervalSchedule`."""
+        return self._schedule
 
     def declare(self, runtime: LeasedScheduledRuntime[Forge, ScheduledTaskOutcome]) -> None:
         """Declare the job's catalog entry on the forge's leased scheduler."""
-        runtime.scheduled(self.name, self._every, self._initial_delay, self._fire)
+        runtime.scheduled(self.name, schedule=self._schedule, fn=self._fire)
 
     async def _fire(self, forge: Forge, run: ScheduledTaskRun) -> ScheduledTaskOutcome:
         payload = run.scheduled_at if self._task.payload_type is datetime else None
@@ -86,4 +124,4 @@ class ForgePeriodic:
         return self._task(*args)
 
     def __repr__(self) -> str:
-        return f"ForgePeriodic(name={self.name!r}, every={self._every!r})"
+        return f"ForgePeriodic(name={self.name!r}, schedule={self._schedule.text!r})"

@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises: 
-Create Date: 2026-12-01 09:58:51.864031
+Create Date: 2026-12-01
 
 """
 from typing import Sequence, Union
@@ -90,6 +90,8 @@ def upgrade() -> None:
     sa.Column('run_count', sa.BigInteger(), server_default=sa.text('0'), nullable=False),
     sa.Column('created_at', aster_forge.db.UtcDateTime(), nullable=False),
     sa.Column('updated_at', aster_forge.db.UtcDateTime(), nullable=False),
+    sa.Column('cron_expression', sa.String(length=255), nullable=True),
+    sa.Column('cron_timezone', sa.String(length=64), nullable=True),
     sa.PrimaryKeyConstraint('id'),
     mysql_charset='utf8mb4',
     mysql_collate='utf8mb4_bin',
