@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import create_async_engine
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -20,6 +18,7 @@ from starlette.routing import Mount, Route
 
 from aster_forge import Forge, ForgePayloadError, TaskExecutionContext
 from aster_forge.forge import ForgeWorkerSettings
+from aster_forge.runtime import AsterRuntime
 from aster_forge.tasks import (
     ClassifiedTaskError,
     DispatchPollConfig,
@@ -28,7 +27,6 @@ from aster_forge.tasks import (
     TaskStatus,
 )
 
-from ..conftest import drop_all_tables
 from ._bodies import Thumbnail, ThumbnailResult
 
 _FAST = ForgeWorkerSettings(
@@ -38,17 +36,6 @@ _FAST = ForgeWorkerSettings(
     scheduler_lease_ttl=timedelta(seconds=3),
     scheduler_claim_ttl=timedelta(seconds=2),
 )
-
-
-@pytest.fixture
-async def forge_url(database_url: str) -> AsyncIterator[str]:
-    """The backend's URL; every table is dropped afterwards."""
-    yield database_url
-    engine = create_async_engine(database_url)
-    try:
-        await drop_all_tables(engine)
-    finally:
-        await engine.dispose()
 
 
 def _forge(url: str, **options: object) -> Forge:
@@ -224,4 +211,31 @@ async def test_the_lifespan_runs_the_workers_inside_a_starlette_app(forge_url: s
         transport=httpx.ASGITransport(app=app), base_url="http://shop"
     ) as client:
         assert (await client.get("/ops/readyz")).status_code == 503  # stopped with the app
+    await forge.aclose()
+
+
+async def test_forge_component_runs_under_a_products_asterruntime(forge_url: str) -> None:
+    forge = _forge(forge_url)
+    ran = asyncio.Event()
+
+    @forge.task
+    async def job(payload: int) -> int:
+        ran.set()
+        return payload
+
+    runtime = (
+        AsterRuntime.builder().install_signal_handlers(False).component(forge.component()).build()
+    )
+    assert [d.name for d in runtime.descriptors()] == ["background_tasks", "database"]
+    await forge.migrate()
+    service = asyncio.create_task(runtime.run(), name="product-runtime")
+    made = await job.enqueue(7)
+    await ran.wait()
+    assert await _finished(forge, made) is TaskStatus.SUCCEEDED
+    runtime.request_stop()
+    await service
+    report = runtime.last_shutdown_report
+    assert report is not None
+    order = [phase.component for phase in report.phases]
+    assert order.index("background_tasks") < order.index("database")
     await forge.aclose()

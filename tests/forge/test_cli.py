@@ -5,33 +5,19 @@ from __future__ import annotations
 import asyncio
 import signal
 import subprocess
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from aster_forge.tasks import TaskStatus
 
 from ..cli._support import CLI, REPO, cli_env, free_port
-from ..conftest import drop_all_tables
 from ._product import CRON_ENV, URL_ENV, build_forge, ticks
 
 TARGET = "tests.forge._product:forge"
-
-
-@pytest.fixture
-async def url(database_url: str) -> AsyncIterator[str]:
-    """The backend's URL; every table is dropped afterwards."""
-    yield database_url
-    engine = create_async_engine(database_url)
-    try:
-        await drop_all_tables(engine)
-    finally:
-        await engine.dispose()
 
 
 def _run(*args: str, url: str) -> subprocess.CompletedProcess[str]:
@@ -47,9 +33,9 @@ def _run(*args: str, url: str) -> subprocess.CompletedProcess[str]:
 
 
 async def test_migrate_then_worker_runs_tasks_and_serves_health(
-    url: str, backend: str, tmp_path: Path
+    forge_url: str, backend: str, tmp_path: Path
 ) -> None:
-    migrated = await asyncio.to_thread(_run, "migrate", TARGET, url=url)
+    migrated = await asyncio.to_thread(_run, "migrate", TARGET, url=forge_url)
     assert migrated.returncode == 0, migrated.stderr
     assert "background_tasks, runtime_leases, scheduled_tasks" in migrated.stdout
     port = free_port()
@@ -57,11 +43,11 @@ async def test_migrate_then_worker_runs_tasks_and_serves_health(
     worker = subprocess.Popen(  # noqa: ASYNC220 - started once, waited in a thread
         [*CLI, "worker", TARGET, "--http", f"127.0.0.1:{port}"],
         cwd=REPO,
-        env=cli_env(**{URL_ENV: url}),
+        env=cli_env(**{URL_ENV: forge_url}),
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    producer = build_forge(url)
+    producer = build_forge(forge_url)
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
             for _ in range(400):
@@ -85,6 +71,7 @@ async def test_migrate_then_worker_runs_tasks_and_serves_health(
                 and record.status is TaskStatus.SUCCEEDED
                 and record.result_json == '"HELLO"'
             )
+            assert (await client.get("/metrics")).status_code == 200
             lanes = (await client.get("/api/lanes")).json()
             assert "mail" in str(lanes)
     finally:
@@ -100,10 +87,12 @@ async def test_migrate_then_worker_runs_tasks_and_serves_health(
     assert ("task_notifications" in output) is (backend == "postgres"), output
 
 
-async def test_two_worker_processes_run_each_cron_firing_once(url: str, tmp_path: Path) -> None:
-    migrated = await asyncio.to_thread(_run, "migrate", TARGET, url=url)
+async def test_two_worker_processes_run_each_cron_firing_once(
+    forge_url: str, tmp_path: Path
+) -> None:
+    migrated = await asyncio.to_thread(_run, "migrate", TARGET, url=forge_url)
     assert migrated.returncode == 0, migrated.stderr
-    env = cli_env(**{URL_ENV: url, CRON_ENV: "1"})
+    env = cli_env(**{URL_ENV: forge_url, CRON_ENV: "1"})
     logs = [(tmp_path / f"worker-{n}.log").open("w+") for n in range(2)]
     workers = [
         subprocess.Popen(  # noqa: ASYNC220 - started once, waited in a thread
@@ -111,7 +100,7 @@ async def test_two_worker_processes_run_each_cron_firing_once(url: str, tmp_path
         )
         for log in logs
     ]
-    engine = create_async_engine(url)
+    engine = create_async_engine(forge_url)
     try:
         rows: list[sa.Row[Any]] = []
         for _ in range(600):
