@@ -129,11 +129,8 @@ class Forge:
         )
         self._state = state
         self._default_concurrency = default_concurrency
-        self._create_tables = (
-            create_tables
-            if create_tables is not None
-            else self._backend.is_memory or self._backend.engine.dialect.name == "sqlite"  # type: ignore[union-attr]
-        )
+        embedded = self._backend.is_memory or self._backend.is_sqlite
+        self._create_tables = create_tables if create_tables is not None else embedded
         self._settings = settings if settings is not None else ForgeWorkerSettings()
         self._lanes: dict[str, int] = {}
         self._tasks: dict[str, ForgeTask] = {}

@@ -94,6 +94,11 @@ class ForgeBackend:
         return self.engine is None
 
     @property
+    def is_sqlite(self) -> bool:
+        """Whether the database is a SQLite file (embedded: tables are created at startup)."""
+        return self.engine is not None and self.engine.dialect.name == "sqlite"
+
+    @property
     def is_postgres(self) -> bool:
         """Whether the database is PostgreSQL (enqueues NOTIFY; workers LISTEN)."""
         return self.engine is not None and self.engine.dialect.name == "postgresql"
