@@ -154,6 +154,11 @@ async def test_wire_names_default_to_the_function_and_name_pins_them() -> None:
 async def test_a_payload_that_fails_validation_names_task_and_field_and_writes_nothing() -> None:
     forge = _memory()
     task = forge.task(name="thumbnail")(_noop)
+
+    @forge.task
+    async def ratio(payload: float) -> None:
+        return None
+
     with pytest.raises(ForgePayloadError) as caught:
         await task.enqueue({"file_id": "not-a-number", "width": 99999})
     error = caught.value
@@ -163,6 +168,10 @@ async def test_a_payload_that_fails_validation_names_task_and_field_and_writes_n
     assert "not-a-number" not in str(error)  # never the value
     with pytest.raises(ForgePayloadError):
         await task.enqueue_many([{"file_id": 1}, {"file_id": "bad"}])
+    with pytest.raises(ForgePayloadError, match="'ratio'"):
+        await ratio.enqueue(float("nan"))  # JSON cannot carry it: never stored as null
+    with pytest.raises(ForgePayloadError, match="does not encode"):
+        await task.enqueue(object())
     store = forge.backend.task_store
     assert isinstance(store, InMemoryTaskStore)
     assert store.all_tasks() == []

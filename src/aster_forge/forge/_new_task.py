@@ -41,22 +41,18 @@ def new_task(
     spec = registry.typed_spec_for(kind)
     label = spec.label
     try:
-        # Round-trip through JSON, exactly what the worker's decode will see.
-        decoded = spec.decode_payload(pydantic_core.to_json(payload))
+        # Round-trip through JSON, exactly what the worker's decode will see; the stored
+        # text is decoded once more, so a value JSON cannot carry (NaN) fails here.
+        payload_json = spec.encode_payload(spec.decode_payload(pydantic_core.to_json(payload)))
+        spec.decode_payload(payload_json)
     except TaskPayloadError as exc:
         # The message names the kind and the fields, never their values.
         raise ForgePayloadError(str(exc), task=label, fields=exc.fields) from exc
-    except pydantic_core.PydanticSerializationError as exc:
+    except (pydantic_core.PydanticSerializationError, TaskCodecError) as exc:
         raise ForgePayloadError(
-            f"task {label!r}: the payload is not serialisable ({type(payload).__name__})",
+            f"task {label!r}: the payload does not encode as JSON ({type(payload).__name__})",
             task=label,
             fields=(),
-        ) from exc
-    try:
-        payload_json = spec.encode_payload(decoded)
-    except TaskCodecError as exc:
-        raise ForgePayloadError(
-            f"task {label!r}: the payload does not encode", task=label, fields=()
         ) from exc
     return NewTask(
         kind=kind,
