@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ._app import DEFAULT_FORGE_URL, Forge
 from ._backend import MEMORY_URL, ForgeBackend
+from ._declarations import ForgeDeclarations
 from ._drain import DrainedTask, ForgeDrainResult
 from ._periodic import ForgePeriodic
 from ._task import ForgeTask
@@ -21,6 +22,7 @@ __all__ = [
     "Forge",
     "ForgeBackend",
     "ForgeDeclarationError",
+    "ForgeDeclarations",
     "ForgeDrainResult",
     "ForgeError",
     "ForgePayloadError",
