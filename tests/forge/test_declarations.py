@@ -6,6 +6,7 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,7 @@ from aster_forge import (
     ForgeStateError,
     TaskExecutionContext,
 )
+from aster_forge.runtime import AsterRuntimeStartupError
 from aster_forge.tasks import (
     ClaimedTaskOutcome,
     ClassifiedTaskError,
@@ -332,3 +334,14 @@ async def test_a_periodic_job_is_a_task_with_a_schedule_taking_time_or_state() -
     await report.task.enqueue()  # run a job now, outside its schedule
     drained = await forge.drain()
     assert seen == [at] and drained.of("report.hourly")[0].result_json == '"shop"'
+
+
+async def test_a_failed_startup_surfaces_from_running_instead_of_hanging(tmp_path: Path) -> None:
+    # The directory does not exist: creating the tables fails in the startup phase.
+    forge = Forge(f"sqlite:///{tmp_path / 'missing' / 'app.db'}")
+    forge.task(_noop)
+    with pytest.raises(AsterRuntimeStartupError):
+        async with forge.running():
+            raise AssertionError("the body must not run when startup failed")
+    assert forge.current_dispatcher() is None
+    await forge.aclose()
