@@ -11,6 +11,7 @@ OPTIONAL = (
     "alembic",
     "asyncpg",
     "click",
+    "cronsim",
     "prometheus_client",
     "rich",
     "starlette",

@@ -14,6 +14,7 @@ PACKAGES = [
     "aster_forge.tasks",
     "aster_forge.db",
     "aster_forge.testing",
+    "aster_forge.forge",
     "aster_forge.metrics",
     "aster_forge.web",
 ]

@@ -1,6 +1,8 @@
 """aster-forge: database-backed background tasks and runtime lifecycle for asyncio services.
 
-The public API lives in the subpackages:
+Start with :class:`Forge` (the application layer: ``@forge.task``, ``@forge.periodic``,
+``aster-forge worker module:forge``, ``FastAPI(lifespan=forge.lifespan)``). The
+primitives live in the subpackages:
 
 - :mod:`aster_forge.runtime`: health, components, startup/shutdown, leases, batch writer.
 - :mod:`aster_forge.tasks`: typed task specs, registries, claiming, dispatch, workers.
@@ -11,7 +13,30 @@ The public API lives in the subpackages:
 from __future__ import annotations
 
 from ._errors import AsterForgeError
+from .forge import (
+    Forge,
+    ForgeDeclarationError,
+    ForgeDrainResult,
+    ForgeError,
+    ForgePayloadError,
+    ForgePeriodic,
+    ForgeStateError,
+    ForgeTask,
+)
+from .tasks import TaskExecutionContext
 
 __version__ = "0.1.0"
 
-__all__ = ["AsterForgeError", "__version__"]
+__all__ = [
+    "AsterForgeError",
+    "Forge",
+    "ForgeDeclarationError",
+    "ForgeDrainResult",
+    "ForgeError",
+    "ForgePayloadError",
+    "ForgePeriodic",
+    "ForgeStateError",
+    "ForgeTask",
+    "TaskExecutionContext",
+    "__version__",
+]

@@ -1,6 +1,6 @@
 """The ``aster-forge`` command line (extra ``cli``: click and rich).
 
-Commands: ``demo``, ``run``, ``migrate``, ``tasks list|show|retry|cancel`` and
+Commands: ``demo``, ``run``, ``worker``, ``migrate``, ``tasks list|show|retry|cancel`` and
 ``health``. Every expected failure (bad URL, unreachable database, unknown task id,
 port in use...) prints one ``error: ...`` line on stderr and exits non-zero; no
 traceback. Exit codes: 0 success, 1 operation failed (or unhealthy), 2 usage error
@@ -222,13 +222,37 @@ def run_command(target: str) -> None:
 
 
 @cli.command()
+@click.argument("target", metavar="MODULE:FORGE")
+@click.option("--http", default=None, metavar="HOST:PORT", help="Serve dashboard, API, health.")
+@click.option(
+    "--admin-token",
+    envvar=ADMIN_TOKEN_ENV,
+    default=None,
+    help=f"Bearer token for the admin API and dashboard (env {ADMIN_TOKEN_ENV}).",
+)
+def worker(target: str, http: str | None, admin_token: str | None) -> None:
+    """Run a Forge's workers, scheduler and NOTIFY listener until SIGINT/SIGTERM."""
+    from aster_forge._cli._worker import run_worker
+
+    sys.path.insert(0, os.getcwd())
+    sys.exit(_run(run_worker(target, http, admin_token or None)))
+
+
+@cli.command()
 @_database_option
 @_table_option
-def migrate(database_url: str, table_name: str) -> None:
+@click.argument("target", metavar="[MODULE:FORGE]", required=False)
+def migrate(database_url: str, table_name: str, target: str | None) -> None:
     """Create the reference tables (runtime_leases, scheduled_tasks and the task table).
 
-    Only aster-forge's own tables; idempotent.
+    Only aster-forge's own tables; idempotent. With MODULE:FORGE, creates the tables of
+    that Forge (on its own URL) instead.
     """
+    if target is not None:
+        from aster_forge._cli._worker import run_forge_migrate
+
+        sys.path.insert(0, os.getcwd())
+        sys.exit(_run(run_forge_migrate(target)))
     from aster_forge._cli._db import run_migrate
 
     sys.exit(_run(run_migrate(database_url, table_name)))

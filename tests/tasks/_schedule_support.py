@@ -9,6 +9,8 @@ from datetime import datetime, timedelta
 
 from aster_forge.runtime import CancellationToken
 from aster_forge.tasks import (
+    CronSchedule,
+    IntervalSchedule,
     ScheduledPeriodicTask,
     ScheduledTaskClaim,
     ScheduledTaskOutcome,
@@ -36,14 +38,14 @@ class FlakyStore:
         self,
         namespace: str,
         name: str,
-        interval: timedelta,
+        schedule: timedelta | IntervalSchedule | CronSchedule,
         *,
         initial_delay: timedelta | None = None,
     ) -> ScheduledTaskRecord:
         if self.ensure_errors:
             raise self.ensure_errors.pop(0)
         return await self.inner.ensure_scheduled_task(
-            namespace, name, interval, initial_delay=initial_delay
+            namespace, name, schedule, initial_delay=initial_delay
         )
 
     async def claim_scheduled_task(

@@ -15,10 +15,10 @@ from aster_forge.runtime import (
 from ._errors import EXIT_FAILED, EXIT_UNREACHABLE, CliError
 from ._reports import print_runtime_error, print_shutdown_report
 
-__all__ = ["load_factory", "run_factory"]
+__all__ = ["load_factory", "load_object", "run_factory"]
 
 
-def load_factory(target: str) -> Any:
+def load_object(target: str, what: str = "FACTORY") -> Any:
     """Import ``module:attribute`` (dotted attribute paths allowed) and return the object.
 
     Raises:
@@ -26,7 +26,7 @@ def load_factory(target: str) -> Any:
     """
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
-        raise CliError(f"expected MODULE:FACTORY, got {target!r}", EXIT_UNREACHABLE)
+        raise CliError(f"expected MODULE:{what}, got {target!r}", EXIT_UNREACHABLE)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -39,6 +39,16 @@ def load_factory(target: str) -> Any:
             raise CliError(
                 f"module {module_name!r} has no attribute {attr!r}", EXIT_UNREACHABLE
             ) from None
+    return obj
+
+
+def load_factory(target: str) -> Any:
+    """Import ``module:attribute`` and return it, checking that it is callable.
+
+    Raises:
+        CliError: Malformed target, module not importable, attribute missing, not callable.
+    """
+    obj = load_object(target)
     if not callable(obj):
         raise CliError(f"{target} is not callable", EXIT_UNREACHABLE)
     return obj

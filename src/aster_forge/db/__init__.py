@@ -8,10 +8,12 @@ from .errors import AsterForgeDbError
 # isort: split
 from ._components import database_component_after, database_health_component
 from ._migrations import (
+    alembic_add_scheduled_tasks_cron_columns,
     alembic_create_runtime_leases,
     alembic_create_scheduled_tasks,
     alembic_drop_runtime_leases,
     alembic_drop_scheduled_tasks,
+    alembic_drop_scheduled_tasks_cron_columns,
     alembic_render_item,
 )
 from ._runtime_leases import (
@@ -19,8 +21,10 @@ from ._runtime_leases import (
     create_runtime_leases_table,
     runtime_leases_table,
 )
-from ._scheduled_tasks import (
-    ScheduledTaskDbStore,
+from ._scheduled_tasks import ScheduledTaskDbStore
+from ._scheduled_tasks_table import (
+    SCHEDULED_TASKS_CRON_COLUMNS,
+    add_scheduled_tasks_cron_columns,
     create_scheduled_tasks_namespace_name_unique_index,
     create_scheduled_tasks_next_run_index,
     create_scheduled_tasks_table,
@@ -66,13 +70,17 @@ __all__ = [
     "DatabaseUnavailableError",
     "InvalidDatabaseUrlError",
     "RuntimeLeaseDbStore",
+    "SCHEDULED_TASKS_CRON_COLUMNS",
     "ScheduledTaskDbStore",
     "UnsupportedDatabaseBackendError",
     "UtcDateTime",
+    "add_scheduled_tasks_cron_columns",
+    "alembic_add_scheduled_tasks_cron_columns",
     "alembic_create_runtime_leases",
     "alembic_create_scheduled_tasks",
     "alembic_drop_runtime_leases",
     "alembic_drop_scheduled_tasks",
+    "alembic_drop_scheduled_tasks_cron_columns",
     "alembic_render_item",
     "background_tasks_table",
     "create_background_tasks_table",

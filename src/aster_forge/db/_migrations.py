@@ -12,22 +12,27 @@ import sqlalchemy as sa
 from sqlalchemy.schema import DropIndex, DropTable, ExecutableDDLElement
 
 from ._runtime_leases import create_runtime_leases_table
-from ._scheduled_tasks import (
+from ._scheduled_tasks_table import (
     NAMESPACE_NAME_UNIQUE_INDEX,
     NEXT_RUN_INDEX,
-    _index,
+    SCHEDULED_TASKS_CRON_COLUMNS,
+    SCHEDULED_TASKS_TABLE,
+    add_scheduled_tasks_cron_columns,
     create_scheduled_tasks_namespace_name_unique_index,
     create_scheduled_tasks_next_run_index,
     create_scheduled_tasks_table,
+    scheduled_task_index,
     scheduled_tasks_table,
 )
 from ._time import UtcDateTime
 
 __all__ = [
+    "alembic_add_scheduled_tasks_cron_columns",
     "alembic_create_runtime_leases",
     "alembic_create_scheduled_tasks",
     "alembic_drop_runtime_leases",
     "alembic_drop_scheduled_tasks",
+    "alembic_drop_scheduled_tasks_cron_columns",
     "alembic_render_item",
 ]
 
@@ -127,7 +132,32 @@ def alembic_drop_scheduled_tasks(op: _Operations | None = None) -> None:
     operations = _op(op)
     _run(
         operations,
-        DropIndex(_index(NEXT_RUN_INDEX)),
-        DropIndex(_index(NAMESPACE_NAME_UNIQUE_INDEX)),
+        DropIndex(scheduled_task_index(NEXT_RUN_INDEX)),
+        DropIndex(scheduled_task_index(NAMESPACE_NAME_UNIQUE_INDEX)),
         DropTable(scheduled_tasks_table(sa.MetaData())),
     )
+
+
+def alembic_add_scheduled_tasks_cron_columns(op: _Operations | None = None) -> None:
+    """Add the cron columns to a ``scheduled_tasks`` table created before cron schedules.
+
+    Runs :func:`add_scheduled_tasks_cron_columns`; both columns are nullable, so the
+    existing interval rows stay as they are.
+
+    Args:
+        op: Alembic's ``Operations`` (default: ``alembic.op``).
+    """
+    operations = _op(op)
+    for statement in add_scheduled_tasks_cron_columns(_backend(operations)):
+        operations.execute(statement)
+
+
+def alembic_drop_scheduled_tasks_cron_columns(op: _Operations | None = None) -> None:
+    """Drop the cron columns again (the downgrade of the helper above).
+
+    Delete or convert the cron rows first: without the columns they would read as
+    interval rows with a zero interval.
+    """
+    operations = _op(op)
+    for column in SCHEDULED_TASKS_CRON_COLUMNS:
+        operations.execute(sa.text(f"ALTER TABLE {SCHEDULED_TASKS_TABLE} DROP COLUMN {column}"))

@@ -1,4 +1,4 @@
-"""The ``scheduled_tasks`` catalog table and :class:`ScheduledTaskDbStore`."""
+""":class:`ScheduledTaskDbStore`: the scheduled catalog on the ``scheduled_tasks`` table."""
 
 from __future__ import annotations
 
@@ -9,17 +9,18 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.schema import CreateIndex, CreateTable
 
 from ..runtime._lease_types import saturating_expiry
 from ..tasks import (
+    CronSchedule,
+    IntervalSchedule,
     ScheduledTaskClaim,
     ScheduledTaskOutcome,
     ScheduledTaskRecord,
     ScheduledTaskRunStatus,
 )
 from ..tasks._schedule_types import (
-    MAX_SCHEDULED_TASK_NAME_LENGTH,
+    stored_schedule_columns,
     validate_claim_scheduled_task_args,
     validate_complete_scheduled_task_args,
     validate_ensure_scheduled_task_args,
@@ -28,105 +29,15 @@ from ..tasks._schedule_types import (
     validate_scheduled_identifier,
 )
 from ._engine_store import EngineBackedStore
+from ._scheduled_tasks_table import scheduled_tasks_table
 from ._time import DatabaseBackend, UtcDateTime, database_now
 from ._translate import run_transaction
 
-__all__ = [
-    "SCHEDULED_TASKS_TABLE",
-    "ScheduledTaskDbStore",
-    "create_scheduled_tasks_namespace_name_unique_index",
-    "create_scheduled_tasks_next_run_index",
-    "create_scheduled_tasks_table",
-    "scheduled_tasks_table",
-]
-
-SCHEDULED_TASKS_TABLE = "scheduled_tasks"
-NAMESPACE_NAME_UNIQUE_INDEX = "ux_scheduled_tasks_namespace_name"
-NEXT_RUN_INDEX = "ix_scheduled_tasks_next_run_at"
+__all__ = ["ScheduledTaskDbStore"]
 
 # Intervals beyond ~10,000 years all mean "never again before year 9999"; capping
 # keeps the stored microseconds inside a signed 64-bit column.
 MAX_STORED_INTERVAL = timedelta(days=3_652_500)
-
-_LONG_TEXT = sa.Text().with_variant(mysql.LONGTEXT(), "mysql")
-_BIG_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
-
-
-def scheduled_tasks_table(metadata: sa.MetaData) -> sa.Table:
-    """Define (or return the already defined) ``scheduled_tasks`` table on ``metadata``.
-
-    Includes the unique ``(namespace, name)`` index and the ``next_run_at`` index, so
-    ``metadata.create_all`` creates everything.
-
-    Args:
-        metadata: The caller's ``MetaData``.
-    """
-    existing = metadata.tables.get(SCHEDULED_TASKS_TABLE)
-    if existing is not None:
-        return existing
-    length = MAX_SCHEDULED_TASK_NAME_LENGTH
-    table = sa.Table(
-        SCHEDULED_TASKS_TABLE,
-        metadata,
-        sa.Column("id", _BIG_ID, primary_key=True, autoincrement=True),
-        sa.Column("namespace", sa.String(length), nullable=False),
-        sa.Column("name", sa.String(length), nullable=False),
-        sa.Column("interval_micros", sa.BigInteger(), nullable=False),
-        sa.Column("next_run_at", UtcDateTime(), nullable=False),
-        sa.Column("claimed_by", sa.String(length), nullable=True),
-        sa.Column("last_claimed_at", UtcDateTime(), nullable=True),
-        sa.Column("claim_expires_at", UtcDateTime(), nullable=True),
-        sa.Column("last_run_status", sa.String(32), nullable=True),
-        sa.Column("last_run_error", _LONG_TEXT, nullable=True),
-        sa.Column("last_run_duration_micros", sa.BigInteger(), nullable=True),
-        sa.Column("last_run_finished_at", UtcDateTime(), nullable=True),
-        sa.Column("run_count", sa.BigInteger(), nullable=False, server_default=sa.text("0")),
-        sa.Column("created_at", UtcDateTime(), nullable=False),
-        sa.Column("updated_at", UtcDateTime(), nullable=False),
-        mysql_engine="InnoDB",
-        mysql_charset="utf8mb4",
-        mysql_collate="utf8mb4_bin",
-    )
-    sa.Index(NAMESPACE_NAME_UNIQUE_INDEX, table.c.namespace, table.c.name, unique=True)
-    sa.Index(NEXT_RUN_INDEX, table.c.next_run_at)
-    return table
-
-
-def _index(name: str) -> sa.Index:
-    table = scheduled_tasks_table(sa.MetaData())
-    return next(index for index in table.indexes if index.name == name)
-
-
-def create_scheduled_tasks_table(backend: object, *, if_not_exists: bool = False) -> CreateTable:
-    """Return the ``CREATE TABLE scheduled_tasks`` DDL (without indexes) for a migration.
-
-    Follow it with :func:`create_scheduled_tasks_namespace_name_unique_index` and
-    :func:`create_scheduled_tasks_next_run_index`.
-
-    Args:
-        backend: The target backend (name, dialect, engine or connection); validated.
-        if_not_exists: Emit ``CREATE TABLE IF NOT EXISTS``.
-
-    Raises:
-        UnsupportedDatabaseBackendError: For an unsupported backend.
-    """
-    DatabaseBackend.of(backend)
-    return CreateTable(scheduled_tasks_table(sa.MetaData()), if_not_exists=if_not_exists)
-
-
-def create_scheduled_tasks_namespace_name_unique_index(
-    *, if_not_exists: bool = False
-) -> CreateIndex:
-    """Return the DDL of the unique ``(namespace, name)`` index.
-
-    The index is named ``ux_scheduled_tasks_namespace_name``.
-    """
-    return CreateIndex(_index(NAMESPACE_NAME_UNIQUE_INDEX), if_not_exists=if_not_exists)
-
-
-def create_scheduled_tasks_next_run_index(*, if_not_exists: bool = False) -> CreateIndex:
-    """Return the DDL of the ``next_run_at`` index (``ix_scheduled_tasks_next_run_at``)."""
-    return CreateIndex(_index(NEXT_RUN_INDEX), if_not_exists=if_not_exists)
 
 
 def _micros(value: timedelta) -> int:
@@ -156,40 +67,50 @@ class ScheduledTaskDbStore(EngineBackedStore):
         self,
         namespace: str,
         name: str,
-        interval: timedelta,
+        schedule: timedelta | IntervalSchedule | CronSchedule,
         *,
         initial_delay: timedelta | None = None,
     ) -> ScheduledTaskRecord:
-        """Insert the row if missing, else update its interval (see the protocol)."""
-        validate_ensure_scheduled_task_args(namespace, name, interval, initial_delay)
-        interval_micros = _micros(min(interval, MAX_STORED_INTERVAL))
+        """Insert the row if missing, else store a changed schedule (see the protocol)."""
+        value = validate_ensure_scheduled_task_args(namespace, name, schedule, initial_delay)
+        interval, cron_expression, cron_timezone = stored_schedule_columns(value)
+        stored = {
+            "interval_micros": _micros(min(interval, MAX_STORED_INTERVAL)),
+            "cron_expression": cron_expression,
+            "cron_timezone": cron_timezone,
+        }
         t = self._table
 
         async def body(conn: AsyncConnection) -> ScheduledTaskRecord:
             now = await database_now(conn, self._clock)
+            first = value.first_run_at(now)
             values: dict[str, Any] = {
                 "namespace": namespace,
                 "name": name,
-                "interval_micros": interval_micros,
-                "next_run_at": saturating_expiry(now, initial_delay or timedelta(0)),
+                **stored,
+                "next_run_at": first,
                 "run_count": 0,
                 "created_at": now,
                 "updated_at": now,
             }
+            changed = sa.or_(*(t.c[column].is_distinct_from(v) for column, v in stored.items()))
+            # A new cron schedule replaces an unclaimed row's pending firing, so a changed
+            # expression never fires once more on the old one; intervals keep it (seed).
+            pending: Any = t.c.next_run_at
+            if isinstance(value, CronSchedule):
+                pending = sa.case(
+                    (sa.and_(changed, t.c.claimed_by.is_(None)), sa.literal(first, UtcDateTime())),
+                    else_=t.c.next_run_at,
+                )
             stmt: Any
             if self._backend is DatabaseBackend.MYSQL:
                 ins = mysql.insert(t).values(**values)
-                # Ordered: updated_at compares against the old interval first.
+                # Ordered: updated_at and next_run_at compare against the old schedule.
                 stmt = ins.on_duplicate_key_update(
                     [
-                        (
-                            "updated_at",
-                            sa.case(
-                                (t.c.interval_micros != ins.inserted.interval_micros, now),
-                                else_=t.c.updated_at,
-                            ),
-                        ),
-                        ("interval_micros", ins.inserted.interval_micros),
+                        ("updated_at", sa.case((changed, now), else_=t.c.updated_at)),
+                        ("next_run_at", pending),
+                        *((column, ins.inserted[column]) for column in stored),
                     ]
                 )
             else:
@@ -200,8 +121,8 @@ class ScheduledTaskDbStore(EngineBackedStore):
                 ).values(**values)
                 stmt = up.on_conflict_do_update(
                     index_elements=[t.c.namespace, t.c.name],
-                    set_={"interval_micros": up.excluded.interval_micros, "updated_at": now},
-                    where=t.c.interval_micros != up.excluded.interval_micros,
+                    set_={**stored, "next_run_at": pending, "updated_at": now},
+                    where=changed,
                 )
             await conn.execute(stmt)
             row = (
@@ -304,15 +225,13 @@ class ScheduledTaskDbStore(EngineBackedStore):
         async def body(conn: AsyncConnection) -> bool:
             now = await database_now(conn, self._clock)
             row = (
-                await conn.execute(
-                    sa.select(t.c.interval_micros).where(self._owned(claim)).with_for_update()
-                )
+                await conn.execute(sa.select(t).where(self._owned(claim)).with_for_update())
             ).first()
             if row is None:
                 return False
             following = next_run_at
             if following is None:
-                following = saturating_expiry(now, timedelta(microseconds=int(row[0])))
+                following = _record(row).schedule.next_after(now)
             result = await conn.execute(
                 sa.update(t)
                 .where(self._owned(claim))
@@ -388,4 +307,6 @@ def _record(row: sa.Row[Any]) -> ScheduledTaskRecord:
         run_count=int(row.run_count),
         created_at=row.created_at,
         updated_at=row.updated_at,
+        cron_expression=row.cron_expression,
+        cron_timezone=row.cron_timezone,
     )

@@ -175,6 +175,11 @@ from .errors import (
 )
 from .protocols import ScheduledOutcomeConvertible
 
+# isort: split
+# --- schedules of the scheduled catalog: intervals and cron ---
+from ._schedules import CronSchedule, IntervalSchedule, Schedule
+from .errors import CronExtraMissingError, CronScheduleError
+
 __all__ = [
     "AsterForgeTasksError",
     "BACKGROUND_TASKS_COMPONENT",
@@ -195,6 +200,9 @@ __all__ = [
     "ClaimedTaskReport",
     "ClaimedTaskStore",
     "ClassifiedTaskError",
+    "CronExtraMissingError",
+    "CronSchedule",
+    "CronScheduleError",
     "DispatchBackoff",
     "DispatchDrainResult",
     "DispatchPollConfig",
@@ -205,6 +213,7 @@ __all__ = [
     "EnqueueResult",
     "ErasedTaskSpec",
     "ExecutableTaskRecord",
+    "IntervalSchedule",
     "LEASE_EXPIRED_ERROR",
     "LeasedScheduledRuntime",
     "LeasedScheduledRuntimeConfig",
@@ -217,6 +226,7 @@ __all__ = [
     "RuntimeTaskDefinition",
     "RuntimeTaskName",
     "SCHEDULED_TASK_RAISED",
+    "Schedule",
     "ScheduledOutcomeConvertible",
     "ScheduledPeriodicTask",
     "ScheduledRuntimeDeclarationError",

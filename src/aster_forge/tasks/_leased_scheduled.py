@@ -33,6 +33,7 @@ from ._schedule import (
     run_scheduled_periodic_task,
 )
 from ._schedule_types import validate_scheduled_duration, validate_scheduled_identifier
+from ._schedules import Schedule
 from .errors import ScheduledRuntimeDeclarationError
 from .protocols import ScheduledTaskStore
 
@@ -287,27 +288,42 @@ class LeasedScheduledRuntime(Generic[StateT, OutcomeT]):
     def scheduled(
         self,
         kind: object,
-        interval: timedelta,
-        initial_delay: timedelta | None,
-        fn: ScheduledBody[StateT, OutcomeT],
+        interval: timedelta | None = None,
+        initial_delay: timedelta | None = None,
+        fn: ScheduledBody[StateT, OutcomeT] | None = None,
+        *,
+        schedule: Schedule | None = None,
     ) -> None:
-        """Declare a fixed-period task ``fn(state, run)`` with a catalog row per ``kind``.
+        """Declare a scheduled task ``fn(state, run)`` with a catalog row per ``kind``.
+
+        Two shapes: the seed's ``scheduled(kind, interval, initial_delay, fn)``, or
+        ``scheduled(kind, schedule=CronSchedule(...) | IntervalSchedule(...), fn=fn)``.
 
         Args:
             kind: The runtime-task kind; its wire value (``kind.as_str()``, a ``str``,
                 or a string enum's value) is the catalog name.
-            interval: The period (zero is clamped to one second).
-            initial_delay: Delay of the first firing when the catalog row is created.
+            interval: The period (zero is clamped to one second); not with ``schedule``.
+            initial_delay: Delay of the first firing when the catalog row is created
+                (with ``interval``; an :class:`~aster_forge.tasks.IntervalSchedule`
+                carries its own).
             fn: The body; ``run.dedupe_key`` identifies the firing.
+            schedule: A cron or interval schedule, instead of ``interval``.
 
         Raises:
-            ScheduledRuntimeDeclarationError: Unknown kind shape, duplicate kind, or
-                ``fn`` not callable.
+            ScheduledRuntimeDeclarationError: Unknown kind shape, duplicate kind,
+                ``fn`` missing or not callable, or not exactly one of ``interval``
+                and ``schedule``.
             ScheduledTaskValueError: An invalid duration or name.
+            PeriodicTaskConfigError: A negative interval, or ``initial_delay`` beside
+                ``schedule``.
         """
         self._check_open()
-        if not callable(fn):
+        if fn is None or not callable(fn):
             raise ScheduledRuntimeDeclarationError("scheduled fn is not callable")
+        if (interval is None) == (schedule is None):
+            raise ScheduledRuntimeDeclarationError(
+                f"scheduled task {kind!r}: give exactly one of interval and schedule"
+            )
         wire = _wire_name(kind)
         if any(s.task.name == wire for s in self._scheduled):
             raise ScheduledRuntimeDeclarationError(f"scheduled task {wire!r} is declared twice")
@@ -318,6 +334,7 @@ class LeasedScheduledRuntime(Generic[StateT, OutcomeT]):
             owner_id=self._owner_id,
             claim_ttl=self._config.settings.claim_ttl,
             initial_delay=initial_delay,
+            schedule=schedule,
         )
         self._scheduled.append(_Scheduled(kind, task, fn))
 

@@ -3,10 +3,11 @@
 ``ensure row -> claim the due firing -> run the body (renewing the claim) -> record
 the outcome -> complete (ownership-checked), which advances next_run_at``.
 
-Catch-up policy: firings are a grid ``first_run_at + k * interval``. A run covers
-every grid point up to the moment it was claimed, so the next firing is the first
-grid point after the claim. Firings missed while every instance was down (or while
-a body overran its interval) therefore run once, not once per missed interval.
+Catch-up policy: a run covers every firing up to the moment it was claimed, so the
+next firing is the first one after the claim. For an interval the firings are a grid
+``first_run_at + k * interval``; for cron they are the expression's instants. Firings
+missed while every instance was down (or while a body overran its period) therefore
+run once, not once per missed firing.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from ..runtime import CancellationToken, Clock, SystemClock, sleep_or_cancelled
+from ..runtime._lease_types import NEVER_EXPIRES
 from ._dedupe import scheduled_task_dedupe_key
 from ._schedule_task import (
     DEFAULT_SCHEDULED_CLAIM_TTL,
@@ -28,6 +30,7 @@ from ._schedule_task import (
     scheduled_next_run_at,
 )
 from ._schedule_types import ScheduledTaskClaim, ScheduledTaskOutcome
+from ._schedules import CronSchedule, Schedule
 from .errors import PeriodicTaskConfigError
 from .protocols import ScheduledOutcomeConvertible, ScheduledTaskStore
 
@@ -52,6 +55,7 @@ SCHEDULED_TASK_RAISED = "scheduled task raised an exception"
 _MAX_ERROR_RETRY = 5.0
 _MAX_MISS_POLL = 1.0
 _MIN_MISS_POLL = 0.01
+_NEVER_PERIOD = 86_400.0
 _COMPLETE_ATTEMPTS = 3
 _SYSTEM_CLOCK = SystemClock()
 
@@ -161,14 +165,13 @@ async def run_scheduled_periodic_task(
         if not callable(hook):
             raise PeriodicTaskConfigError(f"scheduled task {task.name!r}: {what} is not callable")
     hooks = _Hooks(fn, record_outcome, on_exception, kind)
-    interval = task.effective_interval
-    error_retry = min(interval.total_seconds(), _MAX_ERROR_RETRY)
+    schedule = task.effective_schedule
+    period = _nominal_period(schedule, clock.now())
+    error_retry = min(period, _MAX_ERROR_RETRY)
     extra = {"namespace": task.namespace, "scheduled_task": task.name, "owner_id": task.owner_id}
     while True:
         try:
-            await store.ensure_scheduled_task(
-                task.namespace, task.name, interval, initial_delay=task.initial_delay
-            )
+            await _ensure(store, task, schedule)
             break
         except Exception:
             logger.warning(
@@ -199,11 +202,11 @@ async def run_scheduled_periodic_task(
                 return
             continue
         if claim is None:
-            wait = await _miss_wait(store, task, clock.now() + offset)
+            wait = await _miss_wait(store, task, clock.now() + offset, period)
         else:
             offset = claim.claimed_at - clock.now()
             claimed_mono = clock.monotonic()
-            following = scheduled_next_run_at(claim.scheduled_at, claim.claimed_at, interval)
+            following = schedule.following_run_at(claim.scheduled_at, claim.claimed_at)
             await _execute(store, task, claim, hooks, following, shutdown_token, clock)
             store_now = claim.claimed_at + timedelta(seconds=clock.monotonic() - claimed_mono)
             wait = max((following - store_now).total_seconds(), 0.0)
@@ -211,11 +214,39 @@ async def run_scheduled_periodic_task(
             return
 
 
+async def _ensure(
+    store: ScheduledTaskStore, task: ScheduledPeriodicTask, schedule: Schedule
+) -> None:
+    if isinstance(schedule, CronSchedule):
+        await store.ensure_scheduled_task(task.namespace, task.name, schedule)
+    else:
+        # The seed's call shape, so catalog stores written against it keep working.
+        await store.ensure_scheduled_task(
+            task.namespace,
+            task.name,
+            schedule.effective_every,
+            initial_delay=schedule.initial_delay,
+        )
+
+
+def _nominal_period(schedule: Schedule, now: datetime) -> float:
+    """The schedule's period in seconds (for cron: the gap between its next two instants).
+
+    It bounds the poll and retry waits; it is never used to compute a firing.
+    """
+    if isinstance(schedule, CronSchedule):
+        first = schedule.next_after(now)
+        second = schedule.next_after(first) if first < NEVER_EXPIRES else first
+        gap = (second - first).total_seconds()
+        # An expression that never fires again still polls, rarely (a changed row).
+        return gap if gap > 0 else _NEVER_PERIOD
+    return schedule.effective_every.total_seconds()
+
+
 async def _miss_wait(
-    store: ScheduledTaskStore, task: ScheduledPeriodicTask, now: datetime
+    store: ScheduledTaskStore, task: ScheduledPeriodicTask, now: datetime, interval: float
 ) -> float:
     """How long to wait after a claim found nothing to do (not due, or someone else's)."""
-    interval = task.effective_interval.total_seconds()
     floor = min(max(interval / 20, _MIN_MISS_POLL), _MAX_MISS_POLL)
     try:
         record = await store.get_scheduled_task(task.namespace, task.name)

@@ -7,6 +7,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ..runtime._validation import check_stored_duration, check_stored_identifier
+from ._schedules import (
+    CronSchedule,
+    IntervalSchedule,
+    Schedule,
+    cron_schedule_text,
+    interval_schedule_text,
+)
 from .errors import ScheduledTaskValueError
 
 __all__ = [
@@ -15,6 +22,7 @@ __all__ = [
     "ScheduledTaskOutcome",
     "ScheduledTaskRecord",
     "ScheduledTaskRunStatus",
+    "stored_schedule_columns",
     "validate_claim_scheduled_task_args",
     "validate_complete_scheduled_task_args",
     "validate_ensure_scheduled_task_args",
@@ -142,7 +150,8 @@ class ScheduledTaskRecord:
         task_id: The row id.
         namespace: The product namespace.
         name: The task name, unique within ``namespace``.
-        interval: The period; completion sets ``next_run_at = completed_at + interval``.
+        interval: The period of an interval schedule (zero on a cron row); completion
+            without an explicit next firing sets ``next_run_at = completed_at + interval``.
         next_run_at: When the next firing becomes due.
         claimed_by: The owner of the current claim, or ``None``.
         last_claimed_at: The latest claim timestamp (kept after completion).
@@ -154,6 +163,8 @@ class ScheduledTaskRecord:
         run_count: How many firings were completed.
         created_at: When the row was created.
         updated_at: When the row last changed.
+        cron_expression: The cron expression of a cron row, ``None`` on an interval row.
+        cron_timezone: The timezone of a cron row, ``None`` on an interval row.
     """
 
     task_id: int
@@ -171,21 +182,51 @@ class ScheduledTaskRecord:
     run_count: int
     created_at: datetime
     updated_at: datetime
+    cron_expression: str | None = None
+    cron_timezone: str | None = None
+
+    @property
+    def schedule(self) -> Schedule:
+        """The stored schedule as a value (a cron row needs the ``cron`` extra)."""
+        if self.cron_expression is not None:
+            return CronSchedule(self.cron_expression, self.cron_timezone or "UTC")
+        return IntervalSchedule(every=self.interval)
+
+    @property
+    def schedule_text(self) -> str:
+        """What the schedule is, for people: ``"every 5m"`` or ``"*/5 * * * * (UTC)"``."""
+        if self.cron_expression is not None:
+            return cron_schedule_text(self.cron_expression, self.cron_timezone or "UTC")
+        return interval_schedule_text(self.interval)
 
 
 def validate_ensure_scheduled_task_args(
-    namespace: object, name: object, interval: object, initial_delay: object
-) -> None:
+    namespace: object, name: object, schedule: object, initial_delay: object
+) -> Schedule:
     """Check the arguments of ``ScheduledTaskStore.ensure_scheduled_task``.
 
+    Returns:
+        The schedule as a value: a bare ``timedelta`` (the seed's shape) becomes an
+        :class:`~aster_forge.tasks.IntervalSchedule` with ``initial_delay``.
+
     Raises:
-        ScheduledTaskValueError: On the first invalid argument, in signature order.
+        ScheduledTaskValueError: On the first invalid argument, in signature order, or
+            when ``initial_delay`` is passed beside a schedule value (it belongs in
+            :class:`~aster_forge.tasks.IntervalSchedule`).
     """
     validate_scheduled_identifier("namespace", namespace)
     validate_scheduled_identifier("name", name)
-    validate_scheduled_duration("interval", interval)
+    if isinstance(schedule, CronSchedule | IntervalSchedule):
+        if initial_delay is not None:
+            raise ScheduledTaskValueError(
+                "initial_delay goes inside IntervalSchedule, not beside a schedule value"
+            )
+        return schedule
+    every = validate_scheduled_duration("interval", schedule)
+    delay = None
     if initial_delay is not None:
-        validate_scheduled_duration("initial_delay", initial_delay, allow_zero=True)
+        delay = validate_scheduled_duration("initial_delay", initial_delay, allow_zero=True)
+    return IntervalSchedule(every=every, initial_delay=delay)
 
 
 def validate_claim_scheduled_task_args(
@@ -232,3 +273,14 @@ def validate_complete_scheduled_task_args(outcome: object, next_run_at: object) 
         not isinstance(next_run_at, datetime) or next_run_at.utcoffset() is None
     ):
         raise ScheduledTaskValueError("next_run_at must be a timezone-aware datetime")
+
+
+def stored_schedule_columns(schedule: Schedule) -> tuple[timedelta, str | None, str | None]:
+    """How a catalog row stores ``schedule``: ``(interval, cron_expression, cron_timezone)``.
+
+    An interval row stores its effective period and no cron columns; a cron row
+    stores a zero interval and its expression and timezone.
+    """
+    if isinstance(schedule, CronSchedule):
+        return timedelta(0), schedule.expression, schedule.timezone
+    return schedule.effective_every, None, None

@@ -206,6 +206,21 @@ class ScheduledTaskValueError(TaskInvalidValueError):
     """
 
 
+class CronScheduleError(ScheduledTaskValueError):
+    """Raised when a cron schedule's expression or timezone is invalid.
+
+    Raised when the :class:`~aster_forge.tasks.CronSchedule` is built (at
+    declaration), and its message names the expression and the timezone.
+    """
+
+
+class CronExtraMissingError(AsterForgeTasksError, ImportError):
+    """Raised when a cron schedule is used but the ``cron`` extra is not installed.
+
+    Install it with ``pip install 'aster-forge[cron]'``.
+    """
+
+
 # --- reference task store (issue 7) ---
 
 

@@ -264,6 +264,7 @@ from ._schedule_types import (  # noqa: E402  (kept inside this issue's section)
     ScheduledTaskOutcome,
     ScheduledTaskRecord,
 )
+from ._schedules import CronSchedule, IntervalSchedule  # noqa: E402
 
 
 @runtime_checkable
@@ -288,15 +289,21 @@ class ScheduledTaskStore(Protocol):
         self,
         namespace: str,
         name: str,
-        interval: timedelta,
+        schedule: timedelta | IntervalSchedule | CronSchedule,
         *,
         initial_delay: timedelta | None = None,
     ) -> ScheduledTaskRecord:
         """Create the catalog row if missing (idempotent and safe under concurrency).
 
-        A new row's first firing is due at ``now + initial_delay`` (``now`` when
-        ``None``). An existing row keeps its schedule and claim; only its stored
-        ``interval`` is updated, taking effect at the next completion.
+        ``schedule`` is an interval (a bare ``timedelta`` with ``initial_delay``, the
+        seed's shape, or an :class:`~aster_forge.tasks.IntervalSchedule`) or a
+        :class:`~aster_forge.tasks.CronSchedule`. A new row's first firing is the
+        schedule's ``first_run_at(now)``: ``now + initial_delay`` for an interval, the
+        first cron instant after ``now`` for cron. An existing row keeps its claim;
+        a changed schedule is stored (interval, cron expression, timezone). An
+        interval change keeps the pending firing and takes effect at the next
+        completion; a change to a cron schedule moves an unclaimed row's pending
+        firing to the new schedule's first instant after ``now``.
 
         Returns:
             The row as stored after the call.
@@ -340,7 +347,8 @@ class ScheduledTaskStore(Protocol):
         Args:
             claim: The claim returned by :meth:`claim_scheduled_task`.
             outcome: Status, error text and duration to record.
-            next_run_at: The next firing; default ``now + interval``.
+            next_run_at: The next firing; default the stored schedule's next firing
+                after ``now`` (``now + interval``, or the next cron instant).
 
         Returns:
             ``False`` (and nothing written) when the claim no longer matches.

@@ -10,6 +10,8 @@ from datetime import UTC, datetime, timedelta
 from typing import ClassVar
 
 from ..tasks import (
+    CronSchedule,
+    IntervalSchedule,
     ScheduledTaskClaim,
     ScheduledTaskOutcome,
     ScheduledTaskRunStatus,
@@ -56,6 +58,9 @@ class ScheduledTaskStoreConformance(StoreConformance[ScheduledTaskStore]):
         "check_tricky_values_round_trip",
         "check_invalid_input_is_rejected",
         "check_concurrent_claim_has_one_winner",
+        "check_cron_schedule_round_trips",
+        "check_changed_schedule_is_stored",
+        "check_cron_completion_defaults_to_the_next_instant",
     )
 
     @staticmethod
@@ -331,6 +336,66 @@ class ScheduledTaskStoreConformance(StoreConformance[ScheduledTaskStore]):
         )
         winners = [claim for claim in results if claim is not None]
         assert len(winners) == 1, f"expected one winner, got {len(winners)}"
+
+    async def check_cron_schedule_round_trips(self) -> None:
+        """A cron row stores its expression and timezone; its first firing is the next instant."""
+        store = self._make_store()
+        ns = self._ns()
+        paris = CronSchedule("*/5 * * * *", timezone="Europe/Paris")
+        row = await store.ensure_scheduled_task(ns, "job", paris)
+        assert (row.cron_expression, row.cron_timezone) == ("*/5 * * * *", "Europe/Paris")
+        assert row.interval == timedelta(0) and row.schedule == paris
+        assert row.schedule_text == "*/5 * * * * (Europe/Paris)"
+        assert row.next_run_at == paris.next_after(row.created_at), "first firing: next instant"
+        again = await store.ensure_scheduled_task(ns, "job", paris)
+        assert (again.task_id, again.next_run_at, again.updated_at) == (
+            row.task_id,
+            row.next_run_at,
+            row.updated_at,
+        ), "ensuring an unchanged cron schedule changes nothing"
+        assert await store.claim_scheduled_task(ns, "job", "owner-a", _HOUR) is None, "not due"
+        listed = await store.list_scheduled_tasks(ns)
+        assert [r.schedule for r in listed] == [paris]
+        interval = await store.ensure_scheduled_task(ns, "every", IntervalSchedule(every=_HOUR))
+        assert interval.cron_expression is None and interval.cron_timezone is None
+        assert interval.schedule == IntervalSchedule(every=_HOUR)
+        assert interval.schedule_text == "every 1h"
+
+    async def check_changed_schedule_is_stored(self) -> None:
+        """Ensure stores a changed schedule; a new cron schedule moves an unclaimed firing."""
+        store = self._make_store()
+        ns = self._ns()
+        first = await store.ensure_scheduled_task(ns, "job", _HOUR)
+        daily = CronSchedule("0 3 * * *")
+        row = await store.ensure_scheduled_task(ns, "job", daily)
+        assert row.task_id == first.task_id and row.cron_expression == "0 3 * * *"
+        assert row.next_run_at == daily.next_after(row.updated_at), "moved to the cron instant"
+        assert row.updated_at >= first.updated_at
+        often = CronSchedule("*/5 * * * *", timezone="America/New_York")
+        row = await store.ensure_scheduled_task(ns, "job", often)
+        assert (row.cron_expression, row.cron_timezone) == ("*/5 * * * *", "America/New_York")
+        assert row.next_run_at == often.next_after(row.updated_at)
+        back = await store.ensure_scheduled_task(ns, "job", timedelta(minutes=7))
+        assert back.cron_expression is None and back.cron_timezone is None
+        assert back.interval == timedelta(minutes=7)
+        assert back.next_run_at == row.next_run_at, "an interval change keeps the pending firing"
+        # A claimed row keeps its firing and its claim whatever the new schedule.
+        claim = await self._due_claim(store)
+        held = await store.ensure_scheduled_task(claim.namespace, "job", daily)
+        assert held.cron_expression == "0 3 * * *"
+        assert held.claimed_by == "owner-a" and held.next_run_at == claim.scheduled_at
+
+    async def check_cron_completion_defaults_to_the_next_instant(self) -> None:
+        """Completing a cron row without an explicit next firing sets the next cron instant."""
+        store = self._make_store()
+        claim = await self._due_claim(store)
+        daily = CronSchedule("30 2 * * *", timezone="Europe/Paris")
+        await store.ensure_scheduled_task(claim.namespace, "job", daily)
+        assert await store.complete_scheduled_task(claim, ScheduledTaskOutcome.succeeded())
+        row = await store.get_scheduled_task(claim.namespace, "job")
+        assert row is not None and row.last_run_finished_at is not None
+        assert row.next_run_at == daily.next_after(row.last_run_finished_at)
+        assert row.run_count == 1 and row.claimed_by is None
 
 
 def _replace(

@@ -9,11 +9,14 @@ from datetime import datetime, timedelta
 from ..runtime import Clock, SystemClock
 from ..runtime._lease_types import saturating_expiry
 from ..tasks import (
+    CronSchedule,
+    IntervalSchedule,
     ScheduledTaskClaim,
     ScheduledTaskOutcome,
     ScheduledTaskRecord,
 )
 from ..tasks._schedule_types import (
+    stored_schedule_columns,
     validate_claim_scheduled_task_args,
     validate_complete_scheduled_task_args,
     validate_ensure_scheduled_task_args,
@@ -49,12 +52,13 @@ class InMemoryScheduledTaskStore:
         self,
         namespace: str,
         name: str,
-        interval: timedelta,
+        schedule: timedelta | IntervalSchedule | CronSchedule,
         *,
         initial_delay: timedelta | None = None,
     ) -> ScheduledTaskRecord:
-        """Insert the row if missing, else update its interval (see the protocol)."""
-        validate_ensure_scheduled_task_args(namespace, name, interval, initial_delay)
+        """Insert the row if missing, else store a changed schedule (see the protocol)."""
+        value = validate_ensure_scheduled_task_args(namespace, name, schedule, initial_delay)
+        interval, cron_expression, cron_timezone = stored_schedule_columns(value)
         now = self._clock.now()
         key = (namespace, name)
         row = self._rows.get(key)
@@ -64,7 +68,7 @@ class InMemoryScheduledTaskStore:
                 namespace=namespace,
                 name=name,
                 interval=interval,
-                next_run_at=saturating_expiry(now, initial_delay or timedelta(0)),
+                next_run_at=value.first_run_at(now),
                 claimed_by=None,
                 last_claimed_at=None,
                 claim_expires_at=None,
@@ -75,10 +79,26 @@ class InMemoryScheduledTaskStore:
                 run_count=0,
                 created_at=now,
                 updated_at=now,
+                cron_expression=cron_expression,
+                cron_timezone=cron_timezone,
             )
             self._next_id += 1
-        elif row.interval != interval:
-            row = dataclasses.replace(row, interval=interval, updated_at=now)
+        elif (row.interval, row.cron_expression, row.cron_timezone) != (
+            interval,
+            cron_expression,
+            cron_timezone,
+        ):
+            next_run_at = row.next_run_at
+            if isinstance(value, CronSchedule) and row.claimed_by is None:
+                next_run_at = value.first_run_at(now)
+            row = dataclasses.replace(
+                row,
+                interval=interval,
+                cron_expression=cron_expression,
+                cron_timezone=cron_timezone,
+                next_run_at=next_run_at,
+                updated_at=now,
+            )
         self._rows[key] = row
         return row
 
@@ -156,9 +176,7 @@ class InMemoryScheduledTaskStore:
             row,
             claimed_by=None,
             claim_expires_at=None,
-            next_run_at=next_run_at
-            if next_run_at is not None
-            else saturating_expiry(now, row.interval),
+            next_run_at=next_run_at if next_run_at is not None else row.schedule.next_after(now),
             last_run_status=outcome.status,
             last_run_error=outcome.error,
             last_run_duration=outcome.duration,

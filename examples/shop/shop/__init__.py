@@ -1,0 +1,1 @@
+"""A small shop service: orders over HTTP, confirmation mails and cart expiry in the background."""

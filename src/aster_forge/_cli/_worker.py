@@ -1,0 +1,67 @@
+"""``aster-forge worker module:forge`` and ``aster-forge migrate module:forge``."""
+
+from __future__ import annotations
+
+from aster_forge.forge import Forge
+from aster_forge.runtime import AsterRuntimeError
+
+from ._errors import EXIT_FAILED, EXIT_UNREACHABLE, CliError, database_error
+from ._output import console
+from ._reports import print_runtime_error, print_shutdown_report
+from ._run import load_object
+
+__all__ = ["load_forge", "parse_http_address", "run_forge_migrate", "run_worker"]
+
+
+def load_forge(target: str) -> Forge:
+    """Import ``module:forge`` and return the :class:`~aster_forge.Forge` it names.
+
+    Raises:
+        CliError: Not importable, missing, or not a ``Forge``.
+    """
+    obj = load_object(target, "FORGE")
+    if not isinstance(obj, Forge):
+        raise CliError(f"{target} is a {type(obj).__name__}, not a Forge", EXIT_UNREACHABLE)
+    return obj
+
+
+def parse_http_address(text: str) -> tuple[str, int]:
+    """Parse ``HOST:PORT`` (``[::1]:8000`` for IPv6).
+
+    Raises:
+        CliError: Not ``HOST:PORT`` or the port is not 0-65535.
+    """
+    host, sep, port = text.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise CliError(f"--http expects HOST:PORT, got {text!r}", EXIT_UNREACHABLE)
+    return host, int(port)
+
+
+async def run_worker(target: str, http: str | None, admin_token: str | None) -> int:
+    """Run the forge's workers (and ``--http``'s web app) until SIGINT/SIGTERM."""
+    forge = load_forge(target)
+    address = parse_http_address(http) if http is not None else None
+    runtime = forge.runtime(http=address, admin_token=admin_token)
+    try:
+        await runtime.run()
+    except AsterRuntimeError as exc:
+        print_runtime_error(exc)
+        return EXIT_FAILED
+    finally:
+        print_shutdown_report(runtime.last_shutdown_report)
+    return 0
+
+
+async def run_forge_migrate(target: str) -> int:
+    """Create the forge's missing tables (every table of ``forge.metadata``)."""
+    forge = load_forge(target)
+    try:
+        await forge.migrate()
+    except Exception as exc:
+        raise database_error(exc, forge.backend.url or "memory://") from None
+    finally:
+        await forge.aclose()
+    names = ", ".join(sorted(forge.metadata.tables))
+    console().print(f"migrated {forge.name}: {names}")
+    return 0

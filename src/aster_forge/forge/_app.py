@@ -1,0 +1,354 @@
+"""``Forge``: the application object a Python team meets first.
+
+Declarations (lanes, tasks, periodic jobs, resources) are collected at import time
+and frozen into a primitive :class:`~aster_forge.tasks.TaskRegistry` the first time
+the forge is used; running (workers, lifespan, CLI, drain) is assembled from the
+primitives by :class:`ForgeWorker`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from ..runtime import (
+    AsterRuntime,
+    HealthCheckScope,
+    HealthComponentReport,
+    RuntimeComponentBundleRegistration,
+    SystemHealthReport,
+    runtime_component,
+    runtime_component_with_shutdown,
+)
+from ..tasks import BACKGROUND_TASKS_COMPONENT, EnqueueResult, TaskDispatcher
+from ._backend import ForgeBackend
+from ._declarations import ForgeDeclarations, check_name
+from ._drain import ForgeDrainResult, drain_forge
+from ._lifespan import run_forge
+from ._new_task import new_task
+from ._task import ForgeTask
+from ._worker import HTTP_COMPONENT, ForgeWorker, ForgeWorkerSettings
+from .errors import ForgeStateError
+
+__all__ = ["DEFAULT_FORGE_URL", "Forge"]
+
+DEFAULT_FORGE_URL = "sqlite:///./aster-forge.db"
+"""The embedded default: a SQLite file in the working directory."""
+
+
+class Forge(ForgeDeclarations):
+    """Background tasks and periodic jobs for one application, on one database.
+
+    Declaring (``lane``, ``task``, ``periodic``, ``resources``) comes from
+    :class:`ForgeDeclarations`; running, enqueueing and testing are defined here.
+
+    Declare at import time, run anywhere: ``aster-forge worker module:forge``,
+    ``FastAPI(lifespan=forge.lifespan)``, ``forge.component()`` in an ``AsterRuntime``,
+    or ``await forge.drain()`` in a unit test.
+
+    Example:
+        >>> from pydantic import BaseModel
+        >>> forge = Forge("memory://")
+        >>> class Thumbnail(BaseModel):
+        ...     file_id: int
+        >>> @forge.task(max_attempts=3)
+        ... async def thumbnail(payload: Thumbnail) -> str:
+        ...     return f"thumb-{payload.file_id}"
+        >>> thumbnail.name, thumbnail.payload_type is Thumbnail
+        ('thumbnail', True)
+
+    Args:
+        url: ``sqlite:///path``, ``postgresql://...``, ``mysql://...`` (the async driver
+            is picked for you), or ``memory://`` for tests.
+        name: Names the scheduled catalog namespace and the scheduler lease.
+        state: The object task bodies receive as their third argument (and
+            :attr:`state`); or declare :meth:`resources` to open it at startup.
+        metadata: The ``MetaData`` to define the tables on (default: a new one; pass the
+            product's own so Alembic sees one metadata).
+        tasks_table: The task table's name.
+        default_concurrency: The limit of the ``default`` lane (tasks without ``lane=``).
+        create_tables: Create missing tables at startup (default: on for SQLite and
+            memory, off for servers, where Alembic or ``aster-forge migrate`` does it).
+        settings: Worker timings.
+
+    Raises:
+        UnsupportedDatabaseBackendError: The URL's backend is not supported.
+    """
+
+    def __init__(
+        self,
+        url: str = DEFAULT_FORGE_URL,
+        *,
+        name: str = "aster-forge",
+        state: Any = None,
+        metadata: sa.MetaData | None = None,
+        tasks_table: str = "background_tasks",
+        default_concurrency: int = 10,
+        create_tables: bool | None = None,
+        settings: ForgeWorkerSettings | None = None,
+    ) -> None:
+        super().__init__(default_concurrency=default_concurrency)
+        self._name = check_name(name, "forge")
+        self._backend = ForgeBackend(
+            url, metadata if metadata is not None else sa.MetaData(), tasks_table=tasks_table
+        )
+        self._state = state
+        embedded = self._backend.is_memory or self._backend.is_sqlite
+        self._create_tables = create_tables if create_tables is not None else embedded
+        self._settings = settings if settings is not None else ForgeWorkerSettings()
+        self._workers: list[ForgeWorker] = []
+        self._runtime: AsterRuntime | None = None
+
+    @property
+    def name(self) -> str:
+        """The forge's name (catalog namespace, scheduler lease prefix)."""
+        return self._name
+
+    @property
+    def backend(self) -> ForgeBackend:
+        """The stores and engine the forge runs on."""
+        return self._backend
+
+    @property
+    def metadata(self) -> sa.MetaData:
+        """The ``MetaData`` holding every table (``target_metadata`` for Alembic)."""
+        return self._backend.metadata
+
+    @property
+    def create_tables(self) -> bool:
+        """Whether startup creates missing tables."""
+        return self._create_tables
+
+    @property
+    def worker_settings(self) -> ForgeWorkerSettings:
+        """The worker timings."""
+        return self._settings
+
+    @property
+    def state(self) -> Any:
+        """The product's state (resources) the bodies receive.
+
+        Raises:
+            ForgeStateError: Neither ``state=`` was given nor the resources are open.
+        """
+        if self._state is None:
+            raise ForgeStateError("forge.state is not set: pass state= or declare resources")
+        return self._state
+
+    @state.setter
+    def state(self, value: Any) -> None:
+        self._state = value
+
+    @property
+    def state_or_none(self) -> Any:
+        """The product's state, or ``None`` when there is none."""
+        return self._state
+
+    def clear_state(self) -> None:
+        """Forget the state (the resources closed)."""
+        self._state = None
+
+    # -- enqueue --------------------------------------------------------------------------
+
+    async def enqueue_tasks(
+        self,
+        task: ForgeTask,
+        payloads: Sequence[Any],
+        *,
+        dedupe_keys: Sequence[str | None],
+        run_at: datetime | None,
+        delay: timedelta,
+        priority: int,
+        max_attempts: int | None,
+        sync: bool = False,
+    ) -> list[EnqueueResult]:
+        """Validate every payload of ``task`` then enqueue them in one store call.
+
+        Prefer :meth:`ForgeTask.enqueue`; this is what it calls.
+
+        Raises:
+            ForgePayloadError: A payload does not validate; nothing was written.
+        """
+        registry = self.registry
+        kind = registry.kind_type(task.name)
+        requests = [
+            new_task(
+                registry,
+                kind,
+                payload,
+                dedupe_key=key,
+                run_at=run_at,
+                delay=delay,
+                priority=priority,
+                max_attempts=max_attempts if max_attempts is not None else task.max_attempts,
+            )
+            for payload, key in zip(payloads, dedupe_keys, strict=True)
+        ]
+        store = self._backend.sync_task_store() if sync else self._backend.task_store
+        if len(requests) == 1:
+            results = [await store.enqueue(requests[0])]
+        else:
+            results = list(await store.enqueue_many(requests)) if requests else []
+        self._wake_workers()
+        return results
+
+    def enqueue_tasks_sync(
+        self, task: ForgeTask, payloads: Sequence[Any], **options: Any
+    ) -> list[EnqueueResult]:
+        """:meth:`enqueue_tasks` from synchronous code (a thread with no running loop).
+
+        Raises:
+            ForgeStateError: The calling thread runs an event loop.
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise ForgeStateError(
+                f"task {task.name!r}: enqueue_sync() inside an event loop; use await enqueue()"
+            )
+        return asyncio.run(self.enqueue_tasks(task, payloads, sync=True, **options))
+
+    def attach_worker(self, worker: ForgeWorker) -> None:
+        """Record a worker running in this process (enqueues here wake it)."""
+        self._workers.append(worker)
+
+    def detach_worker(self, worker: ForgeWorker) -> None:
+        """Forget a worker that stopped."""
+        if worker in self._workers:
+            self._workers.remove(worker)
+
+    def current_dispatcher(self) -> TaskDispatcher[Forge] | None:
+        """The dispatcher of the worker running in this process, if any."""
+        return self._workers[-1].dispatcher if self._workers else None
+
+    def _wake_workers(self) -> None:
+        try:
+            current = asyncio.get_running_loop()
+        except RuntimeError:
+            current = None
+        for worker in list(self._workers):
+            if worker.loop is None or worker.loop is current:
+                worker.wake()
+            elif not worker.loop.is_closed():
+                worker.loop.call_soon_threadsafe(worker.wake)
+
+    # -- running --------------------------------------------------------------------------
+
+    def component(self, *, after: Sequence[str] = ()) -> RuntimeComponentBundleRegistration[Any]:
+        """The forge's workers as components for ``AsterRuntime.builder().component(...)``.
+
+        Registers ``background_tasks`` (dispatcher, NOTIFY listener on PostgreSQL, leased
+        scheduler when periodic jobs exist), the resources and the ``database``
+        component (tables, health, disposal after the workers).
+
+        Args:
+            after: The product's components (e.g. ``"http"``) that must stop before the
+                forge's resources and database close.
+        """
+        return runtime_component(ForgeWorker(self, after=after).register)
+
+    def _build_runtime(
+        self,
+        worker: ForgeWorker,
+        *,
+        install_signal_handlers: bool,
+        http: tuple[str, int] | None = None,
+        admin_token: str | None = None,
+    ) -> AsterRuntime:
+        builder = AsterRuntime.builder().install_signal_handlers(install_signal_handlers)
+        if http is not None:
+            from ._http import http_service  # needs the web extra
+
+            app = self.asgi_app(admin_token=admin_token)
+            builder.component(runtime_component_with_shutdown(http_service(app, *http)))
+        self._runtime = builder.component(runtime_component(worker.register)).build()
+        return self._runtime
+
+    def runtime(
+        self,
+        *,
+        http: tuple[str, int] | None = None,
+        admin_token: str | None = None,
+        install_signal_handlers: bool = True,
+    ) -> AsterRuntime:
+        """An ``AsterRuntime`` running the forge (what ``aster-forge worker`` runs).
+
+        Args:
+            http: Serve :meth:`asgi_app` on ``(host, port)`` as the runtime's service.
+            admin_token: Bearer token protecting the admin API.
+            install_signal_handlers: Stop on SIGINT/SIGTERM.
+        """
+        return self._build_runtime(
+            ForgeWorker(self, after=[HTTP_COMPONENT] if http is not None else []),
+            install_signal_handlers=install_signal_handlers,
+            http=http,
+            admin_token=admin_token,
+        )
+
+    def running(self) -> AbstractAsyncContextManager[AsterRuntime]:
+        """``async with forge.running():`` runs the workers in this process meanwhile."""
+        return run_forge(self)
+
+    @asynccontextmanager
+    async def lifespan(self, app: object) -> AsyncIterator[None]:
+        """The ASGI lifespan: ``FastAPI(lifespan=forge.lifespan)`` or Starlette's.
+
+        The workers start with the web app and stop (releasing in-flight tasks) before
+        it exits.
+        """
+        async with run_forge(self):
+            yield
+
+    async def run_health(self, scope: HealthCheckScope) -> SystemHealthReport:
+        """Run the health checks of the forge's runtime in this process.
+
+        Unhealthy (one ``background_tasks`` component) while no runtime is running.
+        """
+        if self._runtime is None or not self._workers:
+            down = HealthComponentReport.unhealthy(BACKGROUND_TASKS_COMPONENT, "not running")
+            return SystemHealthReport((down,))
+        return await self._runtime.run_health(scope)
+
+    def asgi_app(self, *, admin_token: str | None = None, title: str | None = None) -> Any:
+        """The dashboard, admin API, health and metrics (mount under any prefix).
+
+        Needs the ``web`` extra. ``app.mount("/ops", forge.asgi_app())``.
+
+        Args:
+            admin_token: When set, the admin API requires it as a bearer token.
+            title: The dashboard's title (default: the forge's name).
+        """
+        from ._web import forge_asgi_app  # needs the web extra
+
+        return forge_asgi_app(self, admin_token=admin_token, title=title)
+
+    async def migrate(self) -> None:
+        """Create every missing table and index of :attr:`metadata` (idempotent)."""
+        await self._backend.create_tables()
+
+    async def drain(self, *, max_tasks: int = 10_000) -> ForgeDrainResult:
+        """Run every due task inline, one at a time, and return what happened.
+
+        For product unit tests (best with ``Forge("memory://")``); a task retried with a
+        backoff is not due again within the same drain.
+
+        Args:
+            max_tasks: Stop after this many executions (guards a task that re-enqueues).
+        """
+        if self._create_tables and self._backend.engine is not None:
+            await self._backend.create_tables()
+        return await drain_forge(self, max_tasks=max_tasks)
+
+    async def aclose(self) -> None:
+        """Close the database connections (the forge stays usable)."""
+        await self._backend.dispose()
+
+    def __repr__(self) -> str:
+        return f"Forge(name={self._name!r}, tasks={list(self._tasks)}, lanes={self.lanes})"

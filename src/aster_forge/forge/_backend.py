@@ -1,0 +1,129 @@
+"""The stores a forge runs on: database-backed for a URL, in memory for ``memory://``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
+
+from ..db import (
+    BackgroundTaskDbStore,
+    RuntimeLeaseDbStore,
+    ScheduledTaskDbStore,
+    background_tasks_table,
+    normalize_database_url,
+    runtime_leases_table,
+    scheduled_tasks_table,
+)
+from ..runtime import RuntimeLeaseStore
+from ..tasks import BackgroundTaskStore, ScheduledTaskStore
+from ..testing import InMemoryRuntimeLeaseStore, InMemoryScheduledTaskStore, InMemoryTaskStore
+
+__all__ = ["MEMORY_URL", "ForgeBackend"]
+
+MEMORY_URL = "memory://"
+"""The URL of an in-memory forge (stores from :mod:`aster_forge.testing`)."""
+
+_SQLITE_BUSY_TIMEOUT_MS = 10_000
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        # WAL lets the web process's enqueues and the workers' writes run side by side.
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={_SQLITE_BUSY_TIMEOUT_MS}")
+    finally:
+        cursor.close()
+
+
+def _open_engine(url: str, **options: Any) -> AsyncEngine:
+    sqlite = make_url(url).get_backend_name() == "sqlite"
+    if sqlite:
+        options.setdefault("connect_args", {"timeout": _SQLITE_BUSY_TIMEOUT_MS / 1000})
+    else:
+        options.setdefault("pool_pre_ping", True)
+    engine = create_async_engine(url, **options)
+    if sqlite:
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+class ForgeBackend:
+    """The task, scheduled-catalog and runtime-lease stores of one forge, and its tables.
+
+    Args:
+        url: ``memory://``, or a database URL (normalised by
+            :func:`~aster_forge.db.normalize_database_url`).
+        metadata: Where the tables are defined (the product's own ``MetaData`` works).
+        tasks_table: The task table's name.
+
+    Raises:
+        UnsupportedDatabaseBackendError: The URL's backend is not supported.
+    """
+
+    def __init__(self, url: str, metadata: sa.MetaData, *, tasks_table: str) -> None:
+        self.metadata = metadata
+        self.tasks_table = background_tasks_table(metadata, tasks_table)
+        runtime_leases_table(metadata)
+        scheduled_tasks_table(metadata)
+        self.engine: AsyncEngine | None = None
+        self.task_store: BackgroundTaskStore
+        self.scheduled_store: ScheduledTaskStore
+        self.lease_store: RuntimeLeaseStore
+        self._sync_store: BackgroundTaskStore | None = None
+        if url.startswith(MEMORY_URL):
+            self.url: str | None = None
+            self.task_store = InMemoryTaskStore()
+            self.scheduled_store = InMemoryScheduledTaskStore()
+            self.lease_store = InMemoryRuntimeLeaseStore()
+            return
+        self.url = normalize_database_url(url)
+        self.engine = _open_engine(self.url)
+        self.task_store = BackgroundTaskDbStore(self.engine, table=self.tasks_table)
+        self.scheduled_store = ScheduledTaskDbStore(self.engine)
+        self.lease_store = RuntimeLeaseDbStore(self.engine)
+
+    @property
+    def is_memory(self) -> bool:
+        """Whether the stores live in this process's memory."""
+        return self.engine is None
+
+    @property
+    def is_sqlite(self) -> bool:
+        """Whether the database is a SQLite file (embedded: tables are created at startup)."""
+        return self.engine is not None and self.engine.dialect.name == "sqlite"
+
+    @property
+    def is_postgres(self) -> bool:
+        """Whether the database is PostgreSQL (enqueues NOTIFY; workers LISTEN)."""
+        return self.engine is not None and self.engine.dialect.name == "postgresql"
+
+    def sync_task_store(self) -> BackgroundTaskStore:
+        """A task store usable from a fresh event loop per call (``enqueue_sync``).
+
+        Connections are not pooled: a pooled connection belongs to the loop that opened
+        it, and each synchronous call runs its own loop.
+        """
+        if self.engine is None or self.url is None:
+            return self.task_store
+        if self._sync_store is None:
+            engine = _open_engine(self.url, poolclass=NullPool)
+            self._sync_store = BackgroundTaskDbStore(engine, table=self.tasks_table)
+        return self._sync_store
+
+    async def create_tables(self) -> None:
+        """Create every missing table and index of :attr:`metadata` (idempotent)."""
+        if self.engine is None:
+            return
+        async with self.engine.begin() as conn:
+            await conn.run_sync(lambda sync: self.metadata.create_all(sync, checkfirst=True))
+
+    async def dispose(self) -> None:
+        """Close the engine's pooled connections (the engine stays usable)."""
+        if self.engine is not None:
+            await self.engine.dispose()

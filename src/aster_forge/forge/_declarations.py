@@ -1,0 +1,315 @@
+"""``ForgeDeclarations``: what a forge declares (lanes, tasks, periodic jobs, resources).
+
+Collected at import time and frozen into a primitive
+:class:`~aster_forge.tasks.TaskRegistry` the first time the forge is used.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import re
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
+
+from ..tasks import TaskErrorClassifier, TaskRegistry, TaskStepSpec
+from ._periodic import ForgePeriodic, periodic_schedule, periodic_shape
+from ._signature import BodyShape, read_body
+from ._task import ForgeTask
+from .errors import ForgeDeclarationError, ForgeStateError
+
+if TYPE_CHECKING:
+    from ._app import Forge
+
+__all__ = ["ForgeDeclarations", "check_name"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,63}$")
+
+
+def check_name(name: object, what: str) -> str:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ForgeDeclarationError(
+            f"{what} name {name!r} must be 1-64 characters: letters, digits, '_', '.', ':', '-'"
+        )
+    return name
+
+
+def _steps(steps: Sequence[tuple[str, str] | TaskStepSpec], what: str) -> tuple[TaskStepSpec, ...]:
+    try:
+        specs = tuple(s if isinstance(s, TaskStepSpec) else TaskStepSpec(*s) for s in steps)
+    except (TypeError, ValueError) as exc:
+        raise ForgeDeclarationError(f"{what}: steps are (key, title) pairs ({exc})") from None
+    keys = [step.key for step in specs]
+    if len(set(keys)) != len(keys):
+        raise ForgeDeclarationError(f"{what}: a step key is declared twice: {keys}")
+    return specs
+
+
+class ForgeDeclarations:
+    """The declaring half of :class:`~aster_forge.Forge`: lanes, tasks, periodic jobs and
+    resources, and the registry they freeze into."""
+
+    def __init__(self, *, default_concurrency: int) -> None:
+        self._default_concurrency = default_concurrency
+        self._lanes: dict[str, int] = {}
+        self._tasks: dict[str, ForgeTask] = {}
+        self._periodics: list[ForgePeriodic] = []
+        self._resources: Callable[[], AbstractAsyncContextManager[Any]] | None = None
+        self._registry: TaskRegistry[Forge, Any, Any] | None = None
+
+    def lane(self, name: str, *, concurrency: int = 1) -> str:
+        """Declare a lane: a concurrency group the worker limits separately.
+
+        Returns:
+            The lane's name, for ``@forge.task(lane=...)``.
+
+        Raises:
+            ForgeDeclarationError: Declared twice, a bad name or a concurrency below 1.
+            ForgeStateError: The forge is already in use (declarations are frozen).
+        """
+        self._check_open()
+        check_name(name, "lane")
+        if name in self._lanes:
+            raise ForgeDeclarationError(f"lane {name!r} is declared twice")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ForgeDeclarationError(f"lane {name!r}: concurrency must be an int >= 1")
+        self._lanes[name] = concurrency
+        return name
+
+    @overload
+    def task(self, fn: _F) -> ForgeTask: ...
+
+    @overload
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        lane: str | None = None,
+        max_attempts: int = 5,
+        steps: Sequence[tuple[str, str] | TaskStepSpec] = (),
+        timeout: timedelta | None = None,
+        error_classifier: TaskErrorClassifier | None = None,
+    ) -> Callable[[Callable[..., Any]], ForgeTask]: ...
+
+    def task(
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        lane: str | None = None,
+        max_attempts: int = 5,
+        steps: Sequence[tuple[str, str] | TaskStepSpec] = (),
+        timeout: timedelta | None = None,
+        error_classifier: TaskErrorClassifier | None = None,
+    ) -> ForgeTask | Callable[[Callable[..., Any]], ForgeTask]:
+        """Declare a task kind (decorator, with or without arguments).
+
+        The body is ``async def body(payload)``, ``(ctx, payload)``, ``(ctx, payload,
+        state)``, ``(ctx)`` or ``()``; the payload and result types come from its
+        annotations (pydantic validates them).
+
+        Args:
+            fn: The body (when used as ``@forge.task`` without parentheses).
+            name: The stable wire name stored in each row (default: the function's name);
+                pin it so renaming the function does not orphan stored rows.
+            lane: A lane declared with :meth:`lane` (default: the ``default`` lane).
+            max_attempts: Counted attempts before the task fails for good.
+            steps: ``(key, title)`` pairs shown on the dashboard from the start.
+            timeout: One execution's limit; past it the body is cancelled and the
+                attempt fails as retryable.
+            error_classifier: Maps the body's exceptions to a retry class and message.
+
+        Raises:
+            ForgeDeclarationError: A name declared twice, an undeclared lane, bad steps,
+                attempts or timeout, or a body signature the forge cannot read.
+            ForgeStateError: The forge is already in use (declarations are frozen).
+        """
+
+        def declare(body: Callable[..., Any]) -> ForgeTask:
+            return self._declare_task(
+                body,
+                name=name,
+                lane=lane,
+                max_attempts=max_attempts,
+                steps=steps,
+                timeout=timeout,
+                error_classifier=error_classifier,
+            )
+
+        return declare if fn is None else declare(fn)
+
+    def periodic(
+        self,
+        *,
+        every: timedelta | None = None,
+        cron: str | None = None,
+        timezone: str | None = None,
+        initial_delay: timedelta | None = None,
+        name: str | None = None,
+        lane: str | None = None,
+        max_attempts: int = 3,
+        timeout: timedelta | None = None,
+    ) -> Callable[[Callable[..., Any]], ForgePeriodic]:
+        """Declare a periodic job, run once per firing across every instance.
+
+        Each firing enqueues one task of the job's kind with the firing's dedupe key;
+        the body is ``()``, ``(ctx)``, ``(ctx, state)``, ``(ctx, scheduled_at:
+        datetime)`` or ``(ctx, scheduled_at: datetime, state)``. Firings
+        missed while every instance was down run once, not once each.
+
+        Args:
+            every: The period (firings on a grid from the first one).
+            cron: A cron expression, five fields or six with leading seconds (the
+                ``cron`` extra); DST-safe on ``timezone``'s wall clock.
+            timezone: The cron expression's IANA time zone (default UTC).
+            initial_delay: Delay of the very first firing (``every=`` only).
+            name: The job's stable name (default: the function's name).
+            lane: The lane its task runs in.
+            max_attempts: Attempts of each firing's task.
+            timeout: Limit of one execution.
+
+        Raises:
+            ForgeDeclarationError: Neither or both of ``every``/``cron``, a non-positive
+                interval, a bad cron expression or timezone, the ``cron`` extra missing,
+                or any error :meth:`task` raises.
+        """
+        schedule = periodic_schedule(
+            every=every, cron=cron, timezone=timezone, initial_delay=initial_delay
+        )
+
+        def declare(body: Callable[..., Any]) -> ForgePeriodic:
+            job = name if name is not None else getattr(body, "__name__", "")
+            shape = periodic_shape(job, read_body(body, what=f"periodic job {job!r}"))
+            task = self._declare_task(
+                body,
+                shape=shape,
+                name=job,
+                lane=lane,
+                max_attempts=max_attempts,
+                steps=(),
+                timeout=timeout,
+                error_classifier=None,
+            )
+            periodic = ForgePeriodic(task, schedule=schedule)
+            self._periodics.append(periodic)
+            return periodic
+
+        return declare
+
+    def resources(
+        self, factory: Callable[[], Any]
+    ) -> Callable[[], AbstractAsyncContextManager[Any]]:
+        """Declare the product's resources (decorator on an async generator function).
+
+        The generator runs at startup, before the workers; what it yields becomes
+        :attr:`state` (the bodies' third argument) until shutdown, after the workers
+        stopped, resumes it to close the resources.
+
+        Raises:
+            ForgeDeclarationError: Declared twice, or not an async generator function or
+                a function returning an async context manager.
+        """
+        self._check_open()
+        if self._resources is not None:
+            raise ForgeDeclarationError("resources are declared twice")
+        if inspect.isasyncgenfunction(factory):
+            manager: Callable[[], AbstractAsyncContextManager[Any]] = asynccontextmanager(factory)
+        elif callable(factory):
+            manager = factory
+        else:
+            raise ForgeDeclarationError("resources must be an async generator function")
+        self._resources = manager
+        return manager
+
+    def _declare_task(
+        self,
+        body: Callable[..., Any],
+        *,
+        shape: BodyShape | None = None,
+        name: str | None,
+        lane: str | None,
+        max_attempts: int,
+        steps: Sequence[tuple[str, str] | TaskStepSpec],
+        timeout: timedelta | None,
+        error_classifier: TaskErrorClassifier | None,
+    ) -> ForgeTask:
+        self._check_open()
+        wire = check_name(name if name is not None else getattr(body, "__name__", ""), "task")
+        what = f"task {wire!r}"
+        if wire in self._tasks:
+            raise ForgeDeclarationError(f"{what} is declared twice")
+        if lane is not None and lane not in self._lanes:
+            raise ForgeDeclarationError(
+                f"{what}: lane {lane!r} is not declared (forge.lane({lane!r}, concurrency=...))"
+            )
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ForgeDeclarationError(f"{what}: max_attempts must be an int >= 1")
+        if timeout is not None and (not isinstance(timeout, timedelta) or timeout <= timedelta(0)):
+            raise ForgeDeclarationError(f"{what}: timeout must be a positive timedelta")
+        task = ForgeTask(
+            cast("Forge", self),
+            body,
+            shape if shape is not None else read_body(body, what=what),
+            name=wire,
+            lane=lane,
+            max_attempts=max_attempts,
+            steps=_steps(steps, what),
+            timeout=timeout,
+            error_classifier=error_classifier,
+        )
+        self._tasks[wire] = task
+        return task
+
+    def _check_open(self) -> None:
+        if self._registry is not None:
+            raise ForgeStateError(
+                "the forge is already in use; declare lanes, tasks and jobs at import time"
+            )
+
+    @property
+    def tasks(self) -> tuple[ForgeTask, ...]:
+        """Every declared task (periodic jobs' tasks included), in declaration order."""
+        return tuple(self._tasks.values())
+
+    @property
+    def periodics(self) -> tuple[ForgePeriodic, ...]:
+        """Every declared periodic job."""
+        return tuple(self._periodics)
+
+    @property
+    def lanes(self) -> dict[str, int]:
+        """Each lane's concurrency limit (with ``default`` when a task uses it)."""
+        lanes = dict(self._lanes)
+        if any(task.lane is None for task in self._tasks.values()):
+            lanes.setdefault("default", self._default_concurrency)
+        return lanes
+
+    @property
+    def registry(self) -> TaskRegistry[Forge, Any, Any]:
+        """The primitive registry built from the declarations (freezes them on first use).
+
+        Raises:
+            ForgeStateError: No task is declared.
+        """
+        if self._registry is None:
+            if not self._tasks:
+                raise ForgeStateError("the forge declares no task")
+            lanes = self.lanes
+            kind_type: Any = enum.StrEnum("ForgeTaskKind", [(n, n) for n in self._tasks])  # type: ignore[misc]
+            lane_type: Any = enum.StrEnum("ForgeLane", [(n, n) for n in lanes])  # type: ignore[misc]
+            registry: TaskRegistry[Forge, Any, Any] = TaskRegistry(kind=kind_type, lane=lane_type)
+            for wire, task in self._tasks.items():
+                registry.register(task.spec(kind_type(wire)))
+            for lane in lanes:
+                members = [w for w, t in self._tasks.items() if (t.lane or "default") == lane]
+                registry.lane(lane_type(lane), [kind_type(w) for w in members])
+            self._registry = registry.validate()
+        return self._registry
+
+    @property
+    def resources_factory(self) -> Callable[[], AbstractAsyncContextManager[Any]] | None:
+        """The declared resources factory, if any."""
+        return self._resources

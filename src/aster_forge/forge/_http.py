@@ -1,0 +1,59 @@
+"""The HTTP service of ``aster-forge worker --http``: uvicorn serving the forge's web app."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Generator
+from typing import Any
+
+import uvicorn
+
+from ..runtime import CancellationToken, RuntimeComponentKind, RuntimeServiceComponent
+from ._worker import HTTP_COMPONENT
+
+__all__ = ["http_service"]
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """uvicorn without its own signal handlers: ``AsterRuntime`` owns SIGINT/SIGTERM."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+def http_service(
+    app: Any, host: str, port: int
+) -> Callable[[CancellationToken], RuntimeServiceComponent[int]]:
+    """``build(token)`` for ``runtime_component_with_shutdown``: uvicorn on ``host:port``.
+
+    A stop request sets uvicorn's ``should_exit``; the service returns ``0`` once
+    uvicorn closed its connections.
+    """
+
+    def build(token: CancellationToken) -> RuntimeServiceComponent[int]:
+        server = _EmbeddedServer(
+            uvicorn.Config(
+                app,
+                host=host,
+                port=port,
+                log_level="warning",
+                access_log=False,
+                lifespan="off",
+                timeout_graceful_shutdown=5,
+            )
+        )
+
+        async def serve() -> int:
+            if not token.cancelled:
+                await server.serve()
+            return 0
+
+        async def stop() -> None:
+            server.should_exit = True
+
+        return RuntimeServiceComponent(
+            HTTP_COMPONENT, RuntimeComponentKind.HTTP, serve(), token, stop
+        )
+
+    return build

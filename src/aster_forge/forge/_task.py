@@ -1,0 +1,207 @@
+"""``ForgeTask``: what ``@forge.task`` returns: the declaration and the enqueue handle."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from ..tasks import (
+    EnqueueResult,
+    TaskErrorClassifier,
+    TaskExecutionContext,
+    TaskSpec,
+    TaskStepSpec,
+)
+from ._signature import BodyShape
+
+if TYPE_CHECKING:
+    from ._app import Forge
+
+__all__ = ["ForgeTask"]
+
+
+class ForgeTask:
+    """One declared task kind: its wire name, lane, attempts, steps, timeout and body.
+
+    Returned by :meth:`Forge.task`. Enqueue with :meth:`enqueue` (``await``),
+    :meth:`enqueue_many`, or :meth:`enqueue_sync` from code without an event loop.
+    Calling the handle calls the body itself (handy in unit tests).
+    """
+
+    def __init__(
+        self,
+        forge: Forge,
+        fn: Callable[..., Any],
+        shape: BodyShape,
+        *,
+        name: str,
+        lane: str | None,
+        max_attempts: int,
+        steps: tuple[TaskStepSpec, ...],
+        timeout: timedelta | None,
+        error_classifier: TaskErrorClassifier | None,
+    ) -> None:
+        self._forge = forge
+        self._fn = fn
+        self._shape = shape
+        self._name = name
+        self._lane = lane
+        self._max_attempts = max_attempts
+        self._steps = steps
+        self._timeout = timeout
+        self._classifier = error_classifier
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    @property
+    def name(self) -> str:
+        """The stable wire name stored in each row's ``kind`` column."""
+        return self._name
+
+    @property
+    def lane(self) -> str | None:
+        """The lane it runs in (``None``: the forge's default lane)."""
+        return self._lane
+
+    @property
+    def max_attempts(self) -> int:
+        """Counted attempts a new task of this kind is allowed."""
+        return self._max_attempts
+
+    @property
+    def steps(self) -> tuple[TaskStepSpec, ...]:
+        """The visible steps every new task of this kind starts with."""
+        return self._steps
+
+    @property
+    def timeout(self) -> timedelta | None:
+        """How long one execution may run before it fails as retryable (``None``: no limit)."""
+        return self._timeout
+
+    @property
+    def payload_type(self) -> Any:
+        """The payload type read from the body's annotation (``None``: no payload)."""
+        return self._shape.payload_type
+
+    @property
+    def result_type(self) -> Any:
+        """The result type read from the return annotation (``None``: no result)."""
+        return self._shape.result_type
+
+    def spec(self, kind: Any) -> TaskSpec[Forge, Any, Any]:
+        """The primitive :class:`~aster_forge.tasks.TaskSpec` the worker runs for ``kind``."""
+        fn, shape, timeout = self._fn, self._shape, self._timeout
+
+        async def run(ctx: TaskExecutionContext, forge: Forge, payload: Any) -> Any:
+            call = shape.call(fn, ctx, payload, forge.state_or_none)
+            if timeout is None:
+                return await call
+            async with asyncio.timeout(timeout.total_seconds()):
+                return await call
+
+        return TaskSpec(
+            kind=kind,
+            payload_type=shape.payload_type,
+            result_type=shape.result_type,
+            run=run,
+            steps=self._steps,
+            error_classifier=self._classifier,
+        )
+
+    async def enqueue(
+        self,
+        payload: Any = None,
+        *,
+        dedupe_key: str | None = None,
+        run_at: datetime | None = None,
+        delay: timedelta = timedelta(0),
+        priority: int = 0,
+        max_attempts: int | None = None,
+    ) -> EnqueueResult:
+        """Validate ``payload`` and enqueue one task (a second enqueue with the same
+        ``dedupe_key`` returns the existing row, ``created`` false).
+
+        Args:
+            payload: An instance of the payload type, or plain data that validates as it.
+            dedupe_key: Makes a retried request safe: one row per key.
+            run_at: When it becomes due (timezone-aware); default now (plus ``delay``).
+            delay: Added to now when ``run_at`` is not given.
+            priority: Higher is claimed first within the lane.
+            max_attempts: Overrides the task's ``max_attempts`` for this row.
+
+        Raises:
+            ForgePayloadError: The payload does not validate; nothing was written.
+            TaskEnqueueValueError: Another argument is invalid; nothing was written.
+        """
+        results = await self._forge.enqueue_tasks(
+            self,
+            [payload],
+            dedupe_keys=[dedupe_key],
+            run_at=run_at,
+            delay=delay,
+            priority=priority,
+            max_attempts=max_attempts,
+        )
+        return results[0]
+
+    async def enqueue_many(
+        self,
+        payloads: Iterable[Any],
+        *,
+        run_at: datetime | None = None,
+        delay: timedelta = timedelta(0),
+        priority: int = 0,
+        max_attempts: int | None = None,
+    ) -> list[EnqueueResult]:
+        """Validate every payload, then enqueue them all in one store call.
+
+        Raises:
+            ForgePayloadError: A payload does not validate; nothing was written.
+        """
+        items = list(payloads)
+        return await self._forge.enqueue_tasks(
+            self,
+            items,
+            dedupe_keys=[None] * len(items),
+            run_at=run_at,
+            delay=delay,
+            priority=priority,
+            max_attempts=max_attempts,
+        )
+
+    def enqueue_sync(
+        self,
+        payload: Any = None,
+        *,
+        dedupe_key: str | None = None,
+        run_at: datetime | None = None,
+        delay: timedelta = timedelta(0),
+        priority: int = 0,
+        max_attempts: int | None = None,
+    ) -> EnqueueResult:
+        """:meth:`enqueue` for synchronous code (Django, Flask, scripts) with no event loop.
+
+        Raises:
+            ForgeStateError: Called from a thread that runs an event loop (use ``await
+                enqueue(...)`` there).
+            ForgePayloadError: The payload does not validate; nothing was written.
+        """
+        results = self._forge.enqueue_tasks_sync(
+            self,
+            [payload],
+            dedupe_keys=[dedupe_key],
+            run_at=run_at,
+            delay=delay,
+            priority=priority,
+            max_attempts=max_attempts,
+        )
+        return results[0]
+
+    def __call__(self, *args: Any) -> Any:
+        """Call the body directly (no store, no worker), e.g. in a unit test."""
+        return self._fn(*args)
+
+    def __repr__(self) -> str:
+        return f"ForgeTask(name={self._name!r}, lane={self._lane!r})"

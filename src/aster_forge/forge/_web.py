@@ -1,0 +1,50 @@
+"""``forge.asgi_app()``: dashboard, admin API, health and metrics of a forge (extra ``web``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry
+from starlette.applications import Starlette
+
+from ..metrics import PrometheusDispatchStatsCollector, PrometheusHealthMetricsRecorder
+from ..runtime import HealthCheckScope
+from ..web import AdminSources, create_app
+
+if TYPE_CHECKING:
+    from ._app import Forge
+
+__all__ = ["forge_asgi_app"]
+
+
+def forge_asgi_app(forge: Forge, *, admin_token: str | None, title: str | None) -> Starlette:
+    """The composed web app of ``forge``, mountable under any prefix.
+
+    Health runs the checks of the forge's runtime in this process (unhealthy while it
+    is not running); the dispatcher view and dispatch metrics follow the running worker.
+    """
+    backend = forge.backend
+
+    def stats() -> Any:
+        dispatcher = forge.current_dispatcher()
+        return None if dispatcher is None else dispatcher.stats
+
+    registry = CollectorRegistry()
+    recorder = PrometheusHealthMetricsRecorder(registry)
+    PrometheusDispatchStatsCollector(stats, registry)
+    sources = AdminSources(
+        task_store=backend.task_store,
+        scheduled_store=backend.scheduled_store,
+        leases=backend.lease_store,
+        dispatcher=forge.current_dispatcher,
+        lanes=tuple(forge.lanes),
+        title=title if title is not None else forge.name,
+    )
+    return create_app(
+        sources,
+        health=forge.run_health,
+        metrics_registry=registry,
+        health_recorder=recorder,
+        scrape_health_scope=HealthCheckScope.READINESS,
+        admin_token=admin_token,
+    )

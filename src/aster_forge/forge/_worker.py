@@ -1,0 +1,248 @@
+"""``ForgeWorker``: one run of a forge's workers, assembled from the primitives.
+
+The dispatcher and its poll loop (``TaskDispatcher`` + ``run_dispatch_worker``), the
+PostgreSQL NOTIFY listener (``listen_for_task_notifications``), the leased scheduler
+(``LeasedScheduledRuntimeConfig``) and the database and resources lifecycles, as
+``AsterRuntime`` components. Nothing here claims, leases, heartbeats or schedules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from ..db import (
+    DEFAULT_TASK_NOTIFY_CHANNEL,
+    database_component_after,
+    database_health_component,
+    listen_for_task_notifications,
+)
+from ..runtime import (
+    CancellationToken,
+    HealthCheckOptions,
+    HealthCheckScopes,
+    HealthComponentDetailValue,
+    HealthComponentReport,
+    RuntimeComponentKind,
+    RuntimeComponentRegistry,
+    StartupPhaseFailurePolicy,
+)
+from ..tasks import (
+    BACKGROUND_TASKS_COMPONENT,
+    ClaimedTaskExecutionConfig,
+    DispatchPollConfig,
+    LeasedScheduledRuntime,
+    LeasedScheduledRuntimeConfig,
+    ScheduledTaskOutcome,
+    ScheduledTaskRun,
+    TaskDispatcher,
+    TaskLaneConfig,
+    TaskRetryPolicy,
+    run_dispatch_worker,
+)
+
+if TYPE_CHECKING:
+    from ._app import Forge
+
+__all__ = [
+    "DATABASE_COMPONENT",
+    "HTTP_COMPONENT",
+    "RESOURCES_COMPONENT",
+    "ForgeWorker",
+    "ForgeWorkerSettings",
+]
+
+logger = logging.getLogger("aster_forge.forge")
+
+DATABASE_COMPONENT = "database"
+"""The component owning the forge's engine (created tables, health, disposal)."""
+
+HTTP_COMPONENT = "http"
+"""The HTTP service component of ``aster-forge worker --http``."""
+
+RESOURCES_COMPONENT = "forge_resources"
+"""The component that opens the product's resources before the workers and closes them after."""
+
+
+@dataclass(frozen=True, slots=True)
+class ForgeWorkerSettings:
+    """Timings of a forge's workers (the defaults suit most services).
+
+    Attributes:
+        poll: The dispatch poll (NOTIFY wakes idle workers sooner on PostgreSQL).
+        task_lease_ttl: Each claimed task's lease; the heartbeat renews every third.
+        retry: Backoff of retryable failures.
+        shutdown_grace: How long running bodies may finish after shutdown begins.
+        scheduler_lease_ttl: The scheduler lease (a standby takes over this long after
+            a crash); renewed every third.
+        scheduler_claim_ttl: A scheduled firing's claim (renewed while it runs).
+    """
+
+    poll: DispatchPollConfig = field(
+        default_factory=lambda: DispatchPollConfig(
+            base_interval=timedelta(milliseconds=200), max_interval=timedelta(seconds=2)
+        )
+    )
+    task_lease_ttl: timedelta = timedelta(seconds=30)
+    retry: TaskRetryPolicy = field(default_factory=TaskRetryPolicy)
+    shutdown_grace: timedelta = timedelta(seconds=10)
+    scheduler_lease_ttl: timedelta = timedelta(seconds=15)
+    scheduler_claim_ttl: timedelta = timedelta(seconds=120)
+
+
+def _on_panic(exc: Exception) -> ScheduledTaskOutcome:
+    # A fixed text: the catalog row never carries an exception message.
+    return ScheduledTaskOutcome.failed(f"enqueue raised {type(exc).__name__}")
+
+
+async def _record(
+    forge: Forge, run: ScheduledTaskRun, outcome: ScheduledTaskOutcome, took: timedelta
+) -> None:
+    logger.debug("periodic %s fired: %s", run.task.name, outcome.status.value)
+
+
+class ForgeWorker:
+    """The components one forge registers on an ``AsterRuntime``.
+
+    Args:
+        forge: The forge (its declarations are frozen by this call).
+        after: Components of the product (e.g. its HTTP service) that must stop before
+            the forge's resources and database close.
+    """
+
+    def __init__(self, forge: Forge, *, after: Sequence[str] = ()) -> None:
+        self._forge = forge
+        self._after = tuple(after)
+        registry = forge.registry
+        settings = forge.worker_settings
+        self._settings = settings
+        self.dispatcher: TaskDispatcher[Forge] = TaskDispatcher(
+            [
+                TaskLaneConfig(registry.lane_type(lane), limit)
+                for lane, limit in forge.lanes.items()
+            ],
+            ClaimedTaskExecutionConfig(
+                state=forge,
+                registry=registry,
+                lease_ttl=settings.task_lease_ttl,
+                retry_policy=settings.retry,
+                shutdown_grace=settings.shutdown_grace,
+            ),
+        )
+        self.started = asyncio.Event()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._exit = AsyncExitStack()
+
+    def wake(self) -> None:
+        """Wake the dispatcher (an enqueue in this process)."""
+        self.dispatcher.wake()
+
+    async def _dispatch(self, token: CancellationToken) -> None:
+        await run_dispatch_worker(
+            self._forge.backend.task_store, self.dispatcher, token, poll=self._settings.poll
+        )
+
+    async def _listen(self, token: CancellationToken) -> None:
+        engine = self._forge.backend.engine
+        assert engine is not None
+        await listen_for_task_notifications(
+            engine, DEFAULT_TASK_NOTIFY_CHANNEL, lambda _lane: self.dispatcher.wake(), token
+        )
+
+    async def _schedule(self, token: CancellationToken) -> None:
+        forge, settings = self._forge, self._settings
+        backend = forge.backend
+        config = (
+            LeasedScheduledRuntimeConfig(
+                forge.name,
+                f"{forge.name}.scheduler",
+                backend.lease_store,
+                backend.scheduled_store,
+                state=forge,
+                on_panic=_on_panic,
+                record_outcome=_record,
+            )
+            .claim_ttl(settings.scheduler_claim_ttl)
+            .lease_ttl(settings.scheduler_lease_ttl)
+            .lease_renew_interval(settings.scheduler_lease_ttl / 3)
+            .lease_standby_retry_interval(settings.scheduler_lease_ttl / 3)
+        )
+
+        def declare(runtime: LeasedScheduledRuntime[Forge, ScheduledTaskOutcome]) -> None:
+            for periodic in forge.periodics:
+                periodic.declare(runtime)
+
+        await config.run(token, declare)
+
+    async def _ready(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._forge.attach_worker(self)
+        self.started.set()
+
+    async def _stopped(self) -> None:
+        self._forge.detach_worker(self)
+
+    async def _health(self) -> HealthComponentReport:
+        total = self.dispatcher.stats.total()
+        if total.claim_calls > 0 and total.claim_errors == total.claim_calls:
+            report = HealthComponentReport.unhealthy(BACKGROUND_TASKS_COMPONENT, "claims fail")
+        elif self.dispatcher.stopping:
+            report = HealthComponentReport.degraded(BACKGROUND_TASKS_COMPONENT, "stopping")
+        else:
+            report = HealthComponentReport.healthy(BACKGROUND_TASKS_COMPONENT, "dispatching")
+        return report.with_detail(
+            "in_flight", HealthComponentDetailValue.unsigned(total.in_flight)
+        ).with_detail("succeeded", HealthComponentDetailValue.unsigned(total.succeeded))
+
+    async def _open_resources(self) -> None:
+        factory = self._forge.resources_factory
+        assert factory is not None
+        manager: AbstractAsyncContextManager[Any] = factory()
+        self._forge.state = await self._exit.enter_async_context(manager)
+
+    async def _close_resources(self) -> None:
+        try:
+            await self._exit.aclose()
+        finally:
+            self._forge.clear_state()
+
+    def register(self, registry: RuntimeComponentRegistry) -> None:
+        """Register the forge's components (what ``.component(forge.component())`` calls)."""
+        forge, backend = self._forge, self._forge.backend
+        workers = registry.component(BACKGROUND_TASKS_COMPONENT, RuntimeComponentKind.TASKS)
+        workers.startup("forge_ready", self._ready).health_with_options(
+            BACKGROUND_TASKS_COMPONENT,
+            HealthCheckOptions.required(timedelta(seconds=1)).with_scopes(
+                HealthCheckScopes.readiness_and_diagnostics()
+            ),
+            self._health,
+        ).task("dispatch", self._dispatch)
+        if backend.is_postgres:
+            workers.task("task_notifications", self._listen)
+        if forge.periodics:
+            workers.task("scheduler", self._schedule)
+        workers.shutdown("forge_stopped", None, self._stopped)
+        users = [BACKGROUND_TASKS_COMPONENT, *self._after]
+        if forge.resources_factory is not None:
+            registry.component(RESOURCES_COMPONENT, RuntimeComponentKind.PRODUCT).depends_on(
+                *users
+            ).startup("open_resources", self._open_resources).shutdown(
+                "close_resources", timedelta(seconds=10), self._close_resources
+            )
+            users.append(RESOURCES_COMPONENT)
+        if backend.engine is None:
+            return
+        database = registry.component(DATABASE_COMPONENT, RuntimeComponentKind.DATABASE)
+        if forge.create_tables:
+            database.startup(
+                "create_tables", backend.create_tables, StartupPhaseFailurePolicy.REQUIRED
+            )
+        database_health_component(backend.engine, component=DATABASE_COMPONENT).register(registry)
+        database_component_after(backend.engine, users, component=DATABASE_COMPONENT).register(
+            registry
+        )

@@ -1,0 +1,43 @@
+"""Exceptions raised by the Forge application layer (:mod:`aster_forge.forge`)."""
+
+from __future__ import annotations
+
+from .._errors import AsterForgeError
+
+__all__ = ["ForgeDeclarationError", "ForgeError", "ForgePayloadError", "ForgeStateError"]
+
+
+class ForgeError(AsterForgeError):
+    """Raised as the base class of every Forge application-layer error."""
+
+
+class ForgeDeclarationError(ForgeError, ValueError):
+    """Raised at declaration time when a task, lane or periodic job is declared wrongly.
+
+    For example: a task name or lane declared twice, a task on an undeclared lane, a
+    body whose signature the forge cannot read, a bad cron string or interval.
+    """
+
+
+class ForgePayloadError(ForgeError, ValueError):
+    """Raised when a payload fails validation at enqueue; nothing was written.
+
+    The message names the task and the offending fields, never their values.
+
+    Attributes:
+        task: The task's wire name.
+        fields: The dotted locations of the fields that failed.
+    """
+
+    def __init__(self, message: str, *, task: str, fields: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.task = task
+        self.fields = fields
+
+
+class ForgeStateError(ForgeError, RuntimeError):
+    """Raised when the forge is used in a state that does not allow the call.
+
+    For example: declaring a task after the forge started, reading ``forge.state``
+    before it was set, or ``enqueue_sync`` called from a running event loop.
+    """

@@ -1,0 +1,135 @@
+"""``aster-forge migrate module:forge`` and ``aster-forge worker module:forge [--http]``."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import httpx
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from aster_forge.tasks import TaskStatus
+
+from ..cli._support import CLI, REPO, cli_env, free_port
+from ._product import CRON_ENV, URL_ENV, build_forge, ticks
+
+TARGET = "tests.forge._product:forge"
+
+
+def _run(*args: str, url: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args],
+        cwd=REPO,
+        env=cli_env(**{URL_ENV: url}),
+        capture_output=True,
+        text=True,
+        timeout=50,
+        check=False,
+    )
+
+
+async def test_migrate_then_worker_runs_tasks_and_serves_health(
+    forge_url: str, backend: str, tmp_path: Path
+) -> None:
+    migrated = await asyncio.to_thread(_run, "migrate", TARGET, url=forge_url)
+    assert migrated.returncode == 0, migrated.stderr
+    assert "background_tasks, runtime_leases, scheduled_tasks" in migrated.stdout
+    port = free_port()
+    log = (tmp_path / "worker.log").open("w+")
+    worker = subprocess.Popen(  # noqa: ASYNC220 - started once, waited in a thread
+        [*CLI, "worker", TARGET, "--http", f"127.0.0.1:{port}"],
+        cwd=REPO,
+        env=cli_env(**{URL_ENV: forge_url}),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    producer = build_forge(forge_url)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            for _ in range(400):
+                try:
+                    ready = await client.get("/readyz")
+                    if ready.status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                await asyncio.sleep(0.05)
+            assert ready.status_code == 200, ready.text
+            made = await producer.tasks[0].enqueue("hello")
+            for _ in range(600):
+                record = await producer.backend.task_store.get_task(made.record.id)
+                assert record is not None
+                if record.status.is_terminal:
+                    break
+                await asyncio.sleep(0.025)
+            assert (
+                record is not None
+                and record.status is TaskStatus.SUCCEEDED
+                and record.result_json == '"HELLO"'
+            )
+            assert (await client.get("/metrics")).status_code == 200
+            lanes = (await client.get("/api/lanes")).json()
+            assert "mail" in str(lanes)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(worker.wait, 30)
+        await producer.aclose()
+        log.seek(0)
+        output = log.read()
+        log.close()
+    assert code == 0, output
+    assert "background_tasks" in output  # the shutdown report
+    # The NOTIFY listener runs by default on PostgreSQL, with no product code.
+    assert ("task_notifications" in output) is (backend == "postgres"), output
+
+
+async def test_two_worker_processes_run_each_cron_firing_once(
+    forge_url: str, tmp_path: Path
+) -> None:
+    migrated = await asyncio.to_thread(_run, "migrate", TARGET, url=forge_url)
+    assert migrated.returncode == 0, migrated.stderr
+    env = cli_env(**{URL_ENV: forge_url, CRON_ENV: "1"})
+    logs = [(tmp_path / f"worker-{n}.log").open("w+") for n in range(2)]
+    workers = [
+        subprocess.Popen(  # noqa: ASYNC220 - started once, waited in a thread
+            [*CLI, "worker", TARGET], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+        for log in logs
+    ]
+    engine = create_async_engine(forge_url)
+    try:
+        rows: list[sa.Row[Any]] = []
+        for _ in range(600):
+            async with engine.connect() as conn:
+                rows = list((await conn.execute(sa.select(ticks))).all())
+            if len(rows) >= 3:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        for worker in workers:
+            worker.send_signal(signal.SIGTERM)
+        codes = [await asyncio.to_thread(worker.wait, 30) for worker in workers]
+        await engine.dispose()
+        outputs = []
+        for log in logs:
+            log.seek(0)
+            outputs.append(log.read())
+            log.close()
+    assert codes == [0, 0], outputs
+    firings = [row.scheduled_at for row in rows]
+    assert len(firings) >= 3, outputs
+    assert len(firings) == len(set(firings)), f"a cron firing ran twice: {firings}"
+
+
+def test_worker_rejects_a_target_that_is_not_a_forge() -> None:
+    result = _run("worker", "tests.forge._product:build_forge", url="memory://")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "error: tests.forge._product:build_forge is a function, not a Forge"
+    )
+    bad = _run("worker", TARGET, "--http", "nowhere", url="memory://")
+    assert bad.returncode == 2 and "--http expects HOST:PORT" in bad.stderr

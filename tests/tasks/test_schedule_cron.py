@@ -1,0 +1,224 @@
+"""The scheduled catalog runner on cron schedules: a manual clock, an in-memory store."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from aster_forge.runtime import CancellationToken
+from aster_forge.tasks import (
+    CronSchedule,
+    IntervalSchedule,
+    LeasedScheduledRuntime,
+    LeasedScheduledRuntimeConfig,
+    PeriodicTaskConfigError,
+    ScheduledPeriodicTask,
+    ScheduledRuntimeDeclarationError,
+    ScheduledTaskRun,
+    scheduled_task_dedupe_key,
+)
+from aster_forge.testing import (
+    InMemoryRuntimeLeaseStore,
+    InMemoryScheduledTaskStore,
+    ManualClock,
+)
+
+from ._schedule_support import Body, start_runner, until
+
+NS = "shop"
+T0 = datetime(2030, 1, 1, 10, 2, tzinfo=UTC)
+
+
+def _cron_task(
+    expression: str = "*/5 * * * *", *, zone: str = "UTC", owner: str = "a"
+) -> ScheduledPeriodicTask:
+    return ScheduledPeriodicTask(
+        namespace=NS,
+        name="cleanup",
+        interval=None,
+        owner_id=owner,
+        claim_ttl=timedelta(seconds=30),
+        schedule=CronSchedule(expression, timezone=zone),
+    )
+
+
+def _at(hour: int, minute: int) -> datetime:
+    return T0.replace(hour=hour, minute=minute)
+
+
+async def _advance_to(clock: ManualClock, when: datetime) -> None:
+    await clock.advance(when - clock.now())
+
+
+async def test_fires_on_cron_instants_once_each() -> None:
+    clock = ManualClock(T0)
+    store = InMemoryScheduledTaskStore(clock)
+    body = Body(clock)
+    token = CancellationToken()
+    runner = start_runner(store, _cron_task(), body, token, clock)
+    await clock.wait_for_sleepers(1)
+    row = await store.get_scheduled_task(NS, "cleanup")
+    assert row is not None and row.next_run_at == _at(10, 5), "first firing: next instant"
+    assert (row.cron_expression, row.cron_timezone) == ("*/5 * * * *", "UTC")
+    assert row.schedule_text == "*/5 * * * * (UTC)" and row.interval == timedelta(0)
+    assert body.runs == [], "a cron task does not fire when its row is created"
+    for n in range(1, 4):
+        await _advance_to(clock, _at(10, 5 * n))
+        await until(lambda n=n: len(body.recorded) == n)  # type: ignore[misc]
+        await clock.wait_for_sleepers(1)
+    assert [r.scheduled_at for r in body.runs] == [_at(10, 5), _at(10, 10), _at(10, 15)]
+    assert [r.dedupe_key for r in body.runs] == [
+        scheduled_task_dedupe_key(NS, "cleanup", _at(10, m)) for m in (5, 10, 15)
+    ]
+    row = await store.get_scheduled_task(NS, "cleanup")
+    assert row is not None and row.next_run_at == _at(10, 20) and row.run_count == 3
+    token.cancel()
+    await asyncio.wait_for(runner, 5)
+
+
+async def test_catch_up_after_downtime_runs_once_then_the_next_instant_after_now() -> None:
+    clock = ManualClock(T0)
+    store = InMemoryScheduledTaskStore(clock)
+    body = Body(clock)
+    token = CancellationToken()
+    runner = start_runner(store, _cron_task(), body, token, clock)
+    await clock.wait_for_sleepers(1)
+    await _advance_to(clock, _at(10, 5))
+    await until(lambda: len(body.recorded) == 1)
+    token.cancel()
+    await asyncio.wait_for(runner, 5)
+    # Every instance is down from 10:05 to 10:37: 10:10 ... 10:35 are missed.
+    await _advance_to(clock, _at(10, 37))
+    token = CancellationToken()
+    runner = start_runner(store, _cron_task(owner="b"), body, token, clock)
+    await until(lambda: len(body.recorded) == 2)
+    await clock.wait_for_sleepers(1)
+    row = await store.get_scheduled_task(NS, "cleanup")
+    assert row is not None and row.next_run_at == _at(10, 40), "next: first instant after now"
+    await _advance_to(clock, _at(10, 39))
+    assert len(body.runs) == 2, "the missed firings ran once, not once per missed instant"
+    await _advance_to(clock, _at(10, 40))
+    await until(lambda: len(body.recorded) == 3)
+    assert [r.scheduled_at for r in body.runs] == [_at(10, 5), _at(10, 10), _at(10, 40)]
+    token.cancel()
+    await asyncio.wait_for(runner, 5)
+
+
+async def test_two_instances_run_each_cron_firing_once() -> None:
+    clock = ManualClock(T0)
+    store = InMemoryScheduledTaskStore(clock)
+    body = Body(clock)
+    token = CancellationToken()
+    tasks = [_cron_task("* * * * *", owner=owner) for owner in ("a", "b")]
+    runners = [start_runner(store, task, body, token, clock) for task in tasks]
+    for _ in range(5 * 60):
+        await clock.wait_for_sleepers(2)
+        await clock.advance(1)
+    await until(lambda: len(body.recorded) == 5)
+    keys = body.keys()
+    assert len(keys) == len(set(keys)) == 5
+    assert [r.scheduled_at for r in body.runs] == [_at(10, m) for m in range(3, 8)]
+    token.cancel()
+    await asyncio.wait_for(asyncio.gather(*runners), 5)
+
+
+async def test_runner_follows_the_timezone_across_spring_forward() -> None:
+    start = datetime(2026, 3, 28, 12, tzinfo=UTC)
+    clock = ManualClock(start)
+    store = InMemoryScheduledTaskStore(clock)
+    body = Body(clock)
+    token = CancellationToken()
+    runner = start_runner(store, _cron_task("30 2 * * *", zone="Europe/Paris"), body, token, clock)
+    for firing in (datetime(2026, 3, 29, 1, tzinfo=UTC), datetime(2026, 3, 30, 0, 30, tzinfo=UTC)):
+        await clock.wait_for_sleepers(1)
+        await _advance_to(clock, firing)
+        await until(lambda firing=firing: bool(body.runs) and body.runs[-1].scheduled_at == firing)  # type: ignore[misc]
+    token.cancel()
+    await clock.advance(1)
+    await asyncio.wait_for(runner, 5)
+    assert len(body.runs) == 2
+
+
+async def test_a_changed_cron_schedule_replaces_the_pending_firing() -> None:
+    clock = ManualClock(T0)
+    store = InMemoryScheduledTaskStore(clock)
+    await store.ensure_scheduled_task(NS, "job", CronSchedule("0 3 * * *"))
+    row = await store.ensure_scheduled_task(NS, "job", CronSchedule("*/5 * * * *"))
+    assert row.next_run_at == _at(10, 5) and row.cron_expression == "*/5 * * * *"
+    row = await store.ensure_scheduled_task(NS, "job", IntervalSchedule(every=timedelta(hours=1)))
+    assert row.cron_expression is None and row.interval == timedelta(hours=1)
+    assert row.next_run_at == _at(10, 5), "an interval change keeps the pending firing"
+
+
+def test_task_takes_exactly_one_of_interval_and_schedule() -> None:
+    cron = CronSchedule("* * * * *")
+    with pytest.raises(PeriodicTaskConfigError, match="not both"):
+        ScheduledPeriodicTask(NS, "x", timedelta(seconds=1), "a", schedule=cron)
+    with pytest.raises(PeriodicTaskConfigError, match="not both"):
+        ScheduledPeriodicTask(NS, "x", None, "a", initial_delay=timedelta(seconds=1), schedule=cron)
+    with pytest.raises(PeriodicTaskConfigError, match="interval or a schedule"):
+        ScheduledPeriodicTask(NS, "x", None, "a")
+    with pytest.raises(PeriodicTaskConfigError, match="IntervalSchedule or"):
+        ScheduledPeriodicTask(NS, "x", None, "a", schedule="*/5 * * * *")  # type: ignore[arg-type]
+    task = ScheduledPeriodicTask(NS, "x", None, "a", schedule=cron)
+    assert task.effective_schedule is cron and task.effective_interval is None
+    every = ScheduledPeriodicTask(NS, "x", timedelta(0), "a")
+    assert every.effective_schedule == IntervalSchedule(every=timedelta(0))
+    assert every.effective_interval == timedelta(seconds=1)
+
+
+async def _noop(state: None, run: ScheduledTaskRun) -> str:
+    return "ok"
+
+
+async def _record(state: None, run: ScheduledTaskRun, outcome: str, took: timedelta) -> None:
+    return None
+
+
+def _config() -> LeasedScheduledRuntimeConfig[None, str]:
+    return LeasedScheduledRuntimeConfig(
+        NS,
+        "shop.background_tasks",
+        InMemoryRuntimeLeaseStore(),
+        InMemoryScheduledTaskStore(),
+        state=None,
+        on_panic=lambda exc: "failed",
+        record_outcome=_record,
+    )
+
+
+async def test_leased_runtime_keyword_form_declares_cron_and_interval_schedules() -> None:
+    token = CancellationToken()
+    token.cancel()
+    declared: list[LeasedScheduledRuntime[None, str]] = []
+
+    def declare(runtime: LeasedScheduledRuntime[None, str]) -> None:
+        runtime.scheduled("report", schedule=CronSchedule("0 6 * * 1-5", "Europe/Paris"), fn=_noop)
+        runtime.scheduled("poll", schedule=IntervalSchedule(every=timedelta(minutes=1)), fn=_noop)
+        runtime.scheduled("seed-shape", timedelta(seconds=10), None, _noop)
+        declared.append(runtime)
+
+    await _config().run(token, declare)
+    scheduled = declared[0]._scheduled
+    assert [s.task.effective_schedule.text for s in scheduled] == [
+        "0 6 * * 1-5 (Europe/Paris)",
+        "every 1m",
+        "every 10s",
+    ]
+
+    def neither(runtime: LeasedScheduledRuntime[None, str]) -> None:
+        runtime.scheduled("x", fn=_noop)
+
+    def both(runtime: LeasedScheduledRuntime[None, str]) -> None:
+        runtime.scheduled("x", timedelta(seconds=1), schedule=CronSchedule("* * * * *"), fn=_noop)
+
+    def no_fn(runtime: LeasedScheduledRuntime[None, str]) -> None:
+        runtime.scheduled("x", schedule=CronSchedule("* * * * *"))
+
+    for bad in (neither, both):
+        with pytest.raises(ScheduledRuntimeDeclarationError, match="exactly one"):
+            await _config().run(token, bad)
+    with pytest.raises(ScheduledRuntimeDeclarationError, match="not callable"):
+        await _config().run(token, no_fn)
