@@ -8,6 +8,8 @@ from datetime import UTC, datetime, timedelta
 import sqlalchemy as sa
 from alembic.migration import MigrationContext
 from alembic.operations import Operations
+from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aster_forge.db import (
@@ -16,6 +18,7 @@ from aster_forge.db import (
     add_scheduled_tasks_cron_columns,
     alembic_add_scheduled_tasks_cron_columns,
     alembic_drop_scheduled_tasks_cron_columns,
+    drop_scheduled_tasks_cron_columns,
     scheduled_tasks_table,
 )
 from aster_forge.tasks import CronSchedule, IntervalSchedule
@@ -87,12 +90,18 @@ async def _ensure_on_old_table(engine: AsyncEngine, old: sa.Table) -> datetime:
     return WHEN
 
 
-def test_add_cron_columns_ddl_names_each_column_for_each_backend() -> None:
-    for backend in ("sqlite", "postgresql", "mysql"):
-        statements = [str(s) for s in add_scheduled_tasks_cron_columns(backend)]
-        assert statements == [
+def test_cron_column_ddl_compiles_for_each_backend() -> None:
+    dialects: list[Dialect] = [sqlite.dialect(), postgresql.dialect(), mysql.dialect()]  # type: ignore[no-untyped-call]
+    for dialect in dialects:
+        added = [str(s.compile(dialect=dialect)) for s in add_scheduled_tasks_cron_columns()]
+        assert added == [
             "ALTER TABLE scheduled_tasks ADD COLUMN cron_expression VARCHAR(255)",
             "ALTER TABLE scheduled_tasks ADD COLUMN cron_timezone VARCHAR(64)",
+        ]
+        dropped = [str(s.compile(dialect=dialect)) for s in drop_scheduled_tasks_cron_columns()]
+        assert dropped == [
+            "ALTER TABLE scheduled_tasks DROP COLUMN cron_expression",
+            "ALTER TABLE scheduled_tasks DROP COLUMN cron_timezone",
         ]
     buffer = io.StringIO()
     context = MigrationContext.configure(
