@@ -7,6 +7,8 @@ Modes:
     ``leased``: a :class:`LeasedScheduledRuntimeConfig` with one 200 ms scheduled task.
     ``contend``: a bare :func:`run_scheduled_periodic_task` (no runtime lease) whose
         body outlives the claim TTL, so only claim renewal keeps the others off it.
+    ``cron``: a bare :func:`run_scheduled_periodic_task` (no runtime lease) on a
+        per-second cron schedule, so only the catalog claim keeps firings single.
 
 Every body records an *attempt* row, then inserts the firing's dedupe key into a
 unique side table (the product pattern: a second attempt of the same firing finds
@@ -35,6 +37,7 @@ from aster_forge.db import (
 )
 from aster_forge.runtime import CancellationToken
 from aster_forge.tasks import (
+    CronSchedule,
     LeasedScheduledRuntime,
     LeasedScheduledRuntimeConfig,
     ScheduledPeriodicTask,
@@ -49,6 +52,7 @@ LEASE_RENEW = timedelta(milliseconds=500)
 LEASE_STANDBY = timedelta(milliseconds=500)
 SLOW_INTERVAL = timedelta(milliseconds=300)
 SLOW_BODY_SECONDS = 1.6
+EVERY_SECOND = CronSchedule("* * * * * *")  # six fields: a leading seconds field
 
 metadata = sa.MetaData()
 runtime_leases_table(metadata)
@@ -150,6 +154,25 @@ async def main(mode: str, url: str, owner: str, run_id: str) -> None:
                 .shutdown_grace(timedelta(seconds=1))
             )
             await config.run(token, declare, owner_id=owner)
+        elif mode == "cron":
+            every_second = ScheduledPeriodicTask(
+                namespace=run_id,
+                name="cron",
+                interval=None,
+                owner_id=owner,
+                claim_ttl=CLAIM_TTL,
+                schedule=EVERY_SECOND,
+            )
+
+            async def fire(run: ScheduledTaskRun) -> str:
+                return await record_attempt(engine, run, 0)
+
+            async def record_fire(run: ScheduledTaskRun, o: str, d: Any) -> None:
+                return None
+
+            await run_scheduled_periodic_task(
+                catalog, every_second, fire, record_fire, repr, shutdown_token=token
+            )
         else:
             task = ScheduledPeriodicTask(run_id, "slow", SLOW_INTERVAL, owner, claim_ttl=CLAIM_TTL)
 

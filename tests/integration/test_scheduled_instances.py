@@ -205,3 +205,40 @@ async def test_body_outliving_claim_ttl_is_not_run_again_by_contending_instances
     ttl = inst.CLAIM_TTL.total_seconds()
     assert all(r.finished - r.started > ttl for r in finished)  # each outlived its claim TTL
     report(json.dumps({"backend": backend, "slow_firings": len(rows), "claim_ttl": ttl}))
+
+
+@pytest.mark.timeout(180)
+async def test_two_processes_run_each_cron_firing_exactly_once(
+    engine: AsyncEngine, database_url: str, backend: str
+) -> None:
+    await prepare(engine)
+    run_id = f"it{uuid.uuid4().hex[:8]}"
+    attempts = inst.attempts
+    cron_rows = sa.select(attempts).where(attempts.c.task == "cron").order_by(attempts.c.id)
+    async with instances("cron", database_url, run_id, count=2) as procs:
+        await wait_for(engine, cron_rows, lambda rows: len(rows) >= 6, 60)
+        await stop_all(procs)
+    rows = await fetch(engine, cron_rows)
+    keys = [r.dedupe_key for r in rows]
+    assert len(keys) == len(set(keys)), "a cron firing was run twice"
+    firing_keys = {r.dedupe_key for r in await fetch(engine, sa.select(inst.firings))}
+    assert firing_keys == set(keys)
+    scheduled = [r.scheduled_at for r in rows]
+    assert scheduled == sorted(scheduled) and len(set(scheduled)) == len(scheduled)
+    assert all(at.microsecond == 0 for at in scheduled), "every firing is a cron instant"
+    # Catch-up rule: each firing is the first cron instant after the previous one's claim.
+    for previous, current in itertools.pairwise(rows):
+        expected = inst.EVERY_SECOND.following_run_at(previous.scheduled_at, previous.claimed_at)
+        assert current.scheduled_at == expected, (previous, current)
+    catalog = inst.metadata.tables["scheduled_tasks"]
+    (row,) = await fetch(engine, sa.select(catalog).where(catalog.c.namespace == run_id))
+    assert row.cron_expression == "* * * * * *" and row.run_count == len(rows)
+    report(
+        json.dumps(
+            {
+                "backend": backend,
+                "cron_firings": len(rows),
+                "owners": sorted({r.owner for r in rows}),
+            }
+        )
+    )

@@ -48,15 +48,19 @@ def _at(hour: int, minute: int) -> datetime:
     return T0.replace(hour=hour, minute=minute)
 
 
+def _harness(
+    start: datetime,
+) -> tuple[ManualClock, InMemoryScheduledTaskStore, Body, CancellationToken]:
+    clock = ManualClock(start)
+    return clock, InMemoryScheduledTaskStore(clock), Body(clock), CancellationToken()
+
+
 async def _advance_to(clock: ManualClock, when: datetime) -> None:
     await clock.advance(when - clock.now())
 
 
 async def test_fires_on_cron_instants_once_each() -> None:
-    clock = ManualClock(T0)
-    store = InMemoryScheduledTaskStore(clock)
-    body = Body(clock)
-    token = CancellationToken()
+    clock, store, body, token = _harness(T0)
     runner = start_runner(store, _cron_task(), body, token, clock)
     await clock.wait_for_sleepers(1)
     row = await store.get_scheduled_task(NS, "cleanup")
@@ -79,10 +83,7 @@ async def test_fires_on_cron_instants_once_each() -> None:
 
 
 async def test_catch_up_after_downtime_runs_once_then_the_next_instant_after_now() -> None:
-    clock = ManualClock(T0)
-    store = InMemoryScheduledTaskStore(clock)
-    body = Body(clock)
-    token = CancellationToken()
+    clock, store, body, token = _harness(T0)
     runner = start_runner(store, _cron_task(), body, token, clock)
     await clock.wait_for_sleepers(1)
     await _advance_to(clock, _at(10, 5))
@@ -107,10 +108,7 @@ async def test_catch_up_after_downtime_runs_once_then_the_next_instant_after_now
 
 
 async def test_two_instances_run_each_cron_firing_once() -> None:
-    clock = ManualClock(T0)
-    store = InMemoryScheduledTaskStore(clock)
-    body = Body(clock)
-    token = CancellationToken()
+    clock, store, body, token = _harness(T0)
     tasks = [_cron_task("* * * * *", owner=owner) for owner in ("a", "b")]
     runners = [start_runner(store, task, body, token, clock) for task in tasks]
     for _ in range(5 * 60):
@@ -125,11 +123,7 @@ async def test_two_instances_run_each_cron_firing_once() -> None:
 
 
 async def test_runner_follows_the_timezone_across_spring_forward() -> None:
-    start = datetime(2026, 3, 28, 12, tzinfo=UTC)
-    clock = ManualClock(start)
-    store = InMemoryScheduledTaskStore(clock)
-    body = Body(clock)
-    token = CancellationToken()
+    clock, store, body, token = _harness(datetime(2026, 3, 28, 12, tzinfo=UTC))
     runner = start_runner(store, _cron_task("30 2 * * *", zone="Europe/Paris"), body, token, clock)
     for firing in (datetime(2026, 3, 29, 1, tzinfo=UTC), datetime(2026, 3, 30, 0, 30, tzinfo=UTC)):
         await clock.wait_for_sleepers(1)

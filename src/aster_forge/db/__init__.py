@@ -28,6 +28,7 @@ from ._scheduled_tasks_table import (
     create_scheduled_tasks_namespace_name_unique_index,
     create_scheduled_tasks_next_run_index,
     create_scheduled_tasks_table,
+    drop_scheduled_tasks_cron_columns,
     scheduled_tasks_table,
 )
 from ._time import DatabaseBackend, UtcDateTime
@@ -90,6 +91,7 @@ __all__ = [
     "create_scheduled_tasks_table",
     "database_component_after",
     "database_health_component",
+    "drop_scheduled_tasks_cron_columns",
     "listen_for_task_notifications",
     "normalize_database_url",
     "runtime_leases_table",

@@ -15,12 +15,11 @@ from ._runtime_leases import create_runtime_leases_table
 from ._scheduled_tasks_table import (
     NAMESPACE_NAME_UNIQUE_INDEX,
     NEXT_RUN_INDEX,
-    SCHEDULED_TASKS_CRON_COLUMNS,
-    SCHEDULED_TASKS_TABLE,
     add_scheduled_tasks_cron_columns,
     create_scheduled_tasks_namespace_name_unique_index,
     create_scheduled_tasks_next_run_index,
     create_scheduled_tasks_table,
+    drop_scheduled_tasks_cron_columns,
     scheduled_task_index,
     scheduled_tasks_table,
 )
@@ -147,9 +146,7 @@ def alembic_add_scheduled_tasks_cron_columns(op: _Operations | None = None) -> N
     Args:
         op: Alembic's ``Operations`` (default: ``alembic.op``).
     """
-    operations = _op(op)
-    for statement in add_scheduled_tasks_cron_columns(_backend(operations)):
-        operations.execute(statement)
+    _run(_op(op), *add_scheduled_tasks_cron_columns())
 
 
 def alembic_drop_scheduled_tasks_cron_columns(op: _Operations | None = None) -> None:
@@ -158,6 +155,4 @@ def alembic_drop_scheduled_tasks_cron_columns(op: _Operations | None = None) -> 
     Delete or convert the cron rows first: without the columns they would read as
     interval rows with a zero interval.
     """
-    operations = _op(op)
-    for column in SCHEDULED_TASKS_CRON_COLUMNS:
-        operations.execute(sa.text(f"ALTER TABLE {SCHEDULED_TASKS_TABLE} DROP COLUMN {column}"))
+    _run(_op(op), *drop_scheduled_tasks_cron_columns())

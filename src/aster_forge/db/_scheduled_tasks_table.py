@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
-from sqlalchemy.dialects import mysql, postgresql, sqlite
-from sqlalchemy.schema import CreateIndex, CreateTable
+from sqlalchemy.dialects import mysql
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.schema import CreateColumn, CreateIndex, CreateTable, ExecutableDDLElement
+from sqlalchemy.sql.compiler import DDLCompiler
 
 from ..tasks._schedule_types import MAX_SCHEDULED_TASK_NAME_LENGTH
 from ..tasks._schedules import MAX_CRON_EXPRESSION_LENGTH, MAX_CRON_TIMEZONE_LENGTH
@@ -19,6 +23,7 @@ __all__ = [
     "create_scheduled_tasks_namespace_name_unique_index",
     "create_scheduled_tasks_next_run_index",
     "create_scheduled_tasks_table",
+    "drop_scheduled_tasks_cron_columns",
     "scheduled_task_index",
     "scheduled_tasks_table",
 ]
@@ -29,11 +34,6 @@ NEXT_RUN_INDEX = "ix_scheduled_tasks_next_run_at"
 SCHEDULED_TASKS_CRON_COLUMNS = ("cron_expression", "cron_timezone")
 """The columns a cron schedule adds; :func:`add_scheduled_tasks_cron_columns` adds them."""
 
-_DIALECTS = {
-    DatabaseBackend.SQLITE: sqlite.dialect,
-    DatabaseBackend.POSTGRESQL: postgresql.dialect,
-    DatabaseBackend.MYSQL: mysql.dialect,
-}
 _LONG_TEXT = sa.Text().with_variant(mysql.LONGTEXT(), "mysql")
 _BIG_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
@@ -121,24 +121,41 @@ def create_scheduled_tasks_next_run_index(*, if_not_exists: bool = False) -> Cre
     return CreateIndex(scheduled_task_index(NEXT_RUN_INDEX), if_not_exists=if_not_exists)
 
 
-def add_scheduled_tasks_cron_columns(backend: object) -> tuple[sa.TextClause, ...]:
+class _AlterColumn(ExecutableDDLElement):
+    """``ALTER TABLE <table> ADD COLUMN <spec>`` / ``DROP COLUMN <name>``, compiled per dialect."""
+
+    inherit_cache = False
+
+    def __init__(self, column: sa.Column[Any], *, add: bool) -> None:
+        self.column = column
+        self.add = add
+
+
+@compiles(_AlterColumn)
+def _compile_alter_column(element: _AlterColumn, compiler: DDLCompiler, **_: Any) -> str:
+    table = compiler.preparer.format_table(element.column.table)
+    if element.add:
+        return f"ALTER TABLE {table} ADD COLUMN {compiler.process(CreateColumn(element.column))}"
+    return f"ALTER TABLE {table} DROP COLUMN {compiler.preparer.format_column(element.column)}"
+
+
+def add_scheduled_tasks_cron_columns() -> tuple[ExecutableDDLElement, ...]:
     """Return the ``ALTER TABLE ... ADD COLUMN`` DDL that adds the cron columns.
 
     For a ``scheduled_tasks`` table created before cron schedules existed
     (:data:`SCHEDULED_TASKS_CRON_COLUMNS`, both nullable, so existing interval rows
-    stay valid). New tables get them from :func:`create_scheduled_tasks_table`.
-
-    Args:
-        backend: The target backend (name, dialect, engine or connection); validated.
-
-    Raises:
-        UnsupportedDatabaseBackendError: For an unsupported backend.
+    stay valid). New tables get them from :func:`create_scheduled_tasks_table`. The
+    statements compile for the backend that executes them.
     """
-    dialect = _DIALECTS[DatabaseBackend.of(backend)]()
     table = scheduled_tasks_table(sa.MetaData())
-    compiler = dialect.ddl_compiler(dialect, None)
-    target = dialect.identifier_preparer.format_table(table)
-    return tuple(
-        sa.text(f"ALTER TABLE {target} ADD COLUMN {compiler.get_column_specification(table.c[n])}")
-        for n in SCHEDULED_TASKS_CRON_COLUMNS
-    )
+    return tuple(_AlterColumn(table.c[n], add=True) for n in SCHEDULED_TASKS_CRON_COLUMNS)
+
+
+def drop_scheduled_tasks_cron_columns() -> tuple[ExecutableDDLElement, ...]:
+    """Return the ``ALTER TABLE ... DROP COLUMN`` DDL that removes the cron columns again.
+
+    Delete or convert the cron rows first: without the columns they would read as
+    interval rows with a zero interval.
+    """
+    table = scheduled_tasks_table(sa.MetaData())
+    return tuple(_AlterColumn(table.c[n], add=False) for n in SCHEDULED_TASKS_CRON_COLUMNS)
