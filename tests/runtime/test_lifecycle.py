@@ -387,6 +387,26 @@ async def test_cancelling_run_cancels_root_and_service_tokens() -> None:
     assert runtime.shutdown_token.cancelled and service_token.cancelled
 
 
+async def test_cancelling_run_mid_service_still_runs_every_shutdown_phase() -> None:
+    product = Product()
+    runtime = product.runtime(
+        product.http_component(result="wait"),
+        product.database_component(),
+        product.tasks_component(),
+    )
+    run = asyncio.create_task(runtime.run(), name="test-runtime-run")
+    await product.serving.wait()
+    assert product.events == ["connect db", "start tasks"]
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    # Dependency order, as after a normal stop: tasks before the database they use.
+    assert product.events[-2:] == ["stop tasks", "close db"]
+    report = runtime.last_shutdown_report
+    assert report is not None and not report.has_failures()
+    assert [phase.name for phase in report.phases] == ["tasks_stop", "db_close"]
+
+
 async def test_keyboard_interrupt_is_reraised_after_cleanup() -> None:
     product = Product()
     runtime = product.runtime(

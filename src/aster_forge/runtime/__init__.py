@@ -7,7 +7,8 @@ from __future__ import annotations
 
 # --- core (foundation) ---
 from ._cancellation import CancellationToken
-from ._clock import Clock, SystemClock, sleep_or_cancelled, utc_now
+from ._clock import Clock, SystemClock, utc_now
+from ._race import RaceWinner, abandon_task, abandoned_tasks, race, sleep_or_cancelled
 from .errors import AsterForgeRuntimeError
 
 # --- health (issue 2) ---
@@ -190,6 +191,7 @@ __all__ = [
     "InvalidHealthReportError",
     "ManagedBatchWriter",
     "OverflowPolicy",
+    "RaceWinner",
     "RecordAdmission",
     "RecordClosedError",
     "RecordError",
@@ -238,10 +240,13 @@ __all__ = [
     "WriteFailureClass",
     "WriterLifecycleError",
     "WriterQuarantinedError",
+    "abandon_task",
+    "abandoned_tasks",
     "create_runtime_temp_dir_guard",
     "ensure_runtime_temp_dir",
     "log_shutdown_report",
     "new_runtime_lease_owner_id",
+    "race",
     "run_optional_startup_phase",
     "run_required_startup_phase",
     "run_runtime_lease_supervisor",

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Generic, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
 
 from ._buffered_types import (
     BufferedBatchConfig,
@@ -24,6 +24,7 @@ from ._buffered_types import (
     WriteFailureClass,
 )
 from ._clock import Clock
+from ._race import race
 from .errors import FlushFailedError, FlushTimeoutError, WriterQuarantinedError
 
 T = TypeVar("T")
@@ -43,30 +44,6 @@ class _FlushRequest:
     def __init__(self, batch_watermark: int, deadline: float) -> None:
         self.batch_watermark = batch_watermark
         self.deadline = deadline
-
-
-async def _race(
-    first: Coroutine[Any, Any, object], second: Coroutine[Any, Any, None], role: str
-) -> None:
-    """Run both coroutines until one finishes; cancel and join the other.
-
-    An exception raised by the finished one propagates (a broken clock is a real error).
-    """
-    tasks = [
-        asyncio.create_task(first, name=f"aster-forge:buffered-{role}-wake"),
-        asyncio.create_task(second, name=f"aster-forge:buffered-{role}-timer"),
-    ]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in tasks:
-            if not task.done():
-                task.cancel()
-        # Join both helpers so none outlives the call, even when we are cancelled.
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-    for result in results:
-        if isinstance(result, Exception):
-            raise result
 
 
 class _WriterCore(Generic[T, E]):
@@ -159,7 +136,12 @@ class _WriterCore(Generic[T, E]):
             return
         remaining = deadline - self.clock.monotonic()
         if remaining > 0:
-            await _race(progress.wait(), self.clock.sleep(remaining), "waiter")
+            await race(
+                progress.wait(),
+                seconds=remaining,
+                clock=self.clock,
+                name="aster-forge:buffered-waiter",
+            )
 
     def open(self) -> None:
         """Enter RUNNING: create loop-bound primitives and open admission."""

@@ -10,13 +10,14 @@ import asyncio
 import itertools
 from typing import Any
 
-from ._buffered_core import _race, _WriterCore
+from ._buffered_core import _WriterCore
 from ._buffered_types import (
     BufferedLane,
     BufferedWriterEventKind,
     BufferedWriterLifecycle,
     WriteFailure,
 )
+from ._race import race
 
 __all__ = ["quarantine", "run_worker"]
 
@@ -82,7 +83,12 @@ async def _loop(core: _WriterCore[Any, Any]) -> None:
             if timer is None:
                 await wake.wait()
             else:
-                await _race(wake.wait(), core.clock.sleep(timer - now), "worker")
+                await race(
+                    wake.wait(),
+                    seconds=timer - now,
+                    clock=core.clock,
+                    name="aster-forge:buffered-worker",
+                )
             continue
         core.last_lane = lane
         if lane is BufferedLane.BATCH:

@@ -7,7 +7,7 @@ import time
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Clock", "SystemClock", "sleep_or_cancelled", "utc_now"]
+__all__ = ["Clock", "SystemClock", "utc_now"]
 
 
 def utc_now() -> datetime:
@@ -55,36 +55,3 @@ class SystemClock:
 
     def __repr__(self) -> str:
         return "SystemClock()"
-
-
-async def sleep_or_cancelled(clock: Clock, token: _TokenLike, seconds: float) -> bool:
-    """Sleep ``seconds`` on ``clock`` unless ``token`` is cancelled first.
-
-    Args:
-        clock: The clock whose time the sleep is measured in.
-        token: A cancellation token (anything with ``cancelled`` and ``await wait()``).
-        seconds: The sleep duration; zero or negative yields once.
-
-    Returns:
-        ``True`` when the token was cancelled before or during the sleep, else ``False``.
-    """
-    if token.cancelled:
-        return True
-    sleeper = asyncio.create_task(clock.sleep(seconds), name="aster-forge:clock-sleep")
-    waiter = asyncio.create_task(token.wait(), name="aster-forge:token-wait")
-    try:
-        await asyncio.wait({sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in (sleeper, waiter):
-            if not task.done():
-                task.cancel()
-        # Join both helpers so none outlives the call, even when we are cancelled.
-        await asyncio.gather(sleeper, waiter, return_exceptions=True)
-    return token.cancelled
-
-
-class _TokenLike(Protocol):
-    @property
-    def cancelled(self) -> bool: ...
-
-    async def wait(self) -> None: ...

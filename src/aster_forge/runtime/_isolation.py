@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from ._cancellation import CancellationToken
 from ._clock import Clock, SystemClock
+from ._race import RaceWinner, abandon_task, abandoned_tasks, race
 
 __all__ = [
     "DEFAULT_ABANDON_GRACE",
@@ -34,20 +35,6 @@ logger = logging.getLogger("aster_forge.runtime")
 
 #: How long a phase that ignored its cancellation gets before it is abandoned.
 DEFAULT_ABANDON_GRACE = timedelta(seconds=1)
-
-# Phases that ignored cancellation past the grace period. They are kept referenced
-# here (never garbage collected mid-flight) and their outcome is retrieved when
-# they eventually end, so nothing is silently dropped.
-_ABANDONED: set[asyncio.Task[Any]] = set()
-
-
-def abandoned_tasks() -> frozenset[asyncio.Task[Any]]:
-    """Return the phase tasks that were abandoned after ignoring cancellation.
-
-    Returns:
-        The still-running abandoned tasks (for diagnostics and tests).
-    """
-    return frozenset(task for task in _ABANDONED if not task.done())
 
 
 class OutcomeKind(enum.Enum):
@@ -112,50 +99,6 @@ def _task_outcome(task: asyncio.Task[T], *, cancelled: bool) -> IsolatedOutcome[
     return IsolatedOutcome(OutcomeKind.RAISED, error=error)
 
 
-def _forget_abandoned(task: asyncio.Task[Any]) -> None:
-    _ABANDONED.discard(task)
-    if task.cancelled():
-        return
-    error = task.exception()
-    if error is not None:
-        logger.warning(
-            "abandoned runtime phase %s ended with an error",
-            task.get_name(),
-            extra={"phase_task": task.get_name()},
-        )
-
-
-async def _wait_first(
-    task: asyncio.Task[Any],
-    seconds: float | None,
-    clock: Clock,
-    token: CancellationToken | None,
-) -> str:
-    """Wait for ``task``; return "done", "timeout" or "token"."""
-    helpers: dict[asyncio.Task[Any], str] = {}
-    if seconds is not None:
-        helpers[asyncio.create_task(clock.sleep(seconds), name="aster-forge:phase-deadline")] = (
-            "timeout"
-        )
-    if token is not None:
-        helpers[asyncio.create_task(token.wait(), name="aster-forge:phase-stop")] = "token"
-    try:
-        if not helpers:
-            await asyncio.wait({task})
-            return "done"
-        done, _ = await asyncio.wait({task, *helpers}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for helper in helpers:
-            helper.cancel()
-        await asyncio.gather(*helpers, return_exceptions=True)
-    if task in done:
-        return "done"
-    for helper, label in helpers.items():
-        if helper in done:
-            return label
-    return "done"  # pragma: no cover - asyncio.wait returned with nothing done
-
-
 async def run_isolated(
     name: str,
     factory: Callable[[], Awaitable[T]],
@@ -184,12 +127,14 @@ async def run_isolated(
     task = asyncio.create_task(_guarded(factory), name=f"aster-forge:phase:{name}")
     seconds = None if timeout is None else max(timeout.total_seconds(), 0.0)
     try:
-        reason = await _wait_first(task, seconds, clock, token)
+        reason = await race(
+            task, seconds=seconds, clock=clock, token=token, name=f"aster-forge:phase:{name}"
+        )
     except asyncio.CancelledError:
         task.cancel()
         await _join_cancelled(task, clock, grace)
         raise
-    if reason == "done":
+    if reason is RaceWinner.DONE:
         return _task_outcome(task, cancelled=False)
     task.cancel()
     finished = await _join_cancelled(task, clock, grace)
@@ -199,29 +144,25 @@ async def run_isolated(
             name,
             extra={"phase": name},
         )
-        kind = OutcomeKind.TIMED_OUT if reason == "timeout" else OutcomeKind.CANCELLED
+        kind = OutcomeKind.TIMED_OUT if reason is RaceWinner.DEADLINE else OutcomeKind.CANCELLED
         return IsolatedOutcome(kind, abandoned=True)
     outcome = _task_outcome(task, cancelled=True)
-    if reason == "token" and outcome.kind is OutcomeKind.TIMED_OUT:
+    if reason is RaceWinner.TOKEN and outcome.kind is OutcomeKind.TIMED_OUT:
         return IsolatedOutcome(OutcomeKind.CANCELLED)
     return outcome
 
 
 async def _join_cancelled(task: asyncio.Task[Any], clock: Clock, grace: timedelta) -> bool:
     """Wait up to ``grace`` for a cancelled task; abandon it (kept referenced) if it hangs."""
-    grace_seconds = max(grace.total_seconds(), 0.0)
     try:
-        reason = await _wait_first(task, grace_seconds, clock, None)
+        reason = await race(
+            task, seconds=max(grace.total_seconds(), 0.0), clock=clock, name="aster-forge:phase"
+        )
     except asyncio.CancelledError:
         if not task.done():
-            _abandon(task)
+            abandon_task(task)
         raise
-    if reason == "done":
+    if reason is RaceWinner.DONE:
         return True
-    _abandon(task)
+    abandon_task(task)
     return False
-
-
-def _abandon(task: asyncio.Task[Any]) -> None:
-    _ABANDONED.add(task)
-    task.add_done_callback(_forget_abandoned)

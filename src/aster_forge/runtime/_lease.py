@@ -9,8 +9,9 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from ._cancellation import CancellationToken
-from ._clock import Clock, SystemClock, sleep_or_cancelled
+from ._clock import Clock, SystemClock
 from ._lease_types import RuntimeLease, RuntimeLeaseConfig
+from ._race import RaceWinner, race, sleep_or_cancelled
 from .protocols import RuntimeLeaseStore
 
 __all__ = ["run_runtime_lease_supervisor"]
@@ -201,17 +202,15 @@ async def _call_before(
         return await call()
 
     worker = asyncio.create_task(invoke(), name="aster-forge:lease-renew")
-    timer = asyncio.create_task(
-        sleep_or_cancelled(clock, shutdown_token, seconds), name="aster-forge:lease-deadline"
+    winner = await race(
+        worker,
+        seconds=seconds,
+        clock=clock,
+        token=shutdown_token,
+        cancel_loser=True,
+        name="aster-forge:lease-deadline",
     )
-    try:
-        await asyncio.wait({worker, timer}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in (worker, timer):
-            if not task.done():
-                task.cancel()
-        await asyncio.gather(worker, timer, return_exceptions=True)
-    if worker.cancelled():
+    if winner is not RaceWinner.DONE:
         return _EXPIRED
     return worker.result()
 

@@ -374,8 +374,13 @@ class AsterRuntime:
             self._cancel_tokens()
             return await self._cleanup(outcome.kind, outcome.value, outcome.error)
         except asyncio.CancelledError:
-            # Cancelling run() cancels the tokens at once; drains cannot be awaited here.
+            # Cancelled from outside: stop everything, but still run the component
+            # shutdown (shielded, each phase bounded by its timeout) before propagating.
             self._cancel_tokens()
+            await _join(stopper)
+            stopper = None
+            shutdown = await self._registry._run_shutdown()
+            log_shutdown_report(shutdown.report)
             raise
         finally:
             await _join(stopper)
