@@ -111,16 +111,15 @@ from ._dispatch import (
     DispatchDrainResult,
     DispatchPollConfig,
     DispatchWakeSignal,
-    TaskDispatcher,
     TaskLaneConfig,
     claim_due_for_lane,
     default_dispatch_owner,
-    drain_dispatcher,
     effective_dispatch_base_interval,
 )
 from ._dispatch_stats import ClaimedTaskOutcome, DispatchStats, DispatchStatsRecorder
-from ._dispatch_worker import run_dispatch_worker
+from ._dispatch_worker import TaskDispatcher, drain_dispatcher, run_dispatch_worker
 from ._execution import (
+    ClaimedTaskExecution,
     ClaimedTaskExecutionConfig,
     ClaimedTaskReport,
     run_claimed_task_batch_with_store,
@@ -134,6 +133,7 @@ from ._temp import (
     task_temp_dir_name,
     task_temp_dirs_root,
 )
+from ._worker import InFlightTask, TaskWorker
 from .errors import TaskDispatchConfigError
 from .protocols import ClaimedTaskRecord, ClaimedTaskStore, DispatchTaskStore
 
@@ -193,6 +193,7 @@ __all__ = [
     "BackgroundTasksClosedError",
     "BackgroundTasksError",
     "ClaimableTaskRecord",
+    "ClaimedTaskExecution",
     "ClaimedTaskExecutionConfig",
     "ClaimedTaskExecutionStore",
     "ClaimedTaskOutcome",
@@ -213,6 +214,7 @@ __all__ = [
     "EnqueueResult",
     "ErasedTaskSpec",
     "ExecutableTaskRecord",
+    "InFlightTask",
     "IntervalSchedule",
     "LEASE_EXPIRED_ERROR",
     "LeasedScheduledRuntime",
@@ -281,6 +283,7 @@ __all__ = [
     "TaskStepStatus",
     "TaskTempDirProvider",
     "TaskTempDirs",
+    "TaskWorker",
     "TaskWorkerShutdownRequestedError",
     "background_task_component",
     "background_task_component_from_shutdown",

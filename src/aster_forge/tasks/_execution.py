@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
-from ..runtime import CancellationToken, Clock, SystemClock
+from ..runtime import CancellationToken, Clock, SystemClock, abandon_task, race
 from ._completion import TaskCompletionBatcher
 from ._context import TaskExecutionContext
 from ._dispatch_stats import ClaimedTaskOutcome
-from ._heartbeat import SharedTaskHeartbeat, run_task_heartbeat
+from ._heartbeat import SharedTaskHeartbeat
 from ._lease import TaskLease, TaskLeaseGuard, TaskLeaseTermination
 from ._registry import TaskRegistry
 from ._retry import (
@@ -27,7 +26,6 @@ from ._retry import (
 )
 from ._spec import ErasedTaskSpec, task_kind_label
 from ._steps import (
-    TaskStepInfo,
     mark_active_step_failed,
     parse_task_steps_json,
     serialize_task_steps_json,
@@ -44,6 +42,7 @@ from .errors import (
 from .protocols import ClaimedTaskStore, ExecutableTaskRecord, TaskTempDirProvider
 
 __all__ = [
+    "ClaimedTaskExecution",
     "ClaimedTaskExecutionConfig",
     "ClaimedTaskReport",
     "run_claimed_task_batch_with_store",
@@ -98,7 +97,8 @@ class ClaimedTaskExecutionConfig(Generic[StateT]):
             (shutdown or lease loss) before its asyncio task is cancelled.
         temp_dirs: Creates ``ctx.temp_dir()`` lazily; removed after every execution.
         clock: The clock for leases, heartbeats and durations.
-        heartbeat_late_wake_threshold: Passed to :func:`run_task_heartbeat`.
+        heartbeat_late_wake_threshold: How late a heartbeat tick may wake before a warning
+            (default: half an interval).
     """
 
     state: StateT
@@ -182,20 +182,279 @@ class ClaimedTaskReport:
         return self.duration.total_seconds()
 
 
-class _Plan(enum.Enum):
-    SUCCEED = "succeed"
-    RETRY = "retry"
-    FAIL = "fail"
-    RELEASE = "release"
-    NOTHING = "nothing"
-
-
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Decision:
-    plan: _Plan
+    """The outcome an execution chose, before the store applied it."""
+
+    outcome: ClaimedTaskOutcome
     result_json: str | None = None
     failure: TaskFailureClassification | None = None
     reraise: BaseException | None = None
+
+
+#: A body cancelled at the end of its grace gets this many loop turns to finish.
+_CANCEL_SETTLE_TURNS = 10
+
+
+class ClaimedTaskExecution:
+    """One claimed task's life: context, body, one outcome decision, one fenced write.
+
+    The heartbeat engine renews the lease while the body runs. The outcome is decided
+    once (:meth:`_decide`, the one place an outcome is chosen) and written once
+    (:meth:`_write`, fenced by the claim's token); :attr:`report` then says what the
+    store applied (a refused write is ``LEASE_LOST``), also when the execution was
+    cancelled. Workers build one per claimed record; use
+    :func:`run_claimed_task_with_store` to run a record on its own.
+
+    Args:
+        store: The execution store (fenced writes, step updates).
+        task: The claimed record.
+        config: The execution configuration.
+        heartbeat: The heartbeat engine the lease is registered with.
+        completions: A success batcher (the success write joins other tasks' statement).
+        claimed_at: ``config.clock.monotonic()`` read before the claim was sent.
+
+    Raises:
+        TaskInvalidValueError: When the record carries no processing token or expiry.
+    """
+
+    __slots__ = (
+        "_completions",
+        "_config",
+        "_heartbeat",
+        "_started",
+        "_store",
+        "guard",
+        "report",
+        "task",
+    )
+
+    def __init__(
+        self,
+        store: ClaimedTaskStore,
+        task: ExecutableTaskRecord[Any],
+        config: ClaimedTaskExecutionConfig[Any],
+        *,
+        heartbeat: SharedTaskHeartbeat,
+        completions: TaskCompletionBatcher | None = None,
+        claimed_at: float | None = None,
+    ) -> None:
+        self._store = store
+        self._config = config
+        self._heartbeat = heartbeat
+        self._completions = completions
+        self._started = config.clock.monotonic()
+        self.task = task
+        self.guard = TaskLeaseGuard(
+            _lease_of(task),
+            config.lease_ttl,
+            shutdown_token=config.shutdown_token,
+            clock=config.clock,
+            claimed_at=claimed_at,
+        )
+        self.report: ClaimedTaskReport | None = None
+        """What the store applied, once the outcome was written (or refused)."""
+
+    @property
+    def attempt(self) -> int:
+        """The 1-based number of this execution."""
+        return self.task.attempt + 1
+
+    async def run(self) -> ClaimedTaskReport:
+        """Run the task and write its outcome; see :func:`run_claimed_task_with_store`."""
+        task, guard = self.task, self.guard
+        self._heartbeat.register(guard)
+        ctx: TaskExecutionContext | None = None
+        try:
+            try:
+                ctx = TaskExecutionContext(
+                    guard,
+                    attempt=self.attempt,
+                    store=self._store,
+                    steps=parse_task_steps_json(task.steps_json) if task.steps_json else (),
+                    temp_dirs=self._config.temp_dirs,
+                )
+                decision = await self._decide(ctx)
+            except TaskCoreError as exc:
+                # Before the body: unknown kind or unreadable steps. Same input, same failure.
+                failure = TaskFailureClassification(TaskRetryClass.PERMANENT, str(exc))
+                decision = _Decision(ClaimedTaskOutcome.FAILED, failure=failure)
+            except asyncio.CancelledError:
+                # Our caller was cancelled: the body is already stopped (or abandoned).
+                lost = guard.lease_lost
+                outcome = ClaimedTaskOutcome.LEASE_LOST if lost else ClaimedTaskOutcome.RELEASED
+                await _shielded(self._write(_Decision(outcome), ctx), f"task-release-{task.id}")
+                raise
+            if self._completions is not None and decision.outcome is ClaimedTaskOutcome.SUCCEEDED:
+                # Cancellation-safe without a helper task: the batcher owns the write and
+                # _write waits for its result even when cancelled.
+                report = await self._write(decision, ctx)
+            else:
+                report = await _shielded(self._write(decision, ctx), f"task-outcome-{task.id}")
+            if decision.reraise is not None:
+                raise decision.reraise
+            return report
+        finally:
+            self._heartbeat.unregister(guard)
+            temp_dirs = self._config.temp_dirs
+            if ctx is not None and ctx.temp_dir_created and temp_dirs is not None:
+                await _shielded(_remove_temp_dir(temp_dirs, guard.lease), f"temp-{task.id}")
+
+    async def _decide(self, ctx: TaskExecutionContext) -> _Decision:
+        """Run the body and choose the outcome: the one place outcomes are decided."""
+        task, guard, config = self.task, self.guard, self._config
+        erased = config.spec_for(task.kind)
+        body = asyncio.create_task(
+            erased.run_json(ctx, config.state, task.payload_json),
+            name=f"aster-forge:task-{task.id}",
+        )
+        try:
+            await self._wait_body(body)
+        except asyncio.CancelledError:
+            await _stop_body(body, task.id)
+            raise
+        if not body.done():
+            # Abandoned: write nothing. The lease is no longer renewed, so the task is
+            # rescued once it expires (crash semantics); releasing it now could let a new
+            # claim run beside the stray body.
+            return _Decision(ClaimedTaskOutcome.LEASE_LOST)
+        if body.cancelled():
+            if guard.lease_lost:
+                return _Decision(ClaimedTaskOutcome.LEASE_LOST)
+            if guard.token.cancelled:
+                return _Decision(ClaimedTaskOutcome.RELEASED)
+            failure = TaskFailureClassification(TaskRetryClass.RETRYABLE, UNEXPECTED_CANCEL_MESSAGE)
+            return self._failure(failure)
+        exc = body.exception()
+        if exc is None:
+            if guard.lease_lost:
+                return _Decision(ClaimedTaskOutcome.LEASE_LOST)
+            return _Decision(ClaimedTaskOutcome.SUCCEEDED, result_json=body.result())
+        termination = config.lease_control_of(exc)
+        if guard.lease_lost or termination in (
+            TaskLeaseTermination.LOST,
+            TaskLeaseTermination.RENEWAL_TIMED_OUT,
+        ):
+            if not guard.lease_lost:
+                guard.mark_lost()
+            return _Decision(ClaimedTaskOutcome.LEASE_LOST)
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            return _Decision(ClaimedTaskOutcome.RELEASED, reraise=exc)
+        if guard.token.cancelled or termination is TaskLeaseTermination.SHUTDOWN_REQUESTED:
+            # Whatever the body raised while the worker was stopping is not a product failure.
+            return _Decision(ClaimedTaskOutcome.RELEASED)
+        failure, expected = _classify(erased, exc, config.error_classifier)
+        label = task_kind_label(task.kind)
+        logger.warning(
+            "task #%s (%s) attempt %s failed: %s (%s)",
+            task.id,
+            label,
+            self.attempt,
+            failure.retry_class.value,
+            type(exc).__name__,
+            # Expected outcomes carry no traceback; a codec error's chain holds the payload.
+            exc_info=None if expected else exc,
+            extra={"task_id": task.id, "task_kind": label},
+        )
+        return self._failure(failure)
+
+    def _failure(self, failure: TaskFailureClassification) -> _Decision:
+        retry = should_auto_retry(failure.retry_class, self.attempt, self.task.max_attempts)
+        outcome = ClaimedTaskOutcome.RETRIED if retry else ClaimedTaskOutcome.FAILED
+        return _Decision(outcome, failure=failure)
+
+    async def _wait_body(self, body: asyncio.Task[Any]) -> None:
+        """Until the body ends; once the context is cancelled, one grace, then cancel."""
+        token = self.guard.token
+        if not body.done() and not token.cancelled:
+            # One loop turn first: a body that finishes without awaiting needs no waiter.
+            await asyncio.sleep(0)
+        if not body.done():
+            await race(body, token=token, name="aster-forge:task-stop-wait")
+        if not body.done():
+            grace = self._config.shutdown_grace.total_seconds()
+            await race(body, seconds=grace, clock=self._config.clock, name="aster-forge:task-grace")
+        if not body.done():
+            await _stop_body(body, self.task.id)
+
+    async def _write(
+        self, decision: _Decision, ctx: TaskExecutionContext | None
+    ) -> ClaimedTaskReport:
+        """Write ``decision`` once, fenced; record and return what the store applied."""
+        store, lease = self._store, self.guard.lease
+        steps = ctx.steps if ctx is not None else ()
+        failure = decision.failure
+        delay: timedelta | None = None
+        outcome = decision.outcome
+        written = False
+        try:
+            if self.guard.lease_lost:
+                outcome = ClaimedTaskOutcome.LEASE_LOST
+            match outcome:
+                case ClaimedTaskOutcome.SUCCEEDED:
+                    steps_json = serialize_task_steps_json(steps) if steps else None
+                    if self._completions is not None:
+                        pending = self._completions.succeed(lease, decision.result_json, steps_json)
+                        written = await _settled(pending)
+                    else:
+                        written = await store.mark_task_succeeded(
+                            lease, decision.result_json, steps_json
+                        )
+                case ClaimedTaskOutcome.RELEASED:
+                    written = await store.release_task_for_shutdown(lease)
+                case ClaimedTaskOutcome.RETRIED | ClaimedTaskOutcome.FAILED:
+                    assert failure is not None
+                    failed_steps = (
+                        serialize_task_steps_json(mark_active_step_failed(steps, failure.message))
+                        if steps
+                        else None
+                    )
+                    if outcome is ClaimedTaskOutcome.RETRIED:
+                        delay = self._config.retry_policy.delay(self.attempt)
+                        written = await store.mark_task_retry(
+                            lease,
+                            delay=delay,
+                            error=failure.message,
+                            steps_json=failed_steps,
+                            count_attempt=True,
+                        )
+                    else:
+                        written = await store.mark_task_failed(
+                            lease,
+                            error=failure.message,
+                            steps_json=failed_steps,
+                            manual_retry=failure.retry_class.can_manual_retry(),
+                        )
+                case _:
+                    outcome = ClaimedTaskOutcome.LEASE_LOST
+            if not written and outcome is not ClaimedTaskOutcome.LEASE_LOST:
+                self.guard.mark_lost()
+                logger.info(
+                    "task #%s: the %s write was refused (lease lost); nothing was written",
+                    self.task.id,
+                    outcome.value,
+                    extra={"task_id": self.task.id},
+                )
+                outcome = ClaimedTaskOutcome.LEASE_LOST
+        except Exception:
+            logger.exception(
+                "task #%s: storing the outcome failed; the task is rescued after its lease expires",
+                self.task.id,
+                extra={"task_id": self.task.id},
+            )
+            outcome = ClaimedTaskOutcome.STORE_ERROR
+        applied = written and outcome is not ClaimedTaskOutcome.LEASE_LOST
+        self.report = ClaimedTaskReport(
+            task_id=self.task.id,
+            kind=self.task.kind,
+            outcome=outcome,
+            attempt=self.attempt,
+            retry_class=failure.retry_class if failure is not None else None,
+            error=failure.message if failure is not None and applied else None,
+            retry_delay=delay if applied else None,
+            duration=timedelta(seconds=max(self._config.clock.monotonic() - self._started, 0.0)),
+        )
+        return self.report
 
 
 def _lease_of(task: ExecutableTaskRecord[Any]) -> TaskLease:
@@ -206,13 +465,30 @@ def _lease_of(task: ExecutableTaskRecord[Any]) -> TaskLease:
     return TaskLease(task.id, task.processing_token, task.lease_expires_at)
 
 
+async def _stop_body(body: asyncio.Task[Any], task_id: int) -> None:
+    """Cancel the body; if it does not end within a few loop turns, abandon it."""
+    body.cancel()
+    for _ in range(_CANCEL_SETTLE_TURNS):
+        if body.done():
+            return
+        await asyncio.sleep(0)
+    if not body.done():
+        logger.warning(
+            "task #%s ignored cancellation past its grace; abandoned without a write "
+            "(its lease expires and the task is rescued)",
+            task_id,
+            extra={"task_id": task_id},
+        )
+        abandon_task(body)
+
+
 async def _shielded(awaitable: Awaitable[_T], name: str) -> _T:
     """Run ``awaitable`` to completion even if the caller is cancelled, then re-raise."""
 
     async def runner() -> _T:
         return await awaitable
 
-    task = asyncio.create_task(runner(), name=name)
+    task = asyncio.create_task(runner(), name=f"aster-forge:{name}")
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
@@ -233,6 +509,79 @@ async def _settled(future: asyncio.Future[bool]) -> bool:
         raise
 
 
+async def _remove_temp_dir(provider: TaskTempDirProvider, lease: TaskLease) -> None:
+    try:
+        await provider.remove_task_temp_dir(lease)
+    except Exception:
+        logger.warning(
+            "failed to remove the temp dir of task #%s",
+            lease.task_id,
+            exc_info=True,
+            extra={"task_id": lease.task_id},
+        )
+
+
+def _classify(
+    erased: ErasedTaskSpec[Any], exc: BaseException, extra: TaskErrorClassifier | None
+) -> tuple[TaskFailureClassification, bool]:
+    """The failure's classification, and whether it is an expected (classified) outcome."""
+    if not isinstance(exc, Exception):
+        # A BaseException escaping product code (a "panic"): retryable, fixed text.
+        message = f"Task failed with an unexpected error ({type(exc).__name__})"
+        return TaskFailureClassification(TaskRetryClass.RETRYABLE, message), False
+    if isinstance(exc, ClassifiedTaskError | TaskCodecError):
+        return erased.classify(exc), True
+    for classifier in (erased.spec.error_classifier, extra):
+        chosen = classifier(exc) if classifier is not None else None
+        if chosen is not None:
+            return chosen, True
+    return erased.classify(exc), False
+
+
+async def run_claimed_task_with_store(
+    store: ClaimedTaskStore,
+    task: ExecutableTaskRecord[Any],
+    config: ClaimedTaskExecutionConfig[StateT],
+    *,
+    claimed_at: float | None = None,
+) -> ClaimedTaskReport:
+    """Run one claimed task through its whole lifecycle (the seed's single-task entry point).
+
+    A :class:`ClaimedTaskExecution` with its own heartbeat engine: the heartbeat renews
+    the lease, the :class:`TaskExecutionContext` is built, the product body runs through
+    the erased spec, then exactly one fenced outcome is written:
+
+    * success - only when the lease still holds; a lost lease writes nothing;
+    * retry - a RETRYABLE failure with attempts left: pending again after the policy's
+      delay, counting the attempt, active step marked failed;
+    * failed - PERMANENT or MANUAL failures, and RETRYABLE ones with no attempts left:
+      active step marked failed with the product's message;
+    * release - the worker shut down (or the body stopped because of it): pending
+      again, due now, attempt not counted.
+
+    Unclassified exceptions are RETRYABLE with a fixed message naming the exception type;
+    the traceback goes to the log only (expected, classified failures log one WARNING
+    line without it). Once the context is cancelled the body gets ``shutdown_grace`` on
+    the injected clock, is then cancelled, and is abandoned (no write) if it ignores
+    that. The final write is shielded from cancellation; if the caller is cancelled the
+    body is cancelled, the task released, and the cancellation re-raised. The temp dir
+    (if the body created one) is removed after every outcome.
+
+    Args:
+        store: The heartbeat and execution store.
+        task: The claimed record.
+        config: The execution configuration.
+        claimed_at: ``config.clock.monotonic()`` read before the claim was sent.
+
+    Raises:
+        TaskInvalidValueError: When the record carries no processing token or expiry.
+    """
+    (report,) = await run_claimed_task_batch_with_store(
+        store, [task], config, claimed_at=claimed_at
+    )
+    return report
+
+
 async def run_claimed_task_batch_with_store(
     store: ClaimedTaskStore,
     tasks: Sequence[ExecutableTaskRecord[Any]],
@@ -242,7 +591,8 @@ async def run_claimed_task_batch_with_store(
 ) -> list[ClaimedTaskReport]:
     """Execute claimed tasks concurrently; see :func:`run_claimed_task_with_store`.
 
-    Every record is checked to be claimed before any body starts.
+    Every record is checked to be claimed before any body starts; one heartbeat engine
+    renews every lease of the batch.
 
     Args:
         store: The heartbeat and execution store.
@@ -257,382 +607,22 @@ async def run_claimed_task_batch_with_store(
     Raises:
         TaskInvalidValueError: When a record carries no processing token or expiry.
     """
-    for task in tasks:
-        _lease_of(task)
-    async with asyncio.TaskGroup() as group:
-        runs = [
-            group.create_task(
-                run_claimed_task_with_store(store, task, config, claimed_at=claimed_at),
-                name=f"aster-forge:claimed-task-{task.id}",
-            )
-            for task in tasks
-        ]
-    return [run.result() for run in runs]
-
-
-async def run_claimed_task_with_store(
-    store: ClaimedTaskStore,
-    task: ExecutableTaskRecord[Any],
-    config: ClaimedTaskExecutionConfig[StateT],
-    *,
-    claimed_at: float | None = None,
-    heartbeat: SharedTaskHeartbeat | None = None,
-    completions: TaskCompletionBatcher | None = None,
-) -> ClaimedTaskReport:
-    """Run one claimed task through its whole lifecycle.
-
-    Starts the heartbeat, builds the :class:`TaskExecutionContext`, calls the product body
-    through the erased spec, then writes exactly one fenced outcome:
-
-    * success - only when the lease still holds; a lost lease writes nothing;
-    * retry - a RETRYABLE failure with attempts left: pending again after the policy's
-      delay, counting the attempt, active step marked failed;
-    * failed - PERMANENT or MANUAL failures, and RETRYABLE ones with no attempts left:
-      active step marked failed with the product's message;
-    * release - the worker shut down (or the body stopped because of it): pending
-      again, due now, attempt not counted.
-
-    Unclassified exceptions are RETRYABLE with a fixed message naming the exception type;
-    the traceback goes to the log only. The final write is shielded from cancellation;
-    if the caller is cancelled the body is cancelled, the task released, and the
-    cancellation re-raised. The temp dir (if the body created one) is removed after
-    every outcome.
-
-    Args:
-        store: The heartbeat and execution store.
-        task: The claimed record.
-        config: The execution configuration.
-        claimed_at: ``config.clock.monotonic()`` read before the claim was sent.
-        heartbeat: A shared heartbeat (one loop, batched renewals for many tasks, same
-            per-task contract) to register the lease with instead of starting a
-            heartbeat task for this task alone.
-        completions: A success batcher: the success write joins other tasks' in one
-            fenced statement (still only reported once stored).
-
-    Raises:
-        TaskInvalidValueError: When the record carries no processing token or expiry.
-    """
-    clock = config.clock
-    started = clock.monotonic()
-    guard = TaskLeaseGuard(
-        _lease_of(task),
+    heartbeat = SharedTaskHeartbeat(
+        store,
+        config.clock,
         config.lease_ttl,
-        shutdown_token=config.shutdown_token,
-        clock=clock,
-        claimed_at=claimed_at,
+        late_wake_threshold=config.heartbeat_late_wake_threshold,
     )
-    attempt = task.attempt + 1
-    stop_heartbeat = CancellationToken()
-    own_heartbeat: asyncio.Task[None] | None = None
-    if heartbeat is not None:
-        heartbeat.register(guard)
-    else:
-        own_heartbeat = asyncio.create_task(
-            run_task_heartbeat(
-                store,
-                guard,
-                stop=stop_heartbeat,
-                late_wake_threshold=config.heartbeat_late_wake_threshold,
-            ),
-            name=f"aster-forge:task-heartbeat-{task.id}",
-        )
-    ctx: TaskExecutionContext | None = None
+    executions = [
+        ClaimedTaskExecution(store, task, config, heartbeat=heartbeat, claimed_at=claimed_at)
+        for task in tasks
+    ]
     try:
-        try:
-            steps = _initial_steps(task)
-            ctx = TaskExecutionContext(
-                guard, attempt=attempt, store=store, steps=steps, temp_dirs=config.temp_dirs
-            )
-            decision = await _run_body(task, ctx, config)
-        except TaskCoreError as exc:
-            # Before the body: unknown kind or unreadable steps. Same input, same failure.
-            decision = _Decision(
-                _Plan.FAIL, failure=TaskFailureClassification(TaskRetryClass.PERMANENT, str(exc))
-            )
-        except asyncio.CancelledError:
-            # Our caller was cancelled: the body is already cancelled and joined.
-            decision = _Decision(_Plan.NOTHING if guard.lease_lost else _Plan.RELEASE)
-            await _shielded(
-                _write(store, task, guard, ctx, decision, attempt, config, started),
-                name=f"aster-forge:task-release-{task.id}",
-            )
-            raise
-        if completions is not None and decision.plan is _Plan.SUCCEED:
-            # Cancellation-safe without a helper task: the batcher owns the write and
-            # _write waits for its result even when cancelled.
-            report = await _write(
-                store, task, guard, ctx, decision, attempt, config, started, completions
-            )
-        else:
-            report = await _shielded(
-                _write(store, task, guard, ctx, decision, attempt, config, started),
-                name=f"aster-forge:task-outcome-{task.id}",
-            )
-        if decision.reraise is not None:
-            raise decision.reraise
-        return report
+        async with asyncio.TaskGroup() as group:
+            runs = [
+                group.create_task(execution.run(), name=f"aster-forge:claimed-task-{task.id}")
+                for execution, task in zip(executions, tasks, strict=True)
+            ]
     finally:
-        if heartbeat is not None:
-            heartbeat.unregister(guard)
-        if own_heartbeat is not None:
-            stop_heartbeat.cancel()
-            await asyncio.gather(own_heartbeat, return_exceptions=True)
-        if ctx is not None and ctx.temp_dir_created and config.temp_dirs is not None:
-            await _shielded(
-                _remove_temp_dir(config.temp_dirs, guard.lease),
-                name=f"aster-forge:task-temp-remove-{task.id}",
-            )
-
-
-def _initial_steps(task: ExecutableTaskRecord[Any]) -> tuple[TaskStepInfo, ...]:
-    if task.steps_json is None:
-        return ()
-    return parse_task_steps_json(task.steps_json)
-
-
-async def _remove_temp_dir(provider: TaskTempDirProvider, lease: TaskLease) -> None:
-    try:
-        await provider.remove_task_temp_dir(lease)
-    except Exception:
-        logger.warning(
-            "failed to remove the temp dir of task #%s",
-            lease.task_id,
-            exc_info=True,
-            extra={"task_id": lease.task_id},
-        )
-
-
-async def _run_body(
-    task: ExecutableTaskRecord[Any],
-    ctx: TaskExecutionContext,
-    config: ClaimedTaskExecutionConfig[StateT],
-) -> _Decision:
-    erased = config.spec_for(task.kind)
-    guard = ctx.lease_guard
-    body = asyncio.create_task(
-        erased.run_json(ctx, config.state, task.payload_json), name=f"aster-forge:task-{task.id}"
-    )
-    try:
-        await _wait_body(body, guard.token, config)
-    except asyncio.CancelledError:
-        body.cancel()
-        # Bounded: a body that ignores cancellation must not hold the caller's cancellation.
-        await asyncio.wait({body}, timeout=config.shutdown_grace.total_seconds())
-        if not body.done():
-            _abandon(body, task.id)
-        raise
-    if not body.done():
-        # The body ignored its cancellation past the grace: abandon it and write nothing.
-        # The lease is not renewed any more, so the task is rescued once it expires (crash
-        # semantics); releasing it now could let a new claim run beside the stray body.
-        _abandon(body, task.id)
-        return _Decision(_Plan.NOTHING)
-    if body.cancelled():
-        if guard.lease_lost:
-            return _Decision(_Plan.NOTHING)
-        if guard.token.cancelled:
-            return _Decision(_Plan.RELEASE)
-        return _failure_decision(
-            task,
-            TaskFailureClassification(TaskRetryClass.RETRYABLE, UNEXPECTED_CANCEL_MESSAGE),
-            attempt=ctx.attempt,
-        )
-    exc = body.exception()
-    if exc is None:
-        if guard.lease_lost:
-            return _Decision(_Plan.NOTHING)
-        return _Decision(_Plan.SUCCEED, result_json=body.result())
-    termination = config.lease_control_of(exc)
-    if guard.lease_lost or termination in (
-        TaskLeaseTermination.LOST,
-        TaskLeaseTermination.RENEWAL_TIMED_OUT,
-    ):
-        if not guard.lease_lost:
-            guard.mark_lost()
-        return _Decision(_Plan.NOTHING)
-    if isinstance(exc, KeyboardInterrupt | SystemExit):
-        return _Decision(_Plan.RELEASE, reraise=exc)
-    if guard.token.cancelled or termination is TaskLeaseTermination.SHUTDOWN_REQUESTED:
-        # Whatever the body raised while the worker was stopping is not a product failure.
-        return _Decision(_Plan.RELEASE)
-    classification = _classify(erased, exc, config.error_classifier)
-    logger.warning(
-        "task #%s (%s) attempt %s failed: %s",
-        task.id,
-        task_kind_label(task.kind),
-        ctx.attempt,
-        classification.retry_class.value,
-        exc_info=exc,
-        extra={"task_id": task.id, "task_kind": task_kind_label(task.kind)},
-    )
-    return _failure_decision(task, classification, attempt=ctx.attempt)
-
-
-async def _wait_body(
-    body: asyncio.Task[Any], stop: CancellationToken, config: ClaimedTaskExecutionConfig[Any]
-) -> None:
-    if not body.done() and not stop.cancelled:
-        # One loop turn first: a body that finishes without awaiting needs no stop waiter.
-        await asyncio.sleep(0)
-    if not body.done():
-        stopper = asyncio.create_task(stop.wait(), name="aster-forge:task-stop-wait")
-        try:
-            await asyncio.wait({body, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopper.cancel()
-            await asyncio.gather(stopper, return_exceptions=True)
-    if not body.done():
-        # Cancelled (shutdown or lease loss): give the body its grace to stop cooperatively.
-        timer = asyncio.create_task(
-            config.clock.sleep(config.shutdown_grace.total_seconds()),
-            name="aster-forge:task-grace",
-        )
-        try:
-            await asyncio.wait({body, timer}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            timer.cancel()
-            await asyncio.gather(timer, return_exceptions=True)
-    if not body.done():
-        body.cancel()
-        # Bounded on the injected clock: a body that swallows the cancellation is abandoned
-        # by the caller after a second grace instead of hanging the worker's shutdown.
-        timer = asyncio.create_task(
-            config.clock.sleep(config.shutdown_grace.total_seconds()),
-            name="aster-forge:task-cancel-grace",
-        )
-        try:
-            await asyncio.wait({body, timer}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            timer.cancel()
-            await asyncio.gather(timer, return_exceptions=True)
-
-
-#: Bodies that ignored cancellation past their grace; referenced until they end.
-_ABANDONED: set[asyncio.Task[Any]] = set()
-
-
-def _abandon(body: asyncio.Task[Any], task_id: int) -> None:
-    logger.warning(
-        "task #%s ignored cancellation past its grace; abandoned without a write "
-        "(its lease expires and the task is rescued)",
-        task_id,
-        extra={"task_id": task_id},
-    )
-    _ABANDONED.add(body)
-    body.add_done_callback(_reap_abandoned)
-
-
-def _reap_abandoned(body: asyncio.Task[Any]) -> None:
-    _ABANDONED.discard(body)
-    if not body.cancelled():
-        body.exception()  # retrieved: the outcome of an abandoned body is never used
-
-
-def _classify(
-    erased: ErasedTaskSpec[Any], exc: BaseException, extra: TaskErrorClassifier | None
-) -> TaskFailureClassification:
-    if not isinstance(exc, Exception):
-        # A BaseException escaping product code (a "panic"): retryable, fixed text.
-        return TaskFailureClassification(
-            TaskRetryClass.RETRYABLE,
-            f"Task failed with an unexpected error ({type(exc).__name__})",
-        )
-    if extra is not None and not isinstance(exc, ClassifiedTaskError | TaskCodecError):
-        for classifier in (erased.spec.error_classifier, extra):
-            chosen = classifier(exc) if classifier is not None else None
-            if chosen is not None:
-                return chosen
-    return erased.classify(exc)
-
-
-def _failure_decision(
-    task: ExecutableTaskRecord[Any], classification: TaskFailureClassification, *, attempt: int
-) -> _Decision:
-    retry = should_auto_retry(classification.retry_class, attempt, task.max_attempts)
-    return _Decision(_Plan.RETRY if retry else _Plan.FAIL, failure=classification)
-
-
-async def _write(
-    store: ClaimedTaskStore,
-    task: ExecutableTaskRecord[Any],
-    guard: TaskLeaseGuard,
-    ctx: TaskExecutionContext | None,
-    decision: _Decision,
-    attempt: int,
-    config: ClaimedTaskExecutionConfig[Any],
-    started: float,
-    completions: TaskCompletionBatcher | None = None,
-) -> ClaimedTaskReport:
-    lease = guard.lease
-    steps = ctx.steps if ctx is not None else ()
-    failure = decision.failure
-    delay: timedelta | None = None
-    outcome: ClaimedTaskOutcome
-    try:
-        if decision.plan is _Plan.NOTHING or guard.lease_lost:
-            outcome = ClaimedTaskOutcome.LEASE_LOST
-            written = False
-        elif decision.plan is _Plan.SUCCEED:
-            outcome = ClaimedTaskOutcome.SUCCEEDED
-            steps_json = serialize_task_steps_json(steps) if steps else None
-            if completions is not None:
-                written = await _settled(
-                    completions.succeed(lease, decision.result_json, steps_json)
-                )
-            else:
-                written = await store.mark_task_succeeded(lease, decision.result_json, steps_json)
-        elif decision.plan is _Plan.RELEASE:
-            outcome = ClaimedTaskOutcome.RELEASED
-            written = await store.release_task_for_shutdown(lease)
-        else:
-            assert failure is not None
-            failed_steps = (
-                serialize_task_steps_json(mark_active_step_failed(steps, failure.message))
-                if steps
-                else None
-            )
-            if decision.plan is _Plan.RETRY:
-                outcome = ClaimedTaskOutcome.RETRIED
-                delay = config.retry_policy.delay(attempt)
-                written = await store.mark_task_retry(
-                    lease,
-                    delay=delay,
-                    error=failure.message,
-                    steps_json=failed_steps,
-                    count_attempt=True,
-                )
-            else:
-                outcome = ClaimedTaskOutcome.FAILED
-                written = await store.mark_task_failed(
-                    lease,
-                    error=failure.message,
-                    steps_json=failed_steps,
-                    manual_retry=failure.retry_class.can_manual_retry(),
-                )
-        if not written and outcome is not ClaimedTaskOutcome.LEASE_LOST:
-            guard.mark_lost()
-            logger.info(
-                "task #%s: the %s write was refused (lease lost); nothing was written",
-                task.id,
-                outcome.value,
-                extra={"task_id": task.id},
-            )
-            outcome = ClaimedTaskOutcome.LEASE_LOST
-    except Exception:
-        logger.exception(
-            "task #%s: storing the outcome failed; the task is rescued after its lease expires",
-            task.id,
-            extra={"task_id": task.id},
-        )
-        outcome = ClaimedTaskOutcome.STORE_ERROR
-    written_ok = outcome not in (ClaimedTaskOutcome.LEASE_LOST, ClaimedTaskOutcome.STORE_ERROR)
-    return ClaimedTaskReport(
-        task_id=task.id,
-        kind=task.kind,
-        outcome=outcome,
-        attempt=attempt,
-        retry_class=failure.retry_class if failure is not None else None,
-        error=failure.message if failure is not None and written_ok else None,
-        retry_delay=delay if written_ok else None,
-        duration=timedelta(seconds=max(config.clock.monotonic() - started, 0.0)),
-    )
+        await heartbeat.join()
+    return [run.result() for run in runs]
