@@ -11,8 +11,9 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from aster_forge.metrics import PrometheusHealthMetricsRecorder
+from aster_forge.metrics import PrometheusHealthMetricsRecorder, register_event_loop_lag_metrics
 from aster_forge.runtime import (
+    EventLoopLagProbe,
     HealthCheckOptions,
     HealthCheckRegistry,
     HealthCheckScope,
@@ -146,3 +147,14 @@ def test_core_packages_never_import_prometheus_client() -> None:
         "assert 'prometheus_client' not in sys.modules, 'core imported prometheus_client'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_event_loop_lag_gauges_read_the_probe() -> None:
+    registry = CollectorRegistry()
+    probe = EventLoopLagProbe()
+    register_event_loop_lag_metrics(probe, registry)
+    assert registry.get_sample_value("event_loop_lag_seconds") == 0.0
+    probe.record(0.75)
+    probe.record(0.25)
+    assert registry.get_sample_value("event_loop_lag_seconds") == 0.25
+    assert registry.get_sample_value("event_loop_lag_max_seconds") == 0.75

@@ -12,9 +12,13 @@ from ._health import PrometheusHealthMetricsRecorder
 # --- dispatch stats (issue 9) ---
 from ._dispatch import DispatchStatsSource, PrometheusDispatchStatsCollector, lane_label
 
+# --- event loop lag ---
+from ._loop_lag import register_event_loop_lag_metrics
+
 __all__ = [
     "DispatchStatsSource",
     "PrometheusDispatchStatsCollector",
     "PrometheusHealthMetricsRecorder",
     "lane_label",
+    "register_event_loop_lag_metrics",
 ]

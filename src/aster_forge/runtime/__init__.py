@@ -8,6 +8,7 @@ from __future__ import annotations
 # --- core (foundation) ---
 from ._cancellation import CancellationToken
 from ._clock import Clock, SystemClock, utc_now
+from ._loop_lag import EventLoopLagProbe, watch_blocking_steps
 from ._race import RaceWinner, abandon_task, abandoned_tasks, race, sleep_or_cancelled
 from .errors import AsterForgeRuntimeError
 
@@ -169,6 +170,7 @@ __all__ = [
     "Clock",
     "DirectWriteError",
     "DuplicateHealthCheckError",
+    "EventLoopLagProbe",
     "FlushFailedError",
     "FlushTimeoutError",
     "HealthCheck",
@@ -258,4 +260,5 @@ __all__ = [
     "try_runtime_component_with_shutdown",
     "utc_now",
     "wait_for_termination_signal",
+    "watch_blocking_steps",
 ]

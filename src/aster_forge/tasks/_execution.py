@@ -9,7 +9,14 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
-from ..runtime import CancellationToken, Clock, SystemClock, abandon_task, race
+from ..runtime import (
+    CancellationToken,
+    Clock,
+    SystemClock,
+    abandon_task,
+    race,
+    watch_blocking_steps,
+)
 from ._completion import TaskCompletionBatcher
 from ._context import TaskExecutionContext
 from ._dispatch_stats import ClaimedTaskOutcome
@@ -99,6 +106,9 @@ class ClaimedTaskExecutionConfig(Generic[StateT]):
         clock: The clock for leases, heartbeats and durations.
         heartbeat_late_wake_threshold: How late a heartbeat tick may wake before a warning
             (default: half an interval).
+        blocking_step_threshold: A body step that holds the event loop longer than this
+            (measured on ``clock``) logs a WARNING naming the task; ``None`` turns the
+            check off.
     """
 
     state: StateT
@@ -115,6 +125,7 @@ class ClaimedTaskExecutionConfig(Generic[StateT]):
     temp_dirs: TaskTempDirProvider | None = None
     clock: Clock = field(default_factory=SystemClock)
     heartbeat_late_wake_threshold: timedelta | None = None
+    blocking_step_threshold: timedelta | None = timedelta(milliseconds=100)
 
     def __post_init__(self) -> None:
         if (self.registry is None) == (self.specs is None):
@@ -304,10 +315,15 @@ class ClaimedTaskExecution:
         """Run the body and choose the outcome: the one place outcomes are decided."""
         task, guard, config = self.task, self.guard, self._config
         erased = config.spec_for(task.kind)
-        body = asyncio.create_task(
-            erased.run_json(ctx, config.state, task.payload_json),
-            name=f"aster-forge:task-{task.id}",
-        )
+        coro = erased.run_json(ctx, config.state, task.payload_json)
+        if config.blocking_step_threshold is not None:
+            coro = watch_blocking_steps(
+                coro,
+                threshold=config.blocking_step_threshold,
+                on_block=self._blocked,
+                clock=config.clock,
+            )
+        body = asyncio.create_task(coro, name=f"aster-forge:task-{task.id}")
         try:
             await self._wait_body(body)
         except asyncio.CancelledError:
@@ -357,6 +373,17 @@ class ClaimedTaskExecution:
             extra={"task_id": task.id, "task_kind": label},
         )
         return self._failure(failure)
+
+    def _blocked(self, seconds: float) -> None:
+        label = task_kind_label(self.task.kind)
+        logger.warning(
+            "task #%s (%s) blocked the event loop for %.3fs without yielding; await its I/O, "
+            "or make the body a plain def (run in a worker thread)",
+            self.task.id,
+            label,
+            seconds,
+            extra={"task_id": self.task.id, "task_kind": label, "blocked_seconds": seconds},
+        )
 
     def _failure(self, failure: TaskFailureClassification) -> _Decision:
         retry = should_auto_retry(failure.retry_class, self.attempt, self.task.max_attempts)

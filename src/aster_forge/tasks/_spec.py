@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import enum
+import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -62,7 +64,9 @@ class TaskSpec(Generic[StateT, PayloadT, ResultT]):
         kind: The product kind enum member this spec runs.
         payload_type: The payload type.
         result_type: The result type, or ``None`` for a result-less kind.
-        run: ``async run(ctx, state, payload) -> result``, the product's task body.
+        run: ``async run(ctx, state, payload) -> result``, the product's task body. A
+            plain ``def`` body is run in a worker thread (``asyncio.to_thread``) so it
+            cannot block the event loop.
         steps: The kind's step definitions (may be empty).
         error_classifier: Maps the body's exceptions to a retry class and message;
             unclassified exceptions are retryable with a fixed message.
@@ -227,7 +231,14 @@ class ErasedTaskSpec(Generic[StateT]):
                 classify with :meth:`classify`.
         """
         payload = self._spec.decode_payload(payload_json)
-        result = await self._spec.run(ctx, state, payload)
+        run = self._spec.run
+        if inspect.iscoroutinefunction(run):
+            result = await run(ctx, state, payload)
+        else:
+            # A plain def body may block (sync drivers, CPU work): never on the event loop.
+            result = await asyncio.to_thread(run, ctx, state, payload)
+            if inspect.isawaitable(result):
+                result = await result  # a callable object returning a coroutine
         return self._spec.encode_result(result)
 
     def classify(self, exc: Exception) -> TaskFailureClassification:

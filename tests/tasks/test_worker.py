@@ -1,0 +1,195 @@
+"""TaskWorker: lanes checked against the registry, stats from what the store applied, one grace."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from aster_forge.db import BackgroundTaskDbStore, create_background_tasks_table
+from aster_forge.runtime import CancellationToken, SystemClock, abandoned_tasks
+from aster_forge.tasks import (
+    DispatchPollConfig,
+    TaskDispatchConfigError,
+    TaskExecutionContext,
+    TaskLaneConfig,
+    TaskStatus,
+    TaskWorker,
+)
+from aster_forge.testing import InMemoryTaskStore, ManualClock
+
+from ._dispatch_support import (
+    LEASE_TTL,
+    NO_JITTER,
+    REGISTRY,
+    Harness,
+    Job,
+    Kind,
+    Lane,
+    enqueue,
+    new_task,
+    until,
+)
+
+SLOW_POLL = DispatchPollConfig(base_interval=timedelta(seconds=10))
+
+
+class OtherLane(enum.StrEnum):
+    ELSEWHERE = "elsewhere"
+
+
+def _worker(
+    store: object,
+    harness: Harness,
+    clock: object,
+    *,
+    grace: timedelta = timedelta(seconds=10),
+    lanes: list[TaskLaneConfig] | None = None,
+) -> TaskWorker[Harness]:
+    return TaskWorker(
+        store,  # type: ignore[arg-type]
+        state=harness,
+        registry=REGISTRY,
+        lanes=lanes or [TaskLaneConfig(Lane.MEDIA, 2), TaskLaneConfig(Lane.FALLBACK, 2)],
+        lease_ttl=LEASE_TTL,
+        retry_policy=NO_JITTER,
+        shutdown_grace=grace,
+        clock=clock,  # type: ignore[arg-type]
+        poll=SLOW_POLL,
+    )
+
+
+def test_lanes_are_checked_against_the_registry() -> None:
+    store, harness, clock = InMemoryTaskStore(), Harness(), ManualClock()
+    with pytest.raises(TaskDispatchConfigError, match=r"without a lane config.*fallback"):
+        _worker(store, harness, clock, lanes=[TaskLaneConfig(Lane.MEDIA, 1)])
+    with pytest.raises(TaskDispatchConfigError, match=r"does not know.*elsewhere"):
+        _worker(
+            store,
+            harness,
+            clock,
+            lanes=[
+                TaskLaneConfig(Lane.MEDIA, 1),
+                TaskLaneConfig(Lane.FALLBACK, 1),
+                TaskLaneConfig(OtherLane.ELSEWHERE, 1),
+            ],
+        )
+    partial = TaskWorker(
+        store,
+        state=harness,
+        registry=REGISTRY,
+        lanes=[TaskLaneConfig(Lane.MEDIA, 1)],
+        partial_lanes=True,
+    )
+    assert [config.lane for config in partial.lanes] == [Lane.MEDIA]
+
+
+async def test_in_flight_view_names_each_running_task() -> None:
+    clock = ManualClock()
+    store, harness = InMemoryTaskStore(clock), Harness()
+    harness.gate("a", "b")
+    await enqueue(store, new_task(Kind.RENDER, "a"), new_task(Kind.MAIL, "b"))
+    worker = _worker(store, harness, clock)
+    await worker.drain()
+    await until(lambda: len(harness.started) == 2)
+    view = sorted(worker.in_flight_tasks(), key=lambda item: item.task_id)
+    assert [(item.kind, item.lane, item.attempt) for item in view] == [
+        (Kind.RENDER.value, Lane.MEDIA, 1),
+        (Kind.MAIL.value, Lane.FALLBACK, 1),
+    ]
+    assert {item.lease for item in view} == set(worker.running_leases())
+    harness.open("a", "b")
+    await worker.join()
+    assert worker.in_flight_tasks() == ()
+    assert worker.stats.total().succeeded == 2
+
+
+async def test_a_stubborn_body_is_abandoned_after_one_grace_on_the_injected_clock() -> None:
+    clock = ManualClock()
+    store, harness = InMemoryTaskStore(clock), Harness()
+    released = asyncio.Event()
+    ignored: list[int] = []
+
+    async def stubborn(ctx: TaskExecutionContext, job: Job) -> int:
+        while not released.is_set():
+            try:
+                await released.wait()
+            except asyncio.CancelledError:
+                ignored.append(1)  # ignores every cancellation
+        return 0
+
+    harness.actions["stubborn"] = stubborn
+    await enqueue(store, new_task(Kind.MAIL, "stubborn"))
+    worker = _worker(store, harness, clock, grace=timedelta(seconds=5))
+    shutdown = CancellationToken()
+    run = asyncio.create_task(worker.run(shutdown), name="test-worker")
+    await until(lambda: "stubborn" in harness.started)
+    shutdown.cancel()
+    await until(lambda: worker.stopping)
+    await clock.wait_for_sleepers(2)  # the heartbeat and the grace
+    await clock.advance(4.9)
+    assert not run.done()
+    await clock.advance(0.1)  # exactly one grace
+    await until(run.done)
+    await run
+    assert clock.monotonic() == 5.0
+    assert ignored, "the body saw (and ignored) its cancellation"
+    (row,) = store.all_tasks()
+    assert any(task.get_name() == f"aster-forge:task-{row.id}" for task in abandoned_tasks())
+    # Nothing written: the lease is left to expire, so the task is rescued later.
+    assert row.status is TaskStatus.RUNNING and row.processing_token is not None
+    total = worker.stats.total()
+    assert (total.lease_lost, total.released_on_shutdown, total.in_flight) == (1, 0, 0)
+    released.set()
+    await until(lambda: not abandoned_tasks())
+
+
+@pytest.fixture
+async def db_store(engine: AsyncEngine) -> AsyncIterator[BackgroundTaskDbStore]:
+    await create_background_tasks_table(engine)
+    yield BackgroundTaskDbStore(engine)
+
+
+@pytest.mark.parametrize("taken_over", [False, True], ids=["released", "refused"])
+async def test_released_on_shutdown_counts_only_releases_the_store_applied(
+    engine: AsyncEngine, db_store: BackgroundTaskDbStore, taken_over: bool
+) -> None:
+    harness = Harness()
+    harness.gate("a")
+    (result,) = await db_store.enqueue_many([new_task(Kind.MAIL, "a")])
+    task_id = result.record.id
+    worker = _worker(db_store, harness, SystemClock())
+    shutdown = CancellationToken()
+    run = asyncio.create_task(worker.run(shutdown), name="test-worker")
+    async with asyncio.timeout(20):
+        await until(lambda: "a" in harness.started, turns=10**7)
+    if taken_over:
+        # Another worker rescued the task (as after an expired lease): the fence changed.
+        async with engine.begin() as conn:
+            await conn.execute(
+                sa.text("UPDATE background_tasks SET processing_token = 'other' WHERE id = :id"),
+                {"id": task_id},
+            )
+    # The worker's shutdown is itself cancelled: each execution releases on cancellation.
+    stopping = asyncio.create_task(worker.shutdown(), name="test-shutdown")
+    await asyncio.sleep(0)
+    stopping.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await stopping
+    shutdown.cancel()
+    await run
+    row = await db_store.get_task(task_id)
+    assert row is not None
+    total = worker.stats.total()
+    if taken_over:
+        assert (row.status, row.processing_token) == (TaskStatus.RUNNING, "other")
+        assert (total.released_on_shutdown, total.lease_lost) == (0, 1)
+    else:
+        assert (row.status, row.attempt, row.processing_token) == (TaskStatus.PENDING, 0, None)
+        assert (total.released_on_shutdown, total.lease_lost) == (1, 0)
+    assert total.in_flight == 0 and total.finished == 1
