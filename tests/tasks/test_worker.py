@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from aster_forge.db import BackgroundTaskDbStore, create_background_tasks_table
 from aster_forge.runtime import CancellationToken, SystemClock, abandoned_tasks
 from aster_forge.tasks import (
+    ClaimedTaskExecutionConfig,
     DispatchPollConfig,
     TaskDispatchConfigError,
     TaskExecutionContext,
@@ -51,15 +52,18 @@ def _worker(
     grace: timedelta = timedelta(seconds=10),
     lanes: list[TaskLaneConfig] | None = None,
 ) -> TaskWorker[Harness]:
-    return TaskWorker(
-        store,  # type: ignore[arg-type]
+    execution = ClaimedTaskExecutionConfig(
         state=harness,
         registry=REGISTRY,
-        lanes=lanes or [TaskLaneConfig(Lane.MEDIA, 2), TaskLaneConfig(Lane.FALLBACK, 2)],
         lease_ttl=LEASE_TTL,
         retry_policy=NO_JITTER,
         shutdown_grace=grace,
         clock=clock,  # type: ignore[arg-type]
+    )
+    return TaskWorker(
+        store,  # type: ignore[arg-type]
+        lanes=lanes or [TaskLaneConfig(Lane.MEDIA, 2), TaskLaneConfig(Lane.FALLBACK, 2)],
+        execution=execution,
         poll=SLOW_POLL,
     )
 
@@ -81,9 +85,8 @@ def test_lanes_are_checked_against_the_registry() -> None:
         )
     partial = TaskWorker(
         store,
-        state=harness,
-        registry=REGISTRY,
         lanes=[TaskLaneConfig(Lane.MEDIA, 1)],
+        execution=ClaimedTaskExecutionConfig(state=harness, registry=REGISTRY),
         partial_lanes=True,
     )
     assert [config.lane for config in partial.lanes] == [Lane.MEDIA]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, fields
+from typing import Any
 
 __all__ = ["ClaimedTaskOutcome", "DispatchStats", "DispatchStatsRecorder"]
 
@@ -29,25 +30,6 @@ class ClaimedTaskOutcome(enum.StrEnum):
 
     STORE_ERROR = "store_error"
     """The final write raised; the task stays claimed until its lease expires (rescue)."""
-
-
-@dataclass(slots=True)
-class _Counters:
-    claimed: int = 0
-    rescued: int = 0
-    succeeded: int = 0
-    retried: int = 0
-    failed_permanently: int = 0
-    lease_lost: int = 0
-    released_on_shutdown: int = 0
-    store_errors: int = 0
-    claim_calls: int = 0
-    claim_errors: int = 0
-    claim_latency_seconds_total: float = 0.0
-    claim_latency_seconds_max: float = 0.0
-    last_claim_latency_seconds: float = 0.0
-    queue_lag_seconds: float = 0.0
-    in_flight: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,10 +117,13 @@ _OUTCOME_FIELD = {
 }
 
 
+_ZEROS = {spec.name: spec.default for spec in fields(DispatchStats)}
+
+
 class DispatchStatsRecorder:
     """Mutable per-lane dispatch counters; read them through :class:`DispatchStats` snapshots.
 
-    The dispatcher records into it; metrics exporters and tests read :meth:`lane` and
+    The worker records into it; metrics exporters and tests read :meth:`lane` and
     :meth:`total`. Lanes are any hashable value (normally the product's lane enum).
     """
 
@@ -146,12 +131,14 @@ class DispatchStatsRecorder:
 
     def __init__(self, lanes: Iterable[Hashable] = ()) -> None:
         """Create a recorder, optionally pre-registering ``lanes`` so they report zeros."""
-        self._lanes: dict[Hashable, _Counters] = {lane: _Counters() for lane in lanes}
+        self._lanes: dict[Hashable, dict[str, Any]] = {}
+        for lane in lanes:
+            self._of(lane)
 
-    def _of(self, lane: Hashable) -> _Counters:
+    def _of(self, lane: Hashable) -> dict[str, Any]:
         counters = self._lanes.get(lane)
         if counters is None:
-            counters = self._lanes[lane] = _Counters()
+            counters = self._lanes[lane] = dict(_ZEROS)
         return counters
 
     def record_claim(
@@ -165,41 +152,39 @@ class DispatchStatsRecorder:
     ) -> None:
         """Record one successful claim round trip of ``lane``."""
         counters = self._of(lane)
-        counters.claim_calls += 1
-        counters.claimed += claimed
-        counters.rescued += rescued
-        counters.claim_latency_seconds_total += latency_seconds
-        counters.claim_latency_seconds_max = max(
-            counters.claim_latency_seconds_max, latency_seconds
-        )
-        counters.last_claim_latency_seconds = latency_seconds
-        counters.queue_lag_seconds = queue_lag_seconds
+        counters["claim_calls"] += 1
+        counters["claimed"] += claimed
+        counters["rescued"] += rescued
+        counters["claim_latency_seconds_total"] += latency_seconds
+        most = max(counters["claim_latency_seconds_max"], latency_seconds)
+        counters["claim_latency_seconds_max"] = most
+        counters["last_claim_latency_seconds"] = latency_seconds
+        counters["queue_lag_seconds"] = queue_lag_seconds
 
     def record_claim_error(self, lane: Hashable) -> None:
         """Record a claim round trip of ``lane`` that raised."""
         counters = self._of(lane)
-        counters.claim_calls += 1
-        counters.claim_errors += 1
+        counters["claim_calls"] += 1
+        counters["claim_errors"] += 1
 
     def record_started(self, lane: Hashable) -> None:
         """Record that one claimed task of ``lane`` started executing."""
-        self._of(lane).in_flight += 1
+        self._of(lane)["in_flight"] += 1
 
     def record_outcome(self, lane: Hashable, outcome: ClaimedTaskOutcome) -> None:
         """Record how one execution of ``lane`` ended (and that it is no longer in flight)."""
         counters = self._of(lane)
-        counters.in_flight = max(counters.in_flight - 1, 0)
-        name = _OUTCOME_FIELD[outcome]
-        setattr(counters, name, getattr(counters, name) + 1)
+        counters["in_flight"] = max(counters["in_flight"] - 1, 0)
+        counters[_OUTCOME_FIELD[outcome]] += 1
 
     def lane(self, lane: Hashable) -> DispatchStats:
         """A snapshot of ``lane``'s counters (zeros for a lane never seen)."""
         counters = self._lanes.get(lane)
-        return _snapshot(counters) if counters is not None else DispatchStats()
+        return DispatchStats(**counters) if counters is not None else DispatchStats()
 
     def lanes(self) -> dict[Hashable, DispatchStats]:
         """A snapshot of every lane seen so far, in first-seen order."""
-        return {lane: _snapshot(counters) for lane, counters in self._lanes.items()}
+        return {lane: DispatchStats(**counters) for lane, counters in self._lanes.items()}
 
     def total(self) -> DispatchStats:
         """The counters summed over every lane."""
@@ -207,23 +192,3 @@ class DispatchStatsRecorder:
 
     def __repr__(self) -> str:
         return f"DispatchStatsRecorder(lanes={len(self._lanes)}, total={self.total()!r})"
-
-
-def _snapshot(counters: _Counters) -> DispatchStats:
-    return DispatchStats(
-        claimed=counters.claimed,
-        rescued=counters.rescued,
-        succeeded=counters.succeeded,
-        retried=counters.retried,
-        failed_permanently=counters.failed_permanently,
-        lease_lost=counters.lease_lost,
-        released_on_shutdown=counters.released_on_shutdown,
-        store_errors=counters.store_errors,
-        claim_calls=counters.claim_calls,
-        claim_errors=counters.claim_errors,
-        claim_latency_seconds_total=counters.claim_latency_seconds_total,
-        claim_latency_seconds_max=counters.claim_latency_seconds_max,
-        last_claim_latency_seconds=counters.last_claim_latency_seconds,
-        queue_lag_seconds=counters.queue_lag_seconds,
-        in_flight=counters.in_flight,
-    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
@@ -422,7 +422,7 @@ class ClaimedTaskExecution:
                     steps_json = serialize_task_steps_json(steps) if steps else None
                     if self._completions is not None:
                         pending = self._completions.succeed(lease, decision.result_json, steps_json)
-                        written = await _settled(pending)
+                        written = await _shielded(pending)
                     else:
                         written = await store.mark_task_succeeded(
                             lease, decision.result_json, steps_json
@@ -509,23 +509,13 @@ async def _stop_body(body: asyncio.Task[Any], task_id: int) -> None:
         abandon_task(body)
 
 
-async def _shielded(awaitable: Awaitable[_T], name: str) -> _T:
-    """Run ``awaitable`` to completion even if the caller is cancelled, then re-raise."""
-
-    async def runner() -> _T:
-        return await awaitable
-
-    task = asyncio.create_task(runner(), name=f"aster-forge:{name}")
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        if not task.done():
-            await asyncio.wait({task})
-        raise
-
-
-async def _settled(future: asyncio.Future[bool]) -> bool:
-    """The batched write's result; when cancelled, wait for it first, then re-raise."""
+async def _shielded(awaitable: Coroutine[Any, Any, _T] | asyncio.Future[_T], name: str = "") -> _T:
+    """Finish ``awaitable`` (a future, or run as a task) even if the caller is cancelled."""
+    future = (
+        awaitable
+        if isinstance(awaitable, asyncio.Future)
+        else asyncio.create_task(awaitable, name=f"aster-forge:{name}")
+    )
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:

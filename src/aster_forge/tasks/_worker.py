@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
-from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
-from ..runtime import CancellationToken, Clock, SystemClock, race
+from ..runtime import CancellationToken, Clock, race
 from ._completion import TaskCompletionBatcher, supports_batched_success
 from ._dispatch import (
     DispatchBackoff,
@@ -21,14 +20,12 @@ from ._dispatch import (
     default_dispatch_owner,
 )
 from ._dispatch_stats import ClaimedTaskOutcome, DispatchStatsRecorder
-from ._execution import ClaimedTaskExecution, ClaimedTaskExecutionConfig, task_lease_termination_of
+from ._execution import ClaimedTaskExecution, ClaimedTaskExecutionConfig
 from ._heartbeat import SharedTaskHeartbeat
-from ._lease import TaskLease, TaskLeaseTermination
+from ._lease import TaskLease
 from ._registry import TaskRegistry
-from ._retry import TaskErrorClassifier, TaskRetryPolicy
-from ._spec import ErasedTaskSpec
 from .errors import TaskDispatchConfigError
-from .protocols import DispatchTaskStore, TaskTempDirProvider
+from .protocols import DispatchTaskStore
 
 __all__ = ["InFlightTask", "TaskWorker"]
 
@@ -59,106 +56,61 @@ class InFlightTask:
 class TaskWorker(Generic[StateT]):
     """Claims due tasks of its lanes from one store, runs them, writes each outcome once.
 
-    Bound once at construction: the store, the registry (or erased specs), the lanes and
-    their limits, the lease TTL, the retry policy, poll timing, the shutdown grace, temp
-    dirs and the clock. Each lane claims only its own free slots (slots are reserved
-    before the claim round trip), lanes are visited round-robin, one heartbeat engine
-    renews every in-flight lease in one statement per tick, and successes are batched
-    into ``mark_tasks_succeeded_many`` when the store has it (each entry still fenced).
-    Stats count what the store applied: a release the store refused is ``lease_lost``.
+    Bound once at construction: the store, the lanes and their limits, and (through
+    ``execution``) the registry, state, lease TTL, retry policy, shutdown grace, temp dirs
+    and clock, plus poll timing. Each lane claims only its own free slots (reserved before
+    the claim round trip), lanes are visited round-robin, one heartbeat engine renews every
+    in-flight lease in one statement per tick, and successes are batched into
+    ``mark_tasks_succeeded_many`` when the store has it (each entry still fenced). Stats
+    count what the store applied: a release the store refused is ``lease_lost``.
 
     Example:
-        >>> worker = TaskWorker(store, registry=registry, state=app, lanes=lanes)  # doctest: +SKIP
+        >>> worker = TaskWorker(store, lanes=lanes, execution=config)  # doctest: +SKIP
         >>> await worker.run(shutdown_token)  # doctest: +SKIP
 
     Args:
         store: Claims, heartbeats and fenced writes.
-        state: The application state every task body receives.
         lanes: One config per lane this worker serves.
-        registry: The validated registry (its lanes must match ``lanes``).
-        specs: Erased specs keyed by kind, instead of a registry.
-        lease_ttl: The claim's lease duration; the heartbeat renews every third of it.
-        retry_policy: The backoff for retryable failures.
-        error_classifier: A product-wide failure classifier (after the spec's own).
-        shutdown_grace: How long a body may run on after its context was cancelled.
-        temp_dirs: Creates ``ctx.temp_dir()`` lazily; removed after every execution.
-        clock: The clock for leases, heartbeats, grace and poll waits.
+        execution: How claimed tasks run (its ``shutdown_token``, if any, stops the worker).
         poll: Poll timing (default :class:`DispatchPollConfig`).
         owner: The claim owner (default :func:`default_dispatch_owner`).
         stats: The stats recorder (default: a new one).
+        wake: The wake signal (default: a new one).
         partial_lanes: Serve only some of the registry's lanes (other workers serve the
             rest); a config for a lane the registry does not know is still an error.
         batch_completions: Coalesce success writes when the store supports it.
 
+    Attributes:
+        lanes: The lane configs.
+        execution: The execution config (with the worker's stop token).
+        owner: The claim owner identity.
+        stats: The stats recorder (outcomes as the store applied them).
+        wake_signal: Ends an idle wait (fired by :meth:`wake` and by freed slots).
+
     Raises:
-        TaskDispatchConfigError: When no lane is given, a lane repeats, or the lanes do
-            not match the registry's.
+        TaskDispatchConfigError: When no lane is given, a lane repeats, or (with a
+            registry) a registry lane has no config or a config names an unknown lane.
     """
 
     def __init__(
         self,
         store: DispatchTaskStore[Any, Any],
         *,
-        state: StateT,
-        lanes: Sequence[TaskLaneConfig],
-        registry: TaskRegistry[StateT, Any, Any] | None = None,
-        specs: Mapping[Hashable, ErasedTaskSpec[StateT]] | None = None,
-        lease_ttl: timedelta = timedelta(seconds=30),
-        retry_policy: TaskRetryPolicy | None = None,
-        error_classifier: TaskErrorClassifier | None = None,
-        lease_control_of: Callable[
-            [BaseException], TaskLeaseTermination | None
-        ] = task_lease_termination_of,
-        shutdown_grace: timedelta = timedelta(seconds=10),
-        temp_dirs: TaskTempDirProvider | None = None,
-        clock: Clock | None = None,
-        poll: DispatchPollConfig | None = None,
-        owner: str | None = None,
-        stats: DispatchStatsRecorder | None = None,
-        partial_lanes: bool = False,
-        batch_completions: bool = True,
-    ) -> None:
-        execution = ClaimedTaskExecutionConfig(
-            state=state,
-            registry=registry,
-            specs=specs,
-            lease_ttl=lease_ttl,
-            retry_policy=retry_policy or TaskRetryPolicy(),
-            error_classifier=error_classifier,
-            lease_control_of=lease_control_of,
-            shutdown_grace=shutdown_grace,
-            temp_dirs=temp_dirs,
-            clock=clock or SystemClock(),
-        )
-        self._bind(store, lanes, execution, poll, owner, stats, None, partial_lanes)
-        self._batch = batch_completions
-
-    @classmethod
-    def from_config(
-        cls,
-        store: DispatchTaskStore[Any, Any],
         lanes: Sequence[TaskLaneConfig],
         execution: ClaimedTaskExecutionConfig[StateT],
-        *,
         poll: DispatchPollConfig | None = None,
         owner: str | None = None,
         stats: DispatchStatsRecorder | None = None,
         wake: DispatchWakeSignal | None = None,
         partial_lanes: bool = False,
         batch_completions: bool = True,
-    ) -> TaskWorker[StateT]:
-        """A worker over an existing :class:`ClaimedTaskExecutionConfig` (the seed's shape).
+    ) -> None:
+        self._configure(lanes, execution, poll, owner, stats, wake, partial_lanes)
+        self._batch = batch_completions
+        self._attach(store)
 
-        The execution config's ``shutdown_token`` (if any) stops the worker too.
-        """
-        worker: TaskWorker[StateT] = cls.__new__(cls)
-        worker._bind(store, lanes, execution, poll, owner, stats, wake, partial_lanes)
-        worker._batch = batch_completions
-        return worker
-
-    def _bind(
+    def _configure(
         self,
-        store: DispatchTaskStore[Any, Any],
         lanes: Sequence[TaskLaneConfig],
         execution: ClaimedTaskExecutionConfig[StateT],
         poll: DispatchPollConfig | None,
@@ -174,58 +126,39 @@ class TaskWorker(Generic[StateT]):
             raise TaskDispatchConfigError(f"a lane is configured more than once: {names}")
         if execution.registry is not None:
             _check_lanes(execution.registry, names, partial=partial_lanes)
-        self._store = store
-        self._lanes = tuple(lanes)
         parent = execution.shutdown_token
         self._stop = parent.child_token() if parent is not None else CancellationToken()
-        self._execution = replace(execution, shutdown_token=self._stop)
+        self.lanes = tuple(lanes)
+        self.execution = replace(execution, shutdown_token=self._stop)
+        self.owner = owner or default_dispatch_owner()
+        self.stats = stats or DispatchStatsRecorder(names)
+        self.wake_signal = wake or DispatchWakeSignal()
         self._poll = poll or DispatchPollConfig()
-        self._owner = owner or default_dispatch_owner()
-        self._stats = stats or DispatchStatsRecorder(names)
-        self._wake = wake or DispatchWakeSignal()
         self._in_flight: dict[Hashable, int] = dict.fromkeys(names, 0)
         self._reserved: dict[Hashable, int] = dict.fromkeys(names, 0)
         self._saturated: set[Hashable] = set()
         self._running: dict[int, tuple[Hashable, ClaimedTaskExecution]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._next_lane = 0
+        self._heartbeat: SharedTaskHeartbeat | None = None
+        self._completions: TaskCompletionBatcher | None = None
+
+    def _attach(self, store: DispatchTaskStore[Any, Any]) -> None:
+        self._store = store
+        config = self.execution
         self._heartbeat = SharedTaskHeartbeat(
             store,
-            execution.clock,
-            execution.lease_ttl,
-            late_wake_threshold=execution.heartbeat_late_wake_threshold,
+            config.clock,
+            config.lease_ttl,
+            late_wake_threshold=config.heartbeat_late_wake_threshold,
         )
-        self._completions: TaskCompletionBatcher | None = None
+        if self._batch and supports_batched_success(store):
+            self._completions = TaskCompletionBatcher(store)
 
     @property
     def store(self) -> DispatchTaskStore[Any, Any]:
         """The store this worker claims from and writes to."""
         return self._store
-
-    @property
-    def lanes(self) -> tuple[TaskLaneConfig, ...]:
-        """The lane configs."""
-        return self._lanes
-
-    @property
-    def execution(self) -> ClaimedTaskExecutionConfig[StateT]:
-        """The execution config (with the worker's stop token)."""
-        return self._execution
-
-    @property
-    def owner(self) -> str:
-        """The claim owner identity."""
-        return self._owner
-
-    @property
-    def stats(self) -> DispatchStatsRecorder:
-        """The stats recorder (outcomes as the store applied them)."""
-        return self._stats
-
-    @property
-    def wake_signal(self) -> DispatchWakeSignal:
-        """The signal that ends an idle wait (fired by :meth:`wake` and freed slots)."""
-        return self._wake
 
     @property
     def stopping(self) -> bool:
@@ -234,7 +167,7 @@ class TaskWorker(Generic[StateT]):
 
     def wake(self) -> None:
         """Wake the idle worker now (for example after an enqueue in this process)."""
-        self._wake.wake()
+        self.wake_signal.wake()
 
     def in_flight(self, lane: Hashable | None = None) -> int:
         """Tasks executing in ``lane`` (or in every lane)."""
@@ -257,7 +190,7 @@ class TaskWorker(Generic[StateT]):
         return max(limit - self._in_flight[lane] - self._reserved[lane], 0)
 
     def _config_of(self, lane: Hashable) -> TaskLaneConfig:
-        for config in self._lanes:
+        for config in self.lanes:
             if config.lane == lane:
                 return config
         raise TaskDispatchConfigError(f"lane {lane!r} is not configured in this worker")
@@ -283,7 +216,7 @@ class TaskWorker(Generic[StateT]):
             poll: Poll timing for this run (default: the worker's).
             clock: The clock of the poll waits (default: the worker's).
         """
-        clock = clock or self._execution.clock
+        clock = clock or self.execution.clock
         backoff = DispatchBackoff(poll or self._poll)
         try:
             while not shutdown_token.cancelled and not self.stopping:
@@ -296,7 +229,7 @@ class TaskWorker(Generic[StateT]):
                         type(exc).__name__,
                         delay.total_seconds(),
                         exc_info=exc,
-                        extra={"dispatch_owner": self._owner},
+                        extra={"dispatch_owner": self.owner},
                     )
                 else:
                     if result.total:
@@ -305,11 +238,11 @@ class TaskWorker(Generic[StateT]):
                         delay = backoff.record_busy()
                     else:
                         delay = backoff.record_empty()
-                if shutdown_token.cancelled or self._wake.pending:
-                    self._wake.clear()  # a pending wake-up is served by the next drain
+                if shutdown_token.cancelled or self.wake_signal.pending:
+                    self.wake_signal.clear()  # a pending wake-up is served by the next drain
                     continue
                 await race(
-                    self._wake.wait(),
+                    self.wake_signal.wait(),
                     seconds=delay.total_seconds(),
                     clock=clock,
                     token=shutdown_token,
@@ -329,32 +262,28 @@ class TaskWorker(Generic[StateT]):
         """
         claimed: dict[Hashable, int] = {}
         exhausted: set[Hashable] = set()
-        start = self._next_lane % len(self._lanes)
+        start = self._next_lane % len(self.lanes)
         self._next_lane = start + 1
-        order = [*self._lanes[start:], *self._lanes[:start]]
+        order = [*self.lanes[start:], *self.lanes[:start]]
         progress = True
         while progress and not self.stopping:
             progress = False
             for config in order:
                 if config.lane in exhausted:
                     continue
-                count, requested = await self.claim_lane(config)
+                count, requested = await self._claim_lane(config)
                 if requested and count < requested:
                     exhausted.add(config.lane)
                 if count:
                     claimed[config.lane] = claimed.get(config.lane, 0) + count
                     progress = True
-        saturated = frozenset(c.lane for c in self._lanes if self.free_slots(c.lane) == 0)
+        saturated = frozenset(c.lane for c in self.lanes if self.free_slots(c.lane) == 0)
         return DispatchDrainResult(claimed=claimed, saturated=saturated)
 
-    async def claim_lane(self, config: TaskLaneConfig) -> tuple[int, int]:
-        """Claim up to the free slots of one lane and start executing what was claimed.
+    async def _claim_lane(self, config: TaskLaneConfig) -> tuple[int, int]:
+        """Claim up to the free slots of one lane and start what was claimed.
 
-        Returns:
-            ``(claimed, requested)``; ``requested`` is 0 when the lane was full.
-
-        Raises:
-            Exception: Whatever the store's claim raised (stats record the error).
+        Returns ``(claimed, requested)``; ``requested`` is 0 when the lane was full.
         """
         lane = config.lane
         requested = self.free_slots(lane)
@@ -363,7 +292,7 @@ class TaskWorker(Generic[StateT]):
         if requested <= 0 or self.stopping:
             return 0, 0
         self._reserved[lane] += requested
-        clock = self._execution.clock
+        clock = self.execution.clock
         claimed_at = clock.monotonic()
         try:
             records = list(
@@ -371,9 +300,9 @@ class TaskWorker(Generic[StateT]):
                     self._store,
                     lane,
                     requested,
-                    self._owner,
-                    self._execution.lease_ttl,
-                    stats=self._stats,
+                    self.owner,
+                    self.execution.lease_ttl,
+                    stats=self.stats,
                     clock=clock,
                 )
             )
@@ -396,18 +325,17 @@ class TaskWorker(Generic[StateT]):
         return len(records), requested
 
     def _start(self, lane: Hashable, record: Any, claimed_at: float) -> None:
-        if self._completions is None and self._batch and supports_batched_success(self._store):
-            self._completions = TaskCompletionBatcher(self._store)
+        assert self._heartbeat is not None  # attached: claims need the store
         execution = ClaimedTaskExecution(
             self._store,
             record,
-            self._execution,
+            self.execution,
             heartbeat=self._heartbeat,
             completions=self._completions,
             claimed_at=claimed_at,
         )
         self._in_flight[lane] += 1
-        self._stats.record_started(lane)
+        self.stats.record_started(lane)
         self._running[record.id] = (lane, execution)
         task = asyncio.create_task(
             self._execute(lane, execution), name=f"aster-forge:dispatch-task-{record.id}"
@@ -432,11 +360,11 @@ class TaskWorker(Generic[StateT]):
             report = execution.report
             # Stats say what the store applied; no report means nothing was written.
             outcome = report.outcome if report is not None else ClaimedTaskOutcome.STORE_ERROR
-            self._stats.record_outcome(lane, outcome)
+            self.stats.record_outcome(lane, outcome)
             if lane in self._saturated:
                 # A full lane just freed a slot: more work may be waiting for it.
                 self._saturated.discard(lane)
-                self._wake.wake()
+                self.wake_signal.wake()
 
     async def _release_extra(self, records: Sequence[Any]) -> None:
         for record in records:
@@ -454,7 +382,8 @@ class TaskWorker(Generic[StateT]):
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
         if self._completions is not None:
             await self._completions.join()
-        await self._heartbeat.join()
+        if self._heartbeat is not None:
+            await self._heartbeat.join()
 
     async def shutdown(self) -> None:
         """Stop claiming, cancel every running context, and wait for the executions.
@@ -477,9 +406,9 @@ class TaskWorker(Generic[StateT]):
 
     def __repr__(self) -> str:
         lanes = ", ".join(
-            f"{c.lane!r}: {self._in_flight[c.lane]}/{c.max_concurrency}" for c in self._lanes
+            f"{c.lane!r}: {self._in_flight[c.lane]}/{c.max_concurrency}" for c in self.lanes
         )
-        return f"TaskWorker(owner={self._owner!r}, in_flight={{{lanes}}})"
+        return f"{type(self).__name__}(owner={self.owner!r}, in_flight={{{lanes}}})"
 
 
 def _check_lanes(
