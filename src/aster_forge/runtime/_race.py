@@ -167,10 +167,21 @@ def abandon_task(task: asyncio.Task[Any]) -> None:
 def abandoned_tasks() -> frozenset[asyncio.Task[Any]]:
     """Return the abandoned tasks that are still running (for diagnostics and tests).
 
+    Inside a running event loop only that loop's tasks are returned; tasks whose loop was
+    closed can never end and are forgotten.
+
     Returns:
         Every task passed to :func:`abandon_task` that has not ended yet.
     """
-    return frozenset(task for task in _ABANDONED if not task.done())
+    try:
+        loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    for task in [task for task in _ABANDONED if task.get_loop().is_closed()]:
+        _ABANDONED.discard(task)
+    return frozenset(
+        task for task in _ABANDONED if not task.done() and (loop is None or task.get_loop() is loop)
+    )
 
 
 def _forget_abandoned(task: asyncio.Task[Any]) -> None:
