@@ -112,7 +112,6 @@ from ._dispatch import (
     DispatchPollConfig,
     DispatchWakeSignal,
     TaskLaneConfig,
-    claim_due_for_lane,
     default_dispatch_owner,
     effective_dispatch_base_interval,
 )
@@ -133,7 +132,7 @@ from ._temp import (
     task_temp_dir_name,
     task_temp_dirs_root,
 )
-from ._worker import InFlightTask, TaskWorker
+from ._worker import InFlightTask, TaskWorker, claim_due_for_lane
 from .errors import TaskDispatchConfigError
 from .protocols import ClaimedTaskRecord, ClaimedTaskStore, DispatchTaskStore
 

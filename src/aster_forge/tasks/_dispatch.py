@@ -6,15 +6,12 @@ import asyncio
 import os
 import socket
 import uuid
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Literal, TypeVar
+from typing import Literal
 
-from ..runtime import Clock, SystemClock
-from ._dispatch_stats import DispatchStatsRecorder
 from .errors import TaskDispatchConfigError
-from .protocols import ClaimedTaskRecord, TaskClaimStore
 
 __all__ = [
     "DispatchBackoff",
@@ -22,12 +19,10 @@ __all__ = [
     "DispatchPollConfig",
     "DispatchWakeSignal",
     "TaskLaneConfig",
-    "claim_due_for_lane",
     "default_dispatch_owner",
     "effective_dispatch_base_interval",
 ]
 
-TaskT = TypeVar("TaskT", bound=ClaimedTaskRecord[Any])
 
 _MIN_BASE_INTERVAL = timedelta(seconds=1)
 
@@ -180,59 +175,6 @@ class DispatchWakeSignal(asyncio.Event):
 
     def __repr__(self) -> str:
         return f"DispatchWakeSignal(pending={self.is_set()})"
-
-
-async def claim_due_for_lane(
-    store: TaskClaimStore[TaskT, Any],
-    lane: Hashable,
-    limit: int,
-    owner: str,
-    lease_ttl: timedelta,
-    *,
-    stats: DispatchStatsRecorder | None = None,
-    clock: Clock | None = None,
-) -> Sequence[TaskT]:
-    """Claim up to ``limit`` due tasks of ``lane``, recording latency and stats.
-
-    Calls ``store.claim_due_for_lane`` (each returned record carries a fresh processing
-    token, see :class:`~aster_forge.tasks.TaskClaimStore`) and records the claim count,
-    rescued claims (records whose ``rescued`` attribute is true), the round trip and the
-    queue lag of the oldest claimed task (``now - run_at``).
-
-    Args:
-        store: The claim store.
-        lane: The lane to claim from.
-        limit: The most tasks to claim; ``<= 0`` claims nothing without a round trip.
-        owner: The claiming worker's identity.
-        lease_ttl: The lease duration of the claim.
-        stats: Where to record the claim (optional).
-        clock: The clock for latency and lag (default :class:`SystemClock`).
-
-    Returns:
-        The claimed records.
-    """
-    if limit <= 0:
-        return ()
-    clock = clock or SystemClock()
-    started = clock.monotonic()
-    try:
-        records = await store.claim_due_for_lane(lane, limit, owner, lease_ttl)
-    except Exception:
-        if stats is not None:
-            stats.record_claim_error(lane)
-        raise
-    if stats is not None:
-        latency = max(clock.monotonic() - started, 0.0)
-        now = clock.now()
-        lag = max(((now - record.run_at).total_seconds() for record in records), default=0.0)
-        stats.record_claim(
-            lane,
-            claimed=len(records),
-            rescued=sum(1 for record in records if getattr(record, "rescued", False)),
-            latency_seconds=latency,
-            queue_lag_seconds=max(lag, 0.0),
-        )
-    return records
 
 
 @dataclass(frozen=True, slots=True)

@@ -126,6 +126,7 @@ class ClaimedTaskExecutionConfig(Generic[StateT]):
     clock: Clock = field(default_factory=SystemClock)
     heartbeat_late_wake_threshold: timedelta | None = None
     blocking_step_threshold: timedelta | None = timedelta(milliseconds=100)
+    _lookup: dict[Any, ErasedTaskSpec[StateT]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if (self.registry is None) == (self.specs is None):
@@ -140,6 +141,13 @@ class ClaimedTaskExecutionConfig(Generic[StateT]):
             raise TaskInvalidValueError(
                 "ClaimedTaskExecutionConfig.shutdown_grace must not be negative"
             )
+        # Resolved once: stores return a kind's wire value, so both spellings are keys.
+        if self.registry is not None:
+            by_kind = {kind: self.registry.spec_for(kind) for kind in self.registry.kinds()}
+            lookup = {**by_kind, **{kind.value: spec for kind, spec in by_kind.items()}}
+        else:
+            lookup = dict(self.specs or {})
+        object.__setattr__(self, "_lookup", lookup)
 
     def spec_for(self, kind: Any) -> ErasedTaskSpec[StateT]:
         """The erased spec for ``kind`` (an enum member, or its wire value as stored).
@@ -147,20 +155,10 @@ class ClaimedTaskExecutionConfig(Generic[StateT]):
         Raises:
             TaskRegistryError: When no spec is registered for ``kind``.
         """
-        if self.registry is not None:
-            kind_type = self.registry.kind_type
-            if not isinstance(kind, kind_type):
-                # Stores return the kind's wire value; map it back to the enum member.
-                try:
-                    kind = kind_type(kind)
-                except ValueError:
-                    raise TaskRegistryError(f"no task spec registered for kind {kind!r}") from None
-            return self.registry.spec_for(kind)
-        assert self.specs is not None
         try:
-            return self.specs[kind]
-        except KeyError:
-            raise TaskRegistryError(f"no task spec registered for {kind!r}") from None
+            return self._lookup[kind]
+        except (KeyError, TypeError):
+            raise TaskRegistryError(f"no task spec registered for kind {kind!r}") from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,9 +6,10 @@ import asyncio
 import logging
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
-from ..runtime import CancellationToken, Clock, race
+from ..runtime import CancellationToken, Clock, SystemClock, race
 from ._completion import TaskCompletionBatcher, supports_batched_success
 from ._dispatch import (
     DispatchBackoff,
@@ -16,7 +17,6 @@ from ._dispatch import (
     DispatchPollConfig,
     DispatchWakeSignal,
     TaskLaneConfig,
-    claim_due_for_lane,
     default_dispatch_owner,
 )
 from ._dispatch_stats import ClaimedTaskOutcome, DispatchStatsRecorder
@@ -25,13 +25,14 @@ from ._heartbeat import SharedTaskHeartbeat
 from ._lease import TaskLease
 from ._registry import TaskRegistry
 from .errors import TaskDispatchConfigError
-from .protocols import DispatchTaskStore
+from .protocols import ClaimedTaskRecord, DispatchTaskStore, TaskClaimStore
 
-__all__ = ["InFlightTask", "TaskWorker"]
+__all__ = ["InFlightTask", "TaskWorker", "claim_due_for_lane"]
 
 logger = logging.getLogger("aster_forge.tasks.dispatch")
 
 StateT = TypeVar("StateT")
+TaskT = TypeVar("TaskT", bound=ClaimedTaskRecord[Any])
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,59 @@ class InFlightTask:
     lane: Hashable
     attempt: int
     lease: TaskLease
+
+
+async def claim_due_for_lane(
+    store: TaskClaimStore[TaskT, Any],
+    lane: Hashable,
+    limit: int,
+    owner: str,
+    lease_ttl: timedelta,
+    *,
+    stats: DispatchStatsRecorder | None = None,
+    clock: Clock | None = None,
+) -> Sequence[TaskT]:
+    """Claim up to ``limit`` due tasks of ``lane``, recording latency and stats.
+
+    Calls ``store.claim_due_for_lane`` (each returned record carries a fresh processing
+    token, see :class:`~aster_forge.tasks.TaskClaimStore`) and records the claim count,
+    rescued claims (records whose ``rescued`` attribute is true), the round trip and the
+    queue lag of the oldest claimed task (``now - run_at``).
+
+    Args:
+        store: The claim store.
+        lane: The lane to claim from.
+        limit: The most tasks to claim; ``<= 0`` claims nothing without a round trip.
+        owner: The claiming worker's identity.
+        lease_ttl: The lease duration of the claim.
+        stats: Where to record the claim (optional).
+        clock: The clock for latency and lag (default :class:`SystemClock`).
+
+    Returns:
+        The claimed records.
+    """
+    if limit <= 0:
+        return ()
+    clock = clock or SystemClock()
+    started = clock.monotonic()
+    try:
+        records = await store.claim_due_for_lane(lane, limit, owner, lease_ttl)
+    except Exception:
+        if stats is not None:
+            stats.record_claim_error(lane)
+        raise
+    if stats is not None:
+        latency = max(clock.monotonic() - started, 0.0)
+        now = clock.now()
+        lag = max(((now - record.run_at).total_seconds() for record in records), default=0.0)
+        stats.record_claim(
+            lane,
+            claimed=len(records),
+            rescued=sum(1 for record in records if getattr(record, "rescued", False)),
+            latency_seconds=latency,
+            queue_lag_seconds=max(lag, 0.0),
+        )
+    return records
 
 
 class TaskWorker(Generic[StateT]):

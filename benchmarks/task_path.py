@@ -1,0 +1,133 @@
+"""Which modules of ``aster_forge.tasks`` one task's path enters, worker to stored outcome.
+
+Runs one task through a :class:`~aster_forge.tasks.TaskWorker` on the in-memory store and
+records every Python call (``sys.setprofile``) from the claim to the final write, leaving
+out the store's own code and what it calls. Reports:
+
+* the ``tasks/`` modules entered at all (including helpers such as steps and retry);
+* the modules the store object travels through (frames holding the store in a local);
+* the number of times the path returns to a ``tasks/`` module it had left.
+
+Run: ``python -m benchmarks.task_path``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import inspect
+import sys
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from pydantic import BaseModel
+
+from aster_forge import tasks
+from aster_forge.tasks import (
+    ClaimedTaskExecutionConfig,
+    NewTask,
+    TaskDispatcher,
+    TaskExecutionContext,
+    TaskLaneConfig,
+    TaskRegistry,
+    TaskSpec,
+    TaskStatus,
+    drain_dispatcher,
+)
+from aster_forge.testing import InMemoryTaskStore
+
+TASKS = Path(__file__).resolve().parent.parent / "src" / "aster_forge" / "tasks"
+
+
+class Kind(enum.StrEnum):
+    """The one kind."""
+
+    WORK = "work"
+
+
+class Lane(enum.StrEnum):
+    """The one lane."""
+
+    DEFAULT = "default"
+
+
+class Payload(BaseModel):
+    """The payload."""
+
+    n: int
+
+
+async def _body(ctx: TaskExecutionContext, state: None, payload: Payload) -> int:
+    return payload.n
+
+
+async def main() -> None:
+    """Trace one task and print the modules it enters."""
+    registry: TaskRegistry[None, Kind, Lane] = TaskRegistry(kind=Kind, lane=Lane, state=type(None))
+    registry.register(TaskSpec(Kind.WORK, Payload, int, _body))
+    registry.lane(Lane.DEFAULT, [Kind.WORK])
+    registry.validate()
+    store = InMemoryTaskStore()
+    await store.enqueue(NewTask(kind=Kind.WORK, lane=Lane.DEFAULT, payload_json='{"n": 1}'))
+    lanes = [TaskLaneConfig(Lane.DEFAULT, 1)]
+    config = ClaimedTaskExecutionConfig(
+        state=None, registry=registry, lease_ttl=timedelta(seconds=30)
+    )
+    # The same script measures an older tree (``--base``-style copies) through the seed API.
+    worker_type = getattr(tasks, "TaskWorker", None)
+    if worker_type is not None:
+        worker = worker_type(store, lanes=lanes, execution=config)
+        drain = worker.drain
+    else:
+        worker = TaskDispatcher(lanes, config)
+
+        async def drain() -> object:
+            return await drain_dispatcher(store, worker)
+
+    entered: list[str] = []
+    carried: set[str] = set()
+    inside_store: list[FrameType] = []
+    store_file = inspect.getsourcefile(type(store))
+
+    def profile(frame: FrameType, event: str, arg: Any) -> None:
+        filename = frame.f_code.co_filename
+        if filename == store_file:
+            # The store's own code (and whatever it calls) is not the worker's path.
+            if event == "call":
+                inside_store.append(frame)
+            elif event == "return" and inside_store and inside_store[-1] is frame:
+                inside_store.pop()
+            return
+        if event != "call" or inside_store:
+            return
+        path = Path(filename)
+        if path.parent != TASKS:
+            return
+        entered.append(path.stem)
+        owner = frame.f_locals.get("self")
+        if any(value is store for value in frame.f_locals.values()) or (
+            owner is not None and getattr(owner, "_store", None) is store
+        ):
+            carried.add(path.stem)
+
+    sys.setprofile(profile)
+    try:
+        await drain()  # claim -> execution -> fenced write, then joined
+        await worker.join()
+    finally:
+        sys.setprofile(None)
+    (row,) = store.all_tasks()
+    assert row.status is TaskStatus.SUCCEEDED, row
+    distinct = list(dict.fromkeys(entered))
+    runs = [stem for i, stem in enumerate(entered) if i == 0 or entered[i - 1] != stem]
+    reentries = sum(count - 1 for count in Counter(runs).values())
+    print(f"tasks/ modules entered ({len(distinct)}): {', '.join(distinct)}")
+    print(f"modules the store travels through ({len(carried)}): {', '.join(sorted(carried))}")
+    print(f"returns to a tasks/ module already left: {reentries}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
