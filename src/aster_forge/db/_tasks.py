@@ -25,9 +25,9 @@ from ..tasks._records import (
 from ._tasks_admin import TaskAdminMixin
 from ._tasks_enqueue import DEFAULT_TASK_NOTIFY_CHANNEL, TaskEnqueueMixin
 from ._tasks_pg import PgTaskStatements
-from ._tasks_sql import _SATURATING_DELTA, TaskSql
+from ._tasks_sql import _SATURATING_DELTA, DbNow, TaskSql
 from ._tasks_table import CORE_COLUMNS, background_tasks_table, record_from_row
-from ._time import UtcDateTime
+from ._time import DatabaseBackend, UtcDateTime
 
 __all__ = ["DEFAULT_TASK_NOTIFY_CHANNEL", "BackgroundTaskDbStore"]
 
@@ -128,9 +128,9 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin):
     async def _locked_ids(self, conn: AsyncConnection, query: Any) -> list[int]:
         return [int(row[0]) for row in await conn.execute(query)]
 
-    async def _rescue(self, conn: AsyncConnection, lane: str, now: tuple[Any, Any]) -> None:
+    async def _rescue(self, conn: AsyncConnection, lane: str, now: DbNow) -> None:
         t = self._table
-        now_expr = now[0]
+        now_expr = now.expr
         expired = (
             sa.select(t.c.id)
             .where(t.c.lane == lane, t.c.status == _RUNNING, t.c.lease_expires_at <= now_expr)
@@ -165,7 +165,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin):
             (t.c.updated_at, now_expr),
             (t.c.attempt, t.c.attempt + 1),
         ]
-        if self._sql.backend.value == "mysql":
+        if self._sql.backend is DatabaseBackend.MYSQL:
             ids = await self._locked_ids(conn, expired)
             if ids:
                 await conn.execute(sa.update(t).where(t.c.id.in_(ids)).ordered_values(*values))
@@ -179,10 +179,10 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin):
         limit: int,
         owner: str,
         lease_ttl: timedelta,
-        now: tuple[Any, Any],
+        now: DbNow,
     ) -> list[BackgroundTaskRecord]:
         t = self._table
-        now_expr = now[0]
+        now_expr = now.expr
         due = (
             sa.select(t.c.id)
             .where(t.c.lane == lane, t.c.status == _PENDING, t.c.run_at <= now_expr)
@@ -200,7 +200,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin):
             "started_at": now_expr,
             "updated_at": now_expr,
         }
-        if self._sql.backend.value == "mysql":
+        if self._sql.backend is DatabaseBackend.MYSQL:
             ids = await self._locked_ids(conn, due)
             if not ids:
                 return []
@@ -220,7 +220,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin):
         async def body(conn: AsyncConnection) -> bool:
             now = await self._sql.now(conn)
             resolved = {k: (v(now) if callable(v) else v) for k, v in values.items()}
-            resolved.setdefault("updated_at", now[0])
+            resolved.setdefault("updated_at", now.expr)
             result = await conn.execute(
                 sa.update(t).where(self._sql.fence(lease)).values(**resolved)
             )
@@ -238,9 +238,9 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin):
             stmt = (
                 sa.update(t)
                 .where(self._sql.fence(lease))
-                .values(lease_expires_at=self._sql.plus(now, lease_ttl), updated_at=now[0])
+                .values(lease_expires_at=self._sql.plus(now, lease_ttl), updated_at=now.expr)
             )
-            if self._sql.backend.value == "mysql":
+            if self._sql.backend is DatabaseBackend.MYSQL:
                 if (await conn.execute(stmt)).rowcount != 1:
                     return None
                 return (
@@ -291,12 +291,12 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin):
             now = await self._sql.now(conn)
             expires = self._sql.plus(now, lease_ttl)
             out: list[TaskLease | None] = []
-            mysql = self._sql.backend.value == "mysql"
+            mysql = self._sql.backend is DatabaseBackend.MYSQL
             for lease in leases:
                 stmt = (
                     sa.update(t)
                     .where(self._sql.fence(lease))
-                    .values(lease_expires_at=expires, updated_at=now[0])
+                    .values(lease_expires_at=expires, updated_at=now.expr)
                 )
                 value: datetime | None
                 if mysql:
@@ -327,7 +327,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin):
             "processing_token": None,
             "lease_expires_at": None,
             "rescued": False,
-            "finished_at": lambda now: now[0],
+            "finished_at": lambda now: now.expr,
         }
 
     async def mark_task_succeeded(
@@ -350,7 +350,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin):
         owned_query = sa.select(t.c.id, t.c.processing_token).where(
             t.c.id.in_(ids), t.c.status == _RUNNING
         )
-        if self._sql.backend.value == "mysql":
+        if self._sql.backend is DatabaseBackend.MYSQL:
             owned_query = owned_query.with_for_update()
 
         async def body(conn: AsyncConnection) -> list[bool]:
@@ -371,7 +371,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin):
                             "b_token": lease.processing_token,
                             "b_result": item.result_json,
                             "b_steps": item.steps_json,
-                            "b_now": now[1],
+                            "b_now": now.value,
                         }
                     )
                 done.append(ok)
@@ -452,7 +452,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin):
         values: dict[str, Any] = {
             "status": sa.case((cancel, TaskStatus.CANCELLED.value), else_=_PENDING),
             "run_at": lambda now: sa.case((cancel, t.c.run_at), else_=self._sql.plus(now, delay)),
-            "finished_at": lambda now: sa.case((cancel, now[0]), else_=sa.null()),
+            "finished_at": lambda now: sa.case((cancel, now.expr), else_=sa.null()),
             "failure_reason": sa.case(
                 (cancel, TaskFailureReason.CANCELLED.value),
                 else_=TaskFailureReason.PRODUCT_ERROR.value,
@@ -480,7 +480,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin):
             "processing_token": None,
             "lease_expires_at": None,
             "rescued": False,
-            "finished_at": lambda now: now[0],
+            "finished_at": lambda now: now.expr,
             "attempt": t.c.attempt + 1,
         }
         return await self._fenced("mark task failed", lease, values)
@@ -494,8 +494,8 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin):
             "failure_reason": sa.case(
                 (cancel, TaskFailureReason.CANCELLED.value), else_=t.c.failure_reason
             ),
-            "run_at": lambda now: sa.case((cancel, t.c.run_at), else_=now[0]),
-            "finished_at": lambda now: sa.case((cancel, now[0]), else_=sa.null()),
+            "run_at": lambda now: sa.case((cancel, t.c.run_at), else_=now.expr),
+            "finished_at": lambda now: sa.case((cancel, now.expr), else_=sa.null()),
             "processing_token": None,
             "lease_expires_at": None,
             "rescued": False,

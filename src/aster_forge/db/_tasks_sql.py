@@ -8,7 +8,7 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -20,7 +20,7 @@ from ..tasks._records import TaskStatus
 from ._time import DatabaseBackend, UtcDateTime, database_now
 from ._translate import run_transaction
 
-__all__ = ["TaskSql", "sqlite_write_lock"]
+__all__ = ["DbNow", "TaskSql", "sqlite_write_lock"]
 
 logger = logging.getLogger("aster_forge.db")
 
@@ -44,6 +44,15 @@ def sqlite_write_lock(engine: AsyncEngine) -> asyncio.Lock:
     if lock is None:
         lock = _SQLITE_WRITE_LOCKS[key] = asyncio.Lock()
     return lock
+
+
+class DbNow(NamedTuple):
+    """ "Now" as one statement sees it: the SQL expression and, off PostgreSQL, its value."""
+
+    expr: Any
+    """The SQL expression to write (``now()`` on PostgreSQL, a bound literal elsewhere)."""
+    value: datetime | None
+    """The Python value of ``expr`` (``None`` on PostgreSQL: the server computes it)."""
 
 
 class TaskSql:
@@ -102,15 +111,15 @@ class TaskSql:
             yield conn
             await conn.commit()
 
-    async def now(self, conn: AsyncConnection) -> tuple[Any, datetime | None]:
-        """Return ``(sql_expression, python_value)`` for "now" (value ``None`` on PostgreSQL)."""
+    async def now(self, conn: AsyncConnection) -> DbNow:
+        """ "Now" for this statement (``value`` is ``None`` on PostgreSQL, which says ``now()``)."""
         if self.is_postgres:
-            return sa.func.now(type_=UtcDateTime()), None
+            return DbNow(sa.func.now(type_=UtcDateTime()), None)
         value = await database_now(conn, self.clock)
-        return sa.literal(value, UtcDateTime()), value
+        return DbNow(sa.literal(value, UtcDateTime()), value)
 
     def plus(self, now: tuple[Any, datetime | None], delta: timedelta) -> Any:
-        """``now + delta`` as SQL, saturated to ``NEVER_EXPIRES``."""
+        """``now + delta`` as SQL (``now`` a :class:`DbNow`), saturated to ``NEVER_EXPIRES``."""
         if delta >= _SATURATING_DELTA:
             return sa.literal(NEVER_EXPIRES, UtcDateTime())
         expr, value = now

@@ -6,10 +6,10 @@ Importing this package requires ``prometheus_client`` (``pip install
 
 from __future__ import annotations
 
-# --- health (issue 2) ---
+# --- health ---
 from ._health import PrometheusHealthMetricsRecorder
 
-# --- dispatch stats (issue 9) ---
+# --- dispatch stats ---
 from ._dispatch import DispatchStatsSource, PrometheusDispatchStatsCollector, lane_label
 
 # --- event loop lag ---

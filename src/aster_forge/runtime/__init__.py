@@ -12,7 +12,7 @@ from ._loop_lag import EventLoopLagProbe, watch_blocking_steps
 from ._race import RaceWinner, abandon_task, abandoned_tasks, race, sleep_or_cancelled
 from .errors import AsterForgeRuntimeError
 
-# --- health (issue 2) ---
+# --- health ---
 from ._health import HealthComponentReport, HealthStatus, SystemHealthReport
 from ._health_builder import HealthCheckRegistryBuilder
 from ._health_detail import (
@@ -36,7 +36,7 @@ from .errors import (
 )
 from .protocols import HealthMetricsRecorder
 
-# --- lifecycle (issue 3) ---
+# --- lifecycle ---
 # isort: split
 from ._component import (
     RuntimeComponentBuilder,
@@ -106,7 +106,7 @@ from .errors import (
     ShutdownPhaseFailure,
 )
 
-# --- buffered (issue 4) ---
+# --- buffered ---
 # isort: split
 from ._buffered import ManagedBatchWriter
 from ._buffered_types import (
@@ -135,7 +135,7 @@ from .errors import (
     WriterQuarantinedError,
 )
 
-# --- lease (issue 5) ---
+# --- lease ---
 # isort: split
 from ._lease import run_runtime_lease_supervisor
 from ._lease_types import (

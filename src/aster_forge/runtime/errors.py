@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from .._errors import AsterForgeError
 
-if TYPE_CHECKING:  # buffered (issue 4): annotations only, avoids an import cycle
+if TYPE_CHECKING:  # buffered: annotations only, avoids an import cycle
     from ._buffered_types import BufferedWriterLifecycle, WriteFailure
 
 _T = TypeVar("_T")
 
-if TYPE_CHECKING:  # lifecycle (issue 3): report types for annotations only
+if TYPE_CHECKING:  # lifecycle: report types for annotations only
     from ._shutdown import ShutdownReport
     from ._startup import StartupReport
 
@@ -25,7 +25,7 @@ class AsterForgeRuntimeError(AsterForgeError):
     """Raised as the base class of every :mod:`aster_forge.runtime` error."""
 
 
-# --- health (issue 2) ---
+# --- health ---
 
 
 class InvalidHealthReportError(AsterForgeRuntimeError, ValueError):
@@ -59,7 +59,7 @@ class DuplicateHealthCheckError(InvalidHealthCheckError):
     """Raised when a health check is registered under a name that is already taken."""
 
 
-# --- lifecycle (issue 3) ---
+# --- lifecycle ---
 
 
 class ShutdownPhaseFailure(AsterForgeRuntimeError):
@@ -212,7 +212,7 @@ AsterRuntimeError.Service = AsterRuntimeServiceError
 AsterRuntimeError.ComponentGraph = AsterRuntimeComponentGraphError
 
 
-# --- buffered (issue 4) ---
+# --- buffered ---
 
 
 class BufferedWriterError(AsterForgeRuntimeError):
@@ -335,7 +335,7 @@ class WriterQuarantinedError(BufferedWriterError):
         self.cause = cause
 
 
-# --- lease (issue 5) ---
+# --- lease ---
 
 
 class RuntimeLeaseConfigError(AsterForgeRuntimeError, ValueError):

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from ._health import HealthComponentReport, HealthStatus
     from ._lease_types import RuntimeLease, RuntimeLeases
 
-# --- health (issue 2): HealthMetricsRecorder ---
+# --- health: HealthMetricsRecorder ---
 
 
 @runtime_checkable
@@ -39,7 +39,7 @@ class HealthMetricsRecorder(Protocol):
         ...
 
 
-# --- lease (issue 5): RuntimeLeaseStore ---
+# --- lease: RuntimeLeaseStore ---
 
 
 @runtime_checkable

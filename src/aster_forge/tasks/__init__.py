@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .errors import AsterForgeTasksError
 
-# --- tasks core (issue 6) ---
+# --- tasks core ---
 # isort: split
 from ._catalog import (
     RegisteredRuntimeTaskKind,
@@ -76,7 +76,7 @@ from .protocols import (
 )
 
 # isort: split
-# --- dedupe / schedule types (issue 5) ---
+# --- dedupe / schedule types ---
 from ._dedupe import TaskDedupeKey, scheduled_task_dedupe_key
 from ._schedule_types import (
     ScheduledTaskClaim,
@@ -88,7 +88,7 @@ from .errors import ScheduledTaskValueError, TaskDedupeKeyError
 from .protocols import ScheduledTaskStore
 
 # isort: split
-# --- reference task store (issue 7) ---
+# --- reference task store ---
 from ._records import (
     LEASE_EXPIRED_ERROR,
     BackgroundTaskRecord,
@@ -105,7 +105,7 @@ from .errors import TaskEnqueueValueError, TaskNotFoundError, TaskStateError
 from .protocols import BackgroundTaskStore
 
 # isort: split
-# --- dispatch and execution (issue 7) ---
+# --- dispatch and execution ---
 from ._dispatch import (
     DispatchBackoff,
     DispatchDrainResult,
@@ -137,7 +137,7 @@ from .errors import TaskDispatchConfigError
 from .protocols import ClaimedTaskRecord, ClaimedTaskStore, DispatchTaskStore
 
 # isort: split
-# --- runtime workers and scheduling (issue 8) ---
+# --- runtime workers and scheduling ---
 from ._background import BackgroundTasks
 from ._component_name import BACKGROUND_TASKS_COMPONENT
 from ._components import (

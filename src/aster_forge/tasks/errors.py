@@ -12,7 +12,7 @@ class AsterForgeTasksError(AsterForgeError):
     """Raised as the base class of every :mod:`aster_forge.tasks` error."""
 
 
-# --- tasks core (issue 6) ---
+# --- tasks core ---
 
 
 class TaskCoreErrorKind(enum.StrEnum):
@@ -192,7 +192,7 @@ def is_task_lease_control_error(exc: BaseException) -> bool:
     return any(err.is_lease_control() for err in _core_errors(exc))
 
 
-# --- dedupe / schedule (issue 5) ---
+# --- dedupe / schedule ---
 
 
 class TaskDedupeKeyError(TaskInvalidValueError):
@@ -221,7 +221,7 @@ class CronExtraMissingError(AsterForgeTasksError, ImportError):
     """
 
 
-# --- reference task store (issue 7) ---
+# --- reference task store ---
 
 
 class TaskEnqueueValueError(TaskInvalidValueError):
@@ -257,7 +257,7 @@ class TaskStateError(AsterForgeTasksError, ValueError):
         self.status = status
 
 
-# --- runtime workers and scheduling (issue 8) ---
+# --- runtime workers and scheduling ---
 
 
 class BackgroundTasksError(AsterForgeTasksError):
@@ -285,7 +285,7 @@ class ScheduledRuntimeDeclarationError(BackgroundTasksError, ValueError):
     """
 
 
-# --- dispatch and execution (issue 7) ---
+# --- dispatch and execution ---
 
 
 class TaskDispatchConfigError(TaskInvalidValueError):

@@ -12,8 +12,24 @@ from pathlib import Path
 from typing import Protocol, TypeVar, runtime_checkable
 
 from ._lease import TaskLease
+from ._records import (
+    BackgroundTaskRecord,
+    EnqueueResult,
+    NewTask,
+    TaskCancelOutcome,
+    TaskCompletion,
+    TaskLaneCounts,
+    TaskPage,
+    TaskStatus,
+)
+from ._schedule_types import (
+    ScheduledTaskClaim,
+    ScheduledTaskOutcome,
+    ScheduledTaskRecord,
+)
+from ._schedules import CronSchedule, IntervalSchedule
 
-# --- task records and claim/heartbeat/execution stores (issue 6) ---
+# --- task records and claim/heartbeat/execution stores ---
 
 KindT_co = TypeVar("KindT_co", covariant=True)
 TaskT_co = TypeVar("TaskT_co", covariant=True)
@@ -257,14 +273,7 @@ class TaskTempDirProvider(Protocol):
         ...
 
 
-# --- scheduled task catalog store (issue 5) ---
-
-from ._schedule_types import (  # noqa: E402  (kept inside this issue's section)
-    ScheduledTaskClaim,
-    ScheduledTaskOutcome,
-    ScheduledTaskRecord,
-)
-from ._schedules import CronSchedule, IntervalSchedule  # noqa: E402
+# --- scheduled task catalog store ---
 
 
 @runtime_checkable
@@ -366,7 +375,7 @@ class ScheduledTaskStore(Protocol):
         ...
 
 
-# --- dispatch and execution (issue 7) ---
+# --- dispatch and execution ---
 
 
 class ClaimedTaskRecord(
@@ -375,7 +384,7 @@ class ClaimedTaskRecord(
     """A row as a lane claim returns it: claimable fields plus what execution needs.
 
     A store may also expose a ``rescued: bool`` attribute (the claim took over an
-    expired lease); the dispatcher counts it in its stats when present.
+    expired lease); the worker counts it in its stats when present.
     """
 
 
@@ -396,18 +405,7 @@ class DispatchTaskStore(
     """
 
 
-# --- reference task store (issue 7) ---
-
-from ._records import (  # noqa: E402  (kept inside this issue's section)
-    BackgroundTaskRecord,
-    EnqueueResult,
-    NewTask,
-    TaskCancelOutcome,
-    TaskCompletion,
-    TaskLaneCounts,
-    TaskPage,
-    TaskStatus,
-)
+# --- reference task store ---
 
 
 @runtime_checkable
@@ -524,7 +522,7 @@ class BackgroundTaskStore(
         ...
 
 
-# --- runtime workers and scheduling (issue 8) ---
+# --- runtime workers and scheduling ---
 
 
 @runtime_checkable
