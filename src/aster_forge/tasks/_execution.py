@@ -125,7 +125,7 @@ class ClaimedTaskExecutionConfig(Generic[StateT]):
     temp_dirs: TaskTempDirProvider | None = None
     clock: Clock = field(default_factory=SystemClock)
     heartbeat_late_wake_threshold: timedelta | None = None
-    blocking_step_threshold: timedelta | None = timedelta(milliseconds=100)
+    blocking_step_threshold: timedelta | None = timedelta(milliseconds=250)
     _lookup: dict[Any, ErasedTaskSpec[StateT]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -226,17 +226,6 @@ class ClaimedTaskExecution:
     Raises:
         TaskInvalidValueError: When the record carries no processing token or expiry.
     """
-
-    __slots__ = (
-        "_completions",
-        "_config",
-        "_heartbeat",
-        "_started",
-        "_store",
-        "guard",
-        "report",
-        "task",
-    )
 
     def __init__(
         self,
@@ -562,25 +551,22 @@ async def run_claimed_task_with_store(
 ) -> ClaimedTaskReport:
     """Run one claimed task through its whole lifecycle (the seed's single-task entry point).
 
-    A :class:`ClaimedTaskExecution` with its own heartbeat engine: the heartbeat renews
-    the lease, the :class:`TaskExecutionContext` is built, the product body runs through
-    the erased spec, then exactly one fenced outcome is written:
+    One :class:`ClaimedTaskExecution` with a heartbeat engine of its own. It writes exactly
+    one fenced outcome:
 
     * success - only when the lease still holds; a lost lease writes nothing;
     * retry - a RETRYABLE failure with attempts left: pending again after the policy's
       delay, counting the attempt, active step marked failed;
-    * failed - PERMANENT or MANUAL failures, and RETRYABLE ones with no attempts left:
-      active step marked failed with the product's message;
+    * failed - PERMANENT or MANUAL failures, and RETRYABLE ones with no attempts left;
     * release - the worker shut down (or the body stopped because of it): pending
       again, due now, attempt not counted.
 
-    Unclassified exceptions are RETRYABLE with a fixed message naming the exception type;
-    the traceback goes to the log only (expected, classified failures log one WARNING
-    line without it). Once the context is cancelled the body gets ``shutdown_grace`` on
-    the injected clock, is then cancelled, and is abandoned (no write) if it ignores
-    that. The final write is shielded from cancellation; if the caller is cancelled the
-    body is cancelled, the task released, and the cancellation re-raised. The temp dir
-    (if the body created one) is removed after every outcome.
+    Unclassified exceptions are RETRYABLE with a fixed message naming the exception type
+    (traceback in the log only). Once the context is cancelled the body gets one
+    ``shutdown_grace`` on the injected clock, is then cancelled, and is abandoned (no
+    write) if it ignores that. A cancelled caller still gets the release written
+    (shielded) before the cancellation propagates. The temp dir is removed after every
+    outcome.
 
     Args:
         store: The heartbeat and execution store.
