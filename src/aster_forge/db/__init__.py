@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .errors import AsterForgeDbError
 
-# --- runtime leases, scheduled tasks, health/shutdown components (issue 5) ---
+# --- runtime leases, scheduled tasks, health/shutdown components ---
 # isort: split
 from ._components import database_component_after, database_health_component
 from ._migrations import (
@@ -45,7 +45,7 @@ from .errors import (
     UnsupportedDatabaseBackendError,
 )
 
-# --- background task store (issue 7) ---
+# --- background task store ---
 # isort: split
 from ._tasks import DEFAULT_TASK_NOTIFY_CHANNEL, BackgroundTaskDbStore
 from ._tasks_notify import BackgroundTaskNotificationListener, listen_for_task_notifications

@@ -9,7 +9,7 @@ class AsterForgeDbError(AsterForgeError):
     """Raised as the base class of every :mod:`aster_forge.db` error."""
 
 
-# --- runtime leases, scheduled tasks, components (issue 5) ---
+# --- runtime leases, scheduled tasks, components ---
 
 
 class UnsupportedDatabaseBackendError(AsterForgeDbError, ValueError):

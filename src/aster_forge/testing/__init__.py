@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from ._clock import ManualClock
 
-# --- lease and scheduled-task stores and suites (issue 5) ---
+# --- lease and scheduled-task stores and suites ---
 from ._lease_conformance import RuntimeLeaseStoreConformance
 from ._lease_store import InMemoryRuntimeLeaseStore
 from ._scheduled_conformance import ScheduledTaskStoreConformance
 from ._scheduled_store import InMemoryScheduledTaskStore
 
-# --- task stores and suites (issue 7) ---
+# --- task stores and suites ---
 from ._task_conformance import TaskStoreConformance
 from ._task_store import InMemoryTaskStore
 
