@@ -22,7 +22,13 @@ from starlette.routing import BaseRoute, Route
 
 from ..db import AsterForgeDbError
 from ..metrics import DispatchStatsSource
-from ..runtime import AsterRuntime, Clock, RuntimeComponentRegistry, SystemClock
+from ..runtime import (
+    AsterRuntime,
+    Clock,
+    HealthCheckScope,
+    RuntimeComponentRegistry,
+    SystemClock,
+)
 from ..tasks import (
     BackgroundTaskStore,
     DispatchStats,
@@ -34,17 +40,26 @@ from ..tasks import (
     TaskStateError,
     TaskStatus,
 )
-from ..tasks._records import MAX_TASK_ID, MAX_TASK_PAGE_SIZE
-from ._auth import BearerTokenGuard, same_origin
+from ..tasks._records import MAX_TASK_ID
+from ._auth import BearerTokenGuard, HostAllowList, same_origin
+from ._health import HealthSource, health_report, resolve_health_runner
 from ._leases import RuntimeLeaseSource, leases_json
 from ._openapi import openapi_document
+from ._params import (
+    BadRequestError,
+    HealthQuery,
+    ScheduledQuery,
+    TaskListQuery,
+    TaskRetryQuery,
+    parse_query,
+)
 from ._serialize import (
     component_graph_json,
     scheduled_tasks_json,
     shutdown_report_json,
     startup_report_json,
 )
-from ._tasks_json import label_keys, lanes_json, task_json
+from ._tasks_json import label_keys, lanes_json, task_actions, task_json
 
 __all__ = ["AdminSources", "DispatcherSource", "LaneLimits", "admin_routes"]
 
@@ -59,7 +74,6 @@ instance holds no runtime lease and so runs no dispatcher)."""
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 _NO_STORE = {"Cache-Control": "no-store"}
-DEFAULT_PAGE_SIZE = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +93,7 @@ class AdminSources:
         dispatch_stats: Dispatch statistics when there is no ``dispatcher``.
         lane_limits: Lane limits when there is no ``dispatcher``.
         lanes: Lanes to list even when they are idle (wire values or enum members).
+        health: What ``/api/health`` runs; default ``runtime``, else ``components``.
         clock: Judges "due"/"claimed" for scheduled rows.
         title: The service title shown by the dashboard and in the OpenAPI document.
     """
@@ -92,6 +107,7 @@ class AdminSources:
     dispatch_stats: DispatchStatsSource | None = None
     lane_limits: LaneLimits | None = None
     lanes: Sequence[Hashable] = ()
+    health: HealthSource | None = None
     clock: Clock = field(default_factory=SystemClock)
     title: str = "aster-forge"
 
@@ -101,6 +117,12 @@ class AdminSources:
         if self.components is not None:
             return self.components
         return None if self.runtime is None else self.runtime.registry
+
+    def health_source(self) -> HealthSource | None:
+        """What the health view runs (explicit, else the runtime, else the registry)."""
+        if self.health is not None:
+            return self.health
+        return self.runtime if self.runtime is not None else self.components
 
     def features(self) -> dict[str, bool]:
         """Which views are configured (the dashboard hides the others)."""
@@ -114,6 +136,7 @@ class AdminSources:
             "leases": self.leases is not None,
             "components": self.registry is not None,
             "reports": self.registry is not None,
+            "health": self.health_source() is not None,
         }
 
     def current_dispatcher(self) -> TaskDispatcher[Any] | None:
@@ -159,27 +182,8 @@ def _not_configured(what: str) -> JSONResponse:
     return _error(404, "not_configured", f"no {what} is configured for this admin API")
 
 
-class _BadRequest(Exception):
-    """A query parameter failed validation (answered 400)."""
-
-
 class _NoSuchTask(Exception):
     """A path task id that cannot name a task (answered 404 ``task_not_found``)."""
-
-
-def _int_param(request: Request, name: str, default: int | None) -> int | None:
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise _BadRequest(f"query parameter {name!r} must be an integer, got {raw!r}") from None
-
-
-def _str_param(request: Request, name: str) -> str | None:
-    raw = request.query_params.get(name)
-    return None if raw is None or raw == "" else raw
 
 
 def _id_value(raw: str) -> int | None:
@@ -194,19 +198,6 @@ def _id_value(raw: str) -> int | None:
     return value if 1 <= value <= MAX_TASK_ID else None
 
 
-def _id_param(request: Request, name: str) -> int | None:
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
-        return None
-    value = _id_value(raw)
-    if value is None:
-        raise _BadRequest(
-            f"query parameter {name!r} must be an integer task id in 1..{MAX_TASK_ID}, "
-            f"got {raw[:40]!r}"
-        )
-    return value
-
-
 def _task_id(request: Request) -> int:
     raw = request.path_params["task_id"]
     value = _id_value(raw)
@@ -218,9 +209,12 @@ def _task_id(request: Request) -> int:
 class _AdminApi:
     """The endpoint implementations, bound to one :class:`AdminSources`."""
 
-    def __init__(self, sources: AdminSources, guard: BearerTokenGuard) -> None:
+    def __init__(
+        self, sources: AdminSources, guard: BearerTokenGuard, hosts: HostAllowList
+    ) -> None:
         self.sources = sources
         self.guard = guard
+        self.hosts = hosts
 
     async def info(self, request: Request) -> Response:
         s = self.sources
@@ -237,32 +231,19 @@ class _AdminApi:
         store = self.sources.task_store
         if store is None:
             return _not_configured("task store")
-        status_raw = _str_param(request, "status")
-        status: TaskStatus | None = None
-        if status_raw is not None:
-            try:
-                status = TaskStatus(status_raw)
-            except ValueError:
-                known = ", ".join(s.value for s in TaskStatus)
-                raise _BadRequest(
-                    f"unknown task status {status_raw!r} (expected one of: {known})"
-                ) from None
-        limit = _int_param(request, "limit", DEFAULT_PAGE_SIZE)
-        assert limit is not None
-        if not 1 <= limit <= MAX_TASK_PAGE_SIZE:
-            raise _BadRequest(f"limit must be in 1..{MAX_TASK_PAGE_SIZE}, got {limit}")
+        query = parse_query(TaskListQuery, request.query_params)
         page = await store.list_tasks(
-            status=status,
-            kind=_str_param(request, "kind"),
-            lane=_str_param(request, "lane"),
-            limit=limit,
-            before_id=_id_param(request, "before_id"),
+            status=query.status,
+            kind=query.kind,
+            lane=query.lane,
+            limit=query.limit,
+            before_id=query.before_id,
         )
         return _ok(
             {
                 "items": [task_json(item) for item in page.items],
                 "next_before_id": page.next_before_id,
-                "limit": limit,
+                "limit": query.limit,
             }
         )
 
@@ -280,8 +261,22 @@ class _AdminApi:
         store = self.sources.task_store
         if store is None:
             return _not_configured("task store")
-        force = request.query_params.get("force", "").lower() in {"1", "true", "yes"}
-        record = await store.retry_task(_task_id(request), force=force)
+        force = parse_query(TaskRetryQuery, request.query_params).force
+        task_id = _task_id(request)
+        if not force:
+            # The rule the task JSON advertises as "actions"; the store re-checks it
+            # in its conditional write, so a race still ends in 409, never a retry.
+            current = await store.get_task(task_id)
+            if current is None:
+                raise TaskNotFoundError(task_id)
+            if "retry" not in task_actions(current):
+                reason = (
+                    "manual retry is not allowed"
+                    if current.status is TaskStatus.FAILED
+                    else "only failed or cancelled tasks retry"
+                )
+                raise TaskStateError(task_id, current.status.value, reason)
+        record = await store.retry_task(task_id, force=force)
         return _ok(task_json(record, detail=True))
 
     async def cancel_task(self, request: Request) -> Response:
@@ -315,7 +310,8 @@ class _AdminApi:
         store = self.sources.scheduled_store
         if store is None:
             return _not_configured("scheduled task store")
-        records = await store.list_scheduled_tasks(_str_param(request, "namespace"))
+        namespace = parse_query(ScheduledQuery, request.query_params).namespace
+        records = await store.list_scheduled_tasks(namespace)
         return _ok(scheduled_tasks_json(records, self.sources.clock.now()))
 
     async def leases(self, request: Request) -> Response:
@@ -341,6 +337,15 @@ class _AdminApi:
             }
         )
 
+    async def health(self, request: Request) -> Response:
+        source = self.sources.health_source()
+        if source is None:
+            return _not_configured("health source")
+        scope = HealthCheckScope.parse(parse_query(HealthQuery, request.query_params).scope)
+        shutdown = None if self.sources.runtime is None else self.sources.runtime.shutdown_token
+        report = await health_report(scope, resolve_health_runner(source), shutdown)
+        return _ok({"scope": scope.as_str(), **report.to_json_dict()})
+
     async def openapi(self, request: Request) -> Response:
         return _ok(openapi_document(self.sources.title, auth=self.guard.enabled))
 
@@ -352,7 +357,7 @@ class _AdminApi:
                 return _error(403, "cross_origin", "cross-origin requests may not modify tasks")
             try:
                 return await endpoint(request)
-            except _BadRequest as exc:
+            except BadRequestError as exc:
                 return _error(400, "bad_request", str(exc))
             except _NoSuchTask as exc:
                 return _error(404, "task_not_found", str(exc))
@@ -366,11 +371,15 @@ class _AdminApi:
                 logger.exception("admin API store operation failed")
                 return _error(503, "store_unavailable", "the store is unavailable")
 
-        return self.guard.protect(handled)
+        return self.hosts.protect(self.guard.protect(handled))
 
 
 def admin_routes(
-    sources: AdminSources, *, admin_token: str | None = None, prefix: str = "/api"
+    sources: AdminSources,
+    *,
+    admin_token: str | None = None,
+    prefix: str = "/api",
+    allowed_hosts: Sequence[str] | None = None,
 ) -> list[BaseRoute]:
     """Return the admin API routes (see the module docstring and ``docs/web.md``).
 
@@ -378,11 +387,15 @@ def admin_routes(
         sources: What the API reads from.
         admin_token: When set, every endpoint requires it as a bearer token.
         prefix: The path prefix.
+        allowed_hosts: ``Host`` names the API answers (403 ``host_not_allowed``
+            otherwise); default the loopback names and the address the server is
+            bound to (see :class:`HostAllowList`).
 
     Raises:
-        ValueError: An empty or malformed ``admin_token``.
+        ValueError: An empty or malformed ``admin_token``, an empty allowed host.
+        TypeError: ``allowed_hosts`` is a bare string.
     """
-    api = _AdminApi(sources, BearerTokenGuard(admin_token))
+    api = _AdminApi(sources, BearerTokenGuard(admin_token), HostAllowList(allowed_hosts))
     get: list[tuple[str, Endpoint]] = [
         ("/info", api.info),
         ("/tasks", api.list_tasks),
@@ -392,6 +405,7 @@ def admin_routes(
         ("/leases", api.leases),
         ("/components", api.components),
         ("/reports", api.reports),
+        ("/health", api.health),
         ("/openapi.json", api.openapi),
     ]
     post: list[tuple[str, Endpoint]] = [

@@ -6,12 +6,43 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 from .._json import load_json
-from ..tasks import BackgroundTaskRecord, DispatchStats, TaskLaneCounts
+from ..tasks import BackgroundTaskRecord, DispatchStats, TaskLaneCounts, TaskStatus
 from ._serialize import iso, wire
 
-__all__ = ["dispatch_stats_json", "lanes_json", "task_json"]
+__all__ = ["dispatch_stats_json", "lanes_json", "task_actions", "task_json", "task_runs"]
 
 _DONE_STEPS = frozenset({"succeeded", "skipped"})
+# Statuses whose current (or last) run is not yet counted in ``attempt``.
+_RUN_IN_PROGRESS_OR_SUCCEEDED = frozenset({TaskStatus.RUNNING, TaskStatus.SUCCEEDED})
+
+
+def task_actions(record: BackgroundTaskRecord) -> list[str]:
+    """The operator actions the admin API accepts for ``record`` now.
+
+    ``retry``: a cancelled task, or a failed one stored with manual retry allowed
+    (the store's conditional write applies the same rule; ``?force=true`` overrides
+    it). ``cancel``: a pending task, or a running one not already asked to stop.
+    """
+    actions = []
+    if record.status is TaskStatus.CANCELLED or (
+        record.status is TaskStatus.FAILED and record.manual_retry_allowed
+    ):
+        actions.append("retry")
+    if record.status is TaskStatus.PENDING or (
+        record.status is TaskStatus.RUNNING and not record.cancel_requested
+    ):
+        actions.append("cancel")
+    return actions
+
+
+def task_runs(record: BackgroundTaskRecord) -> int:
+    """How many attempts the task has used, the running or successful one included.
+
+    ``attempt`` counts the attempts that ended without success; a task that
+    succeeded on its first run has ``attempt == 0`` but used one run.
+    """
+    extra = 1 if record.status in _RUN_IN_PROGRESS_OR_SUCCEEDED else 0
+    return record.attempt + extra
 
 
 class _Undecodable(ValueError):
@@ -54,7 +85,9 @@ def task_json(record: BackgroundTaskRecord, *, detail: bool = False) -> dict[str
         "lane": record.lane,
         "status": wire(record.status),
         "attempt": record.attempt,
+        "runs": task_runs(record),
         "max_attempts": record.max_attempts,
+        "actions": task_actions(record),
         "priority": record.priority,
         "run_at": iso(record.run_at),
         "claimed_by": record.claimed_by,

@@ -3,7 +3,9 @@
 "use strict";
 
 (function () {
-  const BASE = window.location.pathname.replace(/[^/]*$/, ""); // directory of the page
+  // Every request is relative to where the script is served (<base>static/dashboard.js),
+  // so the page works under any mount prefix, with or without a trailing slash.
+  const BASE = new URL("..", document.currentScript.src).pathname;
   const API = BASE + "api";
   const TOKEN_KEY = "aster-forge-admin-token";
   const FAST_MS = 1000;
@@ -111,14 +113,15 @@
 
   function taskRow(task) {
     const actions = [];
-    if (task.status === "failed" || task.status === "cancelled") actions.push(actionButton(task, "retry", "Retry"));
-    if (task.status === "pending" || (task.status === "running" && !task.cancel_requested)) actions.push(actionButton(task, "cancel", "Cancel"));
+    // The server says what it accepts; the page never guesses from the status.
+    if (task.actions.includes("retry")) actions.push(actionButton(task, "retry", "Retry"));
+    if (task.actions.includes("cancel")) actions.push(actionButton(task, "cancel", "Cancel"));
     return el("tr", { "data-task-id": task.id, "data-task-status": task.status }, [
       el("td", { text: task.id }),
       el("td", { text: task.kind }),
       el("td", { text: task.lane }),
       el("td", {}, [badge(task.status), task.cancel_requested ? el("span", { class: "muted", text: " cancel requested" }) : ""]),
-      el("td", { text: task.attempt + "/" + task.max_attempts }),
+      el("td", { class: "runs", text: task.runs ? task.runs + " of " + task.max_attempts : "not run" }),
       stepsCell(task),
       el("td", { class: "err", text: task.status === "succeeded" ? "" : task.last_error || "" }),
       el("td", {}, actions),
@@ -263,13 +266,13 @@
   }
 
   async function loadHealth() {
-    const ready = await request(BASE + "readyz").catch(() => null);
+    const ready = await request(API + "/health?scope=readiness").catch(() => null);
     const readiness = document.getElementById("readiness");
-    if (ready && ready.body) {
+    if (ready && ready.body && ready.status === 200) {
       readiness.dataset.status = ready.body.status;
       readiness.textContent = "readiness: " + ready.body.status;
     }
-    const { status, body } = await request(BASE + "diagnostics");
+    const { status, body } = await request(API + "/health?scope=diagnostics");
     const section = document.getElementById("health");
     section.hidden = !(body && body.components);
     if (!body || !body.components) return;
@@ -303,7 +306,7 @@
     if (includeSlow) {
       if (f.components) jobs.push(guarded(loadComponents));
       if (f.reports) jobs.push(guarded(loadReports));
-      jobs.push(guarded(loadHealth));
+      if (f.health) jobs.push(guarded(loadHealth));
     }
     await Promise.all(jobs);
   }
