@@ -2,56 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import pytest
-from sqlalchemy.ext.asyncio import create_async_engine
-
-from aster_forge.db import BackgroundTaskDbStore, create_background_tasks_table
 from aster_forge.tasks import BackgroundTaskStore
-from aster_forge.testing import InMemoryTaskStore
 from aster_forge.web import AdminSources, admin_app
-from tests.conftest import drop_all_tables
 
+from ._stores import backend_fixture, database_url_fixture, store_fixture  # noqa: F401
 from ._support import client, seed_tasks
-
-
-@pytest.fixture(
-    params=[
-        pytest.param("memory", id="memory"),
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-        pytest.param("mysql", id="mysql", marks=pytest.mark.mysql),
-    ]
-)
-def backend(request: pytest.FixtureRequest) -> str:
-    """The in-memory store beside the three databases (shadows the shared fixture)."""
-    return str(request.param)
-
-
-@pytest.fixture
-def database_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str | None:
-    """No URL for the in-memory store (shadows the shared fixture)."""
-    if backend == "memory":
-        return None
-    if backend == "sqlite":
-        return f"sqlite+aiosqlite:///{tmp_path / 'tasks.db'}"
-    return str(request.getfixturevalue("postgres_url" if backend == "postgres" else "mysql_url"))
-
-
-@pytest.fixture
-async def store(database_url: str | None) -> AsyncIterator[BackgroundTaskStore]:
-    if database_url is None:
-        yield InMemoryTaskStore()
-        return
-    engine = create_async_engine(database_url)
-    try:
-        await create_background_tasks_table(engine)
-        yield BackgroundTaskDbStore(engine)
-    finally:
-        await drop_all_tables(engine)
-        await engine.dispose()
 
 
 async def test_advertised_actions_are_exactly_what_the_api_accepts(

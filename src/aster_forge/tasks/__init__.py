@@ -105,6 +105,19 @@ from .errors import TaskEnqueueValueError, TaskNotFoundError, TaskStateError
 from .protocols import BackgroundTaskStore
 
 # isort: split
+# operator queries (search, counts, throughput, bulk actions)
+from ._admin_query import (
+    MAX_TASK_ERROR_SEARCH_LENGTH,
+    MAX_THROUGHPUT_MINUTES,
+    TaskAdminStore,
+    TaskBulkResult,
+    TaskLaneStatusCounts,
+    TaskQuery,
+    TaskSearchPage,
+    TaskThroughput,
+)
+
+# isort: split
 # --- dispatch and execution (issue 7) ---
 from ._dispatch import (
     DispatchBackoff,
@@ -218,6 +231,8 @@ __all__ = [
     "LeasedScheduledRuntime",
     "LeasedScheduledRuntimeConfig",
     "LeasedScheduledRuntimeSettings",
+    "MAX_TASK_ERROR_SEARCH_LENGTH",
+    "MAX_THROUGHPUT_MINUTES",
     "NewTask",
     "PeriodicTaskConfigError",
     "RegisteredRuntimeTaskKind",
@@ -238,6 +253,8 @@ __all__ = [
     "ScheduledTaskStore",
     "ScheduledTaskValueError",
     "TASK_TEMP_DIR_SCOPE",
+    "TaskAdminStore",
+    "TaskBulkResult",
     "TaskCancelOutcome",
     "TaskClaimStore",
     "TaskCodecError",
@@ -258,6 +275,7 @@ __all__ = [
     "TaskIoError",
     "TaskLaneConfig",
     "TaskLaneCounts",
+    "TaskLaneStatusCounts",
     "TaskLease",
     "TaskLeaseControlError",
     "TaskLeaseGuard",
@@ -267,11 +285,13 @@ __all__ = [
     "TaskNotFoundError",
     "TaskPage",
     "TaskPayloadError",
+    "TaskQuery",
     "TaskRecord",
     "TaskRegistry",
     "TaskRegistryError",
     "TaskRetryClass",
     "TaskRetryPolicy",
+    "TaskSearchPage",
     "TaskSpec",
     "TaskStateError",
     "TaskStatus",
@@ -281,6 +301,7 @@ __all__ = [
     "TaskStepStatus",
     "TaskTempDirProvider",
     "TaskTempDirs",
+    "TaskThroughput",
     "TaskWorkerShutdownRequestedError",
     "background_task_component",
     "background_task_component_from_shutdown",
