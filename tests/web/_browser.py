@@ -98,13 +98,25 @@ def serve(make_app: Callable[[], ASGIApp]) -> Iterator[tuple[str, asyncio.Abstra
 
 
 @contextmanager
-def browser_page(**context: Any) -> Iterator[Any]:
-    """A chromium page (1280x800 unless ``viewport`` is given)."""
+def chromium() -> Iterator[Any]:
+    """Debian's chromium, launched through Playwright (one per thread at a time)."""
     sync_playwright = require_browser()
-    context.setdefault("viewport", {"width": 1280, "height": 800})
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            yield browser.new_context(**context).new_page()
+            yield browser
         finally:
             browser.close()
+
+
+def new_page(browser: Any, **context: Any) -> Any:
+    """A page in a fresh context (1280x800 unless ``viewport`` is given)."""
+    context.setdefault("viewport", {"width": 1280, "height": 800})
+    return browser.new_context(**context).new_page()
+
+
+@contextmanager
+def browser_page(**context: Any) -> Iterator[Any]:
+    """A chromium page in its own browser (see :func:`new_page`)."""
+    with chromium() as browser:
+        yield new_page(browser, **context)

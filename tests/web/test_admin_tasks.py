@@ -224,14 +224,16 @@ async def test_get_is_not_allowed_on_mutations(store: BackgroundTaskStore) -> No
 async def test_unconfigured_sources_are_404() -> None:
     async with client(admin_app(AdminSources())) as http:
         paths = ["/api/tasks", "/api/tasks/1", "/api/lanes", "/api/scheduled", "/api/leases"]
-        paths += ["/api/components", "/api/reports", "/api/health"]
+        paths += ["/api/components", "/api/reports", "/api/health", "/api/overview"]
+        paths += ["/api/tasks/counts"]
         responses = [await http.get(path) for path in paths]
         posts = [await http.post("/api/tasks/1/retry"), await http.post("/api/tasks/1/cancel")]
         info = await http.get("/api/info")
     assert {r.status_code for r in responses + posts} == {404}
     assert {r.json()["error"] for r in responses + posts} == {"not_configured"}
     assert info.json()["features"] == dict.fromkeys(
-        ["tasks", "lanes", "scheduled", "leases", "components", "reports", "health"], False
+        ["tasks", "lanes", "scheduled", "leases", "components", "reports", "health", "overview"],
+        False,
     )
 
 
@@ -249,6 +251,11 @@ class BrokenStore(InMemoryTaskStore):
     async def list_tasks(self, **kwargs: object) -> Any:
         raise DatabaseUnavailableError(
             "connection refused: password=hunter2", operation="list tasks"
+        )
+
+    async def search_tasks(self, *args: object, **kwargs: object) -> Any:
+        raise DatabaseUnavailableError(
+            "connection refused: password=hunter2", operation="search tasks"
         )
 
 

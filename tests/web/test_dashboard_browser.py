@@ -60,7 +60,7 @@ def test_dashboard_shows_progress_and_retries_a_failed_task(tmp_path: Path) -> N
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             try:
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                page.goto(demo.base + "/")
+                page.goto(demo.base + "/#tasks")
                 # Tasks progress to succeeded while the page polls.
                 page.wait_for_selector('tr[data-task-status="succeeded"]', timeout=30_000)
                 page.wait_for_selector('#tasks [role="progressbar"]', timeout=5_000)

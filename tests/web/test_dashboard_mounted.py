@@ -48,7 +48,7 @@ def test_mounted_dashboard_shows_readiness_and_tasks() -> None:
             "request",
             lambda r: outside.append(r.url) if not r.url.startswith(base + "/ops/") else None,
         )
-        for path in ["/ops/", "/ops"]:
+        for path in ["/ops/#tasks", "/ops#tasks"]:
             page.goto(base + path)
             page.wait_for_selector('#readiness[data-status="healthy"]', timeout=10_000)
             page.wait_for_selector('tr[data-task-status="pending"]', timeout=10_000)

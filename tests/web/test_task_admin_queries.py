@@ -78,8 +78,11 @@ async def test_keyset_paging_walks_both_ways(store: Store) -> None:
     assert back.prev_after_id == newest_first[3] and back.next_before_id == newest_first[5]
     top = await store.search_tasks(query, limit=3, after_id=back.prev_after_id)
     assert [r.id for r in top.items] == newest_first[:3] and top.prev_after_id is None
-    with pytest.raises(TaskInvalidValueError, match="not both"):
-        await store.search_tasks(query, before_id=5, after_id=2)
+    between = await store.search_tasks(
+        query, limit=2, before_id=newest_first[1], after_id=newest_first[6]
+    )
+    assert [r.id for r in between.items] == newest_first[4:6]
+    assert between.prev_after_id == newest_first[4]
 
 
 async def test_counts_per_status_ignore_the_status_filter(store: Store) -> None:

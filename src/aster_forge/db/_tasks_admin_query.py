@@ -94,15 +94,15 @@ class TaskAdminQueryMixin:
         where = query_conditions(t, query)
 
         async def body(conn: AsyncConnection) -> TaskSearchPage:
+            cursor = [] if before_id is None else [t.c.id < before_id]
             if after_id is None:
-                cursor = [] if before_id is None else [t.c.id < before_id]
                 statement = sa.select(*self._cols).where(*where, *cursor)
                 rows = await self._rows(conn, statement.order_by(t.c.id.desc()).limit(limit + 1))
                 items = rows[:limit]
                 older = len(rows) > limit
                 newer = bool(items) and before_id is not None
             else:
-                statement = sa.select(*self._cols).where(*where, t.c.id > after_id)
+                statement = sa.select(*self._cols).where(*where, *cursor, t.c.id > after_id)
                 rows = await self._rows(conn, statement.order_by(t.c.id.asc()).limit(limit + 1))
                 items = rows[:limit][::-1]
                 newer = len(rows) > limit

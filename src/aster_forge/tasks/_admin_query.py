@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
 from ..runtime._validation import is_control_character
@@ -36,11 +36,23 @@ MAX_THROUGHPUT_MINUTES = 24 * 60
 """The longest throughput window (minutes)."""
 
 
-def _aware(what: str, value: object) -> None:
+# Every backend stores timestamps in this range (MariaDB's DATETIME is the narrowest);
+# a bound outside it selects the same rows as the range's end, so it is clamped.
+_EARLIEST = datetime(1000, 1, 1, tzinfo=UTC)
+_LATEST = datetime(9999, 12, 31, tzinfo=UTC)
+
+
+def _utc_bound(what: str, value: object) -> datetime | None:
     if value is None:
-        return
+        return None
     if not isinstance(value, datetime) or value.utcoffset() is None:
         raise TaskInvalidValueError(f"{what} must be a timezone-aware datetime")
+    try:
+        utc = value.astimezone(UTC)
+    except OverflowError:
+        # Beyond datetime's range once converted: before year 1 or after 9999.
+        return _EARLIEST if value.year < 5000 else _LATEST
+    return min(max(utc, _EARLIEST), _LATEST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +66,9 @@ class TaskQuery:
         task_id: Only this id.
         dedupe_key: Only the task with this dedupe key.
         error_contains: ``last_error`` contains this text (case-insensitive).
-        created_from: Created at or after this instant.
-        created_until: Created before this instant.
+        created_from: Created at or after this instant (stored in UTC, clamped to
+            the years 1000..9999 every backend can hold).
+        created_until: Created before this instant (likewise).
 
     Raises:
         TaskInvalidValueError: A value no row could have (a blank or overlong kind,
@@ -99,8 +112,8 @@ class TaskQuery:
                 raise TaskInvalidValueError(
                     f"{what} must be at most {limit} characters without control characters"
                 )
-        _aware("created_from", self.created_from)
-        _aware("created_until", self.created_until)
+        object.__setattr__(self, "created_from", _utc_bound("created_from", self.created_from))
+        object.__setattr__(self, "created_until", _utc_bound("created_until", self.created_until))
 
     def without_status(self) -> TaskQuery:
         """The same filters for every status (what the status tabs count)."""
@@ -187,8 +200,8 @@ def check_page_args(limit: object, before_id: object, after_id: object) -> None:
     """Validate a search page's limit and cursors.
 
     Raises:
-        TaskInvalidValueError: A limit outside ``1..MAX_TASK_PAGE_SIZE``, a cursor
-            outside ``1..MAX_TASK_ID``, or both cursors.
+        TaskInvalidValueError: A limit outside ``1..MAX_TASK_PAGE_SIZE`` or a cursor
+            outside ``1..MAX_TASK_ID``.
     """
     if (
         isinstance(limit, bool)
@@ -201,8 +214,6 @@ def check_page_args(limit: object, before_id: object, after_id: object) -> None:
             isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TASK_ID
         ):
             raise TaskInvalidValueError(f"{what} must be an int in 1..{MAX_TASK_ID}")
-    if before_id is not None and after_id is not None:
-        raise TaskInvalidValueError("pass before_id or after_id, not both")
 
 
 @runtime_checkable
@@ -220,7 +231,8 @@ class TaskAdminStore(Protocol):
         """One page matching ``query``, newest first, keyset-paged both ways.
 
         ``before_id`` gives the page of rows older than it; ``after_id`` the page of
-        rows just newer than it (still listed newest first).
+        rows just newer than it (still listed newest first); both: rows between them,
+        the page next to ``after_id``.
 
         Raises:
             TaskInvalidValueError: Bad limit or cursors (see :func:`check_page_args`).

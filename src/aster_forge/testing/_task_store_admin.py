@@ -96,11 +96,11 @@ class InMemoryTaskAdminMixin:
         """One page matching ``query``, newest first, keyset-paged both ways."""
         check_page_args(limit, before_id, after_id)
         rows = self._newest_first(query)
+        window = [row for row in rows if before_id is None or row.id < before_id]
         if after_id is not None:
-            newer_rows = [row for row in rows if row.id > after_id]
-            items = newer_rows[-limit:]
+            items = [row for row in window if row.id > after_id][-limit:]
         else:
-            items = [row for row in rows if before_id is None or row.id < before_id][:limit]
+            items = window[:limit]
         if not items:
             return TaskSearchPage((), None, None)
         older = any(row.id < items[-1].id for row in rows)

@@ -6,7 +6,8 @@ packages never import it.
 
 from __future__ import annotations
 
-from ._admin import AdminSources, LaneLimits, admin_routes
+from ._admin import admin_routes
+from ._sources import AdminSources, LaneLimits
 from ._app import admin_app, create_app
 from ._auth import ADMIN_TOKEN_ENV, LOCAL_HOSTS, BearerTokenGuard, HostAllowList
 from ._dashboard import dashboard_routes

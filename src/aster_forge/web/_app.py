@@ -10,11 +10,12 @@ from starlette.applications import Starlette
 from starlette.routing import BaseRoute
 
 from ..runtime import CancellationToken, HealthCheckScope, HealthMetricsRecorder
-from ._admin import AdminSources, admin_routes
+from ._admin import admin_routes
 from ._auth import check_admin_token
 from ._dashboard import dashboard_routes
 from ._health import HealthSource, health_routes, resolve_health_runner
 from ._metrics import metrics_routes
+from ._sources import AdminSources
 
 __all__ = ["admin_app", "create_app"]
 

@@ -15,7 +15,16 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..tasks._records import MAX_TASK_ID
-from ._params import HealthQuery, ScheduledQuery, TaskListQuery, TaskRetryQuery, query_parameters
+from ._params import (
+    HealthQuery,
+    ScheduledQuery,
+    TaskBulkBody,
+    TaskCountQuery,
+    TaskListQuery,
+    TaskRetryQuery,
+    body_schema,
+    query_parameters,
+)
 
 __all__ = ["openapi_document"]
 
@@ -118,7 +127,56 @@ _SCHEMAS: dict[str, Any] = {
         {
             "items": {"type": "array", "items": _ref("Task")},
             "next_before_id": _nullable("integer"),
+            "prev_after_id": _nullable("integer"),
             "limit": {"type": "integer"},
+        }
+    ),
+    "TaskCounts": _object(
+        {
+            "counts": _object({status: {"type": "integer", "minimum": 0} for status in _STATUS}),
+            "total": {"type": "integer", "minimum": 0},
+        }
+    ),
+    "BulkResult": _object(
+        {
+            "action": {"enum": ["retry", "cancel"]},
+            "dry_run": {"type": "boolean"},
+            "matched": {"type": "integer", "minimum": 0},
+            "eligible": {"type": "integer", "minimum": 0},
+            "changed": {"type": "array", "items": {"type": "integer"}},
+        }
+    ),
+    "Overview": _object(
+        {
+            "now": {"type": "string", "format": "date-time"},
+            "minutes": {"type": "integer"},
+            "start": {"type": "string", "format": "date-time"},
+            "lanes": {
+                "type": "array",
+                "items": _object(
+                    {
+                        "lane": {"type": "string"},
+                        "counts": _object(
+                            {status: {"type": "integer", "minimum": 0} for status in _STATUS}
+                        ),
+                        "oldest_pending_created_at": _TIME,
+                        "oldest_pending_age_seconds": _nullable("number"),
+                    }
+                ),
+            },
+            "throughput": {
+                "type": "array",
+                "description": "Per lane, one count per minute from start (oldest first).",
+                "items": _object(
+                    {
+                        "lane": {"type": "string"},
+                        **{
+                            name: {"type": "array", "items": {"type": "integer", "minimum": 0}}
+                            for name in ("succeeded", "failed", "retried")
+                        },
+                    }
+                ),
+            },
         }
     ),
     "CancelResult": _object(
@@ -294,6 +352,38 @@ def openapi_document(title: str, *, auth: bool) -> dict[str, Any]:
             404,
             503,
             parameters=_parameters(TaskListQuery, schemas),
+        ),
+        "/api/tasks/counts": _get(
+            "Tasks matching the filters, per status (the status filter is ignored)",
+            _ref("TaskCounts"),
+            400,
+            404,
+            503,
+            parameters=_parameters(TaskCountQuery, schemas),
+        ),
+        "/api/tasks/bulk/{action}": {
+            "post": {
+                "summary": "Retry or cancel every task matching the filters (at most limit)",
+                "parameters": [
+                    {
+                        "name": "action",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"enum": ["retry", "cancel"]},
+                    }
+                ],
+                "requestBody": body_schema(TaskBulkBody, schemas),
+                "responses": {
+                    "200": _json(_ref("BulkResult"), "What the action did (or would do)."),
+                    **_errors(400, 401, 403, 404, 503),
+                },
+            }
+        },
+        "/api/overview": _get(
+            "Per lane: counts by status, oldest pending task, throughput per minute",
+            _ref("Overview"),
+            404,
+            503,
         ),
         "/api/tasks/{task_id}": _get(
             "One task with steps, payload and result",

@@ -7,12 +7,23 @@ handlers apply (a request the document allows is never refused for its shape).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+)
 
-from ..tasks import TaskStatus
+from ..tasks import MAX_TASK_ERROR_SEARCH_LENGTH, TaskQuery, TaskStatus
+from ..tasks._dedupe import MAX_TASK_DEDUPE_KEY_LENGTH
 from ..tasks._records import MAX_TASK_ID, MAX_TASK_KIND_LENGTH, MAX_TASK_PAGE_SIZE, wire_value
 from ..tasks._schedule_types import MAX_SCHEDULED_TASK_NAME_LENGTH, validate_scheduled_identifier
 
@@ -21,8 +32,12 @@ __all__ = [
     "BadRequestError",
     "HealthQuery",
     "ScheduledQuery",
+    "TaskBulkBody",
+    "TaskCountQuery",
     "TaskListQuery",
     "TaskRetryQuery",
+    "body_schema",
+    "parse_body",
     "parse_query",
 ]
 
@@ -30,6 +45,8 @@ DEFAULT_PAGE_SIZE = 50
 
 # No control characters, no surrounding whitespace: the stores' identifier rule.
 _IDENTIFIER = r"^[^\s\x00-\x1f\x7f-\x9f](?:[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f])?$"
+# Search text: anything but control characters.
+_TEXT = r"^[^\x00-\x1f\x7f-\x9f]+$"
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -61,20 +78,92 @@ Lane = Annotated[
 TaskId = Annotated[int, Field(ge=1, le=MAX_TASK_ID)]
 
 
+def _iso_text(value: object) -> object:
+    # Only ISO 8601 text: pydantic's lax mode would also read "0.5" as a Unix time.
+    if isinstance(value, str):
+        return datetime.fromisoformat(value)
+    return value
+
+
+Instant = Annotated[AwareDatetime, BeforeValidator(_iso_text)]
+
+
 class _Query(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore", use_enum_values=False)
 
 
-class TaskListQuery(_Query):
-    """``GET /api/tasks``: filters and a keyset cursor (newest first)."""
+class _TaskFilters(_Query):
+    """The task filters shared by the list, the counts and the bulk actions."""
 
     status: TaskStatus | None = Field(None, description="Only tasks with this status.")
     kind: Kind | None = Field(None, description="Only this kind (wire value).")
     lane: Lane | None = Field(None, description="Only this lane (wire value).")
+    id: TaskId | None = Field(None, description="Only the task with this id.")
+    dedupe_key: (
+        Annotated[str, Field(min_length=1, max_length=MAX_TASK_DEDUPE_KEY_LENGTH, pattern=_TEXT)]
+        | None
+    ) = Field(None, description="Only the task with this dedupe key.")
+    error: (
+        Annotated[str, Field(min_length=1, max_length=MAX_TASK_ERROR_SEARCH_LENGTH, pattern=_TEXT)]
+        | None
+    ) = Field(None, description="last_error contains this text (case-insensitive).")
+    created_from: Instant | None = Field(None, description="Created at or after.")
+    created_until: Instant | None = Field(None, description="Created before.")
+
+    def task_query(self) -> TaskQuery:
+        """The store query these filters describe."""
+        return TaskQuery(
+            status=self.status,
+            kind=self.kind,
+            lane=self.lane,
+            task_id=self.id,
+            dedupe_key=self.dedupe_key,
+            error_contains=self.error,
+            created_from=self.created_from,
+            created_until=self.created_until,
+        )
+
+    def needs_search(self) -> bool:
+        """Whether a filter beyond status/kind/lane is set (only a search store has them)."""
+        return any(
+            value is not None
+            for value in (
+                self.id,
+                self.dedupe_key,
+                self.error,
+                self.created_from,
+                self.created_until,
+            )
+        )
+
+
+class TaskListQuery(_TaskFilters):
+    """``GET /api/tasks``: filters and a keyset cursor (newest first, both ways)."""
+
     limit: int = Field(DEFAULT_PAGE_SIZE, ge=1, le=MAX_TASK_PAGE_SIZE, description="Page size.")
     before_id: TaskId | None = Field(
-        None, description="Keyset cursor: the previous page's next_before_id."
+        None, description="Keyset cursor: the previous page's next_before_id (older rows)."
     )
+    after_id: TaskId | None = Field(
+        None,
+        description="Keyset cursor: a page's prev_after_id (newer rows). With before_id: "
+        "only rows between the two.",
+    )
+
+
+class TaskCountQuery(_TaskFilters):
+    """``GET /api/tasks/counts``: the filters (status ignored: every status is counted)."""
+
+
+class TaskBulkBody(_TaskFilters):
+    """``POST /api/tasks/bulk/{action}``: the selection, how many at most, dry run."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    limit: int = Field(
+        MAX_TASK_PAGE_SIZE, ge=1, le=MAX_TASK_PAGE_SIZE, description="Act on at most this many."
+    )
+    dry_run: bool = Field(False, description="Only count what the action would change.")
 
 
 class TaskRetryQuery(_Query):
@@ -102,6 +191,38 @@ class HealthQuery(_Query):
     scope: Literal["readiness", "diagnostics"] = Field(
         "diagnostics", description="Which checks to run."
     )
+
+
+def parse_body(model: type[M], body: bytes) -> M:
+    """Validate a JSON request body (empty: ``{}``) against ``model``.
+
+    Raises:
+        BadRequestError: Not JSON, or naming the first field that failed.
+    """
+    try:
+        data = json.loads(body or b"{}")
+    except ValueError:
+        raise BadRequestError("request body is not JSON") from None
+    if isinstance(data, dict):
+        # JSON Schema's "integer" includes 5.0; pydantic's strict mode does not.
+        data = {
+            key: int(value) if isinstance(value, float) and value.is_integer() else value
+            for key, value in data.items()
+        }
+    try:
+        # Strict: JSON types as documented (no 0 for false, no "5" for 5).
+        return model.model_validate_json(json.dumps(data), strict=True)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False, include_input=False)[0]
+        where = ".".join(str(part) for part in first["loc"]) or "body"
+        raise BadRequestError(f"request body {where!r}: {first['msg']}") from None
+
+
+def body_schema(model: type[BaseModel], schemas: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAPI ``requestBody`` generated from ``model`` (definitions into ``schemas``)."""
+    document = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    schemas.update(document.pop("$defs", {}))
+    return {"required": False, "content": {"application/json": {"schema": document}}}
 
 
 class BadRequestError(Exception):
