@@ -187,12 +187,12 @@
       }
       chart.append(svg("text", { x: left, y: height + 12, class: "tick" }, "-60 min"));
       chart.append(svg("text", { x: width, y: height + 12, class: "tick end" }, "now"));
-      chart.append(svg("text", { x: width, y: 10, class: "tick end" }, "peak " + peak + "/min"));
       const sum = (name) => series[name].reduce((a, b) => a + b, 0);
       return el("div", { class: "chart-row" }, [
         el("div", { class: "chart-label" }, [
           el("strong", { text: series.lane }),
           el("span", { class: "muted", text: sum("succeeded") + " ok · " + sum("failed") + " failed · " + sum("retried") + " retried" }),
+          el("span", { class: "muted small", text: "peak " + Math.max(0, ...totals) + "/min" }),
         ]),
         chart,
       ]);
