@@ -8,6 +8,7 @@ import pytest
 
 from aster_forge.tasks import NewTask, TaskStatus
 from aster_forge.web import AdminSources, admin_app
+from aster_forge.web._tasks_json import MAX_DETAIL_JSON_CHARS
 
 from ._stores import AdminStore as Store
 from ._stores import backend_fixture, database_url_fixture, store_fixture  # noqa: F401
@@ -81,3 +82,16 @@ async def test_overview_counts_lanes_and_throughput(store: Store) -> None:
     chart = {item["lane"]: item for item in body["throughput"]}
     assert len(chart["maintenance"]["succeeded"]) == body["minutes"] == 60
     assert sum(chart["maintenance"]["succeeded"]) == 1 and sum(chart["maintenance"]["failed"]) == 2
+
+
+async def test_a_large_payload_is_answered_as_a_truncated_preview(store: Store) -> None:
+    big = '{"blob": "' + "x" * (MAX_DETAIL_JSON_CHARS + 100) + '"}'
+    small = await store.enqueue(NewTask(kind="k", lane="l", payload_json='{"a": 1}'))
+    large = await store.enqueue(NewTask(kind="k", lane="l", payload_json=big))
+    async with client(admin_app(AdminSources(task_store=store))) as http:
+        shown = (await http.get(f"/api/tasks/{large.record.id}")).json()
+        whole = (await http.get(f"/api/tasks/{small.record.id}")).json()
+    assert shown["payload"] is None and shown["payload_truncated"] is True
+    assert shown["payload_preview"] == big[:MAX_DETAIL_JSON_CHARS]
+    assert shown["payload_size"] == len(big)
+    assert whole["payload"] == {"a": 1} and whole["payload_truncated"] is False

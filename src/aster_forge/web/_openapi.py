@@ -115,10 +115,19 @@ _SCHEMAS: dict[str, Any] = {
             _ref("Task"),
             _object(
                 {
-                    "payload": {"description": "The decoded payload JSON."},
+                    "payload": {"description": "The decoded payload JSON (null when truncated)."},
                     "payload_invalid": {"type": "boolean"},
+                    "payload_truncated": {"type": "boolean"},
+                    "payload_preview": {
+                        **_nullable("string"),
+                        "description": "The stored text's start, when it is too large to send.",
+                    },
+                    "payload_size": {"type": "integer", "description": "Stored characters."},
                     "result": {"description": "The decoded result JSON, or null."},
                     "result_invalid": {"type": "boolean"},
+                    "result_truncated": {"type": "boolean"},
+                    "result_preview": _nullable("string"),
+                    "result_size": {"type": "integer"},
                 }
             ),
         ]

@@ -335,7 +335,10 @@
   }
 
   // -- one task --------------------------------------------------------------------------
-  function pretty(value, invalid) {
+  function pretty(value, invalid, preview, size) {
+    if (preview !== null && preview !== undefined) {
+      return preview.slice(0, SHOW_CHARS) + "\n… truncated: the stored value is " + size + " characters";
+    }
     if (invalid) return "(stored value is not valid JSON)";
     if (value === null || value === undefined) return "null";
     const text = JSON.stringify(value, null, 2);
@@ -378,8 +381,8 @@
       step.detail ? el("div", { class: "small", text: step.detail }) : "",
     ])) : [el("li", { class: "muted", text: task.steps_invalid ? "(stored steps are not valid)" : "no steps" })]));
     $("detail-error").textContent = task.last_error || "-";
-    $("detail-payload").textContent = pretty(task.payload, task.payload_invalid);
-    $("detail-result").textContent = pretty(task.result, task.result_invalid);
+    $("detail-payload").textContent = pretty(task.payload, task.payload_invalid, task.payload_preview, task.payload_size);
+    $("detail-result").textContent = pretty(task.result, task.result_invalid, task.result_preview, task.result_size);
   }
 
   // -- runtime ---------------------------------------------------------------------------
