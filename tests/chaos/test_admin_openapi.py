@@ -21,33 +21,13 @@ from starlette.types import ASGIApp
 
 from aster_forge.db import BackgroundTaskDbStore, create_background_tasks_table
 from aster_forge.runtime import (
-    HealthCheckOptions,
-    HealthCheckRegistry,
-    HealthCheckScopes,
-    HealthComponentReport,
     RuntimeComponentKind,
     RuntimeComponentRegistry,
 )
 from aster_forge.testing import InMemoryScheduledTaskStore
 from aster_forge.web import AdminSources, admin_app
 from tests.web._browser import serve
-from tests.web._support import seed_tasks
-
-
-def _health() -> HealthCheckRegistry:
-    registry = HealthCheckRegistry()
-
-    async def database() -> HealthComponentReport:
-        return HealthComponentReport.healthy("database", "ping ok")
-
-    registry.register_with_options(
-        "database",
-        HealthCheckOptions.required(timedelta(seconds=1)).with_scopes(
-            HealthCheckScopes.readiness_and_diagnostics()
-        ),
-        database,
-    )
-    return registry
+from tests.web._support import healthy_registry, seed_tasks
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +48,7 @@ def api_schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
                 task_store=store,
                 scheduled_store=scheduled,
                 components=components,
-                health=_health(),
+                health=healthy_registry(),
                 lanes=["media", "maintenance"],
             )
         )

@@ -3,37 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 
 from starlette.applications import Starlette
 from starlette.types import ASGIApp
 
-from aster_forge.runtime import (
-    HealthCheckOptions,
-    HealthCheckRegistry,
-    HealthCheckScopes,
-    HealthComponentReport,
-)
 from aster_forge.tasks import NewTask
 from aster_forge.testing import InMemoryTaskStore
 from aster_forge.web import AdminSources, admin_app
 
 from ._browser import browser_page, serve
+from ._support import healthy_registry
 
 
 def _mounted(store: InMemoryTaskStore) -> ASGIApp:
-    registry = HealthCheckRegistry()
-
-    async def database() -> HealthComponentReport:
-        return HealthComponentReport.healthy("database", "ping ok")
-
-    registry.register_with_options(
-        "database",
-        HealthCheckOptions.required(timedelta(seconds=1)).with_scopes(
-            HealthCheckScopes.readiness_and_diagnostics()
-        ),
-        database,
-    )
+    registry = healthy_registry()
     app = Starlette()
     app.mount("/ops", admin_app(AdminSources(task_store=store, health=registry)))
     return app

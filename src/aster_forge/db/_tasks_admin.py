@@ -9,10 +9,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ..tasks._admin_query import TaskBulkResult, TaskQuery
+from ..tasks._admin_query import TaskBulkResult, TaskQuery, check_bulk_limit
 from ..tasks._records import (
     MAX_TASK_ID,
-    MAX_TASK_PAGE_SIZE,
     BackgroundTaskRecord,
     TaskCancelOutcome,
     TaskFailureReason,
@@ -23,7 +22,7 @@ from ..tasks._records import (
     check_run_at,
     wire_value,
 )
-from ..tasks.errors import TaskInvalidValueError, TaskNotFoundError, TaskStateError
+from ..tasks.errors import TaskNotFoundError, TaskStateError
 from ._tasks_admin_query import TaskAdminQueryMixin, query_conditions
 from ._tasks_sql import TaskSql
 from ._tasks_table import record_from_row
@@ -167,12 +166,7 @@ class TaskAdminMixin(TaskAdminQueryMixin):
         (SQLite: the transaction holds the write lock), so the conditional writes change
         exactly them.
         """
-        if (
-            isinstance(limit, bool)
-            or not isinstance(limit, int)
-            or not 1 <= limit <= MAX_TASK_PAGE_SIZE
-        ):
-            raise TaskInvalidValueError(f"limit must be an int in 1..{MAX_TASK_PAGE_SIZE}")
+        check_bulk_limit(limit)
         t = self._table
         where = query_conditions(t, query)
 

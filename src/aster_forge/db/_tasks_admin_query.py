@@ -10,15 +10,14 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..tasks._admin_query import (
-    MAX_THROUGHPUT_MINUTES,
     TaskLaneStatusCounts,
     TaskQuery,
     TaskSearchPage,
     TaskThroughput,
+    check_minutes,
     check_page_args,
 )
 from ..tasks._records import BackgroundTaskRecord, TaskFailureReason, TaskStatus
-from ..tasks.errors import TaskInvalidValueError
 from ._tasks_sql import TaskSql
 from ._tasks_table import record_from_row
 from ._time import DatabaseBackend, UtcDateTime
@@ -170,12 +169,7 @@ class TaskAdminQueryMixin:
 
     async def task_throughput(self, *, minutes: int = 60) -> Sequence[TaskThroughput]:
         """Outcomes per lane per minute over the last ``minutes`` (store clock)."""
-        if (
-            isinstance(minutes, bool)
-            or not isinstance(minutes, int)
-            or not 1 <= minutes <= MAX_THROUGHPUT_MINUTES
-        ):
-            raise TaskInvalidValueError(f"minutes must be an int in 1..{MAX_THROUGHPUT_MINUTES}")
+        check_minutes(minutes)
         t = self._table
         backend = self._sql.backend
 

@@ -26,6 +26,8 @@ __all__ = [
     "TaskQuery",
     "TaskSearchPage",
     "TaskThroughput",
+    "check_bulk_limit",
+    "check_minutes",
     "check_page_args",
 ]
 
@@ -214,6 +216,36 @@ def check_page_args(limit: object, before_id: object, after_id: object) -> None:
             isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TASK_ID
         ):
             raise TaskInvalidValueError(f"{what} must be an int in 1..{MAX_TASK_ID}")
+
+
+def check_minutes(minutes: object) -> int:
+    """Validate a throughput window.
+
+    Raises:
+        TaskInvalidValueError: Not an int in ``1..MAX_THROUGHPUT_MINUTES``.
+    """
+    if (
+        isinstance(minutes, bool)
+        or not isinstance(minutes, int)
+        or not 1 <= minutes <= MAX_THROUGHPUT_MINUTES
+    ):
+        raise TaskInvalidValueError(f"minutes must be an int in 1..{MAX_THROUGHPUT_MINUTES}")
+    return minutes
+
+
+def check_bulk_limit(limit: object) -> int:
+    """Validate how many rows a bulk action may change.
+
+    Raises:
+        TaskInvalidValueError: Not an int in ``1..MAX_TASK_PAGE_SIZE``.
+    """
+    if (
+        isinstance(limit, bool)
+        or not isinstance(limit, int)
+        or not 1 <= limit <= MAX_TASK_PAGE_SIZE
+    ):
+        raise TaskInvalidValueError(f"limit must be an int in 1..{MAX_TASK_PAGE_SIZE}")
+    return limit
 
 
 @runtime_checkable

@@ -7,22 +7,21 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from ..tasks._admin_query import (
-    MAX_THROUGHPUT_MINUTES,
     TaskBulkResult,
     TaskLaneStatusCounts,
     TaskQuery,
     TaskSearchPage,
     TaskThroughput,
+    check_bulk_limit,
+    check_minutes,
     check_page_args,
 )
 from ..tasks._records import (
-    MAX_TASK_PAGE_SIZE,
     BackgroundTaskRecord,
     TaskCancelOutcome,
     TaskFailureReason,
     TaskStatus,
 )
-from ..tasks.errors import TaskInvalidValueError
 
 if TYPE_CHECKING:
     from ..runtime import Clock
@@ -134,12 +133,7 @@ class InMemoryTaskAdminMixin:
 
     async def task_throughput(self, *, minutes: int = 60) -> Sequence[TaskThroughput]:
         """Outcomes per lane per minute over the last ``minutes`` of the clock."""
-        if (
-            isinstance(minutes, bool)
-            or not isinstance(minutes, int)
-            or not 1 <= minutes <= MAX_THROUGHPUT_MINUTES
-        ):
-            raise TaskInvalidValueError(f"minutes must be an int in 1..{MAX_THROUGHPUT_MINUTES}")
+        check_minutes(minutes)
         start = _minute(self._clock.now()) - timedelta(minutes=minutes - 1)
         buckets: dict[tuple[datetime, str], list[int]] = {}
         for row in self._rows.values():
@@ -162,12 +156,7 @@ class InMemoryTaskAdminMixin:
         ]
 
     def _selected(self, query: TaskQuery, limit: int) -> list[BackgroundTaskRecord]:
-        if (
-            isinstance(limit, bool)
-            or not isinstance(limit, int)
-            or not 1 <= limit <= MAX_TASK_PAGE_SIZE
-        ):
-            raise TaskInvalidValueError(f"limit must be an int in 1..{MAX_TASK_PAGE_SIZE}")
+        check_bulk_limit(limit)
         return self._newest_first(query)[:limit]
 
     async def retry_tasks(
