@@ -392,7 +392,7 @@
     fill(body("scheduled"), data.items.map((task) => el("tr", { "data-scheduled": task.namespace + "/" + task.name }, [
       td(task.namespace + " / " + task.name),
       // Cron text when the catalog row carries one, else the interval.
-      td(task.cron || task.schedule || "every " + duration(task.interval_seconds), "schedule"),
+      td(task.schedule || task.cron || "every " + duration(task.interval_seconds), "schedule"),
       el("td", {}, [task.last_run_status ? badge(task.last_run_status) : el("span", { class: "muted", text: "never" }),
         el("span", { class: "muted", text: " " + ago(task.last_run_finished_at) }),
         task.last_run_error ? el("div", { class: "err small", text: task.last_run_error }) : ""]),
