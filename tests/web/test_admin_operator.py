@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 import pytest
 
-from aster_forge.tasks import NewTask, TaskStatus
+from aster_forge.tasks import CronSchedule, NewTask, TaskStatus
+from aster_forge.testing import InMemoryScheduledTaskStore
 from aster_forge.web import AdminSources, admin_app
 from aster_forge.web._tasks_json import MAX_DETAIL_JSON_CHARS
 
@@ -95,3 +97,14 @@ async def test_a_large_payload_is_answered_as_a_truncated_preview(store: Store) 
     assert shown["payload_preview"] == big[:MAX_DETAIL_JSON_CHARS]
     assert shown["payload_size"] == len(big)
     assert whole["payload"] == {"a": 1} and whole["payload_truncated"] is False
+
+
+async def test_the_scheduled_catalog_carries_cron_text() -> None:
+    scheduled = InMemoryScheduledTaskStore()
+    await scheduled.ensure_scheduled_task("reports", "nightly", CronSchedule("0 3 * * *", "UTC"))
+    await scheduled.ensure_scheduled_task("reports", "often", timedelta(minutes=5))
+    async with client(admin_app(AdminSources(scheduled_store=scheduled))) as http:
+        items = {i["name"]: i for i in (await http.get("/api/scheduled")).json()["items"]}
+    assert items["nightly"]["cron"] == "0 3 * * *"
+    assert items["nightly"]["schedule"] == "0 3 * * * (UTC)"
+    assert items["often"]["cron"] is None and items["often"]["schedule"] == "every 5m"
