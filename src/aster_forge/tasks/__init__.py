@@ -105,6 +105,19 @@ from .errors import TaskEnqueueValueError, TaskNotFoundError, TaskStateError
 from .protocols import BackgroundTaskStore
 
 # isort: split
+# operator queries (search, counts, throughput, bulk actions)
+from ._admin_query import (
+    MAX_TASK_ERROR_SEARCH_LENGTH,
+    MAX_THROUGHPUT_MINUTES,
+    TaskAdminStore,
+    TaskBulkResult,
+    TaskLaneStatusCounts,
+    TaskQuery,
+    TaskSearchPage,
+    TaskThroughput,
+)
+
+# isort: split
 # --- dispatch and execution ---
 from ._dispatch import (
     DispatchBackoff,
@@ -219,6 +232,8 @@ __all__ = [
     "LeasedScheduledRuntime",
     "LeasedScheduledRuntimeConfig",
     "LeasedScheduledRuntimeSettings",
+    "MAX_TASK_ERROR_SEARCH_LENGTH",
+    "MAX_THROUGHPUT_MINUTES",
     "NewTask",
     "PeriodicTaskConfigError",
     "RegisteredRuntimeTaskKind",
@@ -239,6 +254,8 @@ __all__ = [
     "ScheduledTaskStore",
     "ScheduledTaskValueError",
     "TASK_TEMP_DIR_SCOPE",
+    "TaskAdminStore",
+    "TaskBulkResult",
     "TaskCancelOutcome",
     "TaskClaimStore",
     "TaskCodecError",
@@ -259,6 +276,7 @@ __all__ = [
     "TaskIoError",
     "TaskLaneConfig",
     "TaskLaneCounts",
+    "TaskLaneStatusCounts",
     "TaskLease",
     "TaskLeaseControlError",
     "TaskLeaseGuard",
@@ -268,11 +286,13 @@ __all__ = [
     "TaskNotFoundError",
     "TaskPage",
     "TaskPayloadError",
+    "TaskQuery",
     "TaskRecord",
     "TaskRegistry",
     "TaskRegistryError",
     "TaskRetryClass",
     "TaskRetryPolicy",
+    "TaskSearchPage",
     "TaskSpec",
     "TaskStateError",
     "TaskStatus",
@@ -282,6 +302,7 @@ __all__ = [
     "TaskStepStatus",
     "TaskTempDirProvider",
     "TaskTempDirs",
+    "TaskThroughput",
     "TaskWorker",
     "TaskWorkerShutdownRequestedError",
     "background_task_component",

@@ -30,11 +30,12 @@ from ..tasks._records import (
     wire_value,
 )
 from ..tasks.errors import TaskNotFoundError, TaskStateError
+from ._task_store_admin import InMemoryTaskAdminMixin
 
 __all__ = ["InMemoryTaskStore"]
 
 
-class InMemoryTaskStore:
+class InMemoryTaskStore(InMemoryTaskAdminMixin):
     """A :class:`~aster_forge.tasks.BackgroundTaskStore` kept in a dict.
 
     Every method runs without awaiting in between reads and writes, so each is atomic
