@@ -102,6 +102,10 @@ from ._records import (
     TaskStatus,
 )
 from .errors import TaskEnqueueValueError, TaskNotFoundError, TaskStateError
+
+# isort: split
+# --- enqueue validated against the registry ---
+from .errors import TaskKindNotRegisteredError, TaskLaneMismatchError
 from .protocols import BackgroundTaskStore
 
 # isort: split
@@ -274,8 +278,10 @@ __all__ = [
     "TaskHeartbeatStore",
     "TaskInvalidValueError",
     "TaskIoError",
+    "TaskKindNotRegisteredError",
     "TaskLaneConfig",
     "TaskLaneCounts",
+    "TaskLaneMismatchError",
     "TaskLaneStatusCounts",
     "TaskLease",
     "TaskLeaseControlError",
