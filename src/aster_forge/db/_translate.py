@@ -47,6 +47,19 @@ def _mysql_code(exc: BaseException) -> int | None:
     return None
 
 
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    # Drivers wrap their encoding errors (asyncpg: DataError from UnicodeEncodeError),
+    # and SQLAlchemy wraps the driver's: look a few links down the chain.
+    current: BaseException | None = exc
+    for _ in range(6):
+        if current is None:
+            return False
+        if isinstance(current, kind):
+            return True
+        current = getattr(current, "orig", None) or current.__cause__ or current.__context__
+    return False
+
+
 def is_transient_conflict(exc: sa.exc.DBAPIError) -> bool:
     """Whether ``exc`` is a deadlock, serialization failure or busy lock worth retrying."""
     orig = exc.orig
@@ -66,8 +79,12 @@ def translate_db_error(exc: Exception, operation: str) -> DatabaseOperationError
     The caller raises the result ``from exc`` so the driver error stays the cause.
     The message names the operation and the error class, never parameter values.
     """
-    kind = type(getattr(exc, "orig", None) or exc).__name__
+    orig = getattr(exc, "orig", None)
+    kind = type(orig or exc).__name__
     message = f"{operation} failed ({kind})"
+    if _caused_by(exc, UnicodeError):
+        # Text the driver cannot encode (a lone surrogate): bad input, not an outage.
+        return DatabaseDataError(message, operation=operation)
     if isinstance(exc, sa.exc.TimeoutError | TimeoutError):
         return DatabaseTimeoutError(message, operation=operation)
     if isinstance(exc, sa.exc.DBAPIError):
@@ -128,5 +145,5 @@ async def run_transaction(
                 await asyncio.sleep(0.005 * attempt)
                 continue
             raise translate_db_error(exc, operation) from exc
-        except (sa.exc.SQLAlchemyError, OSError, TimeoutError) as exc:
+        except (sa.exc.SQLAlchemyError, OSError, TimeoutError, UnicodeError) as exc:
             raise translate_db_error(exc, operation) from exc

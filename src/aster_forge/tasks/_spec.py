@@ -34,6 +34,9 @@ PayloadT = TypeVar("PayloadT")
 ResultT = TypeVar("ResultT")
 KindT = TypeVar("KindT")
 
+# Output that may hide a value pydantic altered silently (see encode_payload).
+_SUSPECT_OUTPUT = (b"null", b"NaN", b"Infinity", "\ufffd".encode())
+
 TaskRunFn = Callable[["TaskExecutionContext", StateT, PayloadT], Awaitable[ResultT]]
 
 
@@ -128,8 +131,9 @@ class TaskSpec(Generic[StateT, PayloadT, ResultT]):
             raise TaskCodecError(
                 f"cannot encode payload for task kind {self.label!r} ({type(exc).__name__})"
             ) from None
-        if b"null" in encoded or b"NaN" in encoded or b"Infinity" in encoded:
-            # pydantic writes NaN/inf as null (or as a non-standard constant): look closer.
+        if any(mark in encoded for mark in _SUSPECT_OUTPUT):
+            # pydantic writes NaN/inf as null (or as a non-standard constant) and a lone
+            # surrogate in a dict key as U+FFFD: look closer at the value itself.
             fields = tuple(_unstorable_fields(self._payload.dump_python(payload)))
             if fields:
                 raise self._payload_error("cannot encode payload", fields)
@@ -344,7 +348,13 @@ def _unstorable_fields(value: object, path: str = "") -> Iterator[str]:
             yield here
     elif isinstance(value, Mapping):
         for key, item in value.items():
-            yield from _unstorable_fields(item, f"{path}.{key}" if path else str(key))
+            # Escaped so a location never carries an unencodable character itself.
+            name = str(key).encode("utf-8", "backslashreplace").decode()
+            where = f"{path}.{name}" if path else name
+            if isinstance(key, str | float):
+                # A key is text too (or a float pydantic writes as text).
+                yield from _unstorable_fields(key, where)
+            yield from _unstorable_fields(item, where)
     elif isinstance(value, list | tuple | set | frozenset):
         for index, item in enumerate(value):
             yield from _unstorable_fields(item, f"{path}.{index}" if path else str(index))
