@@ -165,7 +165,7 @@ async def test_dedupe_inside_two_concurrent_transactions_gives_one_row(
         racing: asyncio.Task[EnqueueResult] = asyncio.create_task(
             place(second_conn, "second"), name="second-transaction"
         )
-        await _until_blocked(task_engine, backend, racing)  # type: ignore[arg-type]
+        await _until_blocked(task_engine, backend, racing)
         await first_conn.commit()
         second = await racing
         await second_conn.commit()
