@@ -16,6 +16,7 @@ Three ways in, one set of guarantees (the registry check, dedupe, NOTIFY on comm
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -26,11 +27,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from .._errors import AsterForgeError
 from ..tasks import TaskRegistry
 from ..tasks._records import BackgroundTaskRecord, EnqueueResult, NewTask, TaskStatus
-from ._tasks_enqueue_pg import PgEnqueueStatement
+from ._tasks_enqueue_pg import DriverRow, PgEnqueueStatement
 from ._tasks_sql import _SATURATING_DELTA, TaskSql
 from ._tasks_table import CORE_COLUMNS, record_from_row
 from ._time import DatabaseBackend, UtcDateTime
-from ._translate import translate_db_error
+from ._translate import is_driver_connection_error, translate_db_error, translate_driver_error
 from .errors import DatabaseIntegrityError, DatabaseOperationError, UnsupportedDatabaseBackendError
 
 __all__ = ["DEFAULT_TASK_NOTIFY_CHANNEL", "TaskEnqueueMixin"]
@@ -99,7 +100,9 @@ class TaskEnqueueMixin:
         pg = self._pg_enqueue
         if pg is not None and not any(task.extra for task in tasks):
             return await self._sql.run(
-                _OPERATION, lambda c: self._enqueue_pg(c, pg, tasks), single_statement=True
+                _OPERATION,
+                lambda c: self._enqueue_pg(c, pg, tasks, on_driver=True),
+                single_statement=True,
             )
         has_keys = any(task.dedupe_key is not None for task in tasks)
         attempt = 0
@@ -159,7 +162,12 @@ class TaskEnqueueMixin:
             raise translate_db_error(exc, _OPERATION) from exc
 
     async def _enqueue_pg(
-        self, conn: AsyncConnection, pg: PgEnqueueStatement, tasks: Sequence[NewTask]
+        self,
+        conn: AsyncConnection,
+        pg: PgEnqueueStatement,
+        tasks: Sequence[NewTask],
+        *,
+        on_driver: bool = False,
     ) -> list[EnqueueResult]:
         first: dict[str, int] = {}
         send: list[NewTask] = []
@@ -171,7 +179,11 @@ class TaskEnqueueMixin:
         created: list[BackgroundTaskRecord] = []
         found: dict[str, BackgroundTaskRecord] = {}
         for _ in range(_DEDUPE_RACE_ATTEMPTS):
-            rows = (await conn.execute(pg.statement, pg.parameters(pending))).all()
+            rows: Sequence[Any]
+            if on_driver:
+                rows = await self._fetch_on_driver(conn, pg, pending)
+            else:
+                rows = (await conn.execute(pg.statement, pg.parameters(pending))).all()
             fresh = sorted(
                 (record_from_row(row) for row in rows if row.created), key=lambda r: r.id
             )
@@ -222,6 +234,24 @@ class TaskEnqueueMixin:
                 raise RuntimeError("inserted rows came back out of input order")
             results.append(EnqueueResult(record, created=made))
         return results
+
+    @staticmethod
+    async def _fetch_on_driver(
+        conn: AsyncConnection, pg: PgEnqueueStatement, tasks: Sequence[NewTask]
+    ) -> list[DriverRow]:
+        """Run the statement on the asyncpg connection (autocommit: one round trip)."""
+        raw = await conn.get_raw_connection()
+        driver: Any = raw.driver_connection
+        try:
+            records = await driver.fetch(pg.sql, *pg.arguments(tasks))
+        except (asyncio.CancelledError, AsterForgeError):
+            raise
+        except Exception as exc:
+            if is_driver_connection_error(exc):
+                # The pool must not hand this connection out again.
+                await conn.invalidate()
+            raise translate_driver_error(exc, _OPERATION) from exc
+        return [DriverRow(record) for record in records]
 
     async def _rows_by_key(
         self, conn: AsyncConnection, keys: Sequence[str], *, locking_read: bool

@@ -10,7 +10,8 @@ snapshot is neither inserted nor returned; the caller reads it in a second state
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,7 +23,7 @@ from ..tasks._records import NewTask, TaskStatus
 from ._tasks_sql import _SATURATING_DELTA
 from ._tasks_table import CORE_COLUMNS
 
-__all__ = ["PgEnqueueStatement"]
+__all__ = ["DriverRow", "PgEnqueueStatement"]
 
 _INPUT = (
     ("kind", "text", sa.Text()),
@@ -61,8 +62,25 @@ _WOKE = """, woke AS (
 )"""
 
 
+@dataclass(frozen=True, slots=True)
+class DriverRow:
+    """An asyncpg record seen as a SQLAlchemy row (what ``record_from_row`` reads)."""
+
+    _mapping: Mapping[str, Any]
+
+    @property
+    def created(self) -> bool:
+        """Whether this statement inserted the row."""
+        return bool(self._mapping["created"])
+
+
 class PgEnqueueStatement:
-    """The prebuilt enqueue statement of one table (with or without the NOTIFY)."""
+    """The prebuilt enqueue statement of one table (with or without the NOTIFY).
+
+    ``statement`` runs through SQLAlchemy (in the product's transaction); ``sql`` with
+    :meth:`arguments` runs on the asyncpg connection itself, prepared once and cached
+    by asyncpg (the hot path: no per-call SQLAlchemy execution work).
+    """
 
     def __init__(self, table: sa.Table, dialect: Any, *, channel: str | None) -> None:
         prep = dialect.identifier_preparer
@@ -86,6 +104,15 @@ class PgEnqueueStatement:
         self.statement = (
             sa.text(sql).bindparams(*params).columns(sa.column("created", sa.Boolean()), *cols)
         )
+        compiled = self.statement.compile(dialect=dialect)
+        self.sql = str(compiled)
+        self._order = list(compiled.positiontup or ())
+        self._channel = channel
+
+    def arguments(self, tasks: Sequence[NewTask]) -> list[Any]:
+        """The positional arguments of :attr:`sql` for ``tasks``."""
+        values: dict[str, Any] = dict(self.parameters(tasks), channel=self._channel)
+        return [values[name] for name in self._order]
 
     @staticmethod
     def parameters(tasks: Sequence[NewTask]) -> dict[str, list[Any]]:

@@ -21,7 +21,13 @@ from .errors import (
     DatabaseUnavailableError,
 )
 
-__all__ = ["is_transient_conflict", "run_transaction", "translate_db_error"]
+__all__ = [
+    "is_driver_connection_error",
+    "is_transient_conflict",
+    "run_transaction",
+    "translate_db_error",
+    "translate_driver_error",
+]
 
 logger = logging.getLogger("aster_forge.db")
 
@@ -101,6 +107,40 @@ def translate_db_error(exc: Exception, operation: str) -> DatabaseOperationError
         if is_transient_conflict(exc):
             return DatabaseConflictError(message, operation=operation)
     if isinstance(exc, OSError):
+        return DatabaseUnavailableError(message, operation=operation)
+    return DatabaseOperationError(message, operation=operation)
+
+
+def is_driver_connection_error(exc: BaseException) -> bool:
+    """Whether a raw driver error means the connection itself is unusable."""
+    if isinstance(exc, OSError | ConnectionError):
+        return True
+    name = type(exc).__name__
+    state = _sqlstate(exc) or ""
+    return state.startswith(("08", "57P")) or name in {
+        "InterfaceError",
+        "ConnectionDoesNotExistError",
+        "InternalClientError",
+    }
+
+
+def translate_driver_error(exc: Exception, operation: str) -> DatabaseOperationError:
+    """Map an error raised by the driver itself (used without SQLAlchemy) to the typed one.
+
+    By SQLSTATE class, the way :func:`translate_db_error` maps SQLAlchemy's wrappers:
+    ``23`` integrity, ``22`` data, deadlock/serialization conflicts, connection loss.
+    """
+    message = f"{operation} failed ({type(exc).__name__})"
+    state = _sqlstate(exc) or ""
+    if _caused_by(exc, UnicodeError) or state.startswith("22") or type(exc).__name__ == "DataError":
+        return DatabaseDataError(message, operation=operation)
+    if state.startswith("23"):
+        return DatabaseIntegrityError(message, operation=operation)
+    if state in _PG_CONFLICT_STATES:
+        return DatabaseConflictError(message, operation=operation)
+    if isinstance(exc, TimeoutError):
+        return DatabaseTimeoutError(message, operation=operation)
+    if is_driver_connection_error(exc):
         return DatabaseUnavailableError(message, operation=operation)
     return DatabaseOperationError(message, operation=operation)
 
