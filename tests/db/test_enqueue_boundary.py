@@ -7,11 +7,12 @@ from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from aster_forge.db import (
     BackgroundTaskDbStore,
     DatabaseDataError,
+    DatabaseUnavailableError,
     background_tasks_table,
     create_background_tasks_table,
 )
@@ -25,7 +26,7 @@ from aster_forge.tasks import (
 )
 from aster_forge.testing import InMemoryTaskStore, ManualClock, TaskEnqueueConformance
 
-from ..tasks._dispatch_support import Kind, Lane
+from ..tasks._dispatch_support import REGISTRY, Job, Kind, Lane
 from ._support import advance_for
 
 
@@ -124,3 +125,30 @@ async def test_store_refuses_an_unvalidated_registry(task_engine: AsyncEngine) -
         BackgroundTaskDbStore(task_engine, registry=TaskRegistry(kind=Kind, lane=Lane))
     with pytest.raises(TaskRegistryError):
         InMemoryTaskStore(registry=TaskRegistry(kind=Kind, lane=Lane))
+
+
+@pytest.mark.postgres
+async def test_a_broken_driver_connection_is_unavailable_then_replaced(postgres_url: str) -> None:
+    # PostgreSQL enqueue runs on the asyncpg connection itself: a connection killed
+    # under it is the typed "unavailable" error, and the pool never reuses it.
+    engine = create_async_engine(postgres_url, pool_size=1, max_overflow=0)
+    admin = create_async_engine(postgres_url)
+    try:
+        await create_background_tasks_table(engine)
+        store = BackgroundTaskDbStore(engine, registry=REGISTRY)
+        await store.enqueue(REGISTRY.new_task(Kind.MAIL, Job(name="warm")))
+        async with engine.connect() as conn:
+            pid = (await conn.execute(sa.text("SELECT pg_backend_pid()"))).scalar_one()
+        async with admin.connect() as conn:
+            await conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        with pytest.raises(DatabaseUnavailableError):
+            await store.enqueue(REGISTRY.new_task(Kind.MAIL, Job(name="lost")))
+        again = await store.enqueue(REGISTRY.new_task(Kind.MAIL, Job(name="again")))
+        assert again.created
+        assert {r.kind for r in (await store.list_tasks(lane="fallback")).items} == {"mail"}
+        assert len((await store.list_tasks(lane="fallback")).items) == 2
+    finally:
+        async with engine.begin() as conn:
+            await conn.execute(sa.text("DROP TABLE IF EXISTS background_tasks"))
+        await engine.dispose()
+        await admin.dispose()
