@@ -188,6 +188,8 @@ class TaskEnqueueMixin:
                 (record_from_row(row) for row in rows if row.created), key=lambda r: r.id
             )
             created.extend(fresh)
+            if not first:
+                break  # no dedupe keys: every row was inserted
             for row in rows:
                 if not row.created:
                     record = record_from_row(row)

@@ -159,6 +159,10 @@ def _refuse_constant(name: str) -> object:
     raise ValueError(name)
 
 
+# One decoder for every check: json.loads would build a new one per call.
+_STRICT_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
 def _check_json(what: str, value: object, *, optional: bool) -> None:
     """Strict JSON (RFC 8259: no ``NaN``/``Infinity``), storable on every backend.
 
@@ -170,7 +174,7 @@ def _check_json(what: str, value: object, *, optional: bool) -> None:
         raise TaskEnqueueValueError(f"{what} must be JSON text, got {type(value).__name__}")
     check_text(value, what)
     try:
-        json.loads(value, parse_constant=_refuse_constant)
+        _STRICT_DECODER.decode(value)
     except RecursionError:
         raise TaskEnqueueValueError(f"{what} is nested too deeply to decode") from None
     except json.JSONDecodeError as exc:

@@ -6,6 +6,7 @@ import asyncio
 import enum
 import inspect
 import math
+import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -35,7 +36,7 @@ ResultT = TypeVar("ResultT")
 KindT = TypeVar("KindT")
 
 # Output that may hide a value pydantic altered silently (see encode_payload).
-_SUSPECT_OUTPUT = (b"null", b"NaN", b"Infinity", "\ufffd".encode())
+_SUSPECT_OUTPUT = re.compile(b"null|NaN|Infinity|" + re.escape("\ufffd".encode()))
 
 TaskRunFn = Callable[["TaskExecutionContext", StateT, PayloadT], Awaitable[ResultT]]
 
@@ -131,7 +132,7 @@ class TaskSpec(Generic[StateT, PayloadT, ResultT]):
             raise TaskCodecError(
                 f"cannot encode payload for task kind {self.label!r} ({type(exc).__name__})"
             ) from None
-        if any(mark in encoded for mark in _SUSPECT_OUTPUT):
+        if _SUSPECT_OUTPUT.search(encoded) is not None:
             # pydantic writes NaN/inf as null (or as a non-standard constant) and a lone
             # surrogate in a dict key as U+FFFD: look closer at the value itself.
             fields = tuple(_unstorable_fields(self._payload.dump_python(payload)))
