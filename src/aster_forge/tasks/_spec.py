@@ -149,12 +149,16 @@ class TaskSpec(Generic[StateT, PayloadT, ResultT]):
         try:
             return self._payload.validate_python(payload)
         except pydantic.ValidationError as exc:
-            fields, detail = _validation_summary(exc)
-            raise TaskPayloadError(
-                f"invalid payload for task kind {self.label!r}: {detail}",
-                task_kind=self.label,
-                fields=fields,
-            ) from None
+            raise self._invalid_payload(exc) from None
+
+    def _invalid_payload(self, exc: pydantic.ValidationError) -> TaskPayloadError:
+        # Raised ``from None`` by the callers: pydantic's text quotes the input.
+        fields, detail = _validation_summary(exc)
+        return TaskPayloadError(
+            f"invalid payload for task kind {self.label!r}: {detail}",
+            task_kind=self.label,
+            fields=fields,
+        )
 
     def _payload_error(self, what: str, fields: tuple[str, ...]) -> TaskPayloadError:
         listed = ", ".join(repr(f) for f in fields)
@@ -176,12 +180,7 @@ class TaskSpec(Generic[StateT, PayloadT, ResultT]):
         try:
             return self._payload.validate_json(text)
         except pydantic.ValidationError as exc:
-            fields, detail = _validation_summary(exc)
-            raise TaskPayloadError(
-                f"invalid payload for task kind {self.label!r}: {detail}",
-                task_kind=self.label,
-                fields=fields,
-            ) from None
+            raise self._invalid_payload(exc) from None
 
     def encode_result(self, result: ResultT) -> str | None:
         """Encode a result to JSON text (``None`` for a result-less kind).
