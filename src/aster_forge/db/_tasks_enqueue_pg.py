@@ -54,7 +54,7 @@ WITH v AS (
 SELECT true AS created, ins.* FROM ins{woke_join}
 UNION ALL
 SELECT false AS created, {existing} FROM {t} AS e
-WHERE e.dedupe_key = ANY(CAST(:dedupe_key AS text[]))
+WHERE e.dedupe_key = ANY(CAST(:keys AS text[]))
 """
 
 _WOKE = """, woke AS (
@@ -98,6 +98,8 @@ class PgEnqueueStatement:
         params: list[sa.BindParameter[Any]] = [
             sa.bindparam(name, type_=postgresql.ARRAY(type_)) for name, _, type_ in _INPUT
         ]
+        # The batch's keys without NULLs: an index lookup however long the batch is.
+        params.append(sa.bindparam("keys", type_=postgresql.ARRAY(sa.Text())))
         if channel is not None:
             params.append(sa.bindparam("channel", value=channel, type_=sa.Text()))
         cols = [table.c[name] for name in CORE_COLUMNS]
@@ -127,6 +129,7 @@ class PgEnqueueStatement:
             else:
                 run_ats.append(task.run_at)
                 delays.append(task.delay)
+        keys = [task.dedupe_key_text for task in tasks]
         return {
             "kind": [task.kind for task in tasks],
             "lane": [task.lane for task in tasks],
@@ -136,5 +139,6 @@ class PgEnqueueStatement:
             "run_at": run_ats,
             "delay": delays,
             "priority": [task.priority for task in tasks],
-            "dedupe_key": [task.dedupe_key_text for task in tasks],
+            "dedupe_key": keys,
+            "keys": [key for key in keys if key is not None],
         }
