@@ -195,3 +195,10 @@ async def test_a_task_enqueued_without_steps_runs_with_its_specs_steps() -> None
     assert row is not None and row.status is TaskStatus.SUCCEEDED
     assert row.steps_json is not None
     assert [s["status"] for s in json.loads(row.steps_json)] == ["succeeded", "succeeded"]
+
+
+async def test_in_memory_store_has_no_transaction_to_join() -> None:
+    store = InMemoryTaskStore(ManualClock())
+    with pytest.raises(TaskEnqueueValueError, match="no database transaction"):
+        await store.enqueue(NewTask("k", "l"), connection=object())  # type: ignore[arg-type]
+    assert store.all_tasks() == []

@@ -30,7 +30,7 @@ from ..tasks._records import (
     check_ttl,
     wire_value,
 )
-from ..tasks.errors import TaskNotFoundError, TaskStateError
+from ..tasks.errors import TaskEnqueueValueError, TaskNotFoundError, TaskStateError
 from ._task_store_admin import InMemoryTaskAdminMixin
 
 __all__ = ["InMemoryTaskStore"]
@@ -129,15 +129,24 @@ class InMemoryTaskStore(InMemoryTaskAdminMixin):
         registry = self._registry
         return list(tasks) if registry is None else [registry.check_new_task(t) for t in tasks]
 
-    async def enqueue(self, task: NewTask) -> EnqueueResult:
+    async def enqueue(self, task: NewTask, *, connection: None = None) -> EnqueueResult:
         """Insert ``task`` or return the row holding its dedupe key (registry-checked)."""
-        return (await self.enqueue_many([task]))[0]
+        return (await self.enqueue_many([task], connection=connection))[0]
 
-    async def enqueue_many(self, tasks: Sequence[NewTask]) -> list[EnqueueResult]:
+    async def enqueue_many(
+        self, tasks: Sequence[NewTask], *, connection: None = None
+    ) -> list[EnqueueResult]:
         """Enqueue every task atomically; results in input order.
 
         Every task is checked first (with a registry), so a bad one refuses the batch.
+
+        Raises:
+            TaskEnqueueValueError: When ``connection`` is given: there is no database
+                transaction to join (the keyword exists so code written for
+                :class:`aster_forge.db.BackgroundTaskDbStore` calls both alike).
         """
+        if connection is not None:
+            raise TaskEnqueueValueError("InMemoryTaskStore has no database transaction to join")
         checked = self._checked(tasks)
         now = self._clock.now()
         return [self._insert(task, now) for task in checked]
