@@ -134,8 +134,10 @@ async def _until_blocked(engine: AsyncEngine, backend: str, racing: asyncio.Task
         if backend == "postgres"
         else "SELECT count(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'"
     )
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 120  # generous: the machine may be heavily loaded
     async with engine.connect() as conn:
-        for _ in range(1000):
+        while loop.time() < deadline:
             if racing.done():
                 racing.result()  # raises what went wrong
                 raise AssertionError("the second transaction did not wait on the first")
@@ -165,9 +167,13 @@ async def test_dedupe_inside_two_concurrent_transactions_gives_one_row(
         racing: asyncio.Task[EnqueueResult] = asyncio.create_task(
             place(second_conn, "second"), name="second-transaction"
         )
-        await _until_blocked(task_engine, backend, racing)
-        await first_conn.commit()
-        second = await racing
+        try:
+            await _until_blocked(task_engine, backend, racing)
+        finally:
+            # Always unblock and join the second transaction before its connection
+            # closes, also when the wait above failed.
+            await first_conn.commit()
+            second = await racing
         await second_conn.commit()
     assert first.created and not second.created
     assert second.record.id == first.record.id
