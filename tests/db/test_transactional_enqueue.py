@@ -123,17 +123,17 @@ async def test_validation_refuses_before_touching_the_transaction(
 
 
 async def _until_blocked(engine: AsyncEngine, backend: str, racing: asyncio.Task[object]) -> None:
-    """Wait until some transaction waits on a lock (PostgreSQL, MariaDB)."""
-    if backend == "sqlite":
-        # SQLite's writer waits inside the driver's busy handler: nothing to observe.
-        for _ in range(50):
-            await asyncio.sleep(0)
+    """Wait until the second transaction waits on the first's lock."""
+    if backend != "postgres":
+        # SQLite waits in the driver's busy handler and MariaDB's lock waits are not
+        # reliably visible to another session here: give the second transaction a
+        # moment to reach its wait (the outcome must be one row either way).
+        done, _ = await asyncio.wait({racing}, timeout=1.0)
+        if done:
+            racing.result()
+            raise AssertionError("the second transaction did not wait on the first")
         return
-    query = (
-        "SELECT count(*) FROM pg_locks WHERE NOT granted"
-        if backend == "postgres"
-        else "SELECT count(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'"
-    )
+    query = "SELECT count(*) FROM pg_locks WHERE NOT granted"
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 120  # generous: the machine may be heavily loaded
     async with engine.connect() as conn:
