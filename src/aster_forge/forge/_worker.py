@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..db import (
@@ -43,6 +44,7 @@ from ..tasks import (
     TaskDispatcher,
     TaskLaneConfig,
     TaskRetryPolicy,
+    TaskTempDirs,
     run_dispatch_worker,
 )
 
@@ -81,6 +83,9 @@ class ForgeWorkerSettings:
         scheduler_lease_ttl: The scheduler lease (a standby takes over this long after
             a crash); renewed every third.
         scheduler_claim_ttl: A scheduled firing's claim (renewed while it runs).
+        temp_root: Root of the per-task temp directories ``ctx.temp_dir()`` creates
+            (``<temp_root>/_runtime/tasks/<id>-<token>``, removed after each execution);
+            ``None``: bodies get no temp directory.
     """
 
     poll: DispatchPollConfig = field(
@@ -93,6 +98,7 @@ class ForgeWorkerSettings:
     shutdown_grace: timedelta = timedelta(seconds=10)
     scheduler_lease_ttl: timedelta = timedelta(seconds=15)
     scheduler_claim_ttl: timedelta = timedelta(seconds=120)
+    temp_root: Path | None = None
 
 
 def _on_panic(exc: Exception) -> ScheduledTaskOutcome:
@@ -132,7 +138,9 @@ class ForgeWorker:
                 lease_ttl=settings.task_lease_ttl,
                 retry_policy=settings.retry,
                 shutdown_grace=settings.shutdown_grace,
+                temp_dirs=None if settings.temp_root is None else TaskTempDirs(settings.temp_root),
             ),
+            owner=forge.instance_id,
         )
         self.started = asyncio.Event()
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -177,7 +185,7 @@ class ForgeWorker:
             for periodic in forge.periodics:
                 periodic.declare(runtime)
 
-        await config.run(token, declare)
+        await config.run(token, declare, owner_id=forge.instance_id)
 
     async def _ready(self) -> None:
         self.loop = asyncio.get_running_loop()
