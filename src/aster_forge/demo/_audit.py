@@ -29,7 +29,7 @@ from aster_forge.runtime import (
     WriteFailure,
 )
 
-__all__ = ["AUDIT_TABLE", "AuditEvent", "AuditLog", "audit_events_table", "recent_audit_events"]
+__all__ = ["AUDIT_TABLE", "AuditEvent", "AuditLog", "audit_events_table"]
 
 logger = logging.getLogger("aster_forge.demo.audit")
 
@@ -154,12 +154,3 @@ class AuditLog:
                 report.unconfirmed_batch + report.unconfirmed_direct,
             )
         return report
-
-
-async def recent_audit_events(
-    engine: AsyncEngine, table: sa.Table, limit: int = 20
-) -> list[dict[str, Any]]:
-    """Return the newest ``limit`` audit rows as dicts (newest first)."""
-    async with engine.connect() as conn:
-        result = await conn.execute(sa.select(table).order_by(table.c.id.desc()).limit(limit))
-        return [dict(row._mapping) for row in result]
