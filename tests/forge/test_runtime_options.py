@@ -1,18 +1,22 @@
 """What a product sets on the forge's runtime: its instance id (claim owner and scheduler
-lease holder), per-task temp directories, and an HTTP service on a socket it bound."""
+lease holder), per-task temp directories, an HTTP service on a socket it bound, and
+health checks of its resources."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
 import httpx
+import pytest
 
-from aster_forge import Forge, TaskExecutionContext
+from aster_forge import Forge, ForgeDeclarationError, TaskExecutionContext
 from aster_forge.db import RuntimeLeaseDbStore
 from aster_forge.forge import ForgeWorkerSettings
+from aster_forge.runtime import HealthCheckScope, HealthComponentReport, HealthStatus
 from aster_forge.tasks import DispatchPollConfig, TaskStatus
 
 _POLL = DispatchPollConfig(
@@ -97,3 +101,41 @@ async def test_the_runtime_serves_http_on_a_socket_the_product_bound() -> None:
         runtime.request_stop()
         await run
     assert sock.fileno() == -1  # the service closed the socket it was given
+
+
+async def test_resource_health_checks_run_with_the_forge_and_see_the_state() -> None:
+    forge = Forge("memory://")
+    broken = {"pool": False}
+
+    @forge.resources
+    async def resources() -> AsyncIterator[dict[str, bool]]:
+        yield broken
+
+    @forge.health_check("pool", required=True)
+    async def pool(state: dict[str, bool] | None) -> HealthComponentReport:
+        if state is None or state["pool"]:
+            return HealthComponentReport.unhealthy("pool", "pool broken")
+        return HealthComponentReport.healthy("pool", "pool ok")
+
+    @forge.health_check("cache")
+    async def cache(state: dict[str, bool] | None) -> HealthComponentReport:
+        return HealthComponentReport.degraded("cache", "cold")
+
+    @forge.task
+    async def noop() -> None:
+        return None
+
+    with pytest.raises(ForgeDeclarationError, match="declared twice"):
+        forge.health_check("pool")
+    async with forge.running() as runtime:
+        owners = {d.name: d.health_checks for d in runtime.descriptors()}
+        assert set(owners["forge_resources"]) == {"pool", "cache"}
+        ready = await forge.run_health(HealthCheckScope.READINESS)
+        assert {c.name: c.status for c in ready.components}["pool"] is HealthStatus.HEALTHY
+        assert "cache" not in {c.name for c in ready.components}  # diagnostics only
+        broken["pool"] = True
+        ready = await forge.run_health(HealthCheckScope.READINESS)
+        assert ready.status() is HealthStatus.UNHEALTHY
+        diagnostics = await forge.run_health(HealthCheckScope.DIAGNOSTICS)
+        statuses = {c.name: c.status for c in diagnostics.components}
+        assert statuses["cache"] is HealthStatus.DEGRADED

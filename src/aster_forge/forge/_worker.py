@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -50,6 +50,7 @@ from ..tasks import (
 
 if TYPE_CHECKING:
     from ._app import Forge
+    from ._declarations import ForgeHealthCheck
 
 __all__ = [
     "DATABASE_COMPONENT",
@@ -219,6 +220,20 @@ class ForgeWorker:
         finally:
             self._forge.clear_state()
 
+    @staticmethod
+    def _check_options(check: ForgeHealthCheck) -> HealthCheckOptions:
+        if check.required:
+            options = HealthCheckOptions.required(check.timeout)
+            return options.with_scopes(HealthCheckScopes.readiness_and_diagnostics())
+        options = HealthCheckOptions.optional(check.timeout)
+        return options.with_scopes(HealthCheckScopes.diagnostics())
+
+    def _run(self, check: ForgeHealthCheck) -> Callable[[], Awaitable[HealthComponentReport]]:
+        async def run() -> HealthComponentReport:
+            return await check.check(self._forge.state_or_none)
+
+        return run
+
     def register(self, registry: RuntimeComponentRegistry) -> None:
         """Register the forge's components (what ``.component(forge.component())`` calls)."""
         forge, backend = self._forge, self._forge.backend
@@ -236,13 +251,15 @@ class ForgeWorker:
             workers.task("scheduler", self._schedule)
         workers.shutdown("forge_stopped", None, self._stopped)
         users = [BACKGROUND_TASKS_COMPONENT, *self._after]
+        owner = workers
         if forge.resources_factory is not None:
-            registry.component(RESOURCES_COMPONENT, RuntimeComponentKind.PRODUCT).depends_on(
-                *users
-            ).startup("open_resources", self._open_resources).shutdown(
+            owner = registry.component(RESOURCES_COMPONENT, RuntimeComponentKind.PRODUCT)
+            owner.depends_on(*users).startup("open_resources", self._open_resources).shutdown(
                 "close_resources", timedelta(seconds=10), self._close_resources
             )
             users.append(RESOURCES_COMPONENT)
+        for check in forge.health_checks:
+            owner.health_with_options(check.name, self._check_options(check), self._run(check))
         if backend.engine is None:
             return
         database = registry.component(DATABASE_COMPONENT, RuntimeComponentKind.DATABASE)
