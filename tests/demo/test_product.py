@@ -88,6 +88,7 @@ async def test_database_and_dispatcher_health(tmp_path: Path) -> None:
     finally:
         await app.forge.aclose()
     checks = {c.name: c for c in report.components}
+    assert "audit_log" not in checks  # a diagnostics check: not part of readiness
     assert checks["database"].status is HealthStatus.HEALTHY
     assert checks["database"].detail("backend") == HealthComponentDetailValue.text("sqlite")
     assert checks["background_tasks"].status is HealthStatus.HEALTHY
@@ -118,9 +119,12 @@ async def test_a_run_on_sqlite(tmp_path: Path) -> None:
     run = asyncio.create_task(runtime.run(), name="demo-run")
     try:
         await _until_settled(app, 40)
+        diagnostics = await runtime.run_health(HealthCheckScope.DIAGNOSTICS)
     finally:
         runtime.request_stop()
         await run
+    audit_check = next(c for c in diagnostics.components if c.name == "audit_log")
+    assert audit_check.status is HealthStatus.HEALTHY, audit_check
     report = runtime.last_shutdown_report
     assert report is not None and not report.has_failures()
     audit = app.forge.metadata.tables["demo_audit_events"]

@@ -21,8 +21,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from aster_forge.db import UtcDateTime
 from aster_forge.runtime import (
     BufferedBatchConfig,
+    BufferedWriterLifecycle,
     BufferedWriterStopReport,
     CancellationToken,
+    HealthComponentDetailValue,
+    HealthComponentReport,
     ManagedBatchWriter,
     OverflowPolicy,
     RecordAdmission,
@@ -126,6 +129,21 @@ class AuditLog:
             raise WriteFailure.retryable(exc) from exc
         except SQLAlchemyError as exc:
             raise WriteFailure.permanent(exc) from exc
+
+    def health(self, name: str) -> HealthComponentReport:
+        """Degraded while writes are paused, quarantined or the writer is not running."""
+        snap = self._writer.snapshot()
+        if snap.quarantined:
+            report = HealthComponentReport.degraded(name, "audit writer quarantined")
+        elif snap.batch_failure is not None:
+            report = HealthComponentReport.degraded(name, "audit writes paused")
+        elif snap.lifecycle is not BufferedWriterLifecycle.RUNNING:
+            report = HealthComponentReport.degraded(name, f"audit writer {snap.lifecycle.value}")
+        else:
+            report = HealthComponentReport.healthy(name, "audit writer running")
+        pending = HealthComponentDetailValue.unsigned(snap.queued_pending)
+        confirmed = HealthComponentDetailValue.unsigned(snap.batch_confirmed)
+        return report.with_detail("pending", pending).with_detail("confirmed", confirmed)
 
     async def start(self) -> None:
         """Start the writer's worker (startup phase)."""

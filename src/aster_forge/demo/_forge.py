@@ -13,7 +13,7 @@ from pathlib import Path
 
 from aster_forge import Forge, TaskExecutionContext
 from aster_forge.forge import ForgeTask, ForgeWorkerSettings
-from aster_forge.runtime import CancellationToken
+from aster_forge.runtime import CancellationToken, HealthComponentReport
 from aster_forge.tasks import (
     ClassifiedTaskError,
     DispatchPollConfig,
@@ -171,6 +171,12 @@ def build_demo_forge(
             stop.cancel()
             await retry
             await audit.stop(timedelta(seconds=5))  # drained after the workers stopped
+
+    @forge.health_check("audit_log")
+    async def audit_health(state: DemoState | None) -> HealthComponentReport:
+        if state is None:
+            return HealthComponentReport.degraded("audit_log", "audit log not open")
+        return state.audit.health("audit_log")
 
     async def media(
         ctx: TaskExecutionContext, payload: MediaPayload, state: DemoState
