@@ -18,9 +18,11 @@ from pathlib import Path
 import pytest
 import uvicorn
 from click.testing import CliRunner, Result
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from aster_forge import __version__
 from aster_forge.cli import cli, main
+from aster_forge.db import BackgroundTaskDbStore
 from aster_forge.demo import DemoApp, DemoSettings
 from aster_forge.runtime import HealthCheckOptions, HealthCheckRegistry, HealthComponentReport
 from aster_forge.tasks import TaskLease
@@ -120,7 +122,7 @@ def test_tasks_list_and_show(seeded_url: str) -> None:
 
 
 async def _snooze_task_one(url: str) -> None:
-    engine = open_demo_engine(url)
+    engine = create_async_engine(url)
     try:
         store = BackgroundTaskDbStore(engine)
         record = await store.get_task(1)
