@@ -1,7 +1,9 @@
 """A tiny AsterRuntime product used by the signal tests (run as a subprocess).
 
-Usage: ``python signal_app.py normal|hang``. Prints ``READY`` once the service runs;
-``hang`` makes the database shutdown phase block so a second signal must force exit.
+Usage: ``python signal_app.py normal|hang|block``. Prints ``READY`` once the service runs;
+``hang`` makes the database shutdown phase block so a second signal must force exit;
+``block`` makes the service block the event loop itself (a body that never yields), so
+neither signal can reach the loop and a second one must force exit from the handler.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import time
 
 from aster_forge.runtime import (
     AsterRuntime,
@@ -31,11 +34,20 @@ async def serve(token: CancellationToken) -> int:
     return 0
 
 
+async def serve_blocking(token: CancellationToken) -> int:
+    emit("READY")
+    emit("BLOCKING")
+    time.sleep(120)  # noqa: ASYNC251 - the point: a body that blocks the loop
+    await token.wait()
+    return 0
+
+
 def http_component(token: CancellationToken) -> RuntimeServiceComponent[int]:
     async def stop() -> None:
         emit("STOP")
 
-    return RuntimeServiceComponent("http", RuntimeComponentKind.HTTP, serve(token), token, stop)
+    service = serve_blocking(token) if sys.argv[1] == "block" else serve(token)
+    return RuntimeServiceComponent("http", RuntimeComponentKind.HTTP, service, token, stop)
 
 
 async def main(mode: str) -> int:

@@ -186,3 +186,23 @@ async def test_subprocess_second_sigint_forces_exit() -> None:
     _, stderr = await proc.communicate()
     assert proc.returncode == 128 + signal.SIGINT
     assert "received SIGINT again; forcing exit" in stderr.decode()
+
+
+@posix_only
+async def test_a_second_sigterm_forces_exit_while_a_body_blocks_the_loop() -> None:
+    proc = await _start_app("block")
+    await _read_until(proc, b"BLOCKING")  # the loop is stuck in time.sleep from here on
+    # Signals of one kind sent back to back coalesce into one, so repeat until the process
+    # is gone (each attempt waits on its exit); a handler that needs the loop never exits.
+    for _ in range(40):
+        proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.shield(proc.wait()), timeout=0.5)
+            break
+        except TimeoutError:
+            continue
+    else:
+        proc.kill()
+    _, stderr = await asyncio.wait_for(proc.communicate(), timeout=10)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert "received SIGTERM again; forcing exit" in stderr.decode()

@@ -310,6 +310,14 @@ class AsterRuntime:
             )
             self._token.cancel()
             return
+        self._force(label)
+
+    def _on_repeated_signal(self, label: TerminationSignal) -> None:
+        # Runs in the signal handler itself: the loop may be blocked by a task body.
+        self._signals_received += 1
+        self._force(label)
+
+    def _force(self, label: TerminationSignal) -> None:
         logger.error("received %s again; forcing exit", label.as_str())
         self._force_exit(label)
 
@@ -344,7 +352,7 @@ class AsterRuntime:
         if self._ran:
             raise RuntimeComponentRegistrationError("AsterRuntime.run() can only be called once")
         self._ran = True
-        installation = _SignalInstallation(self._on_signal)
+        installation = _SignalInstallation(self._on_signal, on_repeat=self._on_repeated_signal)
         stopper: asyncio.Task[None] | None = None
         try:
             if self._install_signals:

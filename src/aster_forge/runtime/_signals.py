@@ -62,11 +62,17 @@ def _default_force_exit(received: TerminationSignal) -> None:
 class _SignalInstallation:
     """Installs SIGINT/SIGTERM handlers on the running loop and restores the previous ones."""
 
-    def __init__(self, callback: Callable[[TerminationSignal], None]) -> None:
+    def __init__(
+        self,
+        callback: Callable[[TerminationSignal], None],
+        *,
+        on_repeat: Callable[[TerminationSignal], None] | None = None,
+    ) -> None:
         self._callback = callback
+        self._on_repeat = on_repeat
         self._loop: asyncio.AbstractEventLoop | None = None
         self._previous: dict[int, _Handler] = {}
-        self._via_loop = False
+        self._received = 0
 
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -79,20 +85,31 @@ class _SignalInstallation:
             raise RuntimeSignalError("termination signal handlers need a running loop") from exc
         self._loop = loop
         if os.name == "posix":
-            pairs = (
-                (signal.SIGINT, TerminationSignal.SIGINT),
-                (signal.SIGTERM, TerminationSignal.SIGTERM),
-            )
+            labels = {
+                int(signal.SIGINT): TerminationSignal.SIGINT,
+                int(signal.SIGTERM): TerminationSignal.SIGTERM,
+            }
+
+            # A Python-level handler (not loop.add_signal_handler) runs in the main thread
+            # between bytecodes even while a task body blocks the loop, so a repeated
+            # signal still forces exit; the first one is handed to the loop as usual.
+            def handler(signum: int, _frame: FrameType | None) -> None:
+                self._received += 1
+                label = labels[signum]
+                if self._received > 1 and self._on_repeat is not None:
+                    self._on_repeat(label)
+                    return
+                loop.call_soon_threadsafe(self._callback, label)
+
             try:
-                for signum, label in pairs:
+                for signum in labels:
                     self._previous[signum] = signal.getsignal(signum)
-                    loop.add_signal_handler(signum, self._callback, label)
+                    signal.signal(signum, handler)
             except (OSError, RuntimeError, ValueError) as exc:
                 self.restore()
                 raise RuntimeSignalError(
                     f"cannot install termination signal handlers: {exc}"
                 ) from exc
-            self._via_loop = True
             return
         self._install_fallback(loop)  # pragma: no cover - non-POSIX platforms
 
@@ -104,12 +121,9 @@ class _SignalInstallation:
         signal.signal(signal.SIGINT, handler)
 
     def restore(self) -> None:
-        loop, self._loop = self._loop, None
+        self._loop = None
         for signum, previous in self._previous.items():
-            if self._via_loop and loop is not None and not loop.is_closed():
-                loop.remove_signal_handler(signum)
-            if previous is not None:
-                signal.signal(signum, previous)
+            signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
         self._previous.clear()
 
 
@@ -161,7 +175,7 @@ class TerminationSignalHandler:
         self._token = token
         self._stop = stop
         self._force_exit = force_exit
-        self._installation = _SignalInstallation(self._on_signal)
+        self._installation = _SignalInstallation(self._on_signal, on_repeat=self._on_repeat)
         self._stopper: asyncio.Task[None] | None = None
         self.signals_received = 0
         self.first_signal: TerminationSignal | None = None
@@ -184,6 +198,13 @@ class TerminationSignalHandler:
             )
             self._token.cancel()
             return
+        self._on_repeat(label, counted=True)
+
+    def _on_repeat(self, label: TerminationSignal, *, counted: bool = False) -> None:
+        # Called from the signal handler itself for a repeated signal (the loop may be
+        # blocked by a task body), or from the loop callback when the count says so.
+        if not counted:
+            self.signals_received += 1
         logger.error(
             "received %s again during shutdown; forcing exit",
             label.as_str(),
