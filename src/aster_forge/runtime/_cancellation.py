@@ -28,7 +28,8 @@ class CancellationToken:
     def __init__(self) -> None:
         self._cancelled = False
         self._waiters: list[asyncio.Future[None]] = []
-        self._children: weakref.WeakSet[CancellationToken] = weakref.WeakSet()
+        # Created with the first child: most tokens (one per task execution) never get one.
+        self._children: weakref.WeakSet[CancellationToken] | None = None
 
     @property
     def cancelled(self) -> bool:
@@ -50,7 +51,7 @@ class CancellationToken:
                 # The waiter may belong to a loop that is closed; set_result is still safe
                 # on a pending future.
                 waiter.set_result(None)
-        for child in list(self._children):
+        for child in list(self._children or ()):
             child.cancel()
 
     def child_token(self) -> CancellationToken:
@@ -63,6 +64,8 @@ class CancellationToken:
         if self._cancelled:
             child.cancel()
         else:
+            if self._children is None:
+                self._children = weakref.WeakSet()
             self._children.add(child)
         return child
 
