@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from ._lease import TaskLease
 from ._records import TaskCompletion
@@ -13,15 +11,7 @@ from .protocols import ClaimedTaskExecutionStore
 
 __all__ = ["TaskCompletionBatcher", "supports_batched_success"]
 
-logger = logging.getLogger("aster_forge.tasks.execution")
-
 DEFAULT_MAX_COMPLETION_BATCH = 128
-
-
-class _BatchSucceedStore(Protocol):
-    async def mark_tasks_succeeded_many(
-        self, completions: Sequence[TaskCompletion]
-    ) -> Sequence[bool]: ...
 
 
 def supports_batched_success(store: object) -> bool:

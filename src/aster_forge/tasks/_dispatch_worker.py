@@ -72,14 +72,7 @@ class TaskDispatcher(TaskWorker[StateT]):
     async def claim_lane(
         self, store: DispatchTaskStore[Any, Any], config: TaskLaneConfig
     ) -> tuple[int, int]:
-        """Claim up to the free slots of one lane and start executing what was claimed.
-
-        Returns:
-            ``(claimed, requested)``; ``requested`` is 0 when the lane was full.
-
-        Raises:
-            Exception: Whatever the store's claim raised (stats record the error).
-        """
+        """Claim one lane's free slots and start them; returns ``(claimed, requested)``."""
         return await self.worker_for(store)._claim_lane(config)
 
 
