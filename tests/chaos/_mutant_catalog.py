@@ -339,7 +339,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 "            return\n",
             ),
         ),
-        (TAKEN_OVER + "[shared-heartbeat-postgres]", "tests/tasks/test_heartbeat.py"),
+        (TAKEN_OVER + "[batched-success-postgres]", "tests/tasks/test_heartbeat.py"),
     ),
     Mutant(
         "heartbeat-refusal-retried",
@@ -353,7 +353,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 "            return\n",
             ),
         ),
-        (TAKEN_OVER + "[own-heartbeat-postgres]", "tests/tasks/test_heartbeat.py"),
+        (TAKEN_OVER + "[single-success-postgres]", "tests/tasks/test_heartbeat.py"),
     ),
 )
 
