@@ -4,7 +4,8 @@
 Usage: ``python benchmarks/peer_runner.py SYSTEM SCENARIO DSN COUNT CONCURRENCY``
 with SYSTEM ``pgqueuer`` or ``procrastinate``, SCENARIO ``burn`` (drain COUNT
 pre-enqueued no-op jobs with the documented worker API) or ``bulk`` (enqueue COUNT
-jobs in chunks). Prints one JSON line: ``{"rate": ..., "checked": ...}``. Each burn
+jobs in chunks) or ``single`` (pgqueuer: COUNT enqueues, one per call). Prints one
+JSON line: ``{"rate": ..., "checked": ...}``. Each burn
 verifies that every job ran exactly once (a counter in the job body) and that the
 queue ended empty / every job row succeeded. This file imports nothing from the
 project (the peers are not project dependencies).
@@ -86,6 +87,21 @@ async def pgqueuer_burn(dsn: str, count: int, concurrency: int) -> dict[str, Any
         await check.close()
     once = len(executed) == count and all(n == 1 for n in executed.values()) and left == 0
     return {"rate": count / elapsed, "checked": once, "left": left}
+
+
+async def pgqueuer_single(dsn: str, count: int) -> dict[str, Any]:
+    """One ``Queries.enqueue`` per call (its default configuration, one connection)."""
+    conn, queries = await _pgq_fresh(dsn)
+    try:
+        await queries.enqueue("noop", b"warm", 0)
+        started = time.perf_counter()
+        for n in range(count):
+            await queries.enqueue("noop", str(n).encode(), 0)
+        rate = count / (time.perf_counter() - started)
+        rows = await conn.fetchval("SELECT count(*) FROM pgqueuer")
+    finally:
+        await conn.close()
+    return {"rate": rate, "checked": rows == count + 1}
 
 
 async def pgqueuer_bulk(dsn: str, count: int) -> dict[str, Any]:
@@ -173,6 +189,8 @@ async def _main(argv: list[str]) -> dict[str, Any]:
     if system == "pgqueuer":
         if scenario == "burn":
             return await pgqueuer_burn(dsn, count, concurrency)
+        if scenario == "single":
+            return await pgqueuer_single(dsn, count)
         return await pgqueuer_bulk(dsn, count)
     if scenario == "burn":
         return await procrastinate_burn(dsn, count, concurrency)

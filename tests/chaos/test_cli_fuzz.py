@@ -24,8 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aster_forge.cli import cli
-from aster_forge.db import BackgroundTaskDbStore
-from aster_forge.demo import migrate_demo_database, open_demo_engine, seed_demo_tasks
+from aster_forge.demo import DemoApp, DemoSettings
 
 from ._fuzz import fuzz
 from .report import ScenarioResult, record
@@ -41,12 +40,12 @@ INVOCATIONS: list[int] = [0, 0]
 
 
 async def _seed(url: str) -> None:
-    engine = open_demo_engine(url)
+    app = DemoApp(DemoSettings(database_url=url))
     try:
-        await migrate_demo_database(engine)
-        await seed_demo_tasks(BackgroundTaskDbStore(engine), batch="cli-fuzz")
+        await app.migrate()
+        await app.seed(batch="cli-fuzz")
     finally:
-        await engine.dispose()
+        await app.forge.aclose()
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,7 @@ from click.testing import CliRunner, Result
 
 from aster_forge import __version__
 from aster_forge.cli import cli, main
-from aster_forge.db import BackgroundTaskDbStore
-from aster_forge.demo import migrate_demo_database, open_demo_engine, seed_demo_tasks
+from aster_forge.demo import DemoApp, DemoSettings
 from aster_forge.runtime import HealthCheckOptions, HealthCheckRegistry, HealthComponentReport
 from aster_forge.web import health_app
 
@@ -42,12 +41,12 @@ def assert_one_line_error(result: Result, code: int, fragment: str) -> None:
 
 
 async def _seed(url: str) -> None:
-    engine = open_demo_engine(url)
+    app = DemoApp(DemoSettings(database_url=url))
     try:
-        await migrate_demo_database(engine)
-        await seed_demo_tasks(BackgroundTaskDbStore(engine), batch="cli-test")
+        await app.migrate()
+        await app.seed(batch="cli-test")
     finally:
-        await engine.dispose()
+        await app.forge.aclose()
 
 
 @pytest.fixture

@@ -13,10 +13,13 @@ from aster_forge.demo import DEMO_LEASE_ID
 
 from ._support import DemoProcess
 
+_PIPELINES = {"thumbnail.render", "video.transcode", "report.export"}
+
 
 def _succeeded_tasks(demo: DemoProcess) -> list[dict[str, Any]] | None:
     items: list[dict[str, Any]] = demo.get("/api/tasks?status=succeeded").json()["items"]
-    return items if len(items) >= 3 else None
+    pipelines = [item for item in items if item["kind"] in _PIPELINES]
+    return items if len(items) >= 3 and pipelines else None
 
 
 def _fired(demo: DemoProcess) -> list[dict[str, Any]] | None:
@@ -31,14 +34,21 @@ def _run_demo(url: str, tmp_path: Path) -> None:
         demo.wait_ready()
         succeeded = demo.wait_for(lambda: _succeeded_tasks(demo), 14, "succeeded tasks")
         assert {t["kind"] for t in succeeded} <= {
-            "thumbnail.render",
-            "video.transcode",
-            "report.export",
+            *_PIPELINES,
             "runtime.task",
+            "system-health-check",
+            "temp-dir-sweep",
+            "finished-task-cleanup",
+            "sample-work",
         }
         fired = demo.wait_for(lambda: _fired(demo), 14, "scheduled firings")
         assert {row["name"] for row in fired} & {"system-health-check", "temp-dir-sweep"}
-        detail = demo.get(f"/api/tasks/{succeeded[0]['id']}").json()
+        # A periodic firing runs as a task of the job's kind, deduped on the firing.
+        jobs = demo.get("/api/tasks?kind=system-health-check").json()["items"]
+        assert jobs and all(j["dedupe_key"].startswith("scheduled:") for j in jobs)
+        pipeline = next(t for t in succeeded if t["kind"] in _PIPELINES)
+        detail = demo.get(f"/api/tasks/{pipeline['id']}").json()
+        assert [s["key"] for s in detail["steps"]] == ["fetch", "transform", "publish"]
         assert [s["status"] for s in detail["steps"]] == ["succeeded"] * len(detail["steps"])
         leases = demo.get("/api/leases").json()["items"]
         assert [lease["owner_id"] for lease in leases if lease["lease_id"] == DEMO_LEASE_ID] == [
@@ -50,18 +60,17 @@ def _run_demo(url: str, tmp_path: Path) -> None:
     assert code == 0, demo.stderr
     assert "Traceback" not in demo.stderr
     assert "shutdown report" in demo.stdout
-    assert (
-        "shutdown order: dispatcher -> background_tasks -> audit_log -> database" in (demo.stdout)
-        or "shutdown order: background_tasks -> dispatcher -> audit_log -> database" in demo.stdout
-    )
+    # The workers stop, then the resources (the audit log drains), then the database.
+    assert "shutdown order: background_tasks -> forge_resources -> database" in demo.stdout
     report = json.loads(demo.report.read_text())
     order = report["shutdown"]["components"]
-    assert order.index("background_tasks") < order.index("audit_log") < order.index("database")
-    assert order.index("dispatcher") < order.index("audit_log")
+    assert order.index("background_tasks") < order.index("forge_resources")
+    assert order.index("forge_resources") < order.index("database")
     assert report["shutdown"]["has_failures"] is False
     assert report["startup"]["succeeded"] is True
     graph = report["shutdown_order"]
-    assert graph.index("background_tasks") < graph.index("audit_log") < graph.index("database")
+    assert graph.index("background_tasks") < graph.index("forge_resources")
+    assert graph.index("forge_resources") < graph.index("database")
 
 
 def test_demo_on_sqlite(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The example product: its declarations, its component graph and a real run."""
+"""The example product: its Forge declarations, its component graph and a real run."""
 
 from __future__ import annotations
 
@@ -10,81 +10,88 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from aster_forge import ForgePayloadError
+from aster_forge.db import AsterForgeDbError
 from aster_forge.demo import (
+    DEMO_LEASE_ID,
+    DEMO_NAMESPACE,
     LANE_LIMITS,
     RUNTIME_TASKS,
+    SEED_PREFIX,
     DemoApp,
     DemoLane,
     DemoRuntimeTask,
     DemoSchedule,
     DemoSettings,
-    DemoTaskKind,
-    build_task_registry,
-    sample_tasks,
 )
-from aster_forge.runtime import (
-    HealthCheckScope,
-    HealthComponentDetailValue,
-    HealthStatus,
-    RuntimeComponentKind,
-    StartupPhaseFailurePolicy,
+from aster_forge.runtime import HealthCheckScope, HealthComponentDetailValue, HealthStatus
+from aster_forge.tasks import (
+    CronSchedule,
+    IntervalSchedule,
+    TaskStatus,
+    TaskStepStatus,
+    parse_task_steps_json,
 )
-from aster_forge.tasks import TaskStatus, TaskStepStatus, parse_task_steps_json
 
 
-def test_registry_and_catalog_are_consistent() -> None:
-    registry = build_task_registry()
-    assert set(registry.kinds()) == set(DemoTaskKind)
-    assert set(registry.lanes()) == set(DemoLane) == set(LANE_LIMITS)
+def _app(tmp_path: Path, **options: object) -> DemoApp:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'demo.db'}"
+    return DemoApp(DemoSettings(database_url=url, temp_root=tmp_path / "tmp", **options))  # type: ignore[arg-type]
+
+
+def test_the_forge_declares_lanes_tasks_and_periodic_jobs(tmp_path: Path) -> None:
+    forge = _app(tmp_path).forge
+    assert forge.lanes == LANE_LIMITS
     assert LANE_LIMITS == {DemoLane.MEDIA: 2, DemoLane.MAINTENANCE: 1, DemoLane.FALLBACK: 4}
+    assert forge.name == DEMO_NAMESPACE and f"{DEMO_NAMESPACE}.scheduler" == DEMO_LEASE_ID
+    lanes = {task.name: task.lane for task in forge.tasks}
+    assert lanes == {
+        "thumbnail.render": "media",
+        "video.transcode": "media",
+        "report.export": "fallback",
+        "runtime.task": "maintenance",
+        "system-health-check": "maintenance",
+        "temp-dir-sweep": "maintenance",
+        "finished-task-cleanup": "maintenance",
+        "sample-work": "fallback",
+    }
+    pipeline = next(task for task in forge.tasks if task.name == "report.export")
+    assert [step.key for step in pipeline.steps] == ["fetch", "transform", "publish"]
+    schedules = {job.name: job.schedule for job in forge.periodics}
+    assert isinstance(schedules.pop("finished-task-cleanup"), CronSchedule)
+    assert all(isinstance(s, IntervalSchedule) for s in schedules.values())
+    # Every maintenance job is a runtime-catalog entry, named by its wire value.
     RUNTIME_TASKS.check()
-    for kind in DemoRuntimeTask:
-        assert DemoRuntimeTask.from_wire_value(kind.as_str()) is kind
+    catalog = {entry.as_str() for entry in DemoRuntimeTask}
+    assert catalog <= {job.name for job in forge.periodics}
     assert DemoRuntimeTask.from_wire_value("removed-maintenance-task") is None
-
-
-def test_sample_tasks_decode_with_their_specs() -> None:
-    registry = build_task_registry()
-    tasks = sample_tasks(registry, batch="b")
-    assert len({t.dedupe_key_text for t in tasks}) == len(tasks)
-    for task in tasks:
-        kind = DemoTaskKind(task.kind)
-        assert task.lane == registry.lane_of(kind).value
-        registry.spec_for(kind).spec.decode_payload(task.payload_json)
-        assert task.steps_json is not None
+    quiet = _app(tmp_path, schedule=DemoSchedule(sample_work=timedelta(0))).forge
+    assert "sample-work" not in {job.name for job in quiet.periodics}
 
 
 def test_component_graph(tmp_path: Path) -> None:
-    app = DemoApp(DemoSettings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'g.db'}"))
-    runtime = app.build_runtime(install_signal_handlers=False)
+    runtime = _app(tmp_path).build_runtime(install_signal_handlers=False)
     deps = {d.name: set(d.depends_on) for d in runtime.descriptors()}
-    assert set(deps) == {"database", "sample_work", "audit_log", "dispatcher", "background_tasks"}
-    assert deps["database"] == {"background_tasks", "dispatcher", "audit_log", "sample_work"}
-    assert {"background_tasks", "dispatcher"} <= deps["audit_log"]
+    assert set(deps) == {"background_tasks", "forge_resources", "database"}
+    assert deps["forge_resources"] == {"background_tasks"}  # the audit log outlives the workers
+    assert deps["database"] == {"background_tasks", "forge_resources"}
     order = list(runtime.registry.shutdown_order())
-    assert order.index("background_tasks") < order.index("audit_log") < order.index("database")
+    assert order == ["background_tasks", "forge_resources", "database"]
 
 
-async def test_database_component_migrates_checks_and_disposes(tmp_path: Path) -> None:
-    app = DemoApp(DemoSettings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'd.db'}"))
+async def test_database_and_dispatcher_health(tmp_path: Path) -> None:
+    app = _app(tmp_path)
     runtime = app.build_runtime(install_signal_handlers=False)
-    database = next(d for d in runtime.descriptors() if d.name == "database")
-    assert database.kind is RuntimeComponentKind.DATABASE
-    assert [(p.phase, p.policy) for p in database.startup_phases] == [
-        ("database_migrate", StartupPhaseFailurePolicy.REQUIRED)
-    ]
-    assert [(p.phase, p.timeout) for p in database.shutdown_phases] == [
-        ("database_close", timedelta(seconds=10))
-    ]
-    assert database.health_checks == ("database",)
     try:
         await app.migrate()
         report = await runtime.run_health(HealthCheckScope.READINESS)
     finally:
-        await app.engine.dispose()
-    check = next(c for c in report.components if c.name == "database")
-    assert check.status is HealthStatus.HEALTHY
-    assert check.detail("backend") == HealthComponentDetailValue.text("sqlite")
+        await app.forge.aclose()
+    checks = {c.name: c for c in report.components}
+    assert "audit_log" not in checks  # a diagnostics check: not part of readiness
+    assert checks["database"].status is HealthStatus.HEALTHY
+    assert checks["database"].detail("backend") == HealthComponentDetailValue.text("sqlite")
+    assert checks["background_tasks"].status is HealthStatus.HEALTHY
 
 
 async def _until_settled(app: DemoApp, limit_seconds: float) -> None:
@@ -92,74 +99,76 @@ async def _until_settled(app: DemoApp, limit_seconds: float) -> None:
         while True:
             try:
                 page = await app.task_store.list_tasks(limit=100)
-            except Exception:  # not migrated yet
+            except AsterForgeDbError:  # the tables are created at startup
                 await asyncio.sleep(0.1)
                 continue
-            seeded = [r for r in page.items if (r.dedupe_key or "").startswith("demo-seed:")]
+            seeded = [r for r in page.items if (r.dedupe_key or "").startswith(SEED_PREFIX)]
             if seeded and all(r.status.is_terminal for r in seeded):
                 return
             await asyncio.sleep(0.1)
 
 
 async def test_a_run_on_sqlite(tmp_path: Path) -> None:
-    settings = DemoSettings(
-        database_url=f"sqlite+aiosqlite:///{tmp_path / 'run.db'}",
+    app = _app(
+        tmp_path,
         pace=0.01,
-        temp_root=tmp_path / "tmp",
-        schedule=DemoSchedule(sample_work=DemoSchedule().sample_work * 0),
+        schedule=DemoSchedule(sample_work=timedelta(0)),
         retry_delay=DemoSettings().retry_delay / 20,
     )
-    app = DemoApp(settings)
     runtime = app.build_runtime(install_signal_handlers=False)
     run = asyncio.create_task(runtime.run(), name="demo-run")
     try:
         await _until_settled(app, 40)
+        diagnostics = await runtime.run_health(HealthCheckScope.DIAGNOSTICS)
     finally:
         runtime.request_stop()
         await run
+    audit_check = next(c for c in diagnostics.components if c.name == "audit_log")
+    assert audit_check.status is HealthStatus.HEALTHY, audit_check
     report = runtime.last_shutdown_report
     assert report is not None and not report.has_failures()
+    audit = app.forge.metadata.tables["demo_audit_events"]
     engine = app.engine  # disposed by the database component; usable again for reads
     try:
         async with engine.connect() as conn:
-            rows = (await conn.execute(sa.select(app.tables.tasks))).mappings().all()
-            events = (await conn.execute(sa.select(app.tables.audit.c.event))).scalars().all()
+            tasks = app.forge.backend.tasks_table
+            rows = (await conn.execute(sa.select(tasks))).mappings().all()
+            events = (await conn.execute(sa.select(audit.c.event))).scalars().all()
     finally:
         await engine.dispose()
-    by_payload = {
-        (r["kind"], json.dumps(json.loads(r["payload_json"]), sort_keys=True)): r for r in rows
-    }
-    statuses = {
-        failure: {
-            TaskStatus(r["status"])
-            for (_kind, payload), r in by_payload.items()
-            if json.loads(payload).get("failure", "none") == failure
-        }
-        for failure in ("none", "flaky", "corrupt", "quota")
-    }
-    assert statuses["flaky"] == {TaskStatus.SUCCEEDED}
-    assert statuses["corrupt"] == {TaskStatus.FAILED}
-    assert statuses["quota"] == {TaskStatus.FAILED}
-    flaky = [r for (_k, p), r in by_payload.items() if json.loads(p).get("failure") == "flaky"]
-    assert [r["attempt"] for r in flaky] == [1, 1]
-    corrupt = next(r for (_k, p), r in by_payload.items() if '"corrupt"' in p)
-    assert corrupt["manual_retry_allowed"] is False or corrupt["manual_retry_allowed"] == 0
-    steps = parse_task_steps_json(corrupt["steps_json"])
-    assert [s.status for s in steps] == [
+    seeded = [r for r in rows if (r["dedupe_key"] or "").startswith(SEED_PREFIX)]
+    assert len(seeded) == 14
+
+    def failing(mode: str) -> list[sa.RowMapping]:
+        return [r for r in seeded if json.loads(r["payload_json"]).get("failure") == mode]
+
+    assert {TaskStatus(r["status"]) for r in failing("flaky")} == {TaskStatus.SUCCEEDED}
+    assert [r["attempt"] for r in failing("flaky")] == [1, 1]  # one retry counted once
+    (corrupt,) = failing("corrupt")
+    assert corrupt["status"] == "failed" and not corrupt["manual_retry_allowed"]
+    assert [s.status for s in parse_task_steps_json(corrupt["steps_json"])] == [
         TaskStepStatus.SUCCEEDED,
         TaskStepStatus.FAILED,
         TaskStepStatus.PENDING,
     ]
-    quota = next(r for (_k, p), r in by_payload.items() if '"quota"' in p)
-    assert bool(quota["manual_retry_allowed"])
-    legacy = next(r for r in rows if "removed-maintenance-task" in r["payload_json"])
+    (quota,) = failing("quota")
+    assert quota["status"] == "failed" and bool(quota["manual_retry_allowed"])
+    legacy = next(r for r in seeded if "removed-maintenance-task" in r["payload_json"])
     assert legacy["status"] == "failed" and "Unknown runtime task" in legacy["last_error"]
-    assert "task.published" in events and "demo.seeded" in events
+    health = next(r for r in seeded if "system-health-check" in r["payload_json"])
+    assert health["status"] == "succeeded" and "components" in health["result_json"]
+    assert {"task.published", "demo.seeded", "runtime_task.finished"} <= set(events)
 
 
 @pytest.mark.parametrize("bad", [{"report": "", "rows": 1}, {"report": "x", "rows": -1}])
-def test_invalid_payloads_are_rejected(bad: dict[str, object]) -> None:
-    registry = build_task_registry()
-    spec = registry.spec_for(DemoTaskKind.REPORT_EXPORT).spec
-    with pytest.raises(ValueError, match=r"report\.export"):
-        spec.decode_payload(json.dumps(bad))
+async def test_invalid_payloads_are_rejected_before_anything_is_written(
+    tmp_path: Path, bad: dict[str, object]
+) -> None:
+    app = _app(tmp_path)
+    try:
+        await app.migrate()
+        with pytest.raises(ForgePayloadError, match=r"report\.export"):
+            await app.tasks.report.enqueue(bad)
+        assert (await app.task_store.list_tasks(limit=10)).items == []
+    finally:
+        await app.forge.aclose()

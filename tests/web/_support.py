@@ -9,6 +9,12 @@ from datetime import timedelta
 import httpx
 from starlette.types import ASGIApp
 
+from aster_forge.runtime import (
+    HealthCheckOptions,
+    HealthCheckRegistry,
+    HealthCheckScopes,
+    HealthComponentReport,
+)
 from aster_forge.tasks import (
     BackgroundTaskRecord,
     BackgroundTaskStore,
@@ -95,3 +101,20 @@ async def seed_tasks(store: BackgroundTaskStore) -> dict[str, int]:
         await store.enqueue(NewTask(kind="render", lane="media", payload_json='{"n": 1}'))
     ).record.id
     return ids
+
+
+def healthy_registry() -> HealthCheckRegistry:
+    """A health registry with one healthy readiness/diagnostics check, ``database``."""
+    registry = HealthCheckRegistry()
+
+    async def database() -> HealthComponentReport:
+        return HealthComponentReport.healthy("database", "ping ok")
+
+    registry.register_with_options(
+        "database",
+        HealthCheckOptions.required(timedelta(seconds=1)).with_scopes(
+            HealthCheckScopes.readiness_and_diagnostics()
+        ),
+        database,
+    )
+    return registry

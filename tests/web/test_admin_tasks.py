@@ -94,11 +94,14 @@ async def test_show_one_task_with_payload_and_result(store: BackgroundTaskStore)
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        ({"status": "exploded"}, "unknown task status"),
-        ({"limit": "0"}, "limit must be in 1..1000"),
-        ({"limit": "ten"}, "must be an integer"),
-        ({"before_id": "x"}, "must be an integer"),
-        ({"lane": " media"}, "lane"),
+        ({"status": "exploded"}, "query parameter 'status'"),
+        ({"limit": "0"}, "query parameter 'limit': Input should be greater than or equal to 1"),
+        ({"limit": "ten"}, "valid integer"),
+        ({"before_id": "x"}, "query parameter 'before_id'"),
+        ({"before_id": ""}, "query parameter 'before_id'"),
+        ({"status": ""}, "query parameter 'status'"),
+        ({"lane": " media"}, "query parameter 'lane'"),
+        ({"kind": "k" * 65}, "query parameter 'kind': String should have at most 64"),
     ],
 )
 async def test_bad_query_parameters_are_400(
@@ -221,14 +224,16 @@ async def test_get_is_not_allowed_on_mutations(store: BackgroundTaskStore) -> No
 async def test_unconfigured_sources_are_404() -> None:
     async with client(admin_app(AdminSources())) as http:
         paths = ["/api/tasks", "/api/tasks/1", "/api/lanes", "/api/scheduled", "/api/leases"]
-        paths += ["/api/components", "/api/reports"]
+        paths += ["/api/components", "/api/reports", "/api/health", "/api/overview"]
+        paths += ["/api/tasks/counts"]
         responses = [await http.get(path) for path in paths]
         posts = [await http.post("/api/tasks/1/retry"), await http.post("/api/tasks/1/cancel")]
         info = await http.get("/api/info")
     assert {r.status_code for r in responses + posts} == {404}
     assert {r.json()["error"] for r in responses + posts} == {"not_configured"}
     assert info.json()["features"] == dict.fromkeys(
-        ["tasks", "lanes", "scheduled", "leases", "components", "reports"], False
+        ["tasks", "lanes", "scheduled", "leases", "components", "reports", "health", "overview"],
+        False,
     )
 
 
@@ -246,6 +251,11 @@ class BrokenStore(InMemoryTaskStore):
     async def list_tasks(self, **kwargs: object) -> Any:
         raise DatabaseUnavailableError(
             "connection refused: password=hunter2", operation="list tasks"
+        )
+
+    async def search_tasks(self, *args: object, **kwargs: object) -> Any:
+        raise DatabaseUnavailableError(
+            "connection refused: password=hunter2", operation="search tasks"
         )
 
 
@@ -269,3 +279,34 @@ async def test_stored_values_that_are_not_json_do_not_break_the_page() -> None:
     assert (item["result"], item["result_invalid"]) == ({"a": 1}, False)
     odd = task_json(replace(record, steps_json='{"not": "a list"}'))
     assert odd["steps_invalid"] is True
+
+
+async def test_a_forged_host_and_origin_pair_is_403(store: BackgroundTaskStore) -> None:
+    # DNS rebinding: evil.example re-pointed at this server; the browser sends
+    # Host and Origin that agree with each other, so only a host allow-list stops it.
+    ids = await seed_tasks(store)
+    forged = {"Host": "evil.example:8000", "Origin": "http://evil.example:8000"}
+    async with client(admin_app(AdminSources(task_store=store))) as http:
+        cancel = await http.post(f"/api/tasks/{ids['pending']}/cancel", headers=forged)
+        listed = await http.get("/api/tasks", headers={"Host": "evil.example:8000"})
+        page = await http.get("/", headers={"Host": "evil.example"})
+        local = await http.get("/api/tasks", headers={"Host": "localhost:8000"})
+        bound = await http.get("/api/tasks")  # Host: testserver, the address it is served on
+    assert cancel.status_code == listed.status_code == page.status_code == 403
+    assert cancel.json()["error"] == "host_not_allowed"
+    assert local.status_code == bound.status_code == 200
+    record = await store.get_task(ids["pending"])
+    assert record is not None and record.status is TaskStatus.PENDING
+
+
+async def test_allowed_hosts_are_configurable(store: BackgroundTaskStore) -> None:
+    app = admin_app(AdminSources(task_store=store), allowed_hosts=["ops.example.com", "*.corp"])
+    async with client(app) as http:
+        named = await http.get("/api/tasks", headers={"Host": "ops.example.com"})
+        suffix = await http.get("/api/tasks", headers={"Host": "a.b.corp:443"})
+        other = await http.get("/api/tasks")  # testserver is no longer implied
+        loopback = await http.get("/api/tasks", headers={"Host": "127.0.0.1"})
+    assert named.status_code == suffix.status_code == 200
+    assert other.status_code == loopback.status_code == 403
+    with pytest.raises(TypeError, match="allowed_hosts"):
+        admin_app(AdminSources(), allowed_hosts="localhost")

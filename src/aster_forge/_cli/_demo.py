@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import logging
 import sys
@@ -11,12 +12,13 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from aster_forge.demo import DemoApp, DemoPortInUseError, DemoSettings
-from aster_forge.runtime import AsterRuntime, AsterRuntimeError
+from aster_forge.demo import DemoApp, DemoPortInUseError, DemoSettings, bind_listen_socket
+from aster_forge.runtime import AsterRuntime, AsterRuntimeError, CancellationToken
 from aster_forge.tasks import ClassifiedTaskError
 
 from ._db import check_sqlite_path
 from ._errors import EXIT_FAILED, EXIT_UNREACHABLE, CliError, database_error, safe_url
+from ._live import run_live_view
 from ._reports import (
     print_runtime_error,
     print_shutdown_report,
@@ -49,7 +51,7 @@ async def _preflight(app: DemoApp, url: str) -> None:
         async with app.engine.connect() as conn:
             await conn.execute(sa.text("SELECT 1"))
     except Exception as exc:
-        await app.engine.dispose()
+        await app.forge.aclose()
         raise database_error(exc, url) from None
 
 
@@ -106,10 +108,9 @@ async def run_demo(options: DemoOptions) -> int:
         seed=options.seed,
         pace=options.pace,
     )
-    try:
-        from aster_forge.demo._http import bind_listen_socket
-    except ImportError as exc:  # pragma: no cover - the web extra is missing
-        raise CliError(f"the demo needs the 'web' extra ({exc.name} is missing)", 2) from None
+    for module in ("starlette", "uvicorn", "prometheus_client"):
+        if importlib.util.find_spec(module) is None:  # pragma: no cover - no web extra
+            raise CliError(f"the demo needs the 'web' extra ({module} is missing)", 2)
     await asyncio.to_thread(check_sqlite_path, options.database_url)
     try:
         sock = bind_listen_socket(options.host, options.port)
@@ -138,10 +139,8 @@ async def run_demo(options: DemoOptions) -> int:
             asyncio.create_task(_stop_after(runtime, options.duration), name="demo-duration")
         )
     if options.live:
-        from ._live import run_live_view
-
         helpers.append(
-            asyncio.create_task(run_live_view(app, header, live_token), name="demo-live-view")
+            asyncio.create_task(_live_view(app, header, live_token), name="demo-live-view")
         )
     code = 0
     try:
@@ -154,12 +153,20 @@ async def run_demo(options: DemoOptions) -> int:
         for task in helpers:
             task.cancel()
         await _join(helpers)
-        await app.engine.dispose()
+        await app.forge.aclose()
     print_shutdown_report(runtime.last_shutdown_report)
     if options.report_json is not None:
         await asyncio.to_thread(_write_reports, options.report_json, runtime, app)
     sys.stdout.flush()
     return code
+
+
+async def _live_view(app: DemoApp, header: str, token: CancellationToken) -> None:
+    # The view shows the running dispatcher, which exists once the workers started.
+    while app.forge.current_dispatcher() is None:
+        if await token.sleep(0.05):
+            return
+    await run_live_view(app, header, token)
 
 
 async def _join(tasks: list[asyncio.Task[None]]) -> None:

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..runtime import Clock, SystemClock
+from ..tasks import TaskRegistry, TaskRegistryError
 from ..tasks._lease import TaskLease
 from ..tasks._records import (
     LEASE_EXPIRED_ERROR,
@@ -24,6 +25,7 @@ from ..tasks._records import (
 )
 from ._tasks_admin import TaskAdminMixin
 from ._tasks_enqueue import DEFAULT_TASK_NOTIFY_CHANNEL, TaskEnqueueMixin
+from ._tasks_enqueue_pg import PgEnqueueStatement
 from ._tasks_pg import PgTaskStatements
 from ._tasks_sql import _SATURATING_DELTA, DbNow, TaskSql
 from ._tasks_table import CORE_COLUMNS, background_tasks_table, record_from_row
@@ -55,6 +57,11 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin):
         clock: The time source on SQLite (PostgreSQL/MariaDB use the server clock).
         notify: On PostgreSQL, ``NOTIFY`` the channel in the enqueue transaction.
         notify_channel: The channel name.
+        registry: A validated :class:`~aster_forge.tasks.TaskRegistry`: every enqueued
+            task is checked against it (kind registered, lane the kind's own; the
+            spec's steps filled in when ``steps_json`` is absent) and a bad batch is
+            refused whole, before any I/O. Without one, any kind and lane are stored
+            as given (a kind no worker runs stays pending).
     """
 
     def __init__(
@@ -65,13 +72,24 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin):
         clock: Clock | None = None,
         notify: bool = True,
         notify_channel: str = DEFAULT_TASK_NOTIFY_CHANNEL,
+        registry: TaskRegistry[Any, Any, Any] | None = None,
     ) -> None:
+        if registry is not None and not registry.validated:
+            raise TaskRegistryError("task registry is not validated; call validate() first")
+        self._registry = registry
         self._table = table if table is not None else background_tasks_table(sa.MetaData())
         self._sql = TaskSql(engine, self._table, clock if clock is not None else SystemClock())
         self._notify = notify and self._sql.is_postgres
         self._channel = notify_channel
         self._cols = [self._table.c[name] for name in CORE_COLUMNS]
         self._pg = PgTaskStatements(self._table, engine.dialect) if self._sql.is_postgres else None
+        self._pg_enqueue = (
+            PgEnqueueStatement(
+                self._table, engine.dialect, channel=self._channel if self._notify else None
+            )
+            if self._sql.is_postgres
+            else None
+        )
         self._succeed_many_cached: Any = None
 
     @property

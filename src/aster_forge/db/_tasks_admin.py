@@ -1,4 +1,4 @@
-"""Admin reads and writes of the task store: get, list, retry, cancel, lane counts."""
+"""Admin reads and writes of the task store: get, list, retry, cancel (one or many), lane counts."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from ..tasks._admin_query import TaskBulkResult, TaskQuery, check_bulk_limit
 from ..tasks._records import (
     MAX_TASK_ID,
     BackgroundTaskRecord,
@@ -22,6 +23,7 @@ from ..tasks._records import (
     wire_value,
 )
 from ..tasks.errors import TaskNotFoundError, TaskStateError
+from ._tasks_admin_query import TaskAdminQueryMixin, query_conditions
 from ._tasks_sql import TaskSql
 from ._tasks_table import record_from_row
 from ._time import UtcDateTime
@@ -31,7 +33,7 @@ __all__ = ["TaskAdminMixin"]
 _TERMINAL_RETRYABLE = (TaskStatus.FAILED.value, TaskStatus.CANCELLED.value)
 
 
-class TaskAdminMixin:
+class TaskAdminMixin(TaskAdminQueryMixin):
     """The admin half of :class:`~aster_forge.db.BackgroundTaskDbStore`."""
 
     _table: sa.Table
@@ -94,29 +96,13 @@ class TaskAdminMixin:
 
         async def body(conn: AsyncConnection) -> BackgroundTaskRecord:
             now = await self._sql.now(conn)
-            allowed = sa.or_(
-                t.c.status == TaskStatus.CANCELLED.value, t.c.manual_retry_allowed.is_(True)
-            )
             stmt = (
                 sa.update(t)
                 .where(t.c.id == task_id, t.c.status.in_(_TERMINAL_RETRYABLE))
-                .values(
-                    status=TaskStatus.PENDING.value,
-                    attempt=0,
-                    run_at=now[0] if run_at is None else sa.literal(run_at, UtcDateTime()),
-                    result_json=None,
-                    failure_reason=None,
-                    manual_retry_allowed=True,
-                    cancel_requested=False,
-                    rescued=False,
-                    processing_token=None,
-                    lease_expires_at=None,
-                    updated_at=now[0],
-                    finished_at=None,
-                )
+                .values(**self._retry_values(now[0], run_at))
             )
             if not force:
-                stmt = stmt.where(allowed)
+                stmt = stmt.where(self._retry_allowed())
             if (await conn.execute(stmt)).rowcount == 1:
                 record = await self._get(conn, task_id)
                 assert record is not None  # written in this transaction
@@ -132,6 +118,118 @@ class TaskAdminMixin:
 
         return await self._sql.run("retry task", body)
 
+    def _retry_allowed(self) -> Any:
+        """The operator-retry rule without ``force`` (``task_actions`` in the web layer)."""
+        t = self._table
+        return sa.and_(
+            t.c.status.in_(_TERMINAL_RETRYABLE),
+            sa.or_(t.c.status == TaskStatus.CANCELLED.value, t.c.manual_retry_allowed.is_(True)),
+        )
+
+    def _retry_values(self, now: Any, run_at: datetime | None) -> dict[str, Any]:
+        return {
+            "status": TaskStatus.PENDING.value,
+            "attempt": 0,
+            "run_at": now if run_at is None else sa.literal(run_at, UtcDateTime()),
+            "result_json": None,
+            "failure_reason": None,
+            "manual_retry_allowed": True,
+            "cancel_requested": False,
+            "rescued": False,
+            "processing_token": None,
+            "lease_expires_at": None,
+            "updated_at": now,
+            "finished_at": None,
+        }
+
+    def _cancel_values(self, now: Any) -> dict[str, Any]:
+        return {
+            "status": TaskStatus.CANCELLED.value,
+            "failure_reason": TaskFailureReason.CANCELLED.value,
+            "rescued": False,
+            "updated_at": now,
+            "finished_at": now,
+        }
+
+    async def _bulk(
+        self,
+        operation: str,
+        query: TaskQuery,
+        limit: int,
+        dry_run: bool,
+        apply: dict[str, tuple[Any, Any]],
+    ) -> TaskBulkResult:
+        """Select up to ``limit`` matching rows, lock the eligible ones, write each group.
+
+        ``apply`` maps a group name to ``(condition, values(now))``; a row is eligible
+        when it meets one group's condition. The eligible rows are read ``FOR UPDATE``
+        (SQLite: the transaction holds the write lock), so the conditional writes change
+        exactly them.
+        """
+        check_bulk_limit(limit)
+        t = self._table
+        where = query_conditions(t, query)
+
+        async def body(conn: AsyncConnection) -> TaskBulkResult:
+            now = await self._sql.now(conn)
+            selected = await conn.execute(
+                sa.select(t.c.id).where(*where).order_by(t.c.id.desc()).limit(limit)
+            )
+            ids = [int(row[0]) for row in selected]
+            if not ids:
+                return TaskBulkResult(0, 0, ())
+            changed: list[int] = []
+            eligible = 0
+            for condition, values in apply.values():
+                locked = await conn.execute(
+                    sa.select(t.c.id)
+                    .where(t.c.id.in_(ids), condition)
+                    .order_by(t.c.id)
+                    .with_for_update()
+                )
+                group = [int(row[0]) for row in locked]
+                eligible += len(group)
+                if group and not dry_run:
+                    await conn.execute(
+                        sa.update(t).where(t.c.id.in_(group), condition).values(**values(now[0]))
+                    )
+                    changed += group
+            return TaskBulkResult(len(ids), eligible, tuple(sorted(changed, reverse=True)))
+
+        return await self._sql.run(operation, body)
+
+    async def retry_tasks(
+        self, query: TaskQuery, *, limit: int, dry_run: bool = False
+    ) -> TaskBulkResult:
+        """Operator retry of up to ``limit`` matching rows (the single retry's rule)."""
+        return await self._bulk(
+            "retry tasks",
+            query,
+            limit,
+            dry_run,
+            {"retry": (self._retry_allowed(), lambda now: self._retry_values(now, None))},
+        )
+
+    async def cancel_tasks(
+        self, query: TaskQuery, *, limit: int, dry_run: bool = False
+    ) -> TaskBulkResult:
+        """Operator cancel of up to ``limit`` matching rows (pending ends; running is flagged)."""
+        t = self._table
+        running = sa.and_(t.c.status == TaskStatus.RUNNING.value, t.c.cancel_requested.is_(False))
+        return await self._bulk(
+            "cancel tasks",
+            query,
+            limit,
+            dry_run,
+            {
+                "pending": (t.c.status == TaskStatus.PENDING.value, self._cancel_values),
+                "running": (
+                    running,
+                    lambda now: {"cancel_requested": True, "updated_at": now},
+                ),
+            },
+        )
+
     async def cancel_task(self, task_id: int) -> TaskCancelOutcome:
         """Cancel a pending task, or flag a running one (its fence is untouched)."""
         if not _valid_id(task_id):
@@ -143,13 +241,7 @@ class TaskAdminMixin:
             cancelled = await conn.execute(
                 sa.update(t)
                 .where(t.c.id == task_id, t.c.status == TaskStatus.PENDING.value)
-                .values(
-                    status=TaskStatus.CANCELLED.value,
-                    failure_reason=TaskFailureReason.CANCELLED.value,
-                    rescued=False,
-                    updated_at=now[0],
-                    finished_at=now[0],
-                )
+                .values(**self._cancel_values(now[0]))
             )
             if cancelled.rowcount == 1:
                 return TaskCancelOutcome.CANCELLED

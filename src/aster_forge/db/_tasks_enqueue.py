@@ -1,19 +1,38 @@
-"""Enqueue for :class:`~aster_forge.db.BackgroundTaskDbStore`: insert-or-get on the dedupe key."""
+"""Enqueue for :class:`~aster_forge.db.BackgroundTaskDbStore`: insert-or-get on the dedupe key.
+
+Three ways in, one set of guarantees (the registry check, dedupe, NOTIFY on commit):
+
+- PostgreSQL: one statement (:class:`PgEnqueueStatement`) in autocommit, or in the
+  product's transaction when ``connection=`` is given.
+- SQLite and MariaDB, store transaction: read the existing keys, insert the rest; a
+  racing insert of one of our keys rolls the transaction back and the batch is retried.
+- MariaDB (and PostgreSQL rows with ``extra`` columns), the product's transaction: the
+  same, inside a savepoint, so a lost race
+  rolls back only the savepoint; the retry reads the winner's row with a locking read
+  (which sees the latest committed row at any isolation level).
+- SQLite, the product's transaction: the same, without a savepoint (one writer at a
+  time: a transaction that has written cannot lose a race on a key).
+"""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from .._errors import AsterForgeError
+from ..tasks import TaskRegistry
 from ..tasks._records import BackgroundTaskRecord, EnqueueResult, NewTask, TaskStatus
+from ._tasks_enqueue_pg import DriverRow, PgEnqueueStatement
 from ._tasks_sql import _SATURATING_DELTA, TaskSql
 from ._tasks_table import CORE_COLUMNS, record_from_row
-from ._time import UtcDateTime
-from .errors import DatabaseIntegrityError
+from ._time import DatabaseBackend, UtcDateTime
+from ._translate import is_driver_connection_error, translate_db_error, translate_driver_error
+from .errors import DatabaseIntegrityError, DatabaseOperationError, UnsupportedDatabaseBackendError
 
 __all__ = ["DEFAULT_TASK_NOTIFY_CHANNEL", "TaskEnqueueMixin"]
 
@@ -23,68 +42,245 @@ DEFAULT_TASK_NOTIFY_CHANNEL = "aster_forge_tasks"
 _KEY_CHUNK = 500
 _DEDUPE_RACE_ATTEMPTS = 8
 _PENDING = TaskStatus.PENDING.value
+_OPERATION = "enqueue tasks"
 
 
 class TaskEnqueueMixin:
-    """The enqueue half of :class:`~aster_forge.db.BackgroundTaskDbStore`.
-
-    Dedupe: existing keys are read first; a unique violation from a racing process
-    rolls the transaction back and the whole batch is retried, so the re-read returns
-    the winner's row (``created=False``) on every backend.
-    """
+    """The enqueue half of :class:`~aster_forge.db.BackgroundTaskDbStore`."""
 
     _table: sa.Table
     _sql: TaskSql
     _cols: list[sa.Column[Any]]
     _notify: bool
     _channel: str
+    _registry: TaskRegistry[Any, Any, Any] | None
+    _pg_enqueue: PgEnqueueStatement | None
 
     # -- enqueue ----------------------------------------------------------------------
 
-    async def enqueue(self, task: NewTask) -> EnqueueResult:
-        """Insert ``task`` or return the row already holding its dedupe key."""
-        return (await self.enqueue_many([task]))[0]
+    async def enqueue(
+        self, task: NewTask, *, connection: AsyncConnection | AsyncSession | None = None
+    ) -> EnqueueResult:
+        """Insert ``task`` or return the row already holding its dedupe key.
 
-    async def enqueue_many(self, tasks: Sequence[NewTask]) -> list[EnqueueResult]:
-        """Enqueue all in one transaction; dedupe hits return existing rows (input order)."""
-        for task in tasks:
-            if not isinstance(task, NewTask):
-                raise TypeError(f"enqueue expects NewTask, got {type(task).__name__}")
-            unknown = set(task.extra) - set(self._table.c.keys())
-            if unknown or set(task.extra) & set(CORE_COLUMNS):
-                raise ValueError(
-                    f"NewTask.extra names unknown or core columns: {sorted(task.extra)}"
-                )
+        See :meth:`enqueue_many` (``connection=`` joins the product's transaction).
+        """
+        return (await self.enqueue_many([task], connection=connection))[0]
+
+    async def enqueue_many(
+        self,
+        tasks: Sequence[NewTask],
+        *,
+        connection: AsyncConnection | AsyncSession | None = None,
+    ) -> list[EnqueueResult]:
+        """Enqueue all atomically; dedupe hits return existing rows (input order).
+
+        Args:
+            tasks: The requests. With a ``registry`` every one is checked first (kind
+                registered, lane its own; steps filled in); one bad task refuses the
+                whole batch and nothing is written.
+            connection: The product's own open ``AsyncConnection`` or ``AsyncSession``
+                (on this store's database): the rows are written in its transaction
+                and exist if and only if it commits; on PostgreSQL the ``NOTIFY`` is
+                delivered only on commit. The product commits; errors are raised as the
+                typed :mod:`aster_forge.db` errors and nothing is retried (a lost race
+                on a dedupe key is resolved inside the call).
+
+        Raises:
+            TaskKindNotRegisteredError: A kind the registry does not know.
+            TaskLaneMismatchError: A lane that is not the kind's own.
+            UnsupportedDatabaseBackendError: ``connection`` is on another backend.
+            DatabaseOperationError: (or a subclass) when the database fails.
+        """
+        tasks = self._checked(tasks)
         if not tasks:
             return []
+        if connection is not None:
+            return await self._enqueue_in(connection, tasks)
+        pg = self._pg_enqueue
+        if pg is not None and not any(task.extra for task in tasks):
+            return await self._sql.run(
+                _OPERATION,
+                lambda c: self._enqueue_pg(c, pg, tasks, on_driver=True),
+                single_statement=True,
+            )
         has_keys = any(task.dedupe_key is not None for task in tasks)
         attempt = 0
         while True:
             attempt += 1
             try:
-                return await self._sql.run("enqueue tasks", lambda c: self._enqueue(c, tasks))
+                return await self._sql.run(_OPERATION, lambda c: self._enqueue(c, tasks))
             except DatabaseIntegrityError:
                 # Another process inserted one of our keys after our read: re-read.
                 if not has_keys or attempt >= _DEDUPE_RACE_ATTEMPTS:
                     raise
 
-    async def _enqueue(
-        self, conn: AsyncConnection, tasks: Sequence[NewTask]
+    def _checked(self, tasks: Sequence[NewTask]) -> list[NewTask]:
+        """Type, ``extra`` and registry checks of the whole batch before any I/O."""
+        checked: list[NewTask] = []
+        columns = set(self._table.c.keys())
+        registry = self._registry
+        for task in tasks:
+            if not isinstance(task, NewTask):
+                raise TypeError(f"enqueue expects NewTask, got {type(task).__name__}")
+            if task.extra and (set(task.extra) - columns or set(task.extra) & set(CORE_COLUMNS)):
+                raise ValueError(
+                    f"NewTask.extra names unknown or core columns: {sorted(task.extra)}"
+                )
+            checked.append(task if registry is None else registry.check_new_task(task))
+        return checked
+
+    async def _enqueue_in(
+        self, connection: AsyncConnection | AsyncSession, tasks: Sequence[NewTask]
     ) -> list[EnqueueResult]:
+        conn = await connection.connection() if isinstance(connection, AsyncSession) else connection
+        if DatabaseBackend.of(conn.dialect) is not self._sql.backend:
+            raise UnsupportedDatabaseBackendError(
+                f"connection is on {conn.dialect.name}, the store on {self._sql.backend.value}"
+            )
+        pg = self._pg_enqueue
+        try:
+            if pg is not None and not any(task.extra for task in tasks):
+                return await self._enqueue_pg(conn, pg, tasks)
+            if self._sql.backend is DatabaseBackend.SQLITE:
+                # SQLite has one writer: once this transaction writes, no other can
+                # insert our key, and a stale read fails as "database is locked".
+                return await self._enqueue(conn, tasks)
+            for attempt in range(1, _DEDUPE_RACE_ATTEMPTS + 1):
+                try:
+                    async with conn.begin_nested():
+                        return await self._enqueue(conn, tasks, locking_read=attempt > 1)
+                except sa.exc.IntegrityError:
+                    # A racing transaction committed one of our keys: only the savepoint
+                    # is rolled back; the locking re-read finds the winner's row.
+                    if attempt >= _DEDUPE_RACE_ATTEMPTS or not any(t.dedupe_key for t in tasks):
+                        raise
+            raise AssertionError("unreachable")  # pragma: no cover
+        except AsterForgeError:
+            raise
+        except (sa.exc.SQLAlchemyError, OSError, TimeoutError, UnicodeError) as exc:
+            raise translate_db_error(exc, _OPERATION) from exc
+
+    async def _enqueue_pg(
+        self,
+        conn: AsyncConnection,
+        pg: PgEnqueueStatement,
+        tasks: Sequence[NewTask],
+        *,
+        on_driver: bool = False,
+    ) -> list[EnqueueResult]:
+        first: dict[str, int] = {}
+        send: list[NewTask] = []
+        for index, task in enumerate(tasks):
+            key = task.dedupe_key_text
+            if key is None or first.setdefault(key, index) == index:
+                send.append(task)
+        pending = send
+        created: list[BackgroundTaskRecord] = []
+        found: dict[str, BackgroundTaskRecord] = {}
+        for _ in range(_DEDUPE_RACE_ATTEMPTS):
+            rows: Sequence[Any]
+            if on_driver:
+                rows = await self._fetch_on_driver(conn, pg, pending)
+            else:
+                rows = (await conn.execute(pg.statement, pg.parameters(pending))).all()
+            fresh = sorted(
+                (record_from_row(row) for row in rows if row.created), key=lambda r: r.id
+            )
+            created.extend(fresh)
+            if not first:
+                break  # no dedupe keys: every row was inserted
+            for row in rows:
+                if not row.created:
+                    record = record_from_row(row)
+                    found[record.dedupe_key or ""] = record
+            inserted_keys = {r.dedupe_key for r in fresh if r.dedupe_key is not None}
+            missing = [
+                t.dedupe_key_text
+                for t in pending
+                if t.dedupe_key_text is not None
+                and t.dedupe_key_text not in inserted_keys
+                and t.dedupe_key_text not in found
+            ]
+            if missing:
+                # Committed by a racing transaction after the statement's snapshot.
+                for record in await self._rows_by_key(conn, missing, locking_read=False):
+                    found[record.dedupe_key or ""] = record
+            pending = [
+                t
+                for t in pending
+                if t.dedupe_key_text is not None
+                and t.dedupe_key_text not in inserted_keys
+                and t.dedupe_key_text not in found
+            ]
+            if not pending:
+                break
+        else:
+            raise DatabaseOperationError(
+                "enqueue tasks: a dedupe key kept vanishing between insert and read",
+                operation=_OPERATION,
+            )
+        by_key = {r.dedupe_key: r for r in created if r.dedupe_key is not None}
+        unkeyed = iter(r for r in created if r.dedupe_key is None)
+        results: list[EnqueueResult] = []
+        for index, task in enumerate(tasks):
+            key = task.dedupe_key_text
+            if key is None:
+                record = next(unkeyed)
+                made = True
+            elif key in by_key and first[key] == index:
+                record, made = by_key[key], True
+            else:
+                record, made = by_key.get(key) or found[key], False
+            if made and record.payload_json != task.payload_json:
+                raise RuntimeError("inserted rows came back out of input order")
+            results.append(EnqueueResult(record, created=made))
+        return results
+
+    @staticmethod
+    async def _fetch_on_driver(
+        conn: AsyncConnection, pg: PgEnqueueStatement, tasks: Sequence[NewTask]
+    ) -> list[DriverRow]:
+        """Run the statement on the asyncpg connection (autocommit: one round trip)."""
+        raw = await conn.get_raw_connection()
+        driver: Any = raw.driver_connection
+        try:
+            records = await driver.fetch(pg.sql, *pg.arguments(tasks))
+        except (asyncio.CancelledError, AsterForgeError):
+            raise
+        except Exception as exc:
+            if is_driver_connection_error(exc):
+                # The pool must not hand this connection out again.
+                await conn.invalidate()
+            raise translate_driver_error(exc, _OPERATION) from exc
+        return [DriverRow(record) for record in records]
+
+    async def _rows_by_key(
+        self, conn: AsyncConnection, keys: Sequence[str], *, locking_read: bool
+    ) -> list[BackgroundTaskRecord]:
         t = self._table
+        records: list[BackgroundTaskRecord] = []
+        for start in range(0, len(keys), _KEY_CHUNK):
+            query = sa.select(*self._cols).where(
+                t.c.dedupe_key.in_(keys[start : start + _KEY_CHUNK])
+            )
+            if locking_read and self._sql.backend is DatabaseBackend.MYSQL:
+                query = query.with_for_update(read=True)
+            records.extend(record_from_row(row) for row in await conn.execute(query))
+        return records
+
+    async def _enqueue(
+        self, conn: AsyncConnection, tasks: Sequence[NewTask], *, locking_read: bool = False
+    ) -> list[EnqueueResult]:
         keys: dict[str, int] = {}
         for index, task in enumerate(tasks):
             key = task.dedupe_key_text
             if key is not None:
                 keys.setdefault(key, index)
-        existing: dict[str, BackgroundTaskRecord] = {}
-        key_list = list(keys)
-        for start in range(0, len(key_list), _KEY_CHUNK):
-            chunk = key_list[start : start + _KEY_CHUNK]
-            rows = await conn.execute(sa.select(*self._cols).where(t.c.dedupe_key.in_(chunk)))
-            for row in rows:
-                record = record_from_row(row)
-                existing[record.dedupe_key or ""] = record
+        existing = {
+            record.dedupe_key or "": record
+            for record in await self._rows_by_key(conn, list(keys), locking_read=locking_read)
+        }
         inserts = [
             index
             for index, task in enumerate(tasks)
@@ -96,7 +292,7 @@ class TaskEnqueueMixin:
             now = await self._sql.now(conn)
             stmt, params = self._insert(now, [tasks[i] for i in inserts])
             inserted = (await conn.execute(stmt, params)).all()
-            if self._sql.backend.value == "sqlite":
+            if self._sql.backend is DatabaseBackend.SQLITE:
                 # Inserted in VALUES order by the single writer: ids ascend with the
                 # input. Checked below; SQLAlchemy's ordered RETURNING would fall back
                 # to one statement per row on SQLite.

@@ -21,7 +21,13 @@ from .errors import (
     DatabaseUnavailableError,
 )
 
-__all__ = ["is_transient_conflict", "run_transaction", "translate_db_error"]
+__all__ = [
+    "is_driver_connection_error",
+    "is_transient_conflict",
+    "run_transaction",
+    "translate_db_error",
+    "translate_driver_error",
+]
 
 logger = logging.getLogger("aster_forge.db")
 
@@ -47,6 +53,19 @@ def _mysql_code(exc: BaseException) -> int | None:
     return None
 
 
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    # Drivers wrap their encoding errors (asyncpg: DataError from UnicodeEncodeError),
+    # and SQLAlchemy wraps the driver's: look a few links down the chain.
+    current: BaseException | None = exc
+    for _ in range(6):
+        if current is None:
+            return False
+        if isinstance(current, kind):
+            return True
+        current = getattr(current, "orig", None) or current.__cause__ or current.__context__
+    return False
+
+
 def is_transient_conflict(exc: sa.exc.DBAPIError) -> bool:
     """Whether ``exc`` is a deadlock, serialization failure or busy lock worth retrying."""
     orig = exc.orig
@@ -66,8 +85,12 @@ def translate_db_error(exc: Exception, operation: str) -> DatabaseOperationError
     The caller raises the result ``from exc`` so the driver error stays the cause.
     The message names the operation and the error class, never parameter values.
     """
-    kind = type(getattr(exc, "orig", None) or exc).__name__
+    orig = getattr(exc, "orig", None)
+    kind = type(orig or exc).__name__
     message = f"{operation} failed ({kind})"
+    if _caused_by(exc, UnicodeError):
+        # Text the driver cannot encode (a lone surrogate): bad input, not an outage.
+        return DatabaseDataError(message, operation=operation)
     if isinstance(exc, sa.exc.TimeoutError | TimeoutError):
         return DatabaseTimeoutError(message, operation=operation)
     if isinstance(exc, sa.exc.DBAPIError):
@@ -84,6 +107,40 @@ def translate_db_error(exc: Exception, operation: str) -> DatabaseOperationError
         if is_transient_conflict(exc):
             return DatabaseConflictError(message, operation=operation)
     if isinstance(exc, OSError):
+        return DatabaseUnavailableError(message, operation=operation)
+    return DatabaseOperationError(message, operation=operation)
+
+
+def is_driver_connection_error(exc: BaseException) -> bool:
+    """Whether a raw driver error means the connection itself is unusable."""
+    if isinstance(exc, OSError | ConnectionError):
+        return True
+    name = type(exc).__name__
+    state = _sqlstate(exc) or ""
+    return state.startswith(("08", "57P")) or name in {
+        "InterfaceError",
+        "ConnectionDoesNotExistError",
+        "InternalClientError",
+    }
+
+
+def translate_driver_error(exc: Exception, operation: str) -> DatabaseOperationError:
+    """Map an error raised by the driver itself (used without SQLAlchemy) to the typed one.
+
+    By SQLSTATE class, the way :func:`translate_db_error` maps SQLAlchemy's wrappers:
+    ``23`` integrity, ``22`` data, deadlock/serialization conflicts, connection loss.
+    """
+    message = f"{operation} failed ({type(exc).__name__})"
+    state = _sqlstate(exc) or ""
+    if _caused_by(exc, UnicodeError) or state.startswith("22") or type(exc).__name__ == "DataError":
+        return DatabaseDataError(message, operation=operation)
+    if state.startswith("23"):
+        return DatabaseIntegrityError(message, operation=operation)
+    if state in _PG_CONFLICT_STATES:
+        return DatabaseConflictError(message, operation=operation)
+    if isinstance(exc, TimeoutError):
+        return DatabaseTimeoutError(message, operation=operation)
+    if is_driver_connection_error(exc):
         return DatabaseUnavailableError(message, operation=operation)
     return DatabaseOperationError(message, operation=operation)
 
@@ -128,5 +185,5 @@ async def run_transaction(
                 await asyncio.sleep(0.005 * attempt)
                 continue
             raise translate_db_error(exc, operation) from exc
-        except (sa.exc.SQLAlchemyError, OSError, TimeoutError) as exc:
+        except (sa.exc.SQLAlchemyError, OSError, TimeoutError, UnicodeError) as exc:
             raise translate_db_error(exc, operation) from exc

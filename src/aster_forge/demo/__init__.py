@@ -1,32 +1,36 @@
-"""The example product run by ``aster-forge demo`` and ``make demo``.
+"""The example product run by ``aster-forge demo`` and ``make demo``, on the Forge API.
 
-A small media/report pipeline built only from aster-forge's public API, the way a
-product integrates it: its own task kind and lane enums, pydantic payload/result
-models, multi-step task bodies (fetch -> transform -> publish) with retryable and
-permanent failures, a runtime-task catalog (health check, cleanup of finished tasks,
-temp-dir sweep) fired by lease-guarded scheduled tasks, an audit table written by
-``ManagedBatchWriter``, health checks for the database and the dispatcher, and an
-entrypoint (:meth:`DemoApp.build_runtime`) that only declares ``.component(...)`` calls.
+A small media/report pipeline: three lanes with their own limits, multi-step tasks
+(fetch -> transform -> publish) with retryable, permanent and manual failures,
+periodic jobs (``every=`` and ``cron=``) named by a runtime-task catalog, an audit
+table written by ``ManagedBatchWriter`` as the forge's resources, and the forge's
+runtime (workers, leased scheduler, database and dispatcher health, dashboard, admin
+API and metrics over HTTP). :mod:`._forge` holds every declaration.
 
 Serving HTTP needs the ``web`` extra; the CLI needs the ``cli`` extra.
 """
 
 from __future__ import annotations
 
-from ._app import DATABASE_URL_ENV, DemoApp, DemoSettings, create_runtime
-from ._audit import AuditEvent, AuditLog, audit_events_table, recent_audit_events
-from ._database import (
+from ._app import (
+    DATABASE_URL_ENV,
     DEFAULT_DATABASE_URL,
+    DEMO_LEASE_ID,
+    DEMO_NAMESPACE,
+    DemoApp,
+    DemoSettings,
     DemoTables,
+    bind_listen_socket,
+    create_runtime,
     demo_tables,
     migrate_demo_database,
     open_demo_engine,
-    purge_finished_tasks,
 )
+from ._audit import AuditEvent, AuditLog, audit_events_table
+from ._forge import DemoSchedule, DemoTasks, build_demo_forge
 from ._model import (
     LANE_LIMITS,
     DemoLane,
-    DemoTaskKind,
     MaintenancePayload,
     MaintenanceResult,
     MediaPayload,
@@ -35,10 +39,8 @@ from ._model import (
     ReportResult,
 )
 from ._runtime_tasks import RUNTIME_TASKS, DemoRuntimeTask
-from ._schedule import DEMO_LEASE_ID, DEMO_NAMESPACE, DemoSchedule
-from ._seed import sample_tasks, seed_demo_tasks
+from ._seed import SEED_PREFIX, seed_demo_tasks
 from ._state import DemoState
-from ._tasks import build_task_registry
 from .errors import DemoError, DemoPortInUseError
 
 __all__ = [
@@ -57,7 +59,7 @@ __all__ = [
     "DemoSettings",
     "DemoState",
     "DemoTables",
-    "DemoTaskKind",
+    "DemoTasks",
     "LANE_LIMITS",
     "MaintenancePayload",
     "MaintenanceResult",
@@ -66,14 +68,13 @@ __all__ = [
     "RUNTIME_TASKS",
     "ReportPayload",
     "ReportResult",
+    "SEED_PREFIX",
     "audit_events_table",
-    "build_task_registry",
+    "bind_listen_socket",
+    "build_demo_forge",
     "create_runtime",
     "demo_tables",
     "migrate_demo_database",
     "open_demo_engine",
-    "purge_finished_tasks",
-    "recent_audit_events",
-    "sample_tasks",
     "seed_demo_tasks",
 ]

@@ -21,15 +21,18 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from aster_forge.db import UtcDateTime
 from aster_forge.runtime import (
     BufferedBatchConfig,
+    BufferedWriterLifecycle,
     BufferedWriterStopReport,
     CancellationToken,
+    HealthComponentDetailValue,
+    HealthComponentReport,
     ManagedBatchWriter,
     OverflowPolicy,
     RecordAdmission,
     WriteFailure,
 )
 
-__all__ = ["AUDIT_TABLE", "AuditEvent", "AuditLog", "audit_events_table", "recent_audit_events"]
+__all__ = ["AUDIT_TABLE", "AuditEvent", "AuditLog", "audit_events_table"]
 
 logger = logging.getLogger("aster_forge.demo.audit")
 
@@ -127,6 +130,21 @@ class AuditLog:
         except SQLAlchemyError as exc:
             raise WriteFailure.permanent(exc) from exc
 
+    def health(self, name: str) -> HealthComponentReport:
+        """Degraded while writes are paused, quarantined or the writer is not running."""
+        snap = self._writer.snapshot()
+        if snap.quarantined:
+            report = HealthComponentReport.degraded(name, "audit writer quarantined")
+        elif snap.batch_failure is not None:
+            report = HealthComponentReport.degraded(name, "audit writes paused")
+        elif snap.lifecycle is not BufferedWriterLifecycle.RUNNING:
+            report = HealthComponentReport.degraded(name, f"audit writer {snap.lifecycle.value}")
+        else:
+            report = HealthComponentReport.healthy(name, "audit writer running")
+        pending = HealthComponentDetailValue.unsigned(snap.queued_pending)
+        confirmed = HealthComponentDetailValue.unsigned(snap.batch_confirmed)
+        return report.with_detail("pending", pending).with_detail("confirmed", confirmed)
+
     async def start(self) -> None:
         """Start the writer's worker (startup phase)."""
         await self._writer.start()
@@ -154,12 +172,3 @@ class AuditLog:
                 report.unconfirmed_batch + report.unconfirmed_direct,
             )
         return report
-
-
-async def recent_audit_events(
-    engine: AsyncEngine, table: sa.Table, limit: int = 20
-) -> list[dict[str, Any]]:
-    """Return the newest ``limit`` audit rows as dicts (newest first)."""
-    async with engine.connect() as conn:
-        result = await conn.execute(sa.select(table).order_by(table.c.id.desc()).limit(limit))
-        return [dict(row._mapping) for row in result]

@@ -1,8 +1,7 @@
-"""The demo product's own vocabulary: task kinds, lanes, payload and result models.
+"""The demo product's own vocabulary: lanes, payload and result models.
 
-Everything here belongs to the product, not to aster-forge: the kind and lane enums
-(``StrEnum`` so their values are the wire values stored in the task table), the
-payload/result schemas and the step keys.
+Everything here belongs to the product, not to aster-forge. Task kinds are the wire
+names of the ``@forge.task`` declarations in :mod:`._forge`.
 """
 
 from __future__ import annotations
@@ -12,13 +11,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from aster_forge.tasks import TaskStepSpec
-
 __all__ = [
     "LANE_LIMITS",
     "PIPELINE_STEPS",
     "DemoLane",
-    "DemoTaskKind",
     "FailureMode",
     "MaintenancePayload",
     "MaintenanceResult",
@@ -27,15 +23,6 @@ __all__ = [
     "ReportPayload",
     "ReportResult",
 ]
-
-
-class DemoTaskKind(enum.StrEnum):
-    """The demo's background task kinds (values are stored in ``background_tasks.kind``)."""
-
-    THUMBNAIL_RENDER = "thumbnail.render"
-    VIDEO_TRANSCODE = "video.transcode"
-    REPORT_EXPORT = "report.export"
-    RUNTIME_TASK = "runtime.task"
 
 
 class DemoLane(enum.StrEnum):
@@ -62,11 +49,7 @@ FailureMode = Literal["none", "flaky", "corrupt", "quota"]
 process; an operator retry (dashboard or ``aster-forge tasks retry``) then succeeds.
 """
 
-PIPELINE_STEPS: tuple[TaskStepSpec, ...] = (
-    TaskStepSpec("fetch", "Fetch source"),
-    TaskStepSpec("transform", "Transform"),
-    TaskStepSpec("publish", "Publish"),
-)
+PIPELINE_STEPS = (("fetch", "Fetch source"), ("transform", "Transform"), ("publish", "Publish"))
 """The visible steps of every media and report task."""
 
 
@@ -104,14 +87,13 @@ class ReportResult(BaseModel):
 
 
 class MaintenancePayload(BaseModel):
-    """A runtime (system) task: which catalog entry to run and its parameters.
+    """A runtime (system) task requested by hand: which catalog entry to run.
 
     ``task`` is the runtime catalog's wire value (see :mod:`._runtime_tasks`).
     """
 
     task: str = Field(min_length=1)
     older_than_seconds: int = Field(default=3600, ge=0)
-    scheduled_firing: str | None = None
 
 
 class MaintenanceResult(BaseModel):

@@ -1,8 +1,9 @@
-"""The demo's runtime (system) task catalog and the body that runs its entries.
+"""The demo's runtime (system) task catalog and what each entry does.
 
-Runtime tasks are rows of kind ``runtime.task`` on the ``maintenance`` lane whose
-payload names a catalog entry by wire value. Unknown (legacy) wire values still decode
-(:class:`~aster_forge.tasks.RuntimeTaskName`) and fail permanently with a clear text.
+The catalog's wire values name the periodic jobs (``system-health-check`` ...) and
+the payload of a ``runtime.task`` row requested by hand. A wire value from an older
+release still decodes (:class:`~aster_forge.tasks.RuntimeTaskName`) and fails
+permanently with a clear text instead of crashing the worker.
 """
 
 from __future__ import annotations
@@ -16,34 +17,20 @@ from aster_forge.tasks import (
     RuntimeTaskCatalog,
     RuntimeTaskDefinition,
     RuntimeTaskName,
-    TaskExecutionContext,
     TaskLease,
     TaskRetryClass,
     TaskStatus,
-    TaskStepSpec,
     sweep_task_temp_dirs,
 )
 
-from ._model import MaintenancePayload, MaintenanceResult
+from ._model import MaintenanceResult
 from ._state import DemoState
 
-__all__ = [
-    "MAINTENANCE_STEPS",
-    "RUNTIME_TASKS",
-    "DemoRuntimeTask",
-    "RuntimeTaskPresentation",
-    "run_maintenance",
-]
-
-MAINTENANCE_STEPS: tuple[TaskStepSpec, ...] = (
-    TaskStepSpec("prepare", "Prepare"),
-    TaskStepSpec("run", "Run"),
-)
-"""The visible steps of a runtime task."""
+__all__ = ["RUNTIME_TASKS", "DemoRuntimeTask", "RuntimeTaskPresentation", "run_runtime_task"]
 
 
 class DemoRuntimeTask(enum.Enum):
-    """The demo's runtime tasks (stored by wire value in the maintenance payload)."""
+    """The demo's runtime tasks (stored by wire value)."""
 
     SYSTEM_HEALTH_CHECK = enum.auto()
     FINISHED_TASK_CLEANUP = enum.auto()
@@ -98,67 +85,51 @@ RUNTIME_TASKS.check()
 
 
 async def _health_check(state: DemoState) -> tuple[str, int]:
-    if state.run_health is None:
-        raise ClassifiedTaskError("No health registry is configured", TaskRetryClass.PERMANENT)
-    report = await state.run_health(HealthCheckScope.READINESS)
+    report = await state.forge.run_health(HealthCheckScope.READINESS)
     if report.status() is HealthStatus.UNHEALTHY:
-        # The seed's projection: the failing components go into the failure record.
+        # The failing components go into the failure record; the next firing retries.
         raise ClassifiedTaskError(f"Unhealthy: {report.issue_summary()}", TaskRetryClass.RETRYABLE)
-    checked = len(report.components)
-    return f"{report.status().as_str()} ({checked} components)", checked
-
-
-async def _cleanup(state: DemoState, older_than: timedelta) -> tuple[str, int]:
-    if state.purge_finished is None:
-        raise ClassifiedTaskError("No task table is configured", TaskRetryClass.PERMANENT)
-    removed = await state.purge_finished(older_than)
-    return f"removed {removed} finished tasks older than {older_than}", removed
+    return f"{report.status().as_str()} ({len(report.components)} components)", len(
+        report.components
+    )
 
 
 async def _sweep(state: DemoState, min_age: timedelta) -> tuple[str, int]:
-    leases: list[TaskLease] = []
-    if state.store is not None:
-        before: int | None = None
-        while True:
-            page = await state.store.list_tasks(
-                status=TaskStatus.RUNNING, limit=1000, before_id=before
-            )
-            leases.extend(
-                TaskLease(r.id, r.processing_token, r.lease_expires_at)
-                for r in page.items
-                if r.processing_token is not None and r.lease_expires_at is not None
-            )
-            if page.next_before_id is None:
-                break
-            before = page.next_before_id
-    removed = await sweep_task_temp_dirs(state.temp_root, leases, min_age=min_age)
+    # Every instance's running claims: demos on one machine share the temp root.
+    page = await state.forge.backend.task_store.list_tasks(status=TaskStatus.RUNNING, limit=1000)
+    running = [
+        TaskLease(r.id, r.processing_token, r.lease_expires_at)
+        for r in page.items
+        if r.processing_token is not None and r.lease_expires_at is not None
+    ]
+    removed = await sweep_task_temp_dirs(state.temp_root, running, min_age=min_age)
     return f"removed {len(removed)} stale task temp dirs", len(removed)
 
 
-async def run_maintenance(
-    ctx: TaskExecutionContext, state: DemoState, payload: MaintenancePayload
+async def run_runtime_task(
+    state: DemoState, wire_value: str, *, older_than: timedelta
 ) -> MaintenanceResult:
-    """Run the runtime task the payload names."""
-    name = RuntimeTaskName.parse(DemoRuntimeTask, payload.task)
-    await ctx.step_active("prepare", detail=name.display_name())
+    """Run the catalog entry ``wire_value`` names and audit what it did.
+
+    Raises:
+        ClassifiedTaskError: PERMANENT for a wire value no longer in the catalog,
+            RETRYABLE when the health check finds the system unhealthy.
+    """
+    name = RuntimeTaskName.parse(DemoRuntimeTask, wire_value)
     known = name.known()
     if known is None:
         raise ClassifiedTaskError(
             f"Unknown runtime task {name.as_str()!r} (removed in this version)",
             TaskRetryClass.PERMANENT,
         )
-    await ctx.sleep(state.pace)
-    await ctx.step_succeeded("prepare")
-    await ctx.step_active("run")
-    age = timedelta(seconds=payload.older_than_seconds)
     if known is DemoRuntimeTask.SYSTEM_HEALTH_CHECK:
         summary, affected = await _health_check(state)
     elif known is DemoRuntimeTask.FINISHED_TASK_CLEANUP:
-        summary, affected = await _cleanup(state, age)
+        removed = await state.purge_finished(older_than)
+        summary, affected = f"removed {removed} finished tasks older than {older_than}", removed
     else:
-        summary, affected = await _sweep(state, age)
-    await ctx.step_succeeded("run", detail=summary)
-    await state.record("runtime_task.finished", task_id=ctx.task_id, detail=summary)
+        summary, affected = await _sweep(state, older_than)
+    await state.record("runtime_task.finished", detail=summary)
     return MaintenanceResult(
         task=name.as_str(), display_name=name.display_name(), summary=summary, affected=affected
     )

@@ -1,34 +1,31 @@
-"""Sample work the demo enqueues at start: a mix that succeeds, retries and fails."""
+"""Sample work the demo enqueues: a mix that succeeds, retries and fails."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING
 
-from aster_forge.tasks import BackgroundTaskStore, EnqueueResult, NewTask, TaskRegistry
+from aster_forge.tasks import EnqueueResult
 
-from ._model import (
-    DemoLane,
-    DemoTaskKind,
-    FailureMode,
-    MaintenancePayload,
-    MediaPayload,
-    ReportPayload,
-)
-from ._runtime_tasks import DemoRuntimeTask
-from ._state import DemoState
-from ._tasks import build_task_registry
+from ._model import FailureMode, MaintenancePayload, MediaPayload, ReportPayload
 
-__all__ = ["sample_tasks", "seed_demo_tasks"]
+if TYPE_CHECKING:
+    from ._forge import DemoTasks
 
-_MEDIA: tuple[tuple[DemoTaskKind, int, FailureMode], ...] = (
-    (DemoTaskKind.THUMBNAIL_RENDER, 512, "none"),
-    (DemoTaskKind.THUMBNAIL_RENDER, 1024, "flaky"),
-    (DemoTaskKind.THUMBNAIL_RENDER, 768, "none"),
-    (DemoTaskKind.THUMBNAIL_RENDER, 256, "corrupt"),
-    (DemoTaskKind.VIDEO_TRANSCODE, 1536, "none"),
-    (DemoTaskKind.VIDEO_TRANSCODE, 1280, "quota"),
-    (DemoTaskKind.VIDEO_TRANSCODE, 1024, "none"),
+__all__ = ["SEED_PREFIX", "enqueue_sample_media", "seed_demo_tasks"]
+
+SEED_PREFIX = "demo-seed:"
+"""The dedupe-key prefix of the tasks :func:`seed_demo_tasks` enqueues."""
+
+_MEDIA: tuple[tuple[str, int, FailureMode], ...] = (
+    ("thumbnail", 512, "none"),
+    ("thumbnail", 1024, "flaky"),
+    ("thumbnail", 768, "none"),
+    ("thumbnail", 256, "corrupt"),
+    ("transcode", 1536, "none"),
+    ("transcode", 1280, "quota"),
+    ("transcode", 1024, "none"),
 )
 _REPORTS: tuple[tuple[str, int, FailureMode], ...] = (
     ("daily-usage", 1200, "none"),
@@ -39,69 +36,40 @@ _REPORTS: tuple[tuple[str, int, FailureMode], ...] = (
 )
 
 
-def sample_tasks(
-    registry: TaskRegistry[DemoState, DemoTaskKind, DemoLane] | None = None,
-    *,
-    batch: str | None = None,
-) -> list[NewTask]:
-    """Build the sample tasks: media and report pipelines plus runtime tasks.
+async def seed_demo_tasks(tasks: DemoTasks, *, batch: str | None = None) -> list[EnqueueResult]:
+    """Enqueue the media and report pipelines plus two runtime tasks.
 
     Args:
-        registry: The demo registry (built when omitted).
-        batch: A label for dedupe keys; enqueuing the same batch twice adds nothing.
+        tasks: The demo's task handles.
+        batch: A label for the dedupe keys; seeding the same batch twice adds nothing.
     """
-    tasks = registry or build_task_registry()
-    label = batch or uuid.uuid4().hex[:12]
-    out: list[NewTask] = []
-
-    def add(kind: DemoTaskKind, payload: object, name: str, priority: int = 0) -> None:
-        spec = tasks.spec_for(kind)
-        out.append(
-            NewTask(
-                kind=kind,
-                lane=tasks.lane_of(kind),
-                payload_json=spec.spec.encode_payload(payload),
-                steps_json=spec.initial_steps_json(),
-                priority=priority,
-                max_attempts=3,
-                dedupe_key=f"demo-seed:{label}:{name}",
-            )
-        )
-
-    for index, (kind, size_kb, failure) in enumerate(_MEDIA, start=1):
-        payload = MediaPayload(
-            asset_id=index,
-            source_url=f"https://media.example/assets/{index}",
-            size_kb=size_kb,
-            failure=failure,
-        )
-        add(kind, payload, f"media-{index}")
+    key = f"{SEED_PREFIX}{batch or uuid.uuid4().hex[:12]}:"
+    made = []
+    for index, (handle, size_kb, failure) in enumerate(_MEDIA, start=1):
+        url = f"https://media.example/assets/{index}"
+        payload = MediaPayload(asset_id=index, source_url=url, size_kb=size_kb, failure=failure)
+        task = tasks.thumbnail if handle == "thumbnail" else tasks.transcode
+        made.append(await task.enqueue(payload, dedupe_key=f"{key}media-{index}"))
     for report, rows, failure in _REPORTS:
-        add(
-            DemoTaskKind.REPORT_EXPORT,
-            ReportPayload(report=report, rows=rows, failure=failure),
-            f"report-{report}",
-        )
-    add(
-        DemoTaskKind.RUNTIME_TASK,
-        MaintenancePayload(task=DemoRuntimeTask.SYSTEM_HEALTH_CHECK.as_str()),
-        "runtime-health",
-        priority=10,
+        payload_ = ReportPayload(report=report, rows=rows, failure=failure)
+        made.append(await tasks.report.enqueue(payload_, dedupe_key=f"{key}report-{report}"))
+    health = MaintenancePayload(task="system-health-check")
+    made.append(
+        await tasks.runtime_task.enqueue(health, dedupe_key=f"{key}runtime-health", priority=10)
     )
     # A wire value from an older release: decodes as a legacy name and fails permanently.
-    add(
-        DemoTaskKind.RUNTIME_TASK,
-        MaintenancePayload(task="removed-maintenance-task"),
-        "runtime-legacy",
-    )
-    return out
+    legacy = MaintenancePayload(task="removed-maintenance-task")
+    made.append(await tasks.runtime_task.enqueue(legacy, dedupe_key=f"{key}runtime-legacy"))
+    return made
 
 
-async def seed_demo_tasks(
-    store: BackgroundTaskStore,
-    registry: TaskRegistry[DemoState, DemoTaskKind, DemoLane] | None = None,
-    *,
-    batch: str | None = None,
-) -> Sequence[EnqueueResult]:
-    """Enqueue :func:`sample_tasks` in one transaction; returns the results in order."""
-    return await store.enqueue_many(sample_tasks(registry, batch=batch))
+async def enqueue_sample_media(tasks: DemoTasks, firing: datetime) -> None:
+    """Two more thumbnails for one ``sample-work`` firing (deduped per firing)."""
+    stamp = int(firing.timestamp())
+    for offset in range(2):
+        payload = MediaPayload(
+            asset_id=1000 + (stamp % 1000) * 2 + offset,
+            source_url=f"https://media.example/uploads/{stamp}-{offset}",
+            size_kb=512 + 256 * offset,
+        )
+        await tasks.thumbnail.enqueue(payload, dedupe_key=f"sample-work:{stamp}:{offset}")

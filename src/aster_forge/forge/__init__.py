@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ._app import DEFAULT_FORGE_URL, Forge
 from ._backend import MEMORY_URL, ForgeBackend
-from ._declarations import ForgeDeclarations
+from ._declarations import ForgeDeclarations, ForgeHealthCheck
 from ._drain import DrainedTask, ForgeDrainResult
 from ._periodic import ForgePeriodic
 from ._task import ForgeTask
@@ -25,6 +25,7 @@ __all__ = [
     "ForgeDeclarations",
     "ForgeDrainResult",
     "ForgeError",
+    "ForgeHealthCheck",
     "ForgePayloadError",
     "ForgePeriodic",
     "ForgeStateError",

@@ -9,6 +9,7 @@ primitives by :class:`ForgeWorker`.
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime, timedelta
@@ -22,6 +23,7 @@ from ..runtime import (
     HealthComponentReport,
     RuntimeComponentBundleRegistration,
     SystemHealthReport,
+    new_runtime_lease_owner_id,
     runtime_component,
     runtime_component_with_shutdown,
 )
@@ -101,6 +103,7 @@ class Forge(ForgeDeclarations):
         embedded = self._backend.is_memory or self._backend.is_sqlite
         self._create_tables = create_tables if create_tables is not None else embedded
         self._settings = settings if settings is not None else ForgeWorkerSettings()
+        self._instance_id = new_runtime_lease_owner_id()
         self._workers: list[ForgeWorker] = []
         self._runtime: AsterRuntime | None = None
 
@@ -108,6 +111,12 @@ class Forge(ForgeDeclarations):
     def name(self) -> str:
         """The forge's name (catalog namespace, scheduler lease prefix)."""
         return self._name
+
+    @property
+    def instance_id(self) -> str:
+        """This process's identity: the claim owner of its workers and the scheduler
+        lease holder's id while it holds the lease (``<host>:<pid>:<random>``)."""
+        return self._instance_id
 
     @property
     def backend(self) -> ForgeBackend:
@@ -259,7 +268,7 @@ class Forge(ForgeDeclarations):
         worker: ForgeWorker,
         *,
         install_signal_handlers: bool,
-        http: tuple[str, int] | None = None,
+        http: tuple[str, int] | socket.socket | None = None,
         admin_token: str | None = None,
     ) -> AsterRuntime:
         builder = AsterRuntime.builder().install_signal_handlers(install_signal_handlers)
@@ -267,21 +276,23 @@ class Forge(ForgeDeclarations):
             from ._http import http_service  # needs the web extra
 
             app = self.asgi_app(admin_token=admin_token)
-            builder.component(runtime_component_with_shutdown(http_service(app, *http)))
+            builder.component(runtime_component_with_shutdown(http_service(app, http)))
         self._runtime = builder.component(runtime_component(worker.register)).build()
         return self._runtime
 
     def runtime(
         self,
         *,
-        http: tuple[str, int] | None = None,
+        http: tuple[str, int] | socket.socket | None = None,
         admin_token: str | None = None,
         install_signal_handlers: bool = True,
     ) -> AsterRuntime:
         """An ``AsterRuntime`` running the forge (what ``aster-forge worker`` runs).
 
         Args:
-            http: Serve :meth:`asgi_app` on ``(host, port)`` as the runtime's service.
+            http: Serve :meth:`asgi_app` on ``(host, port)``, or on an already bound
+                listening socket (the caller learns the port and a taken address before
+                the runtime starts), as the runtime's ``http`` service.
             admin_token: Bearer token protecting the admin API.
             install_signal_handlers: Stop on SIGINT/SIGTERM.
         """

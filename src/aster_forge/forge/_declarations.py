@@ -9,11 +9,13 @@ from __future__ import annotations
 import enum
 import inspect
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
+from ..runtime import HealthComponentReport
 from ..tasks import TaskErrorClassifier, TaskRegistry, TaskStepSpec
 from ._periodic import ForgePeriodic, periodic_schedule, periodic_shape
 from ._signature import BodyShape, read_body
@@ -23,7 +25,7 @@ from .errors import ForgeDeclarationError, ForgeStateError
 if TYPE_CHECKING:
     from ._app import Forge
 
-__all__ = ["ForgeDeclarations", "check_name"]
+__all__ = ["ForgeDeclarations", "ForgeHealthCheck", "check_name"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,63}$")
@@ -48,6 +50,23 @@ def _steps(steps: Sequence[tuple[str, str] | TaskStepSpec], what: str) -> tuple[
     return specs
 
 
+@dataclass(frozen=True, slots=True)
+class ForgeHealthCheck:
+    """A product health check declared with :meth:`ForgeDeclarations.health_check`.
+
+    Attributes:
+        name: The check's name in health reports.
+        check: ``async def check(state) -> HealthComponentReport``.
+        required: Part of readiness (``/readyz``); otherwise diagnostics only.
+        timeout: How long one run may take before it counts as failed.
+    """
+
+    name: str
+    check: Callable[[Any], Awaitable[HealthComponentReport]]
+    required: bool
+    timeout: timedelta
+
+
 class ForgeDeclarations:
     """The declaring half of :class:`~aster_forge.Forge`: lanes, tasks, periodic jobs and
     resources, and the registry they freeze into."""
@@ -58,6 +77,7 @@ class ForgeDeclarations:
         self._tasks: dict[str, ForgeTask] = {}
         self._periodics: list[ForgePeriodic] = []
         self._resources: Callable[[], AbstractAsyncContextManager[Any]] | None = None
+        self._health_checks: dict[str, ForgeHealthCheck] = {}
         self._registry: TaskRegistry[Forge, Any, Any] | None = None
 
     def lane(self, name: str, *, concurrency: int = 1) -> str:
@@ -223,6 +243,42 @@ class ForgeDeclarations:
             raise ForgeDeclarationError("resources must be an async generator function")
         self._resources = manager
         return manager
+
+    def health_check(
+        self, name: str, *, required: bool = False, timeout: timedelta = timedelta(seconds=1)
+    ) -> Callable[[_F], _F]:
+        """Declare a health check of the product's resources (decorator).
+
+        ``async def check(state) -> HealthComponentReport`` runs with the forge's
+        health checks (``/readyz``, ``/diagnostics``, ``forge.run_health``), owned by the
+        resources component when resources are declared.
+
+        Args:
+            name: The check's name in health reports.
+            required: Count it in readiness (default: diagnostics only).
+            timeout: How long one run may take before it counts as failed.
+
+        Raises:
+            ForgeDeclarationError: A bad or repeated name, or a non-positive timeout.
+            ForgeStateError: The forge is already in use (declarations are frozen).
+        """
+        self._check_open()
+        check_name(name, "health check")
+        if name in self._health_checks:
+            raise ForgeDeclarationError(f"health check {name!r} is declared twice")
+        if not isinstance(timeout, timedelta) or timeout <= timedelta(0):
+            raise ForgeDeclarationError(f"health check {name!r}: timeout must be positive")
+
+        def declare(check: _F) -> _F:
+            self._health_checks[name] = ForgeHealthCheck(name, check, required, timeout)
+            return check
+
+        return declare
+
+    @property
+    def health_checks(self) -> tuple[ForgeHealthCheck, ...]:
+        """The product health checks, in declaration order."""
+        return tuple(self._health_checks.values())
 
     def _declare_task(
         self,

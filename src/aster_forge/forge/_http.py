@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import socket
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -23,13 +24,20 @@ class _EmbeddedServer(uvicorn.Server):
 
 
 def http_service(
-    app: Any, host: str, port: int
+    app: Any, address: tuple[str, int] | socket.socket
 ) -> Callable[[CancellationToken], RuntimeServiceComponent[int]]:
-    """``build(token)`` for ``runtime_component_with_shutdown``: uvicorn on ``host:port``.
+    """``build(token)`` for ``runtime_component_with_shutdown``: uvicorn on ``address``
+    (``(host, port)``, or a bound listening socket, closed when the service ends).
 
     A stop request sets uvicorn's ``should_exit``; the service returns ``0`` once
     uvicorn closed its connections.
     """
+
+    if isinstance(address, socket.socket):
+        sock: socket.socket | None = address
+        host, port = "127.0.0.1", 0  # unused: uvicorn serves the given socket
+    else:
+        sock, (host, port) = None, address
 
     def build(token: CancellationToken) -> RuntimeServiceComponent[int]:
         server = _EmbeddedServer(
@@ -45,8 +53,12 @@ def http_service(
         )
 
         async def serve() -> int:
-            if not token.cancelled:
-                await server.serve()
+            try:
+                if not token.cancelled:
+                    await server.serve(sockets=None if sock is None else [sock])
+            finally:
+                if sock is not None:
+                    sock.close()
             return 0
 
         async def stop() -> None:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..db import (
@@ -43,11 +44,13 @@ from ..tasks import (
     TaskDispatcher,
     TaskLaneConfig,
     TaskRetryPolicy,
+    TaskTempDirs,
     run_dispatch_worker,
 )
 
 if TYPE_CHECKING:
     from ._app import Forge
+    from ._declarations import ForgeHealthCheck
 
 __all__ = [
     "DATABASE_COMPONENT",
@@ -81,6 +84,9 @@ class ForgeWorkerSettings:
         scheduler_lease_ttl: The scheduler lease (a standby takes over this long after
             a crash); renewed every third.
         scheduler_claim_ttl: A scheduled firing's claim (renewed while it runs).
+        temp_root: Root of the per-task temp directories ``ctx.temp_dir()`` creates
+            (``<temp_root>/_runtime/tasks/<id>-<token>``, removed after each execution);
+            ``None``: bodies get no temp directory.
     """
 
     poll: DispatchPollConfig = field(
@@ -93,6 +99,7 @@ class ForgeWorkerSettings:
     shutdown_grace: timedelta = timedelta(seconds=10)
     scheduler_lease_ttl: timedelta = timedelta(seconds=15)
     scheduler_claim_ttl: timedelta = timedelta(seconds=120)
+    temp_root: Path | None = None
 
 
 def _on_panic(exc: Exception) -> ScheduledTaskOutcome:
@@ -132,7 +139,9 @@ class ForgeWorker:
                 lease_ttl=settings.task_lease_ttl,
                 retry_policy=settings.retry,
                 shutdown_grace=settings.shutdown_grace,
+                temp_dirs=None if settings.temp_root is None else TaskTempDirs(settings.temp_root),
             ),
+            owner=forge.instance_id,
         )
         self.started = asyncio.Event()
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -177,7 +186,7 @@ class ForgeWorker:
             for periodic in forge.periodics:
                 periodic.declare(runtime)
 
-        await config.run(token, declare)
+        await config.run(token, declare, owner_id=forge.instance_id)
 
     async def _ready(self) -> None:
         self.loop = asyncio.get_running_loop()
@@ -211,6 +220,20 @@ class ForgeWorker:
         finally:
             self._forge.clear_state()
 
+    @staticmethod
+    def _check_options(check: ForgeHealthCheck) -> HealthCheckOptions:
+        if check.required:
+            options = HealthCheckOptions.required(check.timeout)
+            return options.with_scopes(HealthCheckScopes.readiness_and_diagnostics())
+        options = HealthCheckOptions.optional(check.timeout)
+        return options.with_scopes(HealthCheckScopes.diagnostics())
+
+    def _run(self, check: ForgeHealthCheck) -> Callable[[], Awaitable[HealthComponentReport]]:
+        async def run() -> HealthComponentReport:
+            return await check.check(self._forge.state_or_none)
+
+        return run
+
     def register(self, registry: RuntimeComponentRegistry) -> None:
         """Register the forge's components (what ``.component(forge.component())`` calls)."""
         forge, backend = self._forge, self._forge.backend
@@ -228,13 +251,15 @@ class ForgeWorker:
             workers.task("scheduler", self._schedule)
         workers.shutdown("forge_stopped", None, self._stopped)
         users = [BACKGROUND_TASKS_COMPONENT, *self._after]
+        owner = workers
         if forge.resources_factory is not None:
-            registry.component(RESOURCES_COMPONENT, RuntimeComponentKind.PRODUCT).depends_on(
-                *users
-            ).startup("open_resources", self._open_resources).shutdown(
+            owner = registry.component(RESOURCES_COMPONENT, RuntimeComponentKind.PRODUCT)
+            owner.depends_on(*users).startup("open_resources", self._open_resources).shutdown(
                 "close_resources", timedelta(seconds=10), self._close_resources
             )
             users.append(RESOURCES_COMPONENT)
+        for check in forge.health_checks:
+            owner.health_with_options(check.name, self._check_options(check), self._run(check))
         if backend.engine is None:
             return
         database = registry.component(DATABASE_COMPONENT, RuntimeComponentKind.DATABASE)

@@ -123,7 +123,7 @@ class EventLoopLagProbe:
 class _StepTimed(Coroutine[Any, Any, T]):
     """A coroutine whose every step (one ``send``/``throw``) is timed on a clock."""
 
-    __slots__ = ("_clock", "_coro", "_on_block", "_threshold")
+    __slots__ = ("_coro", "_now", "_on_block", "_send", "_threshold")
 
     def __init__(
         self,
@@ -133,24 +133,29 @@ class _StepTimed(Coroutine[Any, Any, T]):
         on_block: Callable[[float], None],
     ) -> None:
         self._coro = coro
-        self._clock = clock
+        # Bound once: send() runs for every step of the body, so it stays this small.
+        self._send = coro.send
+        self._now = clock.monotonic
         self._threshold = threshold
         self._on_block = on_block
 
-    def _timed(self, step: Callable[..., Any], *args: Any) -> Any:
-        started = self._clock.monotonic()
+    def send(self, value: Any) -> Any:
+        started = self._now()
         try:
-            return step(*args)
+            return self._send(value)
         finally:
-            took = self._clock.monotonic() - started
+            took = self._now() - started
             if took > self._threshold:
                 self._on_block(took)
 
-    def send(self, value: Any) -> Any:
-        return self._timed(self._coro.send, value)
-
     def throw(self, *args: Any) -> Any:
-        return self._timed(self._coro.throw, *args)
+        started = self._now()
+        try:
+            return self._coro.throw(*args)
+        finally:
+            took = self._now() - started
+            if took > self._threshold:
+                self._on_block(took)
 
     def close(self) -> None:
         self._coro.close()

@@ -102,7 +102,24 @@ from ._records import (
     TaskStatus,
 )
 from .errors import TaskEnqueueValueError, TaskNotFoundError, TaskStateError
+
+# isort: split
+# --- enqueue validated against the registry ---
+from .errors import TaskKindNotRegisteredError, TaskLaneMismatchError
 from .protocols import BackgroundTaskStore
+
+# isort: split
+# operator queries (search, counts, throughput, bulk actions)
+from ._admin_query import (
+    MAX_TASK_ERROR_SEARCH_LENGTH,
+    MAX_THROUGHPUT_MINUTES,
+    TaskAdminStore,
+    TaskBulkResult,
+    TaskLaneStatusCounts,
+    TaskQuery,
+    TaskSearchPage,
+    TaskThroughput,
+)
 
 # isort: split
 # --- dispatch and execution ---
@@ -219,6 +236,8 @@ __all__ = [
     "LeasedScheduledRuntime",
     "LeasedScheduledRuntimeConfig",
     "LeasedScheduledRuntimeSettings",
+    "MAX_TASK_ERROR_SEARCH_LENGTH",
+    "MAX_THROUGHPUT_MINUTES",
     "NewTask",
     "PeriodicTaskConfigError",
     "RegisteredRuntimeTaskKind",
@@ -239,6 +258,8 @@ __all__ = [
     "ScheduledTaskStore",
     "ScheduledTaskValueError",
     "TASK_TEMP_DIR_SCOPE",
+    "TaskAdminStore",
+    "TaskBulkResult",
     "TaskCancelOutcome",
     "TaskClaimStore",
     "TaskCodecError",
@@ -257,8 +278,11 @@ __all__ = [
     "TaskHeartbeatStore",
     "TaskInvalidValueError",
     "TaskIoError",
+    "TaskKindNotRegisteredError",
     "TaskLaneConfig",
     "TaskLaneCounts",
+    "TaskLaneMismatchError",
+    "TaskLaneStatusCounts",
     "TaskLease",
     "TaskLeaseControlError",
     "TaskLeaseGuard",
@@ -268,11 +292,13 @@ __all__ = [
     "TaskNotFoundError",
     "TaskPage",
     "TaskPayloadError",
+    "TaskQuery",
     "TaskRecord",
     "TaskRegistry",
     "TaskRegistryError",
     "TaskRetryClass",
     "TaskRetryPolicy",
+    "TaskSearchPage",
     "TaskSpec",
     "TaskStateError",
     "TaskStatus",
@@ -282,6 +308,7 @@ __all__ = [
     "TaskStepStatus",
     "TaskTempDirProvider",
     "TaskTempDirs",
+    "TaskThroughput",
     "TaskWorker",
     "TaskWorkerShutdownRequestedError",
     "background_task_component",

@@ -23,7 +23,10 @@ _PREFIX = "scheduled"
 
 
 def _has_control(value: str) -> bool:
-    return any(ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0 for ch in value)
+    # Lone surrogates count too: no backend can store them (they are not UTF-8).
+    return any(
+        ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0 or 0xD800 <= ord(ch) < 0xE000 for ch in value
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +68,9 @@ class TaskDedupeKey:
                 f"the limit is {MAX_TASK_DEDUPE_KEY_LENGTH}"
             )
         if _has_control(self.value):
-            raise TaskDedupeKeyError("dedupe key must not contain control characters")
+            raise TaskDedupeKeyError(
+                "dedupe key must not contain control characters or lone surrogates"
+            )
 
     def as_str(self) -> str:
         """Return the key text (what the ``dedupe_key`` column stores)."""
@@ -86,7 +91,7 @@ def _part(what: str, value: object, limit: int) -> str:
     if len(value) > limit:
         raise TaskDedupeKeyError(f"{what} is {len(value)} characters long; the limit is {limit}")
     if _has_control(value):
-        raise TaskDedupeKeyError(f"{what} must not contain control characters")
+        raise TaskDedupeKeyError(f"{what} must not contain control characters or lone surrogates")
     # Escape the separator so distinct (namespace, name) pairs never share a key.
     return value.replace("%", "%25").replace(":", "%3A")
 

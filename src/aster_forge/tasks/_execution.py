@@ -34,7 +34,6 @@ from ._retry import (
 from ._spec import ErasedTaskSpec, task_kind_label
 from ._steps import (
     mark_active_step_failed,
-    parse_task_steps_json,
     serialize_task_steps_json,
 )
 from .errors import (
@@ -269,7 +268,7 @@ class ClaimedTaskExecution:
                     guard,
                     attempt=self.attempt,
                     store=self._store,
-                    steps=parse_task_steps_json(task.steps_json) if task.steps_json else (),
+                    steps=self._config.spec_for(task.kind).stored_steps(task.steps_json),
                     temp_dirs=self._config.temp_dirs,
                 )
                 decision = await self._decide(ctx)

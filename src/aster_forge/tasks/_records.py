@@ -9,18 +9,19 @@ implements the claim/heartbeat/execution protocols.
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from .._json import load_json
 from ._dedupe import TaskDedupeKey
 from ._lease import TaskLease
 from .errors import TaskEnqueueValueError, TaskInvalidValueError
 
 __all__ = [
     "LEASE_EXPIRED_ERROR",
+    "MAX_TASK_CLAIM_LIMIT",
     "MAX_TASK_ID",
     "MAX_TASK_KIND_LENGTH",
     "MAX_TASK_PAGE_SIZE",
@@ -38,6 +39,7 @@ __all__ = [
     "check_list_args",
     "check_retry_delay",
     "check_run_at",
+    "check_text",
     "check_ttl",
     "wire_value",
 ]
@@ -50,6 +52,9 @@ MAX_TASK_ID = 2**63 - 1
 
 MAX_TASK_PRIORITY = 2**31 - 1
 """Priorities are 32-bit signed integers (higher is claimed first)."""
+
+MAX_TASK_CLAIM_LIMIT = 2**31 - 1
+"""The largest ``limit`` a claim accepts (a 32-bit signed ``LIMIT`` on every backend)."""
 
 LEASE_EXPIRED_ERROR = "lease expired while the task was running (worker lost or crashed)"
 """The ``last_error`` a store writes when it rescues (or fails) a task whose lease expired."""
@@ -100,12 +105,40 @@ class TaskCancelOutcome(enum.StrEnum):
     NOT_FOUND = "not_found"
 
 
+def _storable_problem(text: str) -> str | None:
+    """Why ``text`` cannot be stored the same way on every backend, or ``None``."""
+    if "\x00" in text:
+        # PostgreSQL text cannot hold NUL; SQLite and MariaDB would store it.
+        return "contains a NUL character"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains a lone surrogate (not valid UTF-8)"
+    return None
+
+
+def check_text(value: str, what: str, error: type[Exception] = TaskEnqueueValueError) -> str:
+    """Refuse text no backend can store alike (NUL, lone surrogates); return it.
+
+    The message names ``what`` and the problem, never the text.
+
+    Raises:
+        TaskEnqueueValueError: (or ``error``) When the text contains a NUL character or a
+            lone surrogate.
+    """
+    problem = _storable_problem(value)
+    if problem is not None:
+        raise error(f"{what} {problem}")
+    return value
+
+
 def wire_value(value: object, what: str) -> str:
     """Return the wire value of a kind/lane (a ``str`` or a str-valued enum member).
 
     Raises:
         TaskEnqueueValueError: When it is not text, empty/blank, longer than
-            :data:`MAX_TASK_KIND_LENGTH` or has surrounding whitespace.
+            :data:`MAX_TASK_KIND_LENGTH`, has surrounding whitespace, control
+            characters or a lone surrogate.
     """
     raw = value.value if isinstance(value, enum.Enum) else value
     if not isinstance(raw, str):
@@ -116,15 +149,42 @@ def wire_value(value: object, what: str) -> str:
         raise TaskEnqueueValueError(
             f"task {what} is {len(raw)} characters long; the limit is {MAX_TASK_KIND_LENGTH}"
         )
+    check_text(raw, f"task {what}")
+    if not raw.isprintable():
+        raise TaskEnqueueValueError(f"task {what} must not contain control characters")
     return raw
 
 
+def _refuse_constant(name: str) -> object:
+    raise ValueError(name)
+
+
+# One decoder for every check: json.loads would build a new one per call.
+_STRICT_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
 def _check_json(what: str, value: object, *, optional: bool) -> None:
+    """Strict JSON (RFC 8259: no ``NaN``/``Infinity``), storable on every backend.
+
+    Errors are raised ``from None``: the decoder's exception holds the whole document.
+    """
     if value is None and optional:
         return
     if not isinstance(value, str):
         raise TaskEnqueueValueError(f"{what} must be JSON text, got {type(value).__name__}")
-    load_json(value, what=what, error=TaskEnqueueValueError)
+    check_text(value, what)
+    try:
+        _STRICT_DECODER.decode(value)
+    except RecursionError:
+        raise TaskEnqueueValueError(f"{what} is nested too deeply to decode") from None
+    except json.JSONDecodeError as exc:
+        raise TaskEnqueueValueError(
+            f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+    except ValueError as exc:
+        raise TaskEnqueueValueError(
+            f"{what} is not standard JSON: {exc.args[0]} is not a JSON value"
+        ) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,12 +397,23 @@ def check_ttl(lease_ttl: object) -> None:
 
 
 def check_claim_args(lane: object, owner: object, lease_ttl: object, limit: object) -> str:
-    """Validate claim arguments; return the lane's wire value."""
+    """Validate claim arguments; return the lane's wire value.
+
+    Raises:
+        TaskInvalidValueError: When the lane is not a wire value, the owner is blank,
+            too long or not storable, the limit is not an int in
+            ``0..MAX_TASK_CLAIM_LIMIT`` (a non-positive limit claims nothing), or the
+            TTL is not a positive ``timedelta``.
+    """
     lane_value = wire_value(lane, "lane")
     if not isinstance(owner, str) or not owner.strip() or len(owner) > 255:
         raise TaskInvalidValueError("claim owner must be a non-empty str of at most 255 chars")
+    check_text(owner, "claim owner", TaskInvalidValueError)
     if isinstance(limit, bool) or not isinstance(limit, int):
         raise TaskInvalidValueError("claim limit must be an int")
+    if limit > MAX_TASK_CLAIM_LIMIT:
+        # Beyond 32 bits PostgreSQL's LIMIT parameter overflows in the driver.
+        raise TaskInvalidValueError(f"claim limit must be at most {MAX_TASK_CLAIM_LIMIT}")
     check_ttl(lease_ttl)
     return lane_value
 

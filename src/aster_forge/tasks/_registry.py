@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
+from ._dedupe import TaskDedupeKey
+from ._records import NewTask
 from ._retry import TaskErrorClassifier
 from ._spec import ErasedTaskSpec, TaskSpec, task_kind_label
-from .errors import TaskRegistryError
+from .errors import TaskKindNotRegisteredError, TaskLaneMismatchError, TaskRegistryError
 
 __all__ = ["TaskRegistry"]
 
@@ -69,6 +73,8 @@ class TaskRegistry(Generic[StateT, KindT, LaneT]):
         self._lanes: dict[LaneT, list[KindT]] = {}
         self._erased: dict[KindT, ErasedTaskSpec[StateT]] = {}
         self._lane_of: dict[KindT, LaneT] = {}
+        # wire value -> (erased spec, lane wire value), for enqueue.
+        self._by_wire: dict[str, tuple[ErasedTaskSpec[StateT], str]] = {}
         self._frozen = False
 
     @property
@@ -156,8 +162,91 @@ class TaskRegistry(Generic[StateT, KindT, LaneT]):
         for lane, kinds in self._lanes.items():
             for kind in kinds:
                 self._lane_of[kind] = lane
+        for kind, erased in self._erased.items():
+            if isinstance(kind.value, str) and isinstance(self._lane_of[kind].value, str):
+                self._by_wire[kind.value] = (erased, self._lane_of[kind].value)
         self._frozen = True
         return self
+
+    def new_task(
+        self,
+        kind: KindT | str,
+        payload: object,
+        *,
+        dedupe_key: TaskDedupeKey | str | None = None,
+        run_at: datetime | None = None,
+        delay: timedelta = timedelta(0),
+        priority: int = 0,
+        max_attempts: int | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> NewTask:
+        """Build a validated :class:`~aster_forge.tasks.NewTask` for ``kind``.
+
+        The payload is validated and encoded by the kind's codec (a payload object, or
+        anything that validates into one, such as a dict); the lane is the kind's own;
+        ``steps_json`` holds the spec's initial steps.
+
+        Args:
+            kind: The kind (an enum member or its wire value).
+            payload: The payload.
+            dedupe_key: A second enqueue with this key returns the existing row.
+            run_at: When it becomes due (aware); ``None`` means now plus ``delay``.
+            delay: Added to "now" when ``run_at`` is ``None``.
+            priority: Higher is claimed first within the lane.
+            max_attempts: Counted attempts allowed (``None``: :class:`NewTask`'s default).
+            extra: Values for columns the product added to the table.
+
+        Raises:
+            TaskKindNotRegisteredError: When ``kind`` is not registered.
+            TaskPayloadError: When the payload does not validate or encode; the message
+                names the kind and the fields, never their values.
+            TaskEnqueueValueError: When another field is invalid.
+            TaskRegistryError: When the registry is not validated.
+        """
+        self._check_frozen()
+        wire = kind.value if isinstance(kind, enum.Enum) else kind
+        entry = self._by_wire.get(wire) if isinstance(wire, str) else None
+        if entry is None:
+            raise TaskKindNotRegisteredError(str(wire))
+        erased, lane = entry
+        spec = erased.spec
+        options: dict[str, Any] = {}
+        if max_attempts is not None:
+            options["max_attempts"] = max_attempts
+        return NewTask(
+            kind=wire,
+            lane=lane,
+            payload_json=spec.encode_payload(spec.validate_payload(payload)),
+            steps_json=erased.initial_steps_json(),
+            run_at=run_at,
+            delay=delay,
+            priority=priority,
+            dedupe_key=dedupe_key,
+            extra=dict(extra) if extra is not None else {},
+            **options,
+        )
+
+    def check_new_task(self, task: NewTask) -> NewTask:
+        """Validate an enqueue request against the registry (what a validating store does).
+
+        Returns:
+            ``task``, or a copy with the spec's initial steps when it has none.
+
+        Raises:
+            TaskKindNotRegisteredError: When its kind is not registered.
+            TaskLaneMismatchError: When its lane is not the kind's own.
+            TaskRegistryError: When the registry is not validated.
+        """
+        self._check_frozen()
+        entry = self._by_wire.get(task.kind)
+        if entry is None:
+            raise TaskKindNotRegisteredError(task.kind)
+        erased, lane = entry
+        if task.lane != lane:
+            raise TaskLaneMismatchError(task.kind, task.lane, lane)
+        if task.steps_json is None and erased.steps:
+            return dataclasses.replace(task, steps_json=erased.initial_steps_json())
+        return task
 
     def spec_for(self, kind: KindT) -> ErasedTaskSpec[StateT]:
         """The erased spec the executor runs for ``kind``.

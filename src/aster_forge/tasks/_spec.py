@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import enum
 import inspect
-from collections.abc import Awaitable, Callable
+import math
+import re
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -18,6 +20,7 @@ from ._steps import (
     TaskStepInfo,
     TaskStepSpec,
     initial_task_steps_from_specs,
+    parse_task_steps_json,
     serialize_task_steps_json,
 )
 from .errors import TaskCodecError, TaskInvalidValueError, TaskPayloadError
@@ -31,6 +34,9 @@ StateT = TypeVar("StateT")
 PayloadT = TypeVar("PayloadT")
 ResultT = TypeVar("ResultT")
 KindT = TypeVar("KindT")
+
+# Output that may hide a value pydantic altered silently (see encode_payload).
+_SUSPECT_OUTPUT = re.compile(b"null|NaN|Infinity|" + re.escape("\ufffd".encode()))
 
 TaskRunFn = Callable[["TaskExecutionContext", StateT, PayloadT], Awaitable[ResultT]]
 
@@ -107,30 +113,74 @@ class TaskSpec(Generic[StateT, PayloadT, ResultT]):
     def encode_payload(self, payload: PayloadT) -> str:
         """Encode a payload to the JSON text stored in the task row.
 
+        The text is standard JSON: a ``NaN`` or infinite float is refused (pydantic
+        would write it as ``null``), as is text no backend can store (a lone surrogate).
+
         Raises:
+            TaskPayloadError: (a :class:`TaskCodecError`) When a field holds a
+                non-finite float or a lone surrogate; names the kind and the fields,
+                never their values.
             TaskCodecError: When the value does not serialise as the payload type.
         """
         try:
-            return self._payload.dump_json(payload).decode()
+            encoded = self._payload.dump_json(payload)
         except (PydanticSerializationError, ValueError, TypeError) as exc:
-            raise TaskCodecError(f"cannot encode payload for task kind {self.label!r}") from exc
+            # Not chained: the serializer's message quotes the offending value.
+            fields = tuple(_unstorable_fields(payload))
+            if fields:
+                raise self._payload_error("cannot encode payload", fields) from None
+            raise TaskCodecError(
+                f"cannot encode payload for task kind {self.label!r} ({type(exc).__name__})"
+            ) from None
+        if _SUSPECT_OUTPUT.search(encoded) is not None:
+            # pydantic writes NaN/inf as null (or as a non-standard constant) and a lone
+            # surrogate in a dict key as U+FFFD: look closer at the value itself.
+            fields = tuple(_unstorable_fields(self._payload.dump_python(payload)))
+            if fields:
+                raise self._payload_error("cannot encode payload", fields)
+        return encoded.decode()
+
+    def validate_payload(self, payload: object) -> PayloadT:
+        """Validate a payload object (or anything that validates into one, e.g. a dict).
+
+        Raises:
+            TaskPayloadError: Naming the kind and the invalid fields, never their values.
+        """
+        try:
+            return self._payload.validate_python(payload)
+        except pydantic.ValidationError as exc:
+            raise self._invalid_payload(exc) from None
+
+    def _invalid_payload(self, exc: pydantic.ValidationError) -> TaskPayloadError:
+        # Raised ``from None`` by the callers: pydantic's text quotes the input.
+        fields, detail = _validation_summary(exc)
+        return TaskPayloadError(
+            f"invalid payload for task kind {self.label!r}: {detail}",
+            task_kind=self.label,
+            fields=fields,
+        )
+
+    def _payload_error(self, what: str, fields: tuple[str, ...]) -> TaskPayloadError:
+        listed = ", ".join(repr(f) for f in fields)
+        return TaskPayloadError(
+            f"{what} for task kind {self.label!r}: field {listed} is not storable JSON "
+            "(a NaN or infinite number, or a lone surrogate)",
+            task_kind=self.label,
+            fields=fields,
+        )
 
     def decode_payload(self, text: str | bytes) -> PayloadT:
         """Decode and validate stored payload JSON.
 
         Raises:
             TaskPayloadError: When the JSON is malformed or a field does not validate; the
-                message names the kind and the offending fields (never their values).
+                message names the kind and the offending fields (never their values). It
+                is not chained to pydantic's error, whose text quotes the input.
         """
         try:
             return self._payload.validate_json(text)
         except pydantic.ValidationError as exc:
-            fields, detail = _validation_summary(exc)
-            raise TaskPayloadError(
-                f"invalid payload for task kind {self.label!r}: {detail}",
-                task_kind=self.label,
-                fields=fields,
-            ) from exc
+            raise self._invalid_payload(exc) from None
 
     def encode_result(self, result: ResultT) -> str | None:
         """Encode a result to JSON text (``None`` for a result-less kind).
@@ -143,7 +193,9 @@ class TaskSpec(Generic[StateT, PayloadT, ResultT]):
         try:
             return self._result.dump_json(result).decode()
         except (PydanticSerializationError, ValueError, TypeError) as exc:
-            raise TaskCodecError(f"cannot encode result for task kind {self.label!r}") from exc
+            raise TaskCodecError(
+                f"cannot encode result for task kind {self.label!r} ({type(exc).__name__})"
+            ) from None
 
     def decode_result(self, text: str | bytes) -> ResultT:
         """Decode stored result JSON (for APIs that show a finished task's result).
@@ -157,7 +209,7 @@ class TaskSpec(Generic[StateT, PayloadT, ResultT]):
             return self._result.validate_json(text)
         except pydantic.ValidationError as exc:
             _, detail = _validation_summary(exc)
-            raise TaskCodecError(f"invalid result for task kind {self.label!r}: {detail}") from exc
+            raise TaskCodecError(f"invalid result for task kind {self.label!r}: {detail}") from None
 
     def payload_json_schema(self) -> dict[str, Any]:
         """The JSON Schema of the payload type."""
@@ -256,6 +308,19 @@ class ErasedTaskSpec(Generic[StateT]):
             return None
         return serialize_task_steps_json(self._spec.initial_steps(now=now))
 
+    def stored_steps(self, steps_json: str | None) -> tuple[TaskStepInfo, ...]:
+        """The step list a claimed task runs with: its stored steps, else the spec's.
+
+        A task enqueued without ``steps_json`` (by a store without a registry) still
+        runs with its kind's steps, so the body's step updates find their keys.
+
+        Raises:
+            TaskCodecError: When ``steps_json`` is not a valid step list.
+        """
+        if steps_json is None:
+            return self._spec.initial_steps() if self._spec.steps else ()
+        return parse_task_steps_json(steps_json)
+
     def __repr__(self) -> str:
         return f"ErasedTaskSpec(kind={self._spec.label!r})"
 
@@ -268,3 +333,30 @@ def _validation_summary(exc: pydantic.ValidationError) -> tuple[tuple[str, ...],
         fields.append(location)
         parts.append(f"field {location!r}: {error['msg']}")
     return tuple(fields), "; ".join(parts)
+
+
+def _unstorable_fields(value: object, path: str = "") -> Iterator[str]:
+    """The dotted locations of non-finite floats and lone surrogates inside ``value``."""
+    here = path or "<root>"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            yield here
+    elif isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            yield here
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            # Escaped so a location never carries an unencodable character itself.
+            name = str(key).encode("utf-8", "backslashreplace").decode()
+            where = f"{path}.{name}" if path else name
+            if isinstance(key, str | float):
+                # A key is text too (or a float pydantic writes as text).
+                yield from _unstorable_fields(key, where)
+            yield from _unstorable_fields(item, where)
+    elif isinstance(value, list | tuple | set | frozenset):
+        for index, item in enumerate(value):
+            yield from _unstorable_fields(item, f"{path}.{index}" if path else str(index))
+    elif isinstance(value, pydantic.BaseModel):
+        yield from _unstorable_fields(dict(value), path)

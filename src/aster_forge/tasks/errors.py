@@ -77,9 +77,12 @@ class TaskCodecError(TaskCoreError, ValueError):
 
 
 class TaskPayloadError(TaskCodecError):
-    """Raised when a task payload does not validate against its kind's payload type.
+    """Raised when a task payload does not validate against, or encode as, its kind's type.
 
-    This is a permanent failure: retrying the same stored payload cannot succeed.
+    At execution this is a permanent failure: retrying the same stored payload cannot
+    succeed. At enqueue nothing is written. The message names the kind and the fields,
+    never their values, and the error is not chained to the validator's error (which
+    quotes the input).
 
     Attributes:
         task_kind: The wire value (or name) of the task kind.
@@ -229,6 +232,34 @@ class TaskEnqueueValueError(TaskInvalidValueError):
 
     Raised before any I/O, so nothing is written.
     """
+
+
+class TaskKindNotRegisteredError(TaskEnqueueValueError):
+    """Raised when a task is enqueued with a kind its store's registry does not know.
+
+    Attributes:
+        task_kind: The kind's wire value as given.
+    """
+
+    def __init__(self, task_kind: str) -> None:
+        super().__init__(f"task kind {task_kind!r} is not registered")
+        self.task_kind = task_kind
+
+
+class TaskLaneMismatchError(TaskEnqueueValueError):
+    """Raised when a task is enqueued on a lane that is not its kind's own lane.
+
+    Attributes:
+        task_kind: The kind's wire value.
+        lane: The lane the task named.
+        expected_lane: The lane the registry assigns to the kind.
+    """
+
+    def __init__(self, task_kind: str, lane: str, expected_lane: str) -> None:
+        super().__init__(f"task kind {task_kind!r} runs in lane {expected_lane!r}, not {lane!r}")
+        self.task_kind = task_kind
+        self.lane = lane
+        self.expected_lane = expected_lane
 
 
 class TaskNotFoundError(AsterForgeTasksError, LookupError):

@@ -13,6 +13,10 @@ from ._lease_store import InMemoryRuntimeLeaseStore
 from ._scheduled_conformance import ScheduledTaskStoreConformance
 from ._scheduled_store import InMemoryScheduledTaskStore
 
+# --- enqueue validated against the registry ---
+from ._enqueue_conformance import TaskEnqueueConformance
+
+# isort: split
 # --- task stores and suites ---
 from ._task_conformance import TaskStoreConformance
 from ._task_store import InMemoryTaskStore
@@ -24,5 +28,6 @@ __all__ = [
     "ManualClock",
     "RuntimeLeaseStoreConformance",
     "ScheduledTaskStoreConformance",
+    "TaskEnqueueConformance",
     "TaskStoreConformance",
 ]

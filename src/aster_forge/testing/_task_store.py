@@ -10,6 +10,7 @@ from typing import Any
 
 from ..runtime import Clock, SystemClock
 from ..runtime._lease_types import saturating_expiry
+from ..tasks import TaskRegistry, TaskRegistryError
 from ..tasks._lease import TaskLease
 from ..tasks._records import (
     LEASE_EXPIRED_ERROR,
@@ -29,12 +30,13 @@ from ..tasks._records import (
     check_ttl,
     wire_value,
 )
-from ..tasks.errors import TaskNotFoundError, TaskStateError
+from ..tasks.errors import TaskEnqueueValueError, TaskNotFoundError, TaskStateError
+from ._task_store_admin import InMemoryTaskAdminMixin
 
 __all__ = ["InMemoryTaskStore"]
 
 
-class InMemoryTaskStore:
+class InMemoryTaskStore(InMemoryTaskAdminMixin):
     """A :class:`~aster_forge.tasks.BackgroundTaskStore` kept in a dict.
 
     Every method runs without awaiting in between reads and writes, so each is atomic
@@ -45,6 +47,10 @@ class InMemoryTaskStore:
 
     Args:
         clock: The time source for ``run_at``, leases and timestamps.
+        registry: A validated :class:`~aster_forge.tasks.TaskRegistry`: every enqueued
+            task is checked against it (kind registered, lane its own, the spec's steps
+            filled in when absent); a bad batch is refused whole. Without one, any kind
+            and lane are stored as given.
 
     Example:
         >>> from aster_forge.tasks import NewTask
@@ -55,7 +61,12 @@ class InMemoryTaskStore:
         True
     """
 
-    def __init__(self, clock: Clock | None = None) -> None:
+    def __init__(
+        self, clock: Clock | None = None, *, registry: TaskRegistry[Any, Any, Any] | None = None
+    ) -> None:
+        if registry is not None and not registry.validated:
+            raise TaskRegistryError("task registry is not validated; call validate() first")
+        self._registry = registry
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._rows: dict[int, BackgroundTaskRecord] = {}
         self._by_key: dict[str, int] = {}
@@ -111,14 +122,34 @@ class InMemoryTaskStore:
             self._by_key[key] = record.id
         return EnqueueResult(record, created=True)
 
-    async def enqueue(self, task: NewTask) -> EnqueueResult:
-        """Insert ``task`` or return the row holding its dedupe key."""
-        return self._insert(task, self._clock.now())
+    def _checked(self, tasks: Sequence[NewTask]) -> list[NewTask]:
+        for task in tasks:
+            if not isinstance(task, NewTask):
+                raise TypeError(f"enqueue expects NewTask, got {type(task).__name__}")
+        registry = self._registry
+        return list(tasks) if registry is None else [registry.check_new_task(t) for t in tasks]
 
-    async def enqueue_many(self, tasks: Sequence[NewTask]) -> list[EnqueueResult]:
-        """Enqueue every task atomically; results in input order."""
+    async def enqueue(self, task: NewTask, *, connection: None = None) -> EnqueueResult:
+        """Insert ``task`` or return the row holding its dedupe key (registry-checked)."""
+        return (await self.enqueue_many([task], connection=connection))[0]
+
+    async def enqueue_many(
+        self, tasks: Sequence[NewTask], *, connection: None = None
+    ) -> list[EnqueueResult]:
+        """Enqueue every task atomically; results in input order.
+
+        Every task is checked first (with a registry), so a bad one refuses the batch.
+
+        Raises:
+            TaskEnqueueValueError: When ``connection`` is given: there is no database
+                transaction to join (the keyword exists so code written for
+                :class:`aster_forge.db.BackgroundTaskDbStore` calls both alike).
+        """
+        if connection is not None:
+            raise TaskEnqueueValueError("InMemoryTaskStore has no database transaction to join")
+        checked = self._checked(tasks)
         now = self._clock.now()
-        return [self._insert(task, now) for task in tasks]
+        return [self._insert(task, now) for task in checked]
 
     # -- claim and rescue ---------------------------------------------------------
 

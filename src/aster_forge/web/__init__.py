@@ -6,10 +6,10 @@ packages never import it.
 
 from __future__ import annotations
 
-# --- http (issue 9) ---
-from ._admin import AdminSources, LaneLimits, admin_routes
+from ._admin import admin_routes
+from ._sources import AdminSources, LaneLimits
 from ._app import admin_app, create_app
-from ._auth import ADMIN_TOKEN_ENV, BearerTokenGuard
+from ._auth import ADMIN_TOKEN_ENV, LOCAL_HOSTS, BearerTokenGuard, HostAllowList
 from ._dashboard import dashboard_routes
 from ._health import (
     HEALTH_PATHS,
@@ -32,6 +32,8 @@ __all__ = [
     "HEALTH_PATHS",
     "HealthRunner",
     "HealthSource",
+    "HostAllowList",
+    "LOCAL_HOSTS",
     "LaneLimits",
     "RuntimeLeaseSource",
     "RuntimeLeaseTableReader",

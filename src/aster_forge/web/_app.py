@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute
 
 from ..runtime import CancellationToken, HealthCheckScope, HealthMetricsRecorder
-from ._admin import AdminSources, admin_routes
+from ._admin import admin_routes
 from ._auth import check_admin_token
 from ._dashboard import dashboard_routes
 from ._health import HealthSource, health_routes, resolve_health_runner
 from ._metrics import metrics_routes
+from ._sources import AdminSources
 
 __all__ = ["admin_app", "create_app"]
 
@@ -23,21 +25,31 @@ def admin_app(
     *,
     admin_token: str | None = None,
     dashboard: bool = True,
+    allowed_hosts: Sequence[str] | None = None,
 ) -> Starlette:
     """Return the admin API under ``/api`` and (by default) the dashboard page at ``/``.
+
+    The page makes every request relative to where it is served, so the app can be
+    mounted under any prefix (``app.mount("/ops", admin_app(...))``).
 
     Args:
         sources: What the API reads from.
         admin_token: When set, every API endpoint requires ``Authorization: Bearer
             <token>`` (401 otherwise, before anything is read or changed).
         dashboard: Serve the dashboard page and its assets.
+        allowed_hosts: ``Host`` names the API and page answer (403 otherwise);
+            default the loopback names and the address the server is bound to. A
+            deployment reached by a DNS name lists it (``["ops.example.com"]``).
 
     Raises:
-        ValueError: A malformed ``admin_token``.
+        ValueError: A malformed ``admin_token`` or an empty allowed host.
+        TypeError: ``allowed_hosts`` is a bare string.
     """
-    routes: list[BaseRoute] = admin_routes(sources, admin_token=admin_token)
+    routes: list[BaseRoute] = admin_routes(
+        sources, admin_token=admin_token, allowed_hosts=allowed_hosts
+    )
     if dashboard:
-        routes += dashboard_routes()
+        routes += dashboard_routes(allowed_hosts=allowed_hosts)
     return Starlette(routes=routes)
 
 
@@ -51,6 +63,7 @@ def create_app(
     scrape_health_scope: HealthCheckScope | None = None,
     admin_token: str | None = None,
     dashboard: bool = True,
+    allowed_hosts: Sequence[str] | None = None,
 ) -> Starlette:
     """Return one app with everything: health, metrics, admin API and dashboard.
 
@@ -75,15 +88,19 @@ def create_app(
             bearer token; ``/livez``, ``/readyz``, ``/metrics`` and the page's static
             assets stay open (the page asks for the token).
         dashboard: Serve the dashboard page.
+        allowed_hosts: ``Host`` names the admin API and page answer (see
+            :func:`admin_app`); the health and metrics endpoints answer any host.
 
     Raises:
-        ValueError: A malformed ``admin_token``.
-        TypeError: ``health`` is not a health source.
+        ValueError: A malformed ``admin_token`` or an empty allowed host.
+        TypeError: ``health`` is not a health source, or ``allowed_hosts`` is a str.
     """
     check_admin_token(admin_token)
     sources = sources if sources is not None else AdminSources()
     if health is None:
-        health = sources.runtime if sources.runtime is not None else sources.components
+        health = sources.health_source()
+    elif sources.health is None:
+        sources = replace(sources, health=health)
     if shutdown_token is None and sources.runtime is not None:
         shutdown_token = sources.runtime.shutdown_token
     routes: list[BaseRoute] = []
@@ -101,9 +118,9 @@ def create_app(
                 health, scrape_health_scope, health_recorder, shutdown_token
             )
         routes += metrics_routes(metrics_registry, before_scrape=before_scrape)
-    routes += admin_routes(sources, admin_token=admin_token)
+    routes += admin_routes(sources, admin_token=admin_token, allowed_hosts=allowed_hosts)
     if dashboard:
-        routes += dashboard_routes()
+        routes += dashboard_routes(allowed_hosts=allowed_hosts)
     return Starlette(routes=routes)
 
 

@@ -10,11 +10,14 @@ request the page makes sends the token (taken once from ``?token=`` and kept in
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from importlib import resources
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
+
+from ._auth import HostAllowList
 
 __all__ = ["DASHBOARD_ASSETS", "dashboard_routes"]
 
@@ -55,14 +58,21 @@ class _Assets:
         return cached
 
 
-def dashboard_routes(*, prefix: str = "") -> list[BaseRoute]:
+def dashboard_routes(
+    *, prefix: str = "", allowed_hosts: Sequence[str] | None = None
+) -> list[BaseRoute]:
     """Return the routes serving the dashboard page and its assets.
 
     Args:
-        prefix: Mount prefix of the page (``""`` serves it at ``/``). The page calls
-            the admin API at ``<prefix>/api``.
+        prefix: Path of the page below the app (``""`` serves it at ``/``). The page
+            calls the admin API at ``api/`` relative to itself, so the app may also
+            be mounted under any outer prefix.
+        allowed_hosts: ``Host`` names answered (see
+            :class:`~aster_forge.web.HostAllowList`); default loopback and the bind
+            address.
     """
     assets = _Assets()
+    hosts = HostAllowList(allowed_hosts)
 
     def serve(name: str) -> Route:
         media_type = DASHBOARD_ASSETS[name]
@@ -72,6 +82,6 @@ def dashboard_routes(*, prefix: str = "") -> list[BaseRoute]:
             return Response(body, media_type=media_type, headers=_SECURITY_HEADERS)
 
         path = f"{prefix}/" if name == "index.html" else f"{prefix}/static/{name}"
-        return Route(path, endpoint, methods=["GET"], name=f"dashboard_{name}")
+        return Route(path, hosts.protect(endpoint), methods=["GET"], name=f"dashboard_{name}")
 
     return [serve(name) for name in DASHBOARD_ASSETS]

@@ -46,6 +46,7 @@ __all__ = [
     "HealthRunner",
     "HealthSource",
     "health_app",
+    "health_report",
     "health_routes",
     "render_health_text",
     "resolve_health_runner",
@@ -166,23 +167,33 @@ def _endpoint(
     recorder: HealthMetricsRecorder | None,
 ) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
-        if (
-            scope is HealthCheckScope.READINESS
-            and shutdown_token is not None
-            and shutdown_token.cancelled
-        ):
-            return _respond(request, _synthetic(SHUTDOWN_COMPONENT, SHUTDOWN_MESSAGE))
-        try:
-            report = await run(scope)
-        except Exception:
-            # The registry maps check failures itself; this is the runner breaking.
-            logger.exception("health run for scope %s failed", scope.as_str())
-            return _respond(request, _synthetic(_RUN_FAILED_COMPONENT, _RUN_FAILED_MESSAGE))
-        if recorder is not None and scope in _RECORDED:
-            report.record_metrics(scope, recorder)
-        return _respond(request, report)
+        return _respond(request, await health_report(scope, run, shutdown_token, recorder))
 
     return endpoint
+
+
+async def health_report(
+    scope: HealthCheckScope,
+    run: Callable[[HealthCheckScope], Awaitable[SystemHealthReport]],
+    shutdown_token: CancellationToken | None,
+    recorder: HealthMetricsRecorder | None = None,
+) -> SystemHealthReport:
+    """Run one scope as the endpoints do: shutdown and a broken runner become reports."""
+    if (
+        scope is HealthCheckScope.READINESS
+        and shutdown_token is not None
+        and shutdown_token.cancelled
+    ):
+        return _synthetic(SHUTDOWN_COMPONENT, SHUTDOWN_MESSAGE)
+    try:
+        report = await run(scope)
+    except Exception:
+        # The registry maps check failures itself; this is the runner breaking.
+        logger.exception("health run for scope %s failed", scope.as_str())
+        return _synthetic(_RUN_FAILED_COMPONENT, _RUN_FAILED_MESSAGE)
+    if recorder is not None and scope in _RECORDED:
+        report.record_metrics(scope, recorder)
+    return report
 
 
 def health_routes(

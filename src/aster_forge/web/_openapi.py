@@ -1,7 +1,10 @@
-"""The OpenAPI 3.1 document of the admin API, built by hand (no framework magic).
+"""The OpenAPI 3.1 document of the admin API.
 
-Schemas use JSON Schema 2020-12 (OpenAPI 3.1's dialect): nullable values are
-``{"type": ["string", "null"]}``.
+Request parameters and bodies are generated from the pydantic models the handlers
+validate with (``_params``), so the limits stated are the limits applied. Response
+schemas are written here and checked against live answers by the schemathesis run
+in ``make chaos``. Schemas use JSON Schema 2020-12 (OpenAPI 3.1's dialect):
+nullable values are ``{"type": ["string", "null"]}``.
 """
 
 from __future__ import annotations
@@ -9,7 +12,19 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from pydantic import BaseModel
+
 from ..tasks._records import MAX_TASK_ID
+from ._params import (
+    HealthQuery,
+    ScheduledQuery,
+    TaskBulkBody,
+    TaskCountQuery,
+    TaskListQuery,
+    TaskRetryQuery,
+    body_schema,
+    query_parameters,
+)
 
 __all__ = ["openapi_document"]
 
@@ -61,8 +76,20 @@ _SCHEMAS: dict[str, Any] = {
             "kind": {"type": "string"},
             "lane": {"type": "string"},
             "status": {"enum": _STATUS},
-            "attempt": {"type": "integer"},
+            "attempt": {
+                "type": "integer",
+                "description": "Attempts that ended without success.",
+            },
+            "runs": {
+                "type": "integer",
+                "description": "Attempts used, the running or successful one included.",
+            },
             "max_attempts": {"type": "integer"},
+            "actions": {
+                "type": "array",
+                "items": {"enum": ["retry", "cancel"]},
+                "description": "What POST /retry and /cancel accept for this task now.",
+            },
             "priority": {"type": "integer"},
             "run_at": _TIME,
             "claimed_by": _nullable("string"),
@@ -88,10 +115,19 @@ _SCHEMAS: dict[str, Any] = {
             _ref("Task"),
             _object(
                 {
-                    "payload": {"description": "The decoded payload JSON."},
+                    "payload": {"description": "The decoded payload JSON (null when truncated)."},
                     "payload_invalid": {"type": "boolean"},
+                    "payload_truncated": {"type": "boolean"},
+                    "payload_preview": {
+                        **_nullable("string"),
+                        "description": "The stored text's start, when it is too large to send.",
+                    },
+                    "payload_size": {"type": "integer", "description": "Stored characters."},
                     "result": {"description": "The decoded result JSON, or null."},
                     "result_invalid": {"type": "boolean"},
+                    "result_truncated": {"type": "boolean"},
+                    "result_preview": _nullable("string"),
+                    "result_size": {"type": "integer"},
                 }
             ),
         ]
@@ -100,7 +136,56 @@ _SCHEMAS: dict[str, Any] = {
         {
             "items": {"type": "array", "items": _ref("Task")},
             "next_before_id": _nullable("integer"),
+            "prev_after_id": _nullable("integer"),
             "limit": {"type": "integer"},
+        }
+    ),
+    "TaskCounts": _object(
+        {
+            "counts": _object({status: {"type": "integer", "minimum": 0} for status in _STATUS}),
+            "total": {"type": "integer", "minimum": 0},
+        }
+    ),
+    "BulkResult": _object(
+        {
+            "action": {"enum": ["retry", "cancel"]},
+            "dry_run": {"type": "boolean"},
+            "matched": {"type": "integer", "minimum": 0},
+            "eligible": {"type": "integer", "minimum": 0},
+            "changed": {"type": "array", "items": {"type": "integer"}},
+        }
+    ),
+    "Overview": _object(
+        {
+            "now": {"type": "string", "format": "date-time"},
+            "minutes": {"type": "integer"},
+            "start": {"type": "string", "format": "date-time"},
+            "lanes": {
+                "type": "array",
+                "items": _object(
+                    {
+                        "lane": {"type": "string"},
+                        "counts": _object(
+                            {status: {"type": "integer", "minimum": 0} for status in _STATUS}
+                        ),
+                        "oldest_pending_created_at": _TIME,
+                        "oldest_pending_age_seconds": _nullable("number"),
+                    }
+                ),
+            },
+            "throughput": {
+                "type": "array",
+                "description": "Per lane, one count per minute from start (oldest first).",
+                "items": _object(
+                    {
+                        "lane": {"type": "string"},
+                        **{
+                            name: {"type": "array", "items": {"type": "integer", "minimum": 0}}
+                            for name in ("succeeded", "failed", "retried")
+                        },
+                    }
+                ),
+            },
         }
     ),
     "CancelResult": _object(
@@ -133,7 +218,10 @@ _SCHEMAS: dict[str, Any] = {
             "id": {"type": "integer"},
             "namespace": {"type": "string"},
             "name": {"type": "string"},
-            "interval_seconds": {"type": "number"},
+            "interval_seconds": {"type": "number", "description": "Zero on a cron row."},
+            "schedule": {"type": "string", "description": "The schedule, for people."},
+            "cron": _nullable("string"),
+            "cron_timezone": _nullable("string"),
             "next_run_at": _TIME,
             "due": {"type": "boolean"},
             "claimed": {"type": "boolean"},
@@ -185,6 +273,31 @@ _SCHEMAS: dict[str, Any] = {
             "error": {"type": ["object", "null"]},
         }
     ),
+    "HealthReport": _object(
+        {
+            "scope": {"enum": ["readiness", "diagnostics"]},
+            "status": {"enum": ["healthy", "degraded", "unhealthy"]},
+            "duration_seconds": _nullable("number"),
+            "components": {
+                "type": "array",
+                "items": _object(
+                    {
+                        "name": {"type": "string"},
+                        "status": {"enum": ["healthy", "degraded", "unhealthy"]},
+                        "message": {"type": "string"},
+                        "duration_seconds": _nullable("number"),
+                        "details": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "description": "A typed detail: key, and a {type, value}.",
+                            },
+                        },
+                    }
+                ),
+            },
+        }
+    ),
     "Reports": _object(
         {
             "startup": {"type": ["object", "null"], "description": "The last startup report."},
@@ -210,14 +323,8 @@ def _errors(*codes: int) -> dict[str, Any]:
     return {str(code): _json(_ref("Error"), text[code]) for code in codes}
 
 
-def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "in": "query",
-        "required": False,
-        "schema": schema,
-        "description": description,
-    }
+def _parameters(model: type[BaseModel], schemas: dict[str, Any]) -> list[dict[str, Any]]:
+    return query_parameters(model, schemas)
 
 
 _TASK_ID_SCHEMA = {"type": "integer", "minimum": 1, "maximum": MAX_TASK_ID}
@@ -247,6 +354,7 @@ def openapi_document(title: str, *, auth: bool) -> dict[str, Any]:
         title: The API title.
         auth: Whether the bearer token is required (adds the security requirement).
     """
+    schemas: dict[str, Any] = copy.deepcopy(_SCHEMAS)
     paths: dict[str, Any] = {
         "/api/info": _get("Service info and configured views", _ref("Info")),
         "/api/tasks": _get(
@@ -255,21 +363,39 @@ def openapi_document(title: str, *, auth: bool) -> dict[str, Any]:
             400,
             404,
             503,
-            parameters=[
-                _query("status", {"enum": _STATUS}, "Only tasks with this status."),
-                _query("kind", {"type": "string"}, "Only this kind (wire value)."),
-                _query("lane", {"type": "string"}, "Only this lane (wire value)."),
-                _query(
-                    "limit",
-                    {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50},
-                    "Page size.",
-                ),
-                _query(
-                    "before_id",
-                    _TASK_ID_SCHEMA,
-                    "Keyset cursor: the previous page's next_before_id.",
-                ),
-            ],
+            parameters=_parameters(TaskListQuery, schemas),
+        ),
+        "/api/tasks/counts": _get(
+            "Tasks matching the filters, per status (the status filter is ignored)",
+            _ref("TaskCounts"),
+            400,
+            404,
+            503,
+            parameters=_parameters(TaskCountQuery, schemas),
+        ),
+        "/api/tasks/bulk/{action}": {
+            "post": {
+                "summary": "Retry or cancel every task matching the filters (at most limit)",
+                "parameters": [
+                    {
+                        "name": "action",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"enum": ["retry", "cancel"]},
+                    }
+                ],
+                "requestBody": body_schema(TaskBulkBody, schemas),
+                "responses": {
+                    "200": _json(_ref("BulkResult"), "What the action did (or would do)."),
+                    **_errors(400, 401, 403, 404, 503),
+                },
+            }
+        },
+        "/api/overview": _get(
+            "Per lane: counts by status, oldest pending task, throughput per minute",
+            _ref("Overview"),
+            404,
+            503,
         ),
         "/api/tasks/{task_id}": _get(
             "One task with steps, payload and result",
@@ -281,14 +407,7 @@ def openapi_document(title: str, *, auth: bool) -> dict[str, Any]:
         "/api/tasks/{task_id}/retry": {
             "post": {
                 "summary": "Retry a failed or cancelled task (conditional on its status)",
-                "parameters": [
-                    _TASK_ID,
-                    _query(
-                        "force",
-                        {"type": "boolean"},
-                        "Retry even when manual retry was not allowed.",
-                    ),
-                ],
+                "parameters": [_TASK_ID, *_parameters(TaskRetryQuery, schemas)],
                 "responses": {
                     "200": _json(_ref("TaskDetail"), "The task, pending again."),
                     **_errors(401, 403, 404, 409, 503),
@@ -319,9 +438,10 @@ def openapi_document(title: str, *, auth: bool) -> dict[str, Any]:
                     "items": {"type": "array", "items": _ref("ScheduledTask")},
                 }
             ),
+            400,
             404,
             503,
-            parameters=[_query("namespace", {"type": "string"}, "Only this namespace.")],
+            parameters=_parameters(ScheduledQuery, schemas),
         ),
         "/api/leases": _get(
             "Runtime leases (holder, expiry)",
@@ -338,8 +458,20 @@ def openapi_document(title: str, *, auth: bool) -> dict[str, Any]:
             "Components and their dependency graph", _ref("ComponentGraph"), 404
         ),
         "/api/reports": _get("The last startup and shutdown reports", _ref("Reports"), 404),
+        "/api/health": _get(
+            "Run the readiness or diagnostics checks (always 200: the report says the status)",
+            _ref("HealthReport"),
+            400,
+            404,
+            parameters=_parameters(HealthQuery, schemas),
+        ),
         "/api/openapi.json": _get("This document", {"type": "object"}),
     }
+    for item in paths.values():
+        for operation in item.values():
+            if any(p["in"] == "query" for p in operation.get("parameters", ())):
+                # Every query model answers 400 when a parameter fails it.
+                operation["responses"].setdefault("400", _errors(400)["400"])
     document: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {
@@ -349,7 +481,7 @@ def openapi_document(title: str, *, auth: bool) -> dict[str, Any]:
             "and components of an aster-forge service.",
         },
         "paths": paths,
-        "components": {"schemas": copy.deepcopy(_SCHEMAS)},
+        "components": {"schemas": schemas},
     }
     if auth:
         document["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}

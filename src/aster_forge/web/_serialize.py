@@ -134,6 +134,8 @@ def scheduled_task_json(record: ScheduledTaskRecord, now: datetime) -> dict[str,
 
     ``claimed`` is true while a claim is live at ``now``; ``claimed_by`` is the
     current claim owner (kept while the claim is live, cleared on completion).
+    ``schedule`` says what the schedule is for people (``"every 5m"``, or the cron
+    expression and timezone); ``cron``/``cron_timezone`` are set on cron rows only.
     """
     live = (
         record.claimed_by is not None
@@ -145,6 +147,9 @@ def scheduled_task_json(record: ScheduledTaskRecord, now: datetime) -> dict[str,
         "namespace": record.namespace,
         "name": record.name,
         "interval_seconds": record.interval.total_seconds(),
+        "schedule": record.schedule_text,
+        "cron": record.cron_expression,
+        "cron_timezone": record.cron_timezone,
         "next_run_at": iso(record.next_run_at),
         "due": record.next_run_at <= now,
         "claimed": live,

@@ -6,12 +6,53 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 from .._json import load_json
-from ..tasks import BackgroundTaskRecord, DispatchStats, TaskLaneCounts
+from ..tasks import BackgroundTaskRecord, DispatchStats, TaskLaneCounts, TaskStatus
 from ._serialize import iso, wire
 
-__all__ = ["dispatch_stats_json", "lanes_json", "task_json"]
+__all__ = [
+    "MAX_DETAIL_JSON_CHARS",
+    "dispatch_stats_json",
+    "lanes_json",
+    "task_actions",
+    "task_json",
+    "task_runs",
+]
 
 _DONE_STEPS = frozenset({"succeeded", "skipped"})
+
+MAX_DETAIL_JSON_CHARS = 65_536
+"""Stored payload/result texts longer than this are answered as a truncated preview."""
+# Statuses whose current (or last) run is not yet counted in ``attempt``.
+_RUN_IN_PROGRESS_OR_SUCCEEDED = frozenset({TaskStatus.RUNNING, TaskStatus.SUCCEEDED})
+
+
+def task_actions(record: BackgroundTaskRecord) -> list[str]:
+    """The operator actions the admin API accepts for ``record`` now.
+
+    ``retry``: a cancelled task, or a failed one stored with manual retry allowed
+    (the store's conditional write applies the same rule; ``?force=true`` overrides
+    it). ``cancel``: a pending task, or a running one not already asked to stop.
+    """
+    actions = []
+    if record.status is TaskStatus.CANCELLED or (
+        record.status is TaskStatus.FAILED and record.manual_retry_allowed
+    ):
+        actions.append("retry")
+    if record.status is TaskStatus.PENDING or (
+        record.status is TaskStatus.RUNNING and not record.cancel_requested
+    ):
+        actions.append("cancel")
+    return actions
+
+
+def task_runs(record: BackgroundTaskRecord) -> int:
+    """How many attempts the task has used, the running or successful one included.
+
+    ``attempt`` counts the attempts that ended without success; a task that
+    succeeded on its first run has ``attempt == 0`` but used one run.
+    """
+    extra = 1 if record.status in _RUN_IN_PROGRESS_OR_SUCCEEDED else 0
+    return record.attempt + extra
 
 
 class _Undecodable(ValueError):
@@ -54,7 +95,9 @@ def task_json(record: BackgroundTaskRecord, *, detail: bool = False) -> dict[str
         "lane": record.lane,
         "status": wire(record.status),
         "attempt": record.attempt,
+        "runs": task_runs(record),
         "max_attempts": record.max_attempts,
+        "actions": task_actions(record),
         "priority": record.priority,
         "run_at": iso(record.run_at),
         "claimed_by": record.claimed_by,
@@ -75,15 +118,34 @@ def task_json(record: BackgroundTaskRecord, *, detail: bool = False) -> dict[str
         "steps_total": len(steps or ()),
     }
     if detail:
-        payload, payload_ok = _json_or_none(record.payload_json)
-        result, result_ok = _json_or_none(record.result_json)
-        item.update(
-            payload=payload,
-            payload_invalid=not payload_ok,
-            result=result,
-            result_invalid=not result_ok,
-        )
+        item.update(_stored_json("payload", record.payload_json))
+        item.update(_stored_json("result", record.result_json))
     return item
+
+
+def _stored_json(name: str, text: str | None) -> dict[str, Any]:
+    """``<name>`` decoded, or (beyond :data:`MAX_DETAIL_JSON_CHARS`) a text preview.
+
+    A large payload is never decoded or sent whole: the answer carries its first
+    characters as ``<name>_preview`` with ``<name>_truncated: true``.
+    """
+    size = 0 if text is None else len(text)
+    if text is not None and size > MAX_DETAIL_JSON_CHARS:
+        return {
+            name: None,
+            f"{name}_invalid": False,
+            f"{name}_truncated": True,
+            f"{name}_preview": text[:MAX_DETAIL_JSON_CHARS],
+            f"{name}_size": size,
+        }
+    value, ok = _json_or_none(text)
+    return {
+        name: value,
+        f"{name}_invalid": not ok,
+        f"{name}_truncated": False,
+        f"{name}_preview": None,
+        f"{name}_size": size,
+    }
 
 
 def dispatch_stats_json(stats: DispatchStats) -> dict[str, Any]:

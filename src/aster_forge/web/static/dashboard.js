@@ -1,15 +1,23 @@
-// aster-forge dashboard: polls the admin API about once a second. No dependencies.
+// aster-forge dashboard: reads the admin API (described by api/openapi.json). No dependencies.
 // All data is inserted with textContent / DOM nodes, never as HTML.
 "use strict";
 
 (function () {
-  const BASE = window.location.pathname.replace(/[^/]*$/, ""); // directory of the page
+  // Every request is relative to where the script is served (<base>static/dashboard.js),
+  // so the page works under any mount prefix, with or without a trailing slash.
+  const BASE = new URL("..", document.currentScript.src).pathname;
   const API = BASE + "api";
   const TOKEN_KEY = "aster-forge-admin-token";
-  const FAST_MS = 1000;
-  const SLOW_EVERY = 5; // components, reports and diagnostics every 5th tick
+  const STATUSES = ["pending", "running", "succeeded", "failed", "cancelled"];
+  const PAGE = 50;
+  const SHOW_CHARS = 20000; // payload/result text shown before truncating
+  const POLL_MS = { overview: 2000, tasks: 2000, task: 2000, runtime: 5000 };
 
-  const state = { features: null, tick: 0, timer: null, needLogin: false, busy: new Set() };
+  const state = {
+    features: null, view: "overview", timer: null, busy: new Set(),
+    filters: {}, status: "", cursor: {}, page: null, taskId: null,
+  };
+  const $ = (id) => document.getElementById(id);
 
   // -- token -----------------------------------------------------------------------------
   (function takeTokenFromUrl() {
@@ -20,7 +28,7 @@
       params.delete("token");
       const query = params.toString();
       // Drop the token from the address bar and history.
-      window.history.replaceState(null, "", window.location.pathname + (query ? "?" + query : ""));
+      window.history.replaceState(null, "", window.location.pathname + (query ? "?" + query : "") + window.location.hash);
     }
   })();
 
@@ -32,7 +40,14 @@
     const headers = { Accept: "application/json" };
     const current = token();
     if (current) headers.Authorization = "Bearer " + current;
-    const response = await fetch(path, Object.assign({ headers, cache: "no-store" }, options || {}));
+    const init = Object.assign({ cache: "no-store" }, options || {});
+    if (init.json !== undefined) {
+      headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(init.json);
+      delete init.json;
+    }
+    init.headers = headers;
+    const response = await fetch(path, init);
     if (response.status === 401) throw new Unauthorized("unauthorized");
     let body = null;
     try { body = await response.json(); } catch (_) { body = null; }
@@ -45,44 +60,196 @@
     for (const [key, value] of Object.entries(attrs || {})) {
       if (value === null || value === undefined || value === false) continue;
       if (key === "text") node.textContent = String(value);
-      else if (key.startsWith("data-")) node.setAttribute(key, String(value));
       else if (key === "class") node.className = value;
       else node.setAttribute(key, String(value));
     }
     for (const child of children || []) node.append(child);
     return node;
   }
-
+  const td = (text, cls) => el("td", { text: text === null || text === undefined ? "-" : text, class: cls });
   function badge(status) { return el("span", { class: "status", "data-status": status, text: status || "-" }); }
-
-  function fill(sectionId, rows) {
-    const tbody = document.querySelector("#" + sectionId + " tbody");
-    tbody.replaceChildren(...rows);
+  function fill(tbody, rows, columns, empty) {
+    tbody.replaceChildren(...(rows.length ? rows : [el("tr", {}, [el("td", { colspan: columns, class: "muted", text: empty })])]));
   }
+  function body(sectionId) { return document.querySelector("#" + sectionId + " tbody"); }
 
+  function span(seconds) {
+    const abs = Math.abs(seconds);
+    return abs < 90 ? Math.round(abs) + "s" : abs < 5400 ? Math.round(abs / 60) + "m" : abs < 172800 ? Math.round(abs / 3600) + "h" : Math.round(abs / 86400) + "d";
+  }
   function ago(iso) {
     if (!iso) return "-";
     const seconds = (Date.parse(iso) - Date.now()) / 1000;
-    const abs = Math.abs(seconds);
-    const text = abs < 90 ? Math.round(abs) + "s" : abs < 5400 ? Math.round(abs / 60) + "m" : Math.round(abs / 3600) + "h";
-    return seconds >= 0 ? "in " + text : text + " ago";
+    return seconds >= 0 ? "in " + span(seconds) : span(seconds) + " ago";
   }
-
   function duration(seconds) {
     if (seconds === null || seconds === undefined) return "-";
     if (seconds < 1) return Math.round(seconds * 1000) + " ms";
     if (seconds < 120) return seconds.toFixed(1) + " s";
-    return Math.round(seconds / 60) + " min";
+    return span(seconds);
+  }
+  function stamp(iso) { return iso ? new Date(iso).toLocaleString() : "-"; }
+  function say(id, text) { $(id).textContent = text; }
+
+  // -- views -----------------------------------------------------------------------------
+  function parseHash() {
+    const hash = window.location.hash.replace(/^#/, "");
+    const match = /^task\/(\d+)$/.exec(hash);
+    if (match) return { view: "task", taskId: match[1] };
+    return { view: ["overview", "tasks", "runtime"].includes(hash) ? hash : "overview", taskId: null };
+  }
+
+  function showView() {
+    const { view, taskId } = parseHash();
+    state.view = view;
+    state.taskId = taskId;
+    for (const node of document.querySelectorAll(".view")) node.hidden = node.dataset.view !== view;
+    for (const link of document.querySelectorAll("#nav a")) {
+      link.setAttribute("aria-current", link.dataset.view === view || (view === "task" && link.dataset.view === "tasks") ? "page" : "false");
+    }
+    schedule(0);
+  }
+
+  // -- overview --------------------------------------------------------------------------
+  async function loadOverview() {
+    const f = state.features;
+    const [lanes, overview] = await Promise.all([
+      f.lanes ? request(API + "/lanes") : null,
+      f.overview ? request(API + "/overview") : null,
+    ]);
+    const byLane = new Map();
+    const entry = (name) => { if (!byLane.has(name)) byLane.set(name, { lane: name }); return byLane.get(name); };
+    if (lanes && lanes.status === 200) for (const item of lanes.body.items) Object.assign(entry(item.lane), { live: item });
+    if (overview && overview.status === 200) for (const item of overview.body.lanes) Object.assign(entry(item.lane), { totals: item });
+    const rows = [...byLane.values()].sort((a, b) => (a.lane < b.lane ? -1 : 1)).map(laneRow);
+    fill(body("lanes"), rows, 12, "no lanes yet");
+    if (overview && overview.status === 200) drawCharts(overview.body);
+  }
+
+  function laneRow(item) {
+    const live = item.live || {};
+    const counts = (item.totals && item.totals.counts) || {};
+    const paused = typeof live.paused === "boolean" ? live.paused : null; // null: the store cannot pause
+    const control = paused === null ? "" : el("button", {
+      type: "button", "data-lane-action": paused ? "resume" : "pause", "data-lane": item.lane, text: paused ? "Resume" : "Pause",
+    });
+    if (control) control.addEventListener("click", () => laneAction(item.lane, paused ? "resume" : "pause"));
+    const age = item.totals ? item.totals.oldest_pending_age_seconds : null;
+    return el("tr", { "data-lane": item.lane, "data-paused": paused === null ? "unsupported" : String(paused) }, [
+      td(item.lane),
+      el("td", {}, [paused ? badge("paused") : el("span", { class: "muted", text: paused === null ? "-" : "active" })]),
+      td(counts.pending ?? live.pending, "num count-pending"),
+      td(live.due, "num"),
+      td(counts.running ?? live.running, "num count-running"),
+      td(counts.succeeded, "num count-succeeded"),
+      td(counts.failed, "num count-failed"),
+      td(counts.cancelled, "num count-cancelled"),
+      td((live.in_flight ?? "-") + " / " + (live.limit ?? "-")),
+      td(age === null || age === undefined ? "-" : span(age)),
+      td(duration(live.queue_lag_seconds)),
+      el("td", {}, [control]),
+    ]);
+  }
+
+  async function laneAction(lane, action) {
+    const { status, body: answer } = await request(API + "/lanes/" + encodeURIComponent(lane) + "/" + action, { method: "POST" });
+    say("lane-message", status === 200 ? action + " " + lane + ": done" : action + " " + lane + " refused: " + ((answer && answer.message) || status));
+    schedule(0);
+  }
+
+  // -- throughput chart (inline SVG, drawn here) -----------------------------------------
+  const SVG = "http://www.w3.org/2000/svg";
+  function svg(tag, attrs, text) {
+    const node = document.createElementNS(SVG, tag);
+    for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, String(value));
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  function drawCharts(data) {
+    const width = 720, height = 64, left = 4, bar = (width - left) / data.minutes;
+    const charts = data.throughput.map((series) => {
+      const totals = series.succeeded.map((s, i) => s + series.failed[i] + series.retried[i]);
+      const peak = Math.max(1, ...totals);
+      const chart = svg("svg", { viewBox: "0 0 " + width + " " + (height + 14), class: "chart", role: "img", "aria-label": "throughput of " + series.lane, "data-chart": series.lane });
+      chart.append(svg("line", { x1: left, y1: height, x2: width, y2: height, class: "axis" }));
+      for (let i = 0; i < data.minutes; i++) {
+        let y = height;
+        for (const name of ["succeeded", "failed", "retried"]) {
+          const value = series[name][i];
+          if (!value) continue;
+          const h = (value / peak) * (height - 4);
+          y -= h;
+          const rect = svg("rect", { x: left + i * bar + 0.5, y, width: Math.max(1, bar - 1), height: h, "data-series": name });
+          rect.append(svg("title", {}, value + " " + name + ", " + (data.minutes - i - 1) + " min ago"));
+          chart.append(rect);
+        }
+      }
+      chart.append(svg("text", { x: left, y: height + 12, class: "tick" }, "-60 min"));
+      chart.append(svg("text", { x: width, y: height + 12, class: "tick end" }, "now"));
+      const sum = (name) => series[name].reduce((a, b) => a + b, 0);
+      return el("div", { class: "chart-row" }, [
+        el("div", { class: "chart-label" }, [
+          el("strong", { text: series.lane }),
+          el("span", { class: "muted", text: sum("succeeded") + " ok · " + sum("failed") + " failed · " + sum("retried") + " retried" }),
+          el("span", { class: "muted small", text: "peak " + Math.max(0, ...totals) + "/min" }),
+        ]),
+        chart,
+      ]);
+    });
+    $("charts").replaceChildren(...(charts.length ? charts : [el("p", { class: "muted", text: "no lanes yet" })]));
   }
 
   // -- tasks -----------------------------------------------------------------------------
-  function taskQuery() {
-    const params = new URLSearchParams({ limit: "50" });
-    for (const name of ["status", "lane", "kind"]) {
-      const value = document.getElementById("filter-" + name).value.trim();
-      if (value) params.set(name, value);
+  function readFilters() {
+    const form = $("filters");
+    const filters = {};
+    for (const input of form.querySelectorAll("input")) {
+      const value = input.value.trim();
+      if (!value) continue;
+      // datetime-local has no zone: send it with the browser's offset (the API wants one).
+      filters[input.name] = input.type === "datetime-local" ? new Date(value).toISOString() : value;
     }
+    return filters;
+  }
+
+  function query(extra) {
+    const params = new URLSearchParams(state.filters);
+    if (state.status) params.set("status", state.status);
+    for (const [key, value] of Object.entries(extra || {})) params.set(key, value);
     return params.toString();
+  }
+
+  async function loadTasks() {
+    const f = state.features;
+    const paging = Object.assign({ limit: PAGE }, state.cursor);
+    const [page, counts] = await Promise.all([
+      request(API + "/tasks?" + query(paging)),
+      f.overview ? request(API + "/tasks/counts?" + new URLSearchParams(state.filters)) : null,
+    ]);
+    drawTabs(counts && counts.status === 200 ? counts.body : null);
+    const tbody = body("tasks");
+    if (page.status !== 200) {
+      fill(tbody, [el("tr", {}, [el("td", { colspan: 9, class: "error", text: (page.body && page.body.message) || "error " + page.status })])], 9, "");
+      return;
+    }
+    state.page = page.body;
+    fill(tbody, page.body.items.map(taskRow), 9, "no tasks match");
+    $("page-newer").disabled = page.body.prev_after_id === null;
+    $("page-older").disabled = page.body.next_before_id === null;
+    $("page-newest").disabled = !state.cursor.before_id && !state.cursor.after_id;
+    for (const button of document.querySelectorAll("[data-bulk]")) button.hidden = !f.overview;
+  }
+
+  function drawTabs(counts) {
+    const tabs = [["", "All", counts ? counts.total : null], ...STATUSES.map((s) => [s, s, counts ? counts.counts[s] : null])];
+    $("status-tabs").replaceChildren(...tabs.map(([value, label, count]) => {
+      const tab = el("button", { type: "button", role: "tab", "data-tab": value || "all", "aria-selected": String(state.status === value) }, [
+        el("span", { text: label }), count === null ? "" : el("span", { class: "count", text: count }),
+      ]);
+      tab.addEventListener("click", () => { state.status = value; state.cursor = {}; schedule(0); });
+      return tab;
+    }));
   }
 
   function stepsCell(task) {
@@ -97,111 +264,187 @@
       class: "bar", role: "progressbar", "aria-valuemin": 0, "aria-valuemax": total,
       "aria-valuenow": task.steps_done, "data-status": task.status,
     }, [inner]);
-    const list = el("div", { class: "step-list" }, (task.steps || []).map((step) =>
-      el("span", { class: "step", "data-status": step.status, title: step.detail || step.status, text: step.title || step.key })));
-    return el("td", { class: "steps" }, [bar, list, el("span", { class: "muted", text: task.steps_done + "/" + total })]);
+    return el("td", { class: "steps" }, [bar, el("span", { class: "muted", text: task.steps_done + "/" + total + (active ? " " + (active.title || active.key) : "") })]);
   }
 
-  function actionButton(task, action, label) {
-    const button = el("button", { type: "button", "data-action": action, "data-task-id": task.id, text: label });
-    button.disabled = state.busy.has(task.id);
-    button.addEventListener("click", () => act(task.id, action));
-    return button;
+  function actionButtons(task) {
+    // The server says what it accepts; the page never guesses from the status.
+    const labels = { retry: "Retry", cancel: "Cancel" };
+    return task.actions.map((action) => {
+      const button = el("button", { type: "button", "data-action": action, "data-task-id": task.id, text: labels[action] || action });
+      button.disabled = state.busy.has(task.id);
+      button.addEventListener("click", () => act(task.id, action));
+      return button;
+    });
   }
+
+  function runs(task) { return task.runs ? task.runs + " of " + task.max_attempts : "not run"; }
 
   function taskRow(task) {
-    const actions = [];
-    if (task.status === "failed" || task.status === "cancelled") actions.push(actionButton(task, "retry", "Retry"));
-    if (task.status === "pending" || (task.status === "running" && !task.cancel_requested)) actions.push(actionButton(task, "cancel", "Cancel"));
     return el("tr", { "data-task-id": task.id, "data-task-status": task.status }, [
-      el("td", { text: task.id }),
-      el("td", { text: task.kind }),
-      el("td", { text: task.lane }),
+      el("td", {}, [el("a", { href: "#task/" + task.id, text: "#" + task.id })]),
+      td(task.kind, "kind"),
+      td(task.lane),
       el("td", {}, [badge(task.status), task.cancel_requested ? el("span", { class: "muted", text: " cancel requested" }) : ""]),
-      el("td", { text: task.attempt + "/" + task.max_attempts }),
+      td(runs(task), "runs"),
       stepsCell(task),
-      el("td", { class: "err", text: task.status === "succeeded" ? "" : task.last_error || "" }),
-      el("td", {}, actions),
+      td(task.status === "succeeded" ? "" : task.last_error || "", "err"),
+      td(ago(task.created_at), "muted"),
+      el("td", { class: "actions" }, actionButtons(task)),
     ]);
   }
 
-  async function act(taskId, action) {
+  async function act(taskId, action, messageId) {
     state.busy.add(taskId);
-    const message = document.getElementById("action-message");
+    const where = messageId || "action-message";
     try {
-      const { status, body } = await request(API + "/tasks/" + taskId + "/" + action, { method: "POST" });
-      message.textContent = status === 200
-        ? action + " #" + taskId + ": " + (body.outcome || body.status)
-        : action + " #" + taskId + " refused: " + ((body && body.message) || status);
+      const { status, body: answer } = await request(API + "/tasks/" + taskId + "/" + action, { method: "POST" });
+      say(where, status === 200
+        ? action + " #" + taskId + ": " + (answer.outcome || answer.status)
+        : action + " #" + taskId + " refused: " + ((answer && answer.message) || status));
     } catch (error) {
       if (error instanceof Unauthorized) showLogin();
-      else message.textContent = action + " failed: " + error.message;
+      else say(where, action + " failed: " + error.message);
     } finally {
       state.busy.delete(taskId);
-      refresh(false);
+      schedule(0);
     }
   }
 
-  async function loadTasks() {
-    const { status, body } = await request(API + "/tasks?" + taskQuery());
-    if (status !== 200) { fill("tasks", [el("tr", {}, [el("td", { colspan: 8, class: "error", text: (body && body.message) || "error " + status })])]); return; }
-    fill("tasks", body.items.length ? body.items.map(taskRow) : [el("tr", {}, [el("td", { colspan: 8, class: "muted", text: "no tasks" })])]);
+  async function bulk(action) {
+    const selection = Object.assign({}, state.filters);
+    if (state.status) selection.status = state.status;
+    if (selection.id) selection.id = Number(selection.id);
+    const preview = await request(API + "/tasks/bulk/" + action, { method: "POST", json: Object.assign({ dry_run: true }, selection) });
+    if (preview.status !== 200) { say("action-message", action + " refused: " + ((preview.body && preview.body.message) || preview.status)); return; }
+    const { matched, eligible } = preview.body;
+    if (!eligible) { say("action-message", "nothing to " + action + ": " + matched + " matching, none eligible"); return; }
+    const dialog = $("confirm");
+    $("confirm-text").textContent = (action === "retry" ? "Retry " : "Cancel ") + eligible + " of " + matched + " matching tasks?";
+    dialog.dataset.action = action;
+    dialog.returnValue = "";
+    dialog.showModal();
+    dialog.addEventListener("close", async () => {
+      if (dialog.returnValue !== "ok") { say("action-message", action + " not confirmed"); return; }
+      const done = await request(API + "/tasks/bulk/" + action, { method: "POST", json: selection });
+      say("action-message", done.status === 200
+        ? action + ": " + done.body.changed.length + " of " + done.body.matched + " matching tasks changed"
+        : action + " refused: " + ((done.body && done.body.message) || done.status));
+      schedule(0);
+    }, { once: true });
   }
 
-  // -- lanes, scheduled, leases --------------------------------------------------------
-  async function loadLanes() {
-    const { status, body } = await request(API + "/lanes");
-    if (status !== 200) return;
-    fill("lanes", body.items.map((lane) => el("tr", { "data-lane": lane.lane }, [
-      el("td", { text: lane.lane }),
-      el("td", { text: (lane.in_flight ?? "-") + " / " + (lane.limit ?? "-") }),
-      el("td", { text: lane.due ?? "-" }),
-      el("td", { text: lane.pending ?? "-" }),
-      el("td", { text: lane.running ?? "-" }),
-      el("td", { text: duration(lane.queue_lag_seconds) }),
-    ])));
+  // -- one task --------------------------------------------------------------------------
+  function pretty(value, invalid, preview, size) {
+    if (preview !== null && preview !== undefined) {
+      return preview.slice(0, SHOW_CHARS) + "\n… truncated: the stored value is " + size + " characters";
+    }
+    if (invalid) return "(stored value is not valid JSON)";
+    if (value === null || value === undefined) return "null";
+    const text = JSON.stringify(value, null, 2);
+    return text.length > SHOW_CHARS
+      ? text.slice(0, SHOW_CHARS) + "\n… truncated: " + (text.length - SHOW_CHARS) + " more characters"
+      : text;
   }
 
+  async function loadTask() {
+    const { status, body: task } = await request(API + "/tasks/" + state.taskId);
+    if (status !== 200) {
+      say("detail-title", "Task #" + state.taskId);
+      say("detail-message", (task && task.message) || "error " + status);
+      for (const id of ["detail-fields", "detail-steps", "detail-actions", "detail-status"]) $(id).replaceChildren();
+      return;
+    }
+    say("detail-title", "Task #" + task.id + " · " + task.kind);
+    $("detail-status").replaceChildren(badge(task.status));
+    $("detail-actions").replaceChildren(...task.actions.map((action) => {
+      const button = el("button", { type: "button", "data-action": action, "data-task-id": task.id, text: action === "retry" ? "Retry" : "Cancel" });
+      button.addEventListener("click", () => act(task.id, action, "detail-message"));
+      return button;
+    }));
+    const fields = [
+      ["Lane", task.lane], ["Status", task.status + (task.cancel_requested ? " (cancel requested)" : "")],
+      ["Runs", runs(task)], ["Failed attempts", task.attempt], ["Priority", task.priority],
+      ["Dedupe key", task.dedupe_key], ["Failure reason", task.failure_reason],
+      ["Manual retry allowed", String(task.manual_retry_allowed)], ["Rescued after lost lease", String(task.rescued)],
+      ["Lease owner", task.claimed_by], ["Lease expires", stamp(task.lease_expires_at)],
+      ["Created", stamp(task.created_at)], ["Run at", stamp(task.run_at)], ["Started", stamp(task.started_at)],
+      ["Finished", stamp(task.finished_at)], ["Updated", stamp(task.updated_at)],
+    ];
+    $("detail-fields").replaceChildren(...fields.flatMap(([name, value]) => [el("dt", { text: name }), el("dd", { text: value ?? "-", "data-field": name })]));
+    const steps = task.steps || [];
+    $("detail-steps").replaceChildren(...(steps.length ? steps.map((step) => el("li", { "data-step-status": step.status }, [
+      el("span", { class: "step-dot", "data-status": step.status }),
+      el("strong", { text: step.title || step.key }),
+      el("span", { class: "muted", text: " " + step.status + (step.progress_total ? " " + step.progress_current + "/" + step.progress_total : "") }),
+      el("div", { class: "muted small", text: (step.started_at ? stamp(step.started_at) : "") + (step.finished_at ? " → " + stamp(step.finished_at) : "") }),
+      step.detail ? el("div", { class: "small", text: step.detail }) : "",
+    ])) : [el("li", { class: "muted", text: task.steps_invalid ? "(stored steps are not valid)" : "no steps" })]));
+    $("detail-error").textContent = task.last_error || "-";
+    $("detail-payload").textContent = pretty(task.payload, task.payload_invalid, task.payload_preview, task.payload_size);
+    $("detail-result").textContent = pretty(task.result, task.result_invalid, task.result_preview, task.result_size);
+  }
+
+  // -- runtime ---------------------------------------------------------------------------
   async function loadScheduled() {
-    const { status, body } = await request(API + "/scheduled");
+    const { status, body: data } = await request(API + "/scheduled");
     if (status !== 200) return;
-    fill("scheduled", body.items.map((task) => el("tr", { "data-scheduled": task.namespace + "/" + task.name }, [
-      el("td", { text: task.namespace + " / " + task.name }),
-      el("td", { text: duration(task.interval_seconds) }),
+    fill(body("scheduled"), data.items.map((task) => el("tr", { "data-scheduled": task.namespace + "/" + task.name }, [
+      td(task.namespace + " / " + task.name),
+      // Cron text when the catalog row carries one, else the interval.
+      td(task.schedule || task.cron || "every " + duration(task.interval_seconds), "schedule"),
       el("td", {}, [task.last_run_status ? badge(task.last_run_status) : el("span", { class: "muted", text: "never" }),
-        el("span", { class: "muted", text: " " + ago(task.last_run_finished_at) })]),
-      el("td", { text: task.claimed ? "running" : task.due ? "due now" : ago(task.next_run_at) }),
-      el("td", { text: task.claimed ? task.claimed_by : "-" }),
-      el("td", { text: task.run_count }),
-    ])));
+        el("span", { class: "muted", text: " " + ago(task.last_run_finished_at) }),
+        task.last_run_error ? el("div", { class: "err small", text: task.last_run_error }) : ""]),
+      td(task.claimed ? "running now" : task.due ? "due now" : ago(task.next_run_at)),
+      td(task.claimed ? task.claimed_by : "-"),
+      td(task.run_count, "num"),
+    ])), 6, "no scheduled tasks");
   }
 
   async function loadLeases() {
-    const { status, body } = await request(API + "/leases");
+    const { status, body: data } = await request(API + "/leases");
     if (status !== 200) return;
-    fill("leases", body.items.map((lease) => el("tr", { "data-lease": lease.lease_id }, [
-      el("td", { text: lease.lease_id }),
-      el("td", { text: lease.expired ? "(free) last: " + lease.owner_id : lease.owner_id }),
-      el("td", { text: lease.never_expires ? "never" : ago(lease.expires_at) }),
-    ])));
+    fill(body("leases"), data.items.map((lease) => el("tr", { "data-lease": lease.lease_id }, [
+      td(lease.lease_id),
+      td(lease.expired ? "(free) last: " + lease.owner_id : lease.owner_id),
+      td(lease.never_expires ? "never" : ago(lease.expires_at)),
+    ])), 3, "no runtime leases");
   }
 
-  // -- components graph ------------------------------------------------------------------
-  const SVG = "http://www.w3.org/2000/svg";
-  function svg(tag, attrs, text) {
-    const node = document.createElementNS(SVG, tag);
-    for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, String(value));
-    if (text !== undefined) node.textContent = text;
-    return node;
+  function detailText(detail) {
+    const value = detail.value;
+    if (value && typeof value === "object" && "type" in value) {
+      if (value.type === "duration_millis") return value.value + " ms";
+      return String(value.value);
+    }
+    return typeof value === "object" ? JSON.stringify(value) : String(value);
+  }
+
+  async function loadHealth() {
+    const ready = await request(API + "/health?scope=readiness");
+    if (ready.status === 200 && ready.body) {
+      $("readiness").dataset.status = ready.body.status;
+      say("readiness", "readiness: " + ready.body.status);
+    }
+    if (state.view !== "runtime") return;
+    const { status, body: report } = await request(API + "/health?scope=diagnostics");
+    if (status !== 200) return;
+    fill(body("health"), report.components.map((c) => el("tr", { "data-component": c.name }, [
+      td(c.name), el("td", {}, [badge(c.status)]), td(c.message),
+      el("td", { class: "small" }, (c.details || []).map((d) => el("div", { text: d.key + ": " + detailText(d) }))),
+    ])), 4, "no health checks");
   }
 
   async function loadComponents() {
-    const { status, body } = await request(API + "/components");
+    const { status, body: data } = await request(API + "/components");
     if (status !== 200) return;
-    const graph = document.getElementById("component-graph");
-    const width = 150, height = 30, gapX = 40, gapY = 22;
+    const graph = $("component-graph");
+    const charWidth = 7.2, height = 34, gapX = 56, gapY = 18;
+    const label = (c) => c.name + " (" + c.kind + ")";
+    const width = Math.max(140, ...data.components.map((c) => label(c).length * charWidth + 24));
     const columns = new Map();
-    for (const component of body.components) {
+    for (const component of data.components) {
       if (!columns.has(component.level)) columns.set(component.level, []);
       columns.get(component.level).push(component);
     }
@@ -209,148 +452,152 @@
     let maxRows = 1;
     for (const [level, items] of columns) {
       maxRows = Math.max(maxRows, items.length);
-      items.forEach((item, row) => position.set(item.name, { x: 10 + level * (width + gapX), y: 10 + row * (height + gapY) }));
+      items.forEach((item, row) => position.set(item.name, { x: 10 + level * (width + gapX), y: 24 + row * (height + gapY) }));
     }
     const levels = columns.size ? Math.max(...columns.keys()) + 1 : 1;
-    graph.setAttribute("viewBox", "0 -40 " + (20 + levels * (width + gapX)) + " " + (60 + maxRows * (height + gapY)));
+    const totalWidth = 20 + levels * (width + gapX) - gapX;
+    const totalHeight = 34 + maxRows * (height + gapY);
+    // Drawn at its natural size (1 unit = 1 px) so labels stay readable; the box scrolls if wider.
+    graph.setAttribute("viewBox", "0 0 " + totalWidth + " " + totalHeight);
+    graph.setAttribute("width", totalWidth);
+    graph.setAttribute("height", totalHeight);
     const defs = svg("defs", {});
     const marker = svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto" });
     marker.append(svg("path", { d: "M0,0 L10,5 L0,10 z", class: "arrowhead" }));
     defs.append(marker);
     const nodes = [defs];
-    for (const edge of body.edges) {
+    for (const edge of data.edges) {
       const from = position.get(edge.from), to = position.get(edge.to);
       if (!from || !to) continue;
-      // A component points at what it depends on (what shuts down before it).
+      // A component points at what it depends on (what shuts down after it).
       const x1 = from.x, y1 = from.y + height / 2, x2 = to.x + width, y2 = to.y + height / 2;
-      // Edges that skip a level bend above the row so they do not cross the boxes between.
-      const skips = Math.abs(x1 - x2) > width + gapX;
-      const bend = skips ? Math.min(from.y, to.y) - 6 : (y1 + y2) / 2;
-      const d = skips
-        ? "M" + x1 + "," + from.y + " Q" + (x1 + x2) / 2 + "," + (bend - 30) + " " + x2 + "," + to.y
-        : "M" + x1 + "," + y1 + " L" + x2 + "," + y2;
-      nodes.push(svg("path", { d, class: "edge", "data-edge": edge.from + "->" + edge.to }));
+      const mid = (x1 + x2) / 2;
+      nodes.push(svg("path", { d: "M" + x1 + "," + y1 + " C" + mid + "," + y1 + " " + mid + "," + y2 + " " + x2 + "," + y2, class: "edge", "data-edge": edge.from + "->" + edge.to }));
     }
-    for (const component of body.components) {
+    for (const component of data.components) {
       const at = position.get(component.name);
       const group = svg("g", { "data-component": component.name });
-      group.append(svg("rect", { x: at.x, y: at.y, width, height }));
-      group.append(svg("text", { x: at.x + width / 2, y: at.y + height / 2 }, component.name + " (" + component.kind + ")"));
+      group.append(svg("rect", { x: at.x, y: at.y, width, height, rx: 6 }));
+      group.append(svg("text", { x: at.x + width / 2, y: at.y + height / 2 }, label(component)));
       group.append(svg("title", {}, "depends on: " + (component.depends_on.join(", ") || "nothing")));
       nodes.push(group);
     }
     graph.replaceChildren(...nodes);
-    document.getElementById("shutdown-order").textContent = body.valid
-      ? "Shutdown order: " + body.shutdown_order.join(" → ")
-      : "Invalid graph: " + body.error.message;
+    say("shutdown-order", data.valid ? "Shutdown order: " + data.shutdown_order.join(" → ") : "Invalid graph: " + data.error.message);
   }
 
   function phaseRows(report, kind) {
     if (!report) return [el("tr", {}, [el("td", { colspan: 3, class: "muted", text: kind + " has not finished" })])];
     if (!report.phases.length) return [el("tr", {}, [el("td", { colspan: 3, class: "muted", text: kind + " had no phases" })])];
     return report.phases.map((phase) => el("tr", {}, [
-      el("td", { text: (phase.component ? phase.component + ": " : "") + phase.name }),
+      td((phase.component ? phase.component + ": " : "") + phase.name),
       el("td", {}, [badge(phase.status)]),
-      el("td", { text: phase.duration_seconds.toFixed(3) }),
+      td(phase.duration_seconds.toFixed(3), "num"),
     ]));
   }
 
   async function loadReports() {
-    const { status, body } = await request(API + "/reports");
+    const { status, body: data } = await request(API + "/reports");
     if (status !== 200) return;
-    document.querySelector("#startup-report tbody").replaceChildren(...phaseRows(body.startup, "startup"));
-    document.querySelector("#shutdown-report tbody").replaceChildren(...phaseRows(body.shutdown, "shutdown"));
-  }
-
-  async function loadHealth() {
-    const ready = await request(BASE + "readyz").catch(() => null);
-    const readiness = document.getElementById("readiness");
-    if (ready && ready.body) {
-      readiness.dataset.status = ready.body.status;
-      readiness.textContent = "readiness: " + ready.body.status;
-    }
-    const { status, body } = await request(BASE + "diagnostics");
-    const section = document.getElementById("health");
-    section.hidden = !(body && body.components);
-    if (!body || !body.components) return;
-    fill("health", body.components.map((c) => el("tr", { "data-component": c.name }, [
-      el("td", { text: c.name }), el("td", {}, [badge(c.status)]), el("td", { text: c.message }),
-    ])));
-    return status;
+    document.querySelector("#startup-report tbody").replaceChildren(...phaseRows(data.startup, "startup"));
+    document.querySelector("#shutdown-report tbody").replaceChildren(...phaseRows(data.shutdown, "shutdown"));
   }
 
   // -- polling ---------------------------------------------------------------------------
   async function loadInfo() {
-    const { status, body } = await request(API + "/info");
+    const { status, body: info } = await request(API + "/info");
     if (status !== 200) throw new Error("info: " + status);
-    state.features = body.features;
-    document.getElementById("title").textContent = body.title;
-    document.title = body.title;
-    for (const section of document.querySelectorAll("[data-feature]")) {
-      section.hidden = !state.features[section.dataset.feature];
-    }
+    state.features = info.features;
+    say("title", info.title);
+    document.title = info.title;
+    for (const section of document.querySelectorAll("[data-feature]")) section.hidden = !state.features[section.dataset.feature];
   }
 
   function guarded(load) { return load().catch((error) => { if (error instanceof Unauthorized) throw error; }); }
 
-  async function refresh(includeSlow) {
-    const f = state.features || {};
+  async function refresh() {
+    const f = state.features;
     const jobs = [];
-    if (f.tasks) jobs.push(guarded(loadTasks));
-    if (f.lanes) jobs.push(guarded(loadLanes));
-    if (f.scheduled) jobs.push(guarded(loadScheduled));
-    if (f.leases) jobs.push(guarded(loadLeases));
-    if (includeSlow) {
+    if (f.health) jobs.push(guarded(loadHealth));
+    if (state.view === "overview" && (f.lanes || f.overview)) jobs.push(guarded(loadOverview));
+    if (state.view === "tasks" && f.tasks) jobs.push(guarded(loadTasks));
+    if (state.view === "task" && f.tasks) jobs.push(guarded(loadTask));
+    if (state.view === "runtime") {
+      if (f.scheduled) jobs.push(guarded(loadScheduled));
+      if (f.leases) jobs.push(guarded(loadLeases));
       if (f.components) jobs.push(guarded(loadComponents));
       if (f.reports) jobs.push(guarded(loadReports));
-      jobs.push(guarded(loadHealth));
     }
     await Promise.all(jobs);
   }
 
+  function schedule(delay) {
+    if (state.timer) window.clearTimeout(state.timer);
+    state.timer = window.setTimeout(tick, delay);
+  }
+
   async function tick() {
+    state.timer = null;
     try {
       if (!state.features) await loadInfo();
-      await refresh(state.tick % SLOW_EVERY === 0);
-      state.tick += 1;
-      document.getElementById("connection").textContent = "updated " + new Date().toLocaleTimeString();
+      await refresh();
+      say("connection", "updated " + new Date().toLocaleTimeString());
     } catch (error) {
       if (error instanceof Unauthorized) { showLogin(); return; }
-      document.getElementById("connection").textContent = "disconnected (" + error.message + ")";
+      say("connection", "disconnected (" + error.message + ")");
     }
-    state.timer = window.setTimeout(tick, FAST_MS);
+    if (!state.timer && !$("content").hidden) schedule(POLL_MS[state.view] || 2000);
   }
 
   function showLogin() {
     if (state.timer) window.clearTimeout(state.timer);
     state.timer = null;
     state.features = null;
-    document.getElementById("content").hidden = true;
-    document.getElementById("login").hidden = false;
-    document.getElementById("login-error").textContent = token() ? "That token was not accepted." : "";
-    document.getElementById("login-token").focus();
+    $("content").hidden = true;
+    $("nav").hidden = true;
+    $("login").hidden = false;
+    say("login-error", token() ? "That token was not accepted." : "");
+    $("login-token").focus();
   }
 
   function start() {
-    document.getElementById("login").hidden = true;
-    document.getElementById("content").hidden = false;
-    document.getElementById("logout").hidden = !token();
-    state.tick = 0;
-    tick();
+    $("login").hidden = true;
+    $("content").hidden = false;
+    $("nav").hidden = false;
+    $("logout").hidden = !token();
+    showView();
   }
 
-  document.getElementById("login").addEventListener("submit", (event) => {
+  $("login").addEventListener("submit", (event) => {
     event.preventDefault();
-    sessionStorage.setItem(TOKEN_KEY, document.getElementById("login-token").value);
-    document.getElementById("login-token").value = "";
+    sessionStorage.setItem(TOKEN_KEY, $("login-token").value);
+    $("login-token").value = "";
     start();
   });
-  document.getElementById("logout").addEventListener("click", () => {
+  $("logout").addEventListener("click", () => {
     sessionStorage.removeItem(TOKEN_KEY);
     window.location.reload();
   });
-  for (const id of ["filter-status", "filter-lane", "filter-kind"]) {
-    document.getElementById(id).addEventListener("change", () => refresh(false));
-  }
+  $("filters").addEventListener("submit", (event) => {
+    event.preventDefault();
+    state.filters = readFilters();
+    state.cursor = {};
+    schedule(0);
+  });
+  $("filters-clear").addEventListener("click", () => {
+    $("filters").reset();
+    state.filters = {};
+    state.cursor = {};
+    schedule(0);
+  });
+  $("page-newest").addEventListener("click", () => { state.cursor = {}; schedule(0); });
+  $("page-older").addEventListener("click", () => {
+    if (state.page && state.page.next_before_id !== null) { state.cursor = { before_id: state.page.next_before_id }; schedule(0); }
+  });
+  $("page-newer").addEventListener("click", () => {
+    if (state.page && state.page.prev_after_id !== null) { state.cursor = { after_id: state.page.prev_after_id }; schedule(0); }
+  });
+  for (const button of document.querySelectorAll("[data-bulk]")) button.addEventListener("click", () => bulk(button.dataset.bulk));
+  window.addEventListener("hashchange", showView);
   start();
 })();

@@ -1,0 +1,144 @@
+"""PostgreSQL enqueue in one statement: insert-or-get on the dedupe key, and the NOTIFY.
+
+The statement takes the batch as arrays (``unnest``; one row or 5,000, the same
+prepared statement), inserts with ``ON CONFLICT (dedupe_key) DO NOTHING``, signals each
+lane that received a row with ``pg_notify`` (delivered by PostgreSQL at commit, so a
+rolled-back transaction wakes nobody), and returns the inserted rows plus the rows that
+already held a key. A key committed by a racing transaction after the statement's
+snapshot is neither inserted nor returned; the caller reads it in a second statement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+
+from ..runtime._lease_types import NEVER_EXPIRES
+from ..tasks._records import NewTask, TaskStatus
+from ._tasks_sql import _SATURATING_DELTA
+from ._tasks_table import CORE_COLUMNS
+
+__all__ = ["DriverRow", "PgEnqueueStatement"]
+
+_INPUT = (
+    ("kind", "text", sa.Text()),
+    ("lane", "text", sa.Text()),
+    ("payload_json", "text", sa.Text()),
+    ("steps_json", "text", sa.Text()),
+    ("max_attempts", "integer", sa.Integer()),
+    ("run_at", "timestamptz", sa.DateTime(timezone=True)),
+    ("delay", "interval", sa.Interval()),
+    ("priority", "integer", sa.Integer()),
+    ("dedupe_key", "text", sa.Text()),
+)
+
+_SQL = """
+WITH v AS (
+    SELECT * FROM unnest({arrays}) WITH ORDINALITY AS v({names}, ord)
+), ins AS (
+    INSERT INTO {t} (kind, lane, status, payload_json, steps_json, attempt, max_attempts,
+                     run_at, priority, dedupe_key, manual_retry_allowed, cancel_requested,
+                     rescued, created_at, updated_at)
+    SELECT kind, lane, '{pending}', payload_json, steps_json, 0, max_attempts,
+           COALESCE(run_at, now() + delay), priority, dedupe_key, true, false, false,
+           now(), now()
+    FROM v ORDER BY ord
+    ON CONFLICT (dedupe_key) DO NOTHING
+    RETURNING {returning}
+){woke}
+SELECT true AS created, ins.* FROM ins{woke_join}
+UNION ALL
+SELECT false AS created, {existing} FROM {t} AS e
+WHERE e.dedupe_key = ANY(CAST(:keys AS text[]))
+"""
+
+_WOKE = """, woke AS (
+    SELECT count(pg_notify(:channel, l.lane)) AS n FROM (SELECT DISTINCT lane FROM ins) AS l
+)"""
+
+
+@dataclass(frozen=True, slots=True)
+class DriverRow:
+    """An asyncpg record seen as a SQLAlchemy row (what ``record_from_row`` reads)."""
+
+    _mapping: Mapping[str, Any]
+
+    @property
+    def created(self) -> bool:
+        """Whether this statement inserted the row."""
+        return bool(self._mapping["created"])
+
+
+class PgEnqueueStatement:
+    """The prebuilt enqueue statement of one table (with or without the NOTIFY).
+
+    ``statement`` runs through SQLAlchemy (in the product's transaction); ``sql`` with
+    :meth:`arguments` runs on the asyncpg connection itself, prepared once and cached
+    by asyncpg (the hot path: no per-call SQLAlchemy execution work).
+    """
+
+    def __init__(self, table: sa.Table, dialect: Any, *, channel: str | None) -> None:
+        prep = dialect.identifier_preparer
+        quoted = [prep.quote(name) for name in CORE_COLUMNS]
+        sql = _SQL.format(
+            t=prep.format_table(table),
+            arrays=", ".join(f"CAST(:{name} AS {sql_type}[])" for name, sql_type, _ in _INPUT),
+            names=", ".join(name for name, _, _ in _INPUT),
+            pending=TaskStatus.PENDING.value,
+            returning=", ".join(quoted),
+            existing=", ".join(f"e.{name}" for name in quoted),
+            woke=_WOKE if channel is not None else "",
+            woke_join=" CROSS JOIN woke" if channel is not None else "",
+        )
+        params: list[sa.BindParameter[Any]] = [
+            sa.bindparam(name, type_=postgresql.ARRAY(type_)) for name, _, type_ in _INPUT
+        ]
+        # The batch's keys without NULLs: an index lookup however long the batch is.
+        params.append(sa.bindparam("keys", type_=postgresql.ARRAY(sa.Text())))
+        if channel is not None:
+            params.append(sa.bindparam("channel", value=channel, type_=sa.Text()))
+        cols = [table.c[name] for name in CORE_COLUMNS]
+        self.statement = (
+            sa.text(sql).bindparams(*params).columns(sa.column("created", sa.Boolean()), *cols)
+        )
+        compiled = self.statement.compile(dialect=dialect)
+        self.sql = str(compiled)
+        self._order = list(compiled.positiontup or ())
+        self._channel = channel
+
+    def arguments(self, tasks: Sequence[NewTask]) -> list[Any]:
+        """The positional arguments of :attr:`sql` for ``tasks``."""
+        values: dict[str, Any] = dict(self.parameters(tasks), channel=self._channel)
+        return [values[name] for name in self._order]
+
+    @staticmethod
+    def parameters(tasks: Sequence[NewTask]) -> dict[str, list[Any]]:
+        """The statement's array parameters for ``tasks`` (no ``extra`` columns)."""
+        run_ats: list[datetime | None] = []
+        delays: list[timedelta] = []
+        for task in tasks:
+            if task.run_at is None and task.delay >= _SATURATING_DELTA:
+                # Saturate in Python: the server never computes an out-of-range timestamp.
+                run_ats.append(NEVER_EXPIRES)
+                delays.append(timedelta(0))
+            else:
+                run_ats.append(task.run_at)
+                delays.append(task.delay)
+        keys = [task.dedupe_key_text for task in tasks]
+        return {
+            "kind": [task.kind for task in tasks],
+            "lane": [task.lane for task in tasks],
+            "payload_json": [task.payload_json for task in tasks],
+            "steps_json": [task.steps_json for task in tasks],
+            "max_attempts": [task.max_attempts for task in tasks],
+            "run_at": run_ats,
+            "delay": delays,
+            "priority": [task.priority for task in tasks],
+            "dedupe_key": keys,
+            "keys": [key for key in keys if key is not None],
+        }

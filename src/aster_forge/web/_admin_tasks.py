@@ -1,0 +1,245 @@
+"""The admin API's task endpoints: list/search, counts, detail, retry, cancel, bulk, overview.
+
+Every write goes through the store's conditional writes and is logged on
+``aster_forge.web.admin`` (who asked, which task ids; never payload values).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ..tasks import (
+    BackgroundTaskStore,
+    TaskAdminStore,
+    TaskBulkResult,
+    TaskCancelOutcome,
+    TaskNotFoundError,
+    TaskStateError,
+    TaskStatus,
+)
+from ._params import (
+    BadRequestError,
+    TaskBulkBody,
+    TaskCountQuery,
+    TaskListQuery,
+    TaskRetryQuery,
+    parse_body,
+    parse_query,
+)
+from ._responses import error, not_configured, ok, task_id_param
+from ._serialize import iso
+from ._sources import AdminSources
+from ._tasks_json import task_actions, task_json
+
+__all__ = ["THROUGHPUT_MINUTES", "TaskEndpoints"]
+
+logger = logging.getLogger("aster_forge.web.admin")
+
+THROUGHPUT_MINUTES = 60
+"""The overview chart's window (minutes)."""
+
+_BULK_ACTIONS = ("retry", "cancel")
+
+
+def _client(request: Request) -> str:
+    return "unknown" if request.client is None else request.client.host
+
+
+def bulk_json(action: str, result: TaskBulkResult, *, dry_run: bool) -> dict[str, Any]:
+    """The JSON answer of a bulk action."""
+    return {
+        "action": action,
+        "dry_run": dry_run,
+        "matched": result.matched,
+        "eligible": result.eligible,
+        "changed": list(result.changed),
+    }
+
+
+class TaskEndpoints:
+    """The task endpoints, bound to one :class:`AdminSources`."""
+
+    def __init__(self, sources: AdminSources) -> None:
+        self.sources = sources
+
+    def _admin_store(self) -> TaskAdminStore | None:
+        store = self.sources.task_store
+        return store if isinstance(store, TaskAdminStore) else None
+
+    async def list_tasks(self, request: Request) -> Response:
+        """``GET /api/tasks``."""
+        store = self.sources.task_store
+        if store is None:
+            return not_configured("task store")
+        query = parse_query(TaskListQuery, request.query_params)
+        admin = self._admin_store()
+        if admin is not None:
+            page = await admin.search_tasks(
+                query.task_query(),
+                limit=query.limit,
+                before_id=query.before_id,
+                after_id=query.after_id,
+            )
+            items, older, newer = page.items, page.next_before_id, page.prev_after_id
+        else:
+            if query.needs_search() or query.after_id is not None:
+                raise BadRequestError("this task store supports only status, kind and lane filters")
+            legacy = await store.list_tasks(
+                status=query.status,
+                kind=query.kind,
+                lane=query.lane,
+                limit=query.limit,
+                before_id=query.before_id,
+            )
+            items, older, newer = tuple(legacy.items), legacy.next_before_id, None
+        return ok(
+            {
+                "items": [task_json(item) for item in items],
+                "next_before_id": older,
+                "prev_after_id": newer,
+                "limit": query.limit,
+            }
+        )
+
+    async def count_tasks(self, request: Request) -> Response:
+        """``GET /api/tasks/counts``."""
+        admin = self._admin_store()
+        if admin is None:
+            return not_configured("task store with operator queries")
+        query = parse_query(TaskCountQuery, request.query_params)
+        counts = await admin.count_tasks(query.task_query())
+        return ok(
+            {
+                "counts": {status.value: counts.get(status, 0) for status in TaskStatus},
+                "total": sum(counts.values()),
+            }
+        )
+
+    async def get_task(self, request: Request) -> Response:
+        """``GET /api/tasks/{task_id}``."""
+        store = self.sources.task_store
+        if store is None:
+            return not_configured("task store")
+        task_id = task_id_param(request)
+        record = await store.get_task(task_id)
+        if record is None:
+            return error(404, "task_not_found", f"background task #{task_id} not found")
+        return ok(task_json(record, detail=True))
+
+    async def retry_task(self, request: Request) -> Response:
+        """``POST /api/tasks/{task_id}/retry``."""
+        store = self.sources.task_store
+        if store is None:
+            return not_configured("task store")
+        force = parse_query(TaskRetryQuery, request.query_params).force
+        task_id = task_id_param(request)
+        if not force:
+            await _check_retry_allowed(store, task_id)
+        record = await store.retry_task(task_id, force=force)
+        logger.info("admin: task #%d retried (force=%s) by %s", task_id, force, _client(request))
+        return ok(task_json(record, detail=True))
+
+    async def cancel_task(self, request: Request) -> Response:
+        """``POST /api/tasks/{task_id}/cancel``."""
+        store = self.sources.task_store
+        if store is None:
+            return not_configured("task store")
+        task_id = task_id_param(request)
+        outcome = await store.cancel_task(task_id)
+        if outcome is TaskCancelOutcome.NOT_FOUND:
+            return error(404, "task_not_found", f"background task #{task_id} not found")
+        logger.info(
+            "admin: cancel of task #%d: %s, by %s", task_id, outcome.value, _client(request)
+        )
+        record = await store.get_task(task_id)
+        return ok(
+            {
+                "outcome": outcome.value,
+                "task": None if record is None else task_json(record, detail=True),
+            }
+        )
+
+    async def bulk(self, request: Request) -> Response:
+        """``POST /api/tasks/bulk/{action}`` (``retry`` or ``cancel``)."""
+        action = request.path_params["action"]
+        if action not in _BULK_ACTIONS:
+            return error(404, "not_found", "bulk actions are retry and cancel")
+        admin = self._admin_store()
+        if admin is None:
+            return not_configured("task store with operator queries")
+        body = parse_body(TaskBulkBody, await request.body())
+        run = admin.retry_tasks if action == "retry" else admin.cancel_tasks
+        result = await run(body.task_query(), limit=body.limit, dry_run=body.dry_run)
+        if not body.dry_run:
+            logger.info(
+                "admin: bulk %s by %s: %d selected, %d changed: %s",
+                action,
+                _client(request),
+                result.matched,
+                len(result.changed),
+                ", ".join(f"#{task_id}" for task_id in result.changed) or "none",
+            )
+        return ok(bulk_json(action, result, dry_run=body.dry_run))
+
+    async def overview(self, request: Request) -> Response:
+        """``GET /api/overview``: status counts per lane and the throughput chart's data."""
+        admin = self._admin_store()
+        if admin is None:
+            return not_configured("task store with operator queries")
+        lanes = await admin.lane_status_counts()
+        rows = await admin.task_throughput(minutes=THROUGHPUT_MINUTES)
+        now = lanes[0].now if lanes else self.sources.clock.now()
+        start = now.replace(second=0, microsecond=0) - timedelta(minutes=THROUGHPUT_MINUTES - 1)
+        series: dict[str, dict[str, list[int]]] = {}
+        for lane in sorted({*(c.lane for c in lanes), *(r.lane for r in rows)}):
+            series[lane] = {
+                name: [0] * THROUGHPUT_MINUTES for name in ("succeeded", "failed", "retried")
+            }
+        for row in rows:
+            index = int((row.minute - start).total_seconds() // 60)
+            if 0 <= index < THROUGHPUT_MINUTES:
+                for name in ("succeeded", "failed", "retried"):
+                    series[row.lane][name][index] += getattr(row, name)
+        return ok(
+            {
+                "now": now.isoformat(),
+                "minutes": THROUGHPUT_MINUTES,
+                "start": start.isoformat(),
+                "lanes": [
+                    {
+                        "lane": c.lane,
+                        "counts": {status.value: c.counts.get(status, 0) for status in TaskStatus},
+                        "oldest_pending_created_at": iso(c.oldest_pending_created_at),
+                        "oldest_pending_age_seconds": None
+                        if c.oldest_pending_created_at is None
+                        else max(0.0, (c.now - c.oldest_pending_created_at).total_seconds()),
+                    }
+                    for c in lanes
+                ],
+                "throughput": [{"lane": lane, **values} for lane, values in series.items()],
+            }
+        )
+
+
+async def _check_retry_allowed(store: BackgroundTaskStore, task_id: int) -> None:
+    """The rule the task JSON advertises as ``actions``; the store re-checks it.
+
+    Raises:
+        TaskNotFoundError: No such task.
+        TaskStateError: Retry is not one of the task's actions now.
+    """
+    current = await store.get_task(task_id)
+    if current is None:
+        raise TaskNotFoundError(task_id)
+    if "retry" not in task_actions(current):
+        reason = (
+            "manual retry is not allowed"
+            if current.status is TaskStatus.FAILED
+            else "only failed or cancelled tasks retry"
+        )
+        raise TaskStateError(task_id, current.status.value, reason)

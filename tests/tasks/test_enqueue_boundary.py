@@ -1,0 +1,204 @@
+"""The enqueue boundary in the tasks layer: registry.new_task, strict JSON, value-free errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import traceback
+from datetime import timedelta
+
+import pytest
+from pydantic import BaseModel
+
+from aster_forge.tasks import (
+    ClaimedTaskOutcome,
+    NewTask,
+    TaskCodecError,
+    TaskEnqueueValueError,
+    TaskExecutionContext,
+    TaskKindNotRegisteredError,
+    TaskLaneMismatchError,
+    TaskPayloadError,
+    TaskRegistry,
+    TaskRegistryError,
+    TaskSpec,
+    TaskStatus,
+    run_claimed_task_with_store,
+)
+from aster_forge.testing import InMemoryTaskStore, ManualClock
+
+from ._dispatch_support import REGISTRY, Harness, Job, Kind, Lane, claim_one, make_config
+
+SECRET = "s3cret-value-4711"
+
+
+class Reading(BaseModel):
+    label: str
+    value: float
+    tags: list[float] = []
+
+
+async def _noop(ctx: TaskExecutionContext, state: object, payload: Reading) -> None:
+    return None
+
+
+READING = TaskSpec(kind="reading", payload_type=Reading, result_type=None, run=_noop)
+
+
+def _whole_chain(exc: BaseException) -> str:
+    """Every message of the exception and of everything it chains to, as logged."""
+    return "".join(traceback.format_exception(exc))
+
+
+# -- registry.new_task ------------------------------------------------------------------
+
+
+def test_new_task_encodes_takes_the_kind_lane_and_fills_steps() -> None:
+    task = REGISTRY.new_task(Kind.REPORT, Job(name="r", value=3), priority=7, max_attempts=2)
+    assert (task.kind, task.lane, task.priority, task.max_attempts) == ("report", "fallback", 7, 2)
+    assert json.loads(task.payload_json) == {"name": "r", "value": 3}
+    assert task.steps_json is not None
+    assert [step["key"] for step in json.loads(task.steps_json)] == ["collect", "render"]
+    plain = REGISTRY.new_task("mail", {"name": "m"}, dedupe_key="once", delay=timedelta(seconds=5))
+    assert (plain.lane, plain.steps_json, plain.dedupe_key_text) == ("fallback", None, "once")
+    assert plain.delay == timedelta(seconds=5)
+    assert plain.max_attempts == NewTask("k", "l").max_attempts
+
+
+def test_new_task_refuses_unknown_kind_and_invalid_payload_without_values() -> None:
+    with pytest.raises(TaskKindNotRegisteredError) as unknown:
+        REGISTRY.new_task("nope", Job(name="x"))
+    assert unknown.value.task_kind == "nope"
+    with pytest.raises(TaskPayloadError) as bad:
+        REGISTRY.new_task(Kind.MAIL, {"name": SECRET, "value": SECRET})
+    assert bad.value.task_kind == "mail" and bad.value.fields == ("value",)
+    assert SECRET not in _whole_chain(bad.value)
+
+
+def test_new_task_needs_a_validated_registry() -> None:
+    registry: TaskRegistry[Harness, Kind, Lane] = TaskRegistry(kind=Kind, lane=Lane)
+    with pytest.raises(TaskRegistryError):
+        registry.new_task(Kind.MAIL, Job(name="x"))
+
+
+def test_check_new_task_refuses_unknown_kind_and_foreign_lane() -> None:
+    with pytest.raises(TaskKindNotRegisteredError):
+        REGISTRY.check_new_task(NewTask("ghost", "fallback"))
+    with pytest.raises(TaskLaneMismatchError) as wrong:
+        REGISTRY.check_new_task(NewTask("render", "fallback", payload_json='{"name": "x"}'))
+    assert (wrong.value.lane, wrong.value.expected_lane) == ("fallback", "media")
+    filled = REGISTRY.check_new_task(NewTask("report", "fallback", payload_json='{"name": "x"}'))
+    assert filled.steps_json is not None and "collect" in filled.steps_json
+    own = NewTask("report", "fallback", payload_json='{"name": "x"}', steps_json="[]")
+    assert REGISTRY.check_new_task(own) is own
+
+
+# -- strict JSON: NaN, infinities, lone surrogates --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        (Reading(label="a", value=math.nan), "value"),
+        (Reading(label="a", value=math.inf), "value"),
+        (Reading(label="a", value=-math.inf), "value"),
+        (Reading(label="a", value=1.0, tags=[1.0, math.nan]), "tags.1"),
+        (Reading(label="a\ud800" + SECRET, value=1.0), "label"),
+    ],
+)
+def test_encode_payload_refuses_what_is_not_standard_storable_json(
+    payload: Reading, field: str
+) -> None:
+    with pytest.raises(TaskPayloadError) as caught:
+        READING.encode_payload(payload)
+    assert isinstance(caught.value, TaskCodecError)
+    assert caught.value.task_kind == "reading" and caught.value.fields == (field,)
+    assert SECRET not in _whole_chain(caught.value)
+    assert "nan" not in str(caught.value).lower().replace("a nan", "")
+
+
+def test_encode_payload_still_encodes_finite_values() -> None:
+    assert json.loads(READING.encode_payload(Reading(label="null", value=1.5))) == {
+        "label": "null",
+        "value": 1.5,
+        "tags": [],
+    }
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"x": NaN}', '{"x": Infinity}', "[-Infinity]", "NaN"],
+)
+def test_new_task_refuses_non_standard_json(text: str) -> None:
+    with pytest.raises(TaskEnqueueValueError, match="payload_json is not standard JSON"):
+        NewTask("k", "l", payload_json=text)
+    with pytest.raises(TaskEnqueueValueError, match="steps_json is not standard JSON"):
+        NewTask("k", "l", steps_json=text)
+
+
+def test_json_errors_do_not_chain_the_document() -> None:
+    with pytest.raises(TaskEnqueueValueError) as caught:
+        NewTask("k", "l", payload_json='{"secret": "' + SECRET + '", oops}')
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+    assert SECRET not in _whole_chain(caught.value)
+
+
+def test_decode_errors_do_not_chain_the_input() -> None:
+    with pytest.raises(TaskPayloadError) as caught:
+        READING.decode_payload(json.dumps({"label": SECRET, "value": SECRET}))
+    assert caught.value.fields == ("value",)
+    assert SECRET not in _whole_chain(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "problem"),
+    [
+        ({"kind": "a\x00b"}, "NUL"),
+        ({"lane": "l\x00"}, "NUL"),
+        ({"kind": "k\ud800"}, "surrogate"),
+        ({"lane": "\udfffl"}, "surrogate"),
+        ({"kind": "k\x07"}, "control"),
+        ({"payload_json": '"\ud800"'}, "surrogate"),
+        ({"payload_json": '"a\x00"'}, "NUL"),
+        ({"steps_json": '["\udc00"]'}, "surrogate"),
+    ],
+)
+def test_new_task_refuses_text_no_backend_stores_alike(
+    kwargs: dict[str, str], problem: str
+) -> None:
+    fields = {"kind": "k", "lane": "l", **kwargs}
+    with pytest.raises(TaskEnqueueValueError, match=problem):
+        NewTask(**fields)  # type: ignore[arg-type]
+
+
+# -- execution tolerates rows enqueued without steps ------------------------------------
+
+
+async def test_a_task_enqueued_without_steps_runs_with_its_specs_steps() -> None:
+    clock = ManualClock()
+    store = InMemoryTaskStore(clock)  # no registry: the row keeps steps_json NULL
+    harness = Harness()
+
+    async def report(ctx: TaskExecutionContext, job: Job) -> int:
+        await ctx.step_succeeded("collect")
+        await ctx.step_succeeded("render")
+        return 1
+
+    harness.actions["r"] = report
+    bare = NewTask("report", "fallback", payload_json='{"name": "r"}')
+    assert bare.steps_json is None
+    task_id = (await store.enqueue(bare)).record.id
+    record = await claim_one(store, Lane.FALLBACK)
+    outcome = await run_claimed_task_with_store(store, record, make_config(harness, clock))
+    assert outcome.outcome is ClaimedTaskOutcome.SUCCEEDED
+    row = await store.get_task(task_id)
+    assert row is not None and row.status is TaskStatus.SUCCEEDED
+    assert row.steps_json is not None
+    assert [s["status"] for s in json.loads(row.steps_json)] == ["succeeded", "succeeded"]
+
+
+async def test_in_memory_store_has_no_transaction_to_join() -> None:
+    store = InMemoryTaskStore(ManualClock())
+    with pytest.raises(TaskEnqueueValueError, match="no database transaction"):
+        await store.enqueue(NewTask("k", "l"), connection=object())  # type: ignore[arg-type]
+    assert store.all_tasks() == []
