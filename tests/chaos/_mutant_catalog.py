@@ -62,6 +62,7 @@ TASK_BATCHED = "tests/db/test_task_store_batched.py"
 LEASE_CONFORMANCE = "tests/db/test_lease_conformance.py"
 SCHEDULED_CONFORMANCE = "tests/db/test_scheduled_conformance.py"
 
+ENQUEUE = "src/aster_forge/db/_tasks_enqueue.py"
 EXECUTION = "src/aster_forge/tasks/_execution.py"
 HEARTBEAT = "src/aster_forge/tasks/_heartbeat.py"
 # The one place the heartbeat engine handles a renewal the store refused (fence failed).
@@ -227,13 +228,26 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "dedupe-plain-insert",
-        "enqueue inserts without looking up the dedupe key first (no insert-or-get)",
+        "the portable enqueue (SQLite/MariaDB) inserts without looking up the dedupe key "
+        "first (no insert-or-get)",
         (
             Edit(
-                "src/aster_forge/db/_tasks_enqueue.py",
-                "rows = await conn.execute(sa.select(*self._cols).where("
-                "t.c.dedupe_key.in_(chunk)))",
-                "rows = await conn.execute(sa.select(*self._cols).where(sa.false()))",
+                ENQUEUE,
+                "            for record in await self._rows_by_key(conn, list(keys), "
+                "locking_read=locking_read)\n",
+                "            for record in []\n",
+            ),
+        ),
+        (TASK_CONFORMANCE,),
+    ),
+    Mutant(
+        "dedupe-plain-insert-pg",
+        "the PostgreSQL one-statement enqueue is a plain INSERT (no ON CONFLICT DO NOTHING)",
+        (
+            Edit(
+                "src/aster_forge/db/_tasks_enqueue_pg.py",
+                "    ON CONFLICT (dedupe_key) DO NOTHING\n",
+                "",
             ),
         ),
         (TASK_CONFORMANCE,),
