@@ -1,10 +1,10 @@
 """The ``aster-forge`` command line (extra ``cli``: click and rich).
 
-Commands: ``demo``, ``run``, ``worker``, ``migrate``, ``tasks list|show|retry|cancel`` and
-``health``. Every expected failure (bad URL, unreachable database, unknown task id,
-port in use...) prints one ``error: ...`` line on stderr and exits non-zero; no
-traceback. Exit codes: 0 success, 1 operation failed (or unhealthy), 2 usage error
-or the service/database could not be reached.
+Commands: ``demo``, ``run``, ``worker``, ``migrate``, ``tasks list|show|retry|cancel``,
+``lanes pause|resume|list`` and ``health``. Every expected failure (bad URL,
+unreachable database, unknown task id, port in use...) prints one ``error: ...``
+line on stderr and exits non-zero; no traceback. Exit codes: 0 success, 1 operation
+failed (or unhealthy), 2 usage error or the service/database could not be reached.
 """
 
 from __future__ import annotations
@@ -326,6 +326,44 @@ def tasks_cancel(database_url: str, table_name: str, task_id: int) -> None:
     from aster_forge._cli._tasks import cancel_task
 
     sys.exit(_run(cancel_task(database_url, table_name, task_id)))
+
+
+@cli.group()
+def lanes() -> None:
+    """Pause, resume and list lanes (stored: every instance obeys)."""
+
+
+@lanes.command(name="pause")
+@_database_option
+@_table_option
+@click.argument("lane")
+def lanes_pause(database_url: str, table_name: str, lane: str) -> None:
+    """Pause LANE on every instance: claims skip it, running tasks finish."""
+    from aster_forge._cli._lanes import set_lane_paused
+
+    sys.exit(_run(set_lane_paused(database_url, table_name, lane, True)))
+
+
+@lanes.command(name="resume")
+@_database_option
+@_table_option
+@click.argument("lane")
+def lanes_resume(database_url: str, table_name: str, lane: str) -> None:
+    """Resume a paused LANE."""
+    from aster_forge._cli._lanes import set_lane_paused
+
+    sys.exit(_run(set_lane_paused(database_url, table_name, lane, False)))
+
+
+@lanes.command(name="list")
+@_database_option
+@_table_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def lanes_list(database_url: str, table_name: str, as_json: bool) -> None:
+    """List lanes: paused or active, pending and running counts."""
+    from aster_forge._cli._lanes import list_lanes
+
+    sys.exit(_run(list_lanes(database_url, table_name, as_json)))
 
 
 @cli.command()

@@ -12,16 +12,20 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import uvicorn
 from click.testing import CliRunner, Result
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from aster_forge import __version__
 from aster_forge.cli import cli, main
+from aster_forge.db import BackgroundTaskDbStore
 from aster_forge.demo import DemoApp, DemoSettings
 from aster_forge.runtime import HealthCheckOptions, HealthCheckRegistry, HealthComponentReport
+from aster_forge.tasks import TaskLease
 from aster_forge.web import health_app
 
 from ._support import CLI, REPO, cli_env, free_port
@@ -114,6 +118,32 @@ def test_tasks_list_and_show(seeded_url: str) -> None:
     detail = json.loads(invoke("tasks", "show", "1", "--json", "--database-url", seeded_url).stdout)
     assert [s["key"] for s in detail["steps"]] == ["fetch", "transform", "publish"]
     assert detail["payload"]["asset_id"] == 1
+    assert detail["snooze_count"] == 0 and "snooze_count" not in shown.stdout
+
+
+async def _snooze_task_one(url: str) -> None:
+    engine = create_async_engine(url)
+    try:
+        store = BackgroundTaskDbStore(engine)
+        record = await store.get_task(1)
+        assert record is not None
+        (claimed,) = await store.claim_due_for_lane(
+            record.lane, 1, "cli-test", timedelta(minutes=1)
+        )
+        assert claimed.processing_token is not None and claimed.lease_expires_at is not None
+        lease = TaskLease(claimed.id, claimed.processing_token, claimed.lease_expires_at)
+        assert await store.mark_task_snoozed(lease, delay=timedelta(0), steps_json=None)
+    finally:
+        await engine.dispose()
+
+
+def test_tasks_show_the_snooze_count(seeded_url: str) -> None:
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, _snooze_task_one(seeded_url)).result()
+    shown = invoke("tasks", "show", "1", "--database-url", seeded_url)
+    assert "snooze_count: 1" in shown.stdout
+    detail = json.loads(invoke("tasks", "show", "1", "--json", "--database-url", seeded_url).stdout)
+    assert detail["snooze_count"] == 1
 
 
 def test_tasks_cancel_and_retry(seeded_url: str) -> None:
@@ -277,3 +307,24 @@ def test_python_m_demo_is_an_alias() -> None:
     )
     assert done.returncode == 0
     assert "--duration" in done.stdout and "--admin-token" in done.stdout
+
+
+def test_lanes_pause_list_and_resume(seeded_url: str) -> None:
+    paused = invoke("lanes", "pause", "media", "--database-url", seeded_url)
+    assert paused.exit_code == 0, paused.output
+    assert "lane media paused" in paused.stdout
+    listed = invoke("lanes", "list", "--json", "--database-url", seeded_url)
+    assert listed.exit_code == 0, listed.output
+    rows = {row["lane"]: row for row in json.loads(listed.stdout)["items"]}
+    assert rows["media"]["paused"] is True and rows["media"]["paused_at"]
+    table = invoke("lanes", "list", "--database-url", seeded_url)
+    assert "paused" in table.stdout and "media" in table.stdout
+    resumed = invoke("lanes", "resume", "media", "--database-url", seeded_url)
+    assert resumed.exit_code == 0 and "lane media resumed" in resumed.stdout
+    again = json.loads(invoke("lanes", "list", "--json", "--database-url", seeded_url).stdout)
+    assert {row["lane"]: row for row in again["items"]}["media"]["paused"] is False
+
+
+def test_lanes_pause_refuses_a_bad_lane_in_one_line(seeded_url: str) -> None:
+    result = invoke("lanes", "pause", " media", "--database-url", seeded_url)
+    assert_one_line_error(result, 2, "invalid lane")

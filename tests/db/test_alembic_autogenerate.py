@@ -69,6 +69,10 @@ def alembic_project(root: Path, url: str) -> Config:
         "target_metadata=target_metadata, render_item=alembic_render_item",
     )
     assert source.count("render_item=alembic_render_item") == 2  # online and offline
+    # The template's fileConfig() would disable every logger configured before it (this
+    # process's test loggers included); a product's logging setup is not under test here.
+    assert "    fileConfig(config.config_file_name)" in source
+    source = source.replace("    fileConfig(config.config_file_name)", "    pass")
     env.write_text(source, encoding="utf-8")
     return config
 

@@ -178,6 +178,7 @@ async def test_product_extends_the_table(engine: AsyncEngine) -> None:
         "ux_product_tasks_dedupe_key",
         "ix_product_tasks_due",
         "ix_product_tasks_lease",
+        "ix_product_tasks_finished",
     }
 
 

@@ -24,11 +24,11 @@ from ._db import checked_engine, require_table
 from ._errors import EXIT_FAILED, CliError
 from ._output import console
 
-__all__ = ["cancel_task", "list_tasks", "retry_task", "show_task", "task_dict"]
+__all__ = ["cancel_task", "list_tasks", "retry_task", "show_task", "task_dict", "task_store"]
 
 
 @asynccontextmanager
-async def _store(url: str, table: str) -> AsyncIterator[BackgroundTaskDbStore]:
+async def task_store(url: str, table: str) -> AsyncIterator[BackgroundTaskDbStore]:
     """A store on the task table ``table`` (which must exist) of the database at ``url``."""
     async with checked_engine(url) as engine:
         await require_table(engine, table, url)
@@ -72,6 +72,7 @@ def task_dict(record: BackgroundTaskRecord, *, detail: bool = False) -> dict[str
         "failure_reason": None if record.failure_reason is None else record.failure_reason.value,
         "manual_retry_allowed": record.manual_retry_allowed,
         "cancel_requested": record.cancel_requested,
+        "snooze_count": record.snooze_count,
         "claimed_by": record.claimed_by,
         "created_at": _iso(record.created_at),
         "updated_at": _iso(record.updated_at),
@@ -117,7 +118,7 @@ async def list_tasks(
     as_json: bool = False,
 ) -> int:
     """Print one page of tasks, newest first."""
-    async with _store(url, table) as store:
+    async with task_store(url, table) as store:
         page = await store.list_tasks(
             status=None if status is None else TaskStatus(status),
             kind=kind,
@@ -160,7 +161,7 @@ async def _get(store: BackgroundTaskDbStore, task_id: int) -> BackgroundTaskReco
 
 async def show_task(url: str, table: str, task_id: int, *, as_json: bool = False) -> int:
     """Print one task with its times and steps."""
-    async with _store(url, table) as store:
+    async with task_store(url, table) as store:
         record = await _get(store, task_id)
     data = task_dict(record, detail=True)
     if as_json:
@@ -173,6 +174,8 @@ async def show_task(url: str, table: str, task_id: int, *, as_json: bool = False
     for key in (*optional, "last_error", "failure_reason", "dedupe_key"):
         if data[key] is not None:
             out.print(f"{key:>14}: {data[key]}")
+    if data["snooze_count"]:
+        out.print(f"{'snooze_count':>14}: {data['snooze_count']}")
     for key in ("payload", "result"):
         if data[f"{key}_invalid"]:
             out.print(f"{key:>14}: (stored {key} is not decodable JSON)")
@@ -188,7 +191,7 @@ async def show_task(url: str, table: str, task_id: int, *, as_json: bool = False
 
 async def retry_task(url: str, table: str, task_id: int, *, force: bool = False) -> int:
     """Put a failed/cancelled task back to pending."""
-    async with _store(url, table) as store:
+    async with task_store(url, table) as store:
         record = await store.retry_task(task_id, force=force)
     console().print(f"task {record.id} is {record.status.value} again")
     return 0
@@ -196,7 +199,7 @@ async def retry_task(url: str, table: str, task_id: int, *, force: bool = False)
 
 async def cancel_task(url: str, table: str, task_id: int) -> int:
     """Cancel a pending task, or request cancellation of a running one."""
-    async with _store(url, table) as store:
+    async with task_store(url, table) as store:
         outcome = await store.cancel_task(task_id)
     if outcome is TaskCancelOutcome.NOT_FOUND:
         raise CliError(f"task {task_id} not found", EXIT_FAILED)

@@ -9,6 +9,8 @@ from .errors import AsterForgeDbError
 from ._components import database_component_after, database_health_component
 from ._migrations import (
     alembic_add_scheduled_tasks_cron_columns,
+    alembic_add_background_task_controls,
+    alembic_drop_background_task_controls,
     alembic_create_runtime_leases,
     alembic_create_scheduled_tasks,
     alembic_drop_runtime_leases,
@@ -53,6 +55,7 @@ from ._tasks_table import (
     BACKGROUND_TASKS_TABLE,
     background_tasks_table,
     create_background_tasks_table,
+    task_lanes_table,
 )
 
 __all__ = [
@@ -76,9 +79,11 @@ __all__ = [
     "UnsupportedDatabaseBackendError",
     "UtcDateTime",
     "add_scheduled_tasks_cron_columns",
+    "alembic_add_background_task_controls",
     "alembic_add_scheduled_tasks_cron_columns",
     "alembic_create_runtime_leases",
     "alembic_create_scheduled_tasks",
+    "alembic_drop_background_task_controls",
     "alembic_drop_runtime_leases",
     "alembic_drop_scheduled_tasks",
     "alembic_drop_scheduled_tasks_cron_columns",
@@ -96,4 +101,5 @@ __all__ = [
     "normalize_database_url",
     "runtime_leases_table",
     "scheduled_tasks_table",
+    "task_lanes_table",
 ]

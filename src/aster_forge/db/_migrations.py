@@ -9,7 +9,14 @@ from __future__ import annotations
 from typing import Any, Literal, Protocol
 
 import sqlalchemy as sa
-from sqlalchemy.schema import DropIndex, DropTable, ExecutableDDLElement
+from sqlalchemy.schema import (
+    DDL,
+    CreateIndex,
+    CreateTable,
+    DropIndex,
+    DropTable,
+    ExecutableDDLElement,
+)
 
 from ._runtime_leases import create_runtime_leases_table
 from ._scheduled_tasks_table import (
@@ -23,12 +30,16 @@ from ._scheduled_tasks_table import (
     scheduled_task_index,
     scheduled_tasks_table,
 )
+from ._task_lanes import define_lanes_table, lanes_table_name
+from ._tasks_table import BACKGROUND_TASKS_TABLE, background_tasks_table
 from ._time import UtcDateTime
 
 __all__ = [
+    "alembic_add_background_task_controls",
     "alembic_add_scheduled_tasks_cron_columns",
     "alembic_create_runtime_leases",
     "alembic_create_scheduled_tasks",
+    "alembic_drop_background_task_controls",
     "alembic_drop_runtime_leases",
     "alembic_drop_scheduled_tasks",
     "alembic_drop_scheduled_tasks_cron_columns",
@@ -156,3 +167,45 @@ def alembic_drop_scheduled_tasks_cron_columns(op: _Operations | None = None) -> 
     interval rows with a zero interval.
     """
     _run(_op(op), *drop_scheduled_tasks_cron_columns())
+
+
+def _finished_index(table_name: str) -> tuple[sa.Table, sa.Index]:
+    table = background_tasks_table(sa.MetaData(), table_name)
+    return table, next(i for i in table.indexes if i.name == f"ix_{table_name}_finished")
+
+
+def _alter(table: sa.Table, change: str) -> ExecutableDDLElement:
+    # DDL quotes the table name for the dialect being migrated (no text interpolation).
+    ddl = DDL(f"ALTER TABLE %(fullname)s {change}")  # type: ignore[no-untyped-call]
+    return ddl.against(table)
+
+
+def alembic_add_background_task_controls(
+    op: _Operations | None = None, *, table_name: str = BACKGROUND_TASKS_TABLE
+) -> None:
+    """Upgrade a task table made before operator control, from an Alembic ``upgrade()``.
+
+    Adds the ``snooze_count`` column (``NOT NULL DEFAULT 0``), the ``ix_<name>_finished``
+    index the retention job deletes by, and the ``<name>_lanes`` lane state table that
+    claims read to skip paused lanes. Works online and offline (``--sql``).
+
+    Args:
+        op: Alembic's ``Operations`` (default: ``alembic.op``).
+        table_name: The task table's name.
+    """
+    operations = _op(op)
+    lanes = define_lanes_table(sa.MetaData(), lanes_table_name(table_name))
+    table, index = _finished_index(table_name)
+    add = _alter(table, "ADD COLUMN snooze_count INTEGER NOT NULL DEFAULT 0")
+    _run(operations, add, CreateIndex(index), CreateTable(lanes))
+
+
+def alembic_drop_background_task_controls(
+    op: _Operations | None = None, *, table_name: str = BACKGROUND_TASKS_TABLE
+) -> None:
+    """Undo :func:`alembic_add_background_task_controls` from an Alembic ``downgrade()``."""
+    operations = _op(op)
+    lanes = define_lanes_table(sa.MetaData(), lanes_table_name(table_name))
+    table, index = _finished_index(table_name)
+    drop = _alter(table, "DROP COLUMN snooze_count")
+    _run(operations, DropTable(lanes), DropIndex(index), drop)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -23,12 +23,14 @@ from ..tasks._records import (
     check_retry_delay,
     check_ttl,
 )
+from ._task_lanes import TaskLaneMixin, lane_open_predicate
 from ._tasks_admin import TaskAdminMixin
+from ._tasks_control import TaskControlMixin
 from ._tasks_enqueue import DEFAULT_TASK_NOTIFY_CHANNEL, TaskEnqueueMixin
 from ._tasks_enqueue_pg import PgEnqueueStatement
 from ._tasks_pg import PgTaskStatements
 from ._tasks_sql import _SATURATING_DELTA, DbNow, TaskSql
-from ._tasks_table import CORE_COLUMNS, background_tasks_table, record_from_row
+from ._tasks_table import CORE_COLUMNS, background_tasks_table, record_from_row, task_lanes_table
 from ._time import DatabaseBackend, UtcDateTime
 
 __all__ = ["DEFAULT_TASK_NOTIFY_CHANNEL", "BackgroundTaskDbStore"]
@@ -38,7 +40,7 @@ _PENDING = TaskStatus.PENDING.value
 _RUNNING = TaskStatus.RUNNING.value
 
 
-class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin):
+class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, TaskLaneMixin):
     """A :class:`~aster_forge.tasks.BackgroundTaskStore` on SQLite, PostgreSQL or MariaDB.
 
     Claims: PostgreSQL runs ``UPDATE ... WHERE id IN (SELECT ... ORDER BY priority DESC,
@@ -48,6 +50,8 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin):
     a fresh processing token. Before claiming, expired leases of the lane are rescued
     (see :class:`~aster_forge.tasks.BackgroundTaskStore`). Every fenced write is one
     ``UPDATE ... WHERE id = ? AND processing_token = ? AND status = 'running'``.
+    Claims skip a lane paused in the lane table (``<table>_lanes``); renewals return
+    each row's ``cancel_requested`` in the same statement.
 
     Args:
         engine: The async engine (create the table with
@@ -78,11 +82,16 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin):
             raise TaskRegistryError("task registry is not validated; call validate() first")
         self._registry = registry
         self._table = table if table is not None else background_tasks_table(sa.MetaData())
+        self._lanes = task_lanes_table(self._table)
         self._sql = TaskSql(engine, self._table, clock if clock is not None else SystemClock())
         self._notify = notify and self._sql.is_postgres
         self._channel = notify_channel
         self._cols = [self._table.c[name] for name in CORE_COLUMNS]
-        self._pg = PgTaskStatements(self._table, engine.dialect) if self._sql.is_postgres else None
+        self._pg = (
+            PgTaskStatements(self._table, self._lanes, engine.dialect)
+            if self._sql.is_postgres
+            else None
+        )
         self._pg_enqueue = (
             PgEnqueueStatement(
                 self._table, engine.dialect, channel=self._channel if self._notify else None
@@ -204,6 +213,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin):
         due = (
             sa.select(t.c.id)
             .where(t.c.lane == lane, t.c.status == _PENDING, t.c.run_at <= now_expr)
+            .where(lane_open_predicate(self._lanes, lane))
             .order_by(t.c.priority.desc(), t.c.run_at, t.c.id)
             .limit(limit)
             .with_for_update(skip_locked=True)
@@ -251,27 +261,33 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin):
         check_ttl(lease_ttl)
         t = self._table
 
-        async def body(conn: AsyncConnection) -> datetime | None:
+        async def body(conn: AsyncConnection) -> TaskLease | None:
             now = await self._sql.now(conn)
             stmt = (
                 sa.update(t)
                 .where(self._sql.fence(lease))
                 .values(lease_expires_at=self._sql.plus(now, lease_ttl), updated_at=now.expr)
             )
-            if self._sql.backend is DatabaseBackend.MYSQL:
-                if (await conn.execute(stmt)).rowcount != 1:
-                    return None
-                return (
-                    await conn.execute(
-                        sa.select(t.c.lease_expires_at).where(self._sql.fence(lease))
-                    )
-                ).scalar_one_or_none()
-            return (await conn.execute(stmt.returning(t.c.lease_expires_at))).scalar_one_or_none()
+            return await self._renew_one(conn, stmt, lease)
 
-        expires = await self._sql.run(
-            "renew task lease", body, single_statement=self._sql.is_postgres
-        )
-        return None if expires is None else lease.renewed(expires)
+        return await self._sql.run("renew task lease", body, single_statement=self._sql.is_postgres)
+
+    async def _renew_one(
+        self, conn: AsyncConnection, stmt: Any, lease: TaskLease
+    ) -> TaskLease | None:
+        # The new expiry and the operator's cancel flag come back with the renewal.
+        t = self._table
+        if self._sql.backend.value == "mysql":
+            if (await conn.execute(stmt)).rowcount != 1:
+                return None
+            query = sa.select(t.c.lease_expires_at, t.c.cancel_requested).where(
+                t.c.id == lease.task_id
+            )
+            row = (await conn.execute(query)).first()
+        else:
+            returning = stmt.returning(t.c.lease_expires_at, t.c.cancel_requested)
+            row = (await conn.execute(returning)).first()
+        return None if row is None else lease.renewed(row[0], cancel_requested=bool(row[1]))
 
     async def renew_task_leases_many(
         self, leases: Sequence[TaskLease], lease_ttl: timedelta
@@ -293,15 +309,15 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin):
                 "ttl": lease_ttl,
             }
 
-            async def pg_body(conn: AsyncConnection) -> dict[tuple[int, str], datetime]:
+            async def pg_body(conn: AsyncConnection) -> dict[tuple[int, str], tuple[Any, bool]]:
                 rows = await conn.execute(stmt, params)
-                return {(int(row[0]), str(row[1])): row[2] for row in rows}
+                return {(int(row[0]), str(row[1])): (row[2], bool(row[3])) for row in rows}
 
             renewed = await self._sql.run("renew task leases", pg_body, single_statement=True)
             return [
                 None
-                if (expires := renewed.get((lease.task_id, lease.processing_token))) is None
-                else lease.renewed(expires)
+                if (got := renewed.get((lease.task_id, lease.processing_token))) is None
+                else lease.renewed(got[0], cancel_requested=got[1])
                 for lease in leases
             ]
 
@@ -309,28 +325,13 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin):
             now = await self._sql.now(conn)
             expires = self._sql.plus(now, lease_ttl)
             out: list[TaskLease | None] = []
-            mysql = self._sql.backend is DatabaseBackend.MYSQL
             for lease in leases:
                 stmt = (
                     sa.update(t)
                     .where(self._sql.fence(lease))
                     .values(lease_expires_at=expires, updated_at=now.expr)
                 )
-                value: datetime | None
-                if mysql:
-                    if (await conn.execute(stmt)).rowcount != 1:
-                        out.append(None)
-                        continue
-                    value = (
-                        await conn.execute(
-                            sa.select(t.c.lease_expires_at).where(t.c.id == lease.task_id)
-                        )
-                    ).scalar_one()
-                else:
-                    value = (
-                        await conn.execute(stmt.returning(t.c.lease_expires_at))
-                    ).scalar_one_or_none()
-                out.append(None if value is None else lease.renewed(value))
+                out.append(await self._renew_one(conn, stmt, lease))
             return out
 
         return await self._sql.run("renew task leases", body)

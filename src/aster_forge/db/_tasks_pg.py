@@ -5,7 +5,8 @@ and hit asyncpg's prepared-statement cache. The claim folds the lane's lease res
 into the same statement (one round trip instead of two) with the same semantics as
 the portable rescue-then-claim pair: expired leases are rescued (attempt counted;
 cancelled or exhausted ones end), and a rescued task may be claimed right away when it
-ranks among the first ``limit`` due tasks.
+ranks among the first ``limit`` due tasks. A paused lane (a row in the lane table) is
+rescued but nothing in it is claimed.
 """
 
 from __future__ import annotations
@@ -27,9 +28,12 @@ WITH exp AS (
     SELECT id FROM {t}
     WHERE lane = :lane AND status = 'running' AND lease_expires_at <= now()
     ORDER BY lease_expires_at LIMIT {rescue} FOR UPDATE SKIP LOCKED
+), open_lane AS (
+    SELECT NOT EXISTS (SELECT 1 FROM {lanes} WHERE lane = :lane AND paused) AS open
 ), due AS (
     SELECT id, priority, run_at FROM {t}
     WHERE lane = :lane AND status = 'pending' AND run_at <= now()
+      AND (SELECT open FROM open_lane)
     ORDER BY priority DESC, run_at, id LIMIT :lim FOR UPDATE SKIP LOCKED
 ), cand AS (
     SELECT c.id FROM (
@@ -37,6 +41,7 @@ WITH exp AS (
         UNION ALL
         SELECT x.id, x.priority, x.run_at FROM {t} x JOIN exp ON x.id = exp.id
         WHERE NOT (x.cancel_requested OR x.attempt + 1 >= x.max_attempts)
+          AND (SELECT open FROM open_lane)
     ) c ORDER BY c.priority DESC, c.run_at, c.id LIMIT :lim
 ), target AS (
     SELECT id, true AS claim FROM cand
@@ -74,11 +79,12 @@ RETURNING {returning}
 class PgTaskStatements:
     """The prebuilt claim, batched success and batched renewal statements for one table."""
 
-    def __init__(self, table: sa.Table, dialect: Any) -> None:
+    def __init__(self, table: sa.Table, lanes: sa.Table, dialect: Any) -> None:
         quote = dialect.identifier_preparer.format_table
         cols = [table.c[name] for name in CORE_COLUMNS]
         sql = _CLAIM.format(
             t=quote(table),
+            lanes=quote(lanes),
             rescue=_RESCUE_BATCH,
             running=TaskStatus.RUNNING.value,
             pending=TaskStatus.PENDING.value,
@@ -144,5 +150,5 @@ class PgTaskStatements:
                 lease_expires_at=sa.func.now() + sa.bindparam("ttl", type_=sa.Interval()),
                 updated_at=sa.func.now(),
             )
-            .returning(t.c.id, t.c.processing_token, t.c.lease_expires_at)
+            .returning(t.c.id, t.c.processing_token, t.c.lease_expires_at, t.c.cancel_requested)
         )

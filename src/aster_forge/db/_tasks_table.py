@@ -15,6 +15,7 @@ from ..tasks._records import (
     TaskFailureReason,
     TaskStatus,
 )
+from ._task_lanes import define_lanes_table, lanes_table_name
 from ._time import UtcDateTime
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "background_tasks_table",
     "create_background_tasks_table",
     "record_from_row",
+    "task_lanes_table",
 ]
 
 BACKGROUND_TASKS_TABLE = "background_tasks"
@@ -55,6 +57,7 @@ CORE_COLUMNS = (
     "updated_at",
     "started_at",
     "finished_at",
+    "snooze_count",
 )
 """The columns :class:`BackgroundTaskDbStore` reads and writes (in this order)."""
 
@@ -70,12 +73,17 @@ def background_tasks_table(
     ``run_at``, ``priority``, ``processing_token``, ``lease_expires_at``,
     ``claimed_by``, ``dedupe_key`` (``UNIQUE NULL``), ``last_error``,
     ``failure_reason``, ``manual_retry_allowed``, ``cancel_requested``, ``rescued``,
-    ``created_at``, ``updated_at``, ``started_at``, ``finished_at`` (aware UTC).
+    ``created_at``, ``updated_at``, ``started_at``, ``finished_at`` (aware UTC),
+    ``snooze_count``.
 
     Indexes: ``ux_<name>_dedupe_key`` (unique), ``ix_<name>_due`` on ``(lane, status,
     priority DESC, run_at, id)`` (partial ``WHERE status = 'pending'`` on PostgreSQL and
     SQLite) and ``ix_<name>_lease`` on ``(lane, status, lease_expires_at)`` (partial
-    ``WHERE status = 'running'``).
+    ``WHERE status = 'running'``) and ``ix_<name>_finished`` on ``(status, finished_at)``
+    (partial ``WHERE finished_at IS NOT NULL``) for the retention job.
+
+    The lane state table ``<name>_lanes`` (:func:`task_lanes_table`) is defined on the
+    same ``metadata``: claims read it to skip paused lanes.
 
     Args:
         metadata: The caller's ``MetaData`` (e.g. the product's migration metadata).
@@ -121,6 +129,7 @@ def background_tasks_table(
         sa.Column("updated_at", UtcDateTime(), nullable=False),
         sa.Column("started_at", UtcDateTime(), nullable=True),
         sa.Column("finished_at", UtcDateTime(), nullable=True),
+        sa.Column("snooze_count", sa.Integer(), nullable=False, server_default=sa.text("0")),
         *extra_columns,
         mysql_engine="InnoDB",
         mysql_charset="utf8mb4",
@@ -148,7 +157,27 @@ def background_tasks_table(
         postgresql_where=running,
         sqlite_where=running,
     )
+    finished = table.c.finished_at.isnot(None)
+    sa.Index(
+        f"ix_{name}_finished",
+        table.c.status,
+        table.c.finished_at,
+        postgresql_where=finished,
+        sqlite_where=finished,
+    )
+    define_lanes_table(metadata, lanes_table_name(name))
     return table
+
+
+def task_lanes_table(tasks: sa.Table) -> sa.Table:
+    """The lane state table of the task table ``tasks``: ``<name>_lanes`` on its metadata.
+
+    One row per lane ever paused: ``lane`` (primary key), ``paused``, ``paused_at``,
+    ``updated_at``. :func:`background_tasks_table` already defines it; this returns it
+    (defining it for a task table built another way). Create it in your migration
+    beside the task table: claims read it to skip paused lanes.
+    """
+    return define_lanes_table(tasks.metadata, lanes_table_name(tasks.name))
 
 
 async def create_background_tasks_table(
@@ -157,7 +186,7 @@ async def create_background_tasks_table(
     table: sa.Table | None = None,
     name: str = BACKGROUND_TASKS_TABLE,
 ) -> sa.Table:
-    """Create the table and its indexes if missing (``CREATE ... IF NOT EXISTS`` semantics).
+    """Create the table, its indexes and its lane table if missing (``IF NOT EXISTS``).
 
     For real deployments prefer your migration tool: ``table.metadata`` (or
     ``CreateTable(table)`` plus ``CreateIndex`` per ``table.indexes``) gives Alembic
@@ -172,11 +201,17 @@ async def create_background_tasks_table(
         The table object.
     """
     target = table if table is not None else background_tasks_table(sa.MetaData(), name)
+    lanes = task_lanes_table(target)
+
+    def create(sync: Any) -> None:
+        target.create(sync, checkfirst=True)
+        lanes.create(sync, checkfirst=True)
+
     if isinstance(engine_or_conn, AsyncConnection):
-        await engine_or_conn.run_sync(lambda sync: target.create(sync, checkfirst=True))
+        await engine_or_conn.run_sync(create)
     else:
         async with engine_or_conn.begin() as conn:
-            await conn.run_sync(lambda sync: target.create(sync, checkfirst=True))
+            await conn.run_sync(create)
     return target
 
 
@@ -209,4 +244,5 @@ def record_from_row(row: Any) -> BackgroundTaskRecord:
         updated_at=m["updated_at"],
         started_at=m["started_at"],
         finished_at=m["finished_at"],
+        snooze_count=int(m["snooze_count"]),
     )

@@ -11,7 +11,8 @@ Metrics:
 - ``dispatch_tasks_claimed_total{lane}``: tasks claimed (rescues included).
 - ``dispatch_tasks_rescued_total{lane}``: claims of tasks whose previous lease expired.
 - ``dispatch_task_outcomes_total{lane,outcome}``: finished executions by outcome
-  (``succeeded``, ``retried``, ``failed``, ``lease_lost``, ``released``, ``store_error``).
+  (``succeeded``, ``retried``, ``failed``, ``lease_lost``, ``released``, ``store_error``,
+  ``cancelled``, ``snoozed``).
 - ``dispatch_claim_calls_total{lane}`` / ``dispatch_claim_errors_total{lane}``.
 - ``dispatch_claim_latency_seconds{lane}``: a summary (``_count``/``_sum``) of
   successful claim round trips; ``dispatch_claim_latency_max_seconds{lane}`` their maximum.
@@ -48,6 +49,8 @@ _OUTCOMES: tuple[tuple[str, str], ...] = (
     ("lease_lost", "lease_lost"),
     ("released", "released_on_shutdown"),
     ("store_error", "store_errors"),
+    ("cancelled", "cancelled"),
+    ("snoozed", "snoozed"),
 )
 
 

@@ -196,6 +196,19 @@ from .protocols import ScheduledOutcomeConvertible
 from ._schedules import CronSchedule, IntervalSchedule, Schedule
 from .errors import CronExtraMissingError, CronScheduleError
 
+# isort: split
+# --- operator control: cancel a running task, snooze, lane pause, retention ---
+from ._control import (
+    DEFAULT_MAX_SNOOZES,
+    TaskLaneState,
+    TaskPruneReport,
+    TaskRetention,
+    TaskSnooze,
+)
+from ._control_protocols import TaskLaneControlStore, TaskOutcomeControlStore, TaskRetentionStore
+from ._retention import prune_finished_tasks, run_task_retention, task_retention_worker
+from .errors import TaskCancelRequestedError, is_task_cancel_requested
+
 __all__ = [
     "AsterForgeTasksError",
     "BACKGROUND_TASKS_COMPONENT",
@@ -220,6 +233,7 @@ __all__ = [
     "CronExtraMissingError",
     "CronSchedule",
     "CronScheduleError",
+    "DEFAULT_MAX_SNOOZES",
     "DispatchBackoff",
     "DispatchDrainResult",
     "DispatchPollConfig",
@@ -261,6 +275,7 @@ __all__ = [
     "TaskAdminStore",
     "TaskBulkResult",
     "TaskCancelOutcome",
+    "TaskCancelRequestedError",
     "TaskClaimStore",
     "TaskCodecError",
     "TaskCompletion",
@@ -280,8 +295,10 @@ __all__ = [
     "TaskIoError",
     "TaskKindNotRegisteredError",
     "TaskLaneConfig",
+    "TaskLaneControlStore",
     "TaskLaneCounts",
     "TaskLaneMismatchError",
+    "TaskLaneState",
     "TaskLaneStatusCounts",
     "TaskLease",
     "TaskLeaseControlError",
@@ -290,15 +307,20 @@ __all__ = [
     "TaskLeaseRenewalTimeoutError",
     "TaskLeaseTermination",
     "TaskNotFoundError",
+    "TaskOutcomeControlStore",
     "TaskPage",
     "TaskPayloadError",
+    "TaskPruneReport",
     "TaskQuery",
     "TaskRecord",
     "TaskRegistry",
     "TaskRegistryError",
+    "TaskRetention",
+    "TaskRetentionStore",
     "TaskRetryClass",
     "TaskRetryPolicy",
     "TaskSearchPage",
+    "TaskSnooze",
     "TaskSpec",
     "TaskStateError",
     "TaskStatus",
@@ -322,6 +344,7 @@ __all__ = [
     "drain_dispatcher",
     "effective_dispatch_base_interval",
     "initial_task_steps_from_specs",
+    "is_task_cancel_requested",
     "is_task_lease_control_error",
     "is_task_lease_lost",
     "is_task_lease_renewal_timed_out",
@@ -330,6 +353,7 @@ __all__ = [
     "mark_active_step_failed",
     "parse_task_steps_json",
     "periodic_sleep_duration",
+    "prune_finished_tasks",
     "run_claimed_task_batch_with_store",
     "run_claimed_task_with_store",
     "run_dispatch_worker",
@@ -338,6 +362,7 @@ __all__ = [
     "run_scheduled_claim_renewal_loop",
     "run_scheduled_periodic_task",
     "run_task_heartbeat",
+    "run_task_retention",
     "scheduled_claim_renew_interval",
     "scheduled_next_run_at",
     "scheduled_task_dedupe_key",
@@ -350,6 +375,7 @@ __all__ = [
     "task_heartbeat_interval",
     "task_kind_label",
     "task_lease_termination_of",
+    "task_retention_worker",
     "task_step_status_json_schema",
     "task_steps_json_schema",
     "task_temp_dir_name",

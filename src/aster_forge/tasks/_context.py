@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
+from typing import NoReturn
 
 from ..runtime import CancellationToken, Clock, sleep_or_cancelled
-from ._lease import TaskLease, TaskLeaseGuard
+from ._control import TaskSnooze
+from ._lease import TaskLease, TaskLeaseGuard, TaskLeaseTermination
 from ._steps import (
     TaskStepInfo,
     serialize_task_steps_json,
@@ -23,8 +26,9 @@ __all__ = ["TaskExecutionContext"]
 class TaskExecutionContext:
     """What a task body gets besides its payload: who it is, and when to stop.
 
-    :attr:`cancellation` fires when the worker shuts down and at once when the lease is
-    lost (fence failure or renewal timeout); long-running bodies should watch it (or
+    :attr:`cancellation` fires when the worker shuts down, at once when the lease is
+    lost (fence failure or renewal timeout), and when a heartbeat learns that an
+    operator cancelled the task (:attr:`cancel_requested`); long-running bodies should watch it (or
     call :meth:`ensure_active` between steps) and stop. Step updates go through the
     store and are fenced by the lease: a lost lease writes nothing and raises.
     """
@@ -96,7 +100,20 @@ class TaskExecutionContext:
     @property
     def shutdown_requested(self) -> bool:
         """Whether the worker is shutting down (the task will be released, not failed)."""
-        return self._guard.token.cancelled and not self._guard.lease_lost
+        return self._guard.termination is TaskLeaseTermination.SHUTDOWN_REQUESTED
+
+    @property
+    def cancel_requested(self) -> bool:
+        """Whether an operator cancelled the task (it ends ``cancelled``, fenced)."""
+        return self._guard.cancel_requested
+
+    def snooze(self, delay: timedelta) -> NoReturn:
+        """Stop now and run again after ``delay`` without using an attempt.
+
+        Raises:
+            TaskSnooze: Always (let it propagate out of the body).
+        """
+        raise TaskSnooze(delay)
 
     @property
     def steps(self) -> tuple[TaskStepInfo, ...]:
@@ -110,6 +127,7 @@ class TaskExecutionContext:
             TaskLeaseLostError: The lease was lost.
             TaskLeaseRenewalTimeoutError: The lease could not be renewed in time.
             TaskWorkerShutdownRequestedError: The worker is shutting down.
+            TaskCancelRequestedError: An operator cancelled the task.
         """
         self._guard.ensure_active()
 

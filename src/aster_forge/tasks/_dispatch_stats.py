@@ -31,6 +31,12 @@ class ClaimedTaskOutcome(enum.StrEnum):
     STORE_ERROR = "store_error"
     """The final write raised; the task stays claimed until its lease expires (rescue)."""
 
+    CANCELLED = "cancelled"
+    """An operator cancelled the running task; it ended ``cancelled`` (fenced)."""
+
+    SNOOZED = "snoozed"
+    """The body snoozed: pending again after its delay, no attempt counted."""
+
 
 @dataclass(frozen=True, slots=True)
 class DispatchStats:
@@ -53,6 +59,8 @@ class DispatchStats:
         queue_lag_seconds: How long the oldest task of the latest claim had been due
             (0 when the latest claim found nothing; for the total, the largest lane value).
         in_flight: Tasks currently executing.
+        cancelled: Running tasks an operator cancelled (written ``cancelled``).
+        snoozed: Executions that snoozed (pending again, no attempt counted).
     """
 
     claimed: int = 0
@@ -70,6 +78,8 @@ class DispatchStats:
     last_claim_latency_seconds: float = 0.0
     queue_lag_seconds: float = 0.0
     in_flight: int = 0
+    cancelled: int = 0
+    snoozed: int = 0
 
     @property
     def finished(self) -> int:
@@ -81,6 +91,8 @@ class DispatchStats:
             + self.lease_lost
             + self.released_on_shutdown
             + self.store_errors
+            + self.cancelled
+            + self.snoozed
         )
 
     @property
@@ -114,6 +126,8 @@ _OUTCOME_FIELD = {
     ClaimedTaskOutcome.LEASE_LOST: "lease_lost",
     ClaimedTaskOutcome.RELEASED: "released_on_shutdown",
     ClaimedTaskOutcome.STORE_ERROR: "store_errors",
+    ClaimedTaskOutcome.CANCELLED: "cancelled",
+    ClaimedTaskOutcome.SNOOZED: "snoozed",
 }
 
 

@@ -19,6 +19,8 @@ from ..runtime import (
 )
 from ._completion import TaskCompletionBatcher
 from ._context import TaskExecutionContext
+from ._control import DEFAULT_MAX_SNOOZES, TaskSnooze
+from ._control_outcomes import retry_policy_for, snooze_failure, write_cancelled, write_snoozed
 from ._dispatch_stats import ClaimedTaskOutcome
 from ._heartbeat import SharedTaskHeartbeat
 from ._lease import TaskLease, TaskLeaseGuard, TaskLeaseTermination
@@ -41,6 +43,7 @@ from .errors import (
     TaskCoreError,
     TaskInvalidValueError,
     TaskRegistryError,
+    is_task_cancel_requested,
     is_task_lease_lost,
     is_task_lease_renewal_timed_out,
     is_task_worker_shutdown_requested,
@@ -77,6 +80,8 @@ def task_lease_termination_of(exc: BaseException) -> TaskLeaseTermination | None
         return TaskLeaseTermination.RENEWAL_TIMED_OUT
     if is_task_worker_shutdown_requested(exc):
         return TaskLeaseTermination.SHUTDOWN_REQUESTED
+    if is_task_cancel_requested(exc):
+        return TaskLeaseTermination.CANCEL_REQUESTED
     return None
 
 
@@ -92,7 +97,10 @@ class ClaimedTaskExecutionConfig(Generic[StateT]):
         registry: The validated registry the kind's spec is looked up in.
         specs: Erased specs keyed by kind, instead of a registry.
         lease_ttl: The claim's lease duration; the heartbeat renews every third of it.
-        retry_policy: The backoff for retryable failures (attempt budget comes from the row).
+        retry_policy: The backoff for retryable failures of kinds without their own
+            ``TaskSpec.retry_policy`` (the attempt budget comes from the row).
+        max_snoozes: How many times a task may snooze (``TaskSnooze``); the next
+            snooze fails it (manual retry allowed), so an endless snooze is visible.
         error_classifier: A product-wide mapping consulted after the spec's own classifier
             and before the registry fallback; unclassified errors are RETRYABLE with a
             fixed message naming only the exception type.
@@ -115,6 +123,7 @@ class ClaimedTaskExecutionConfig(Generic[StateT]):
     specs: Mapping[Hashable, ErasedTaskSpec[StateT]] | None = None
     lease_ttl: timedelta = timedelta(seconds=30)
     retry_policy: TaskRetryPolicy = field(default_factory=TaskRetryPolicy)
+    max_snoozes: int = DEFAULT_MAX_SNOOZES
     error_classifier: TaskErrorClassifier | None = None
     lease_control_of: Callable[[BaseException], TaskLeaseTermination | None] = (
         task_lease_termination_of
@@ -136,6 +145,12 @@ class ClaimedTaskExecutionConfig(Generic[StateT]):
             raise TaskRegistryError("task registry is not validated; call validate() first")
         if self.lease_ttl <= timedelta(0):
             raise TaskInvalidValueError("ClaimedTaskExecutionConfig.lease_ttl must be positive")
+        if isinstance(self.max_snoozes, bool) or not (
+            isinstance(self.max_snoozes, int) and self.max_snoozes >= 0
+        ):
+            raise TaskInvalidValueError(
+                "ClaimedTaskExecutionConfig.max_snoozes must be an int >= 0"
+            )
         if self.shutdown_grace < timedelta(0):
             raise TaskInvalidValueError(
                 "ClaimedTaskExecutionConfig.shutdown_grace must not be negative"
@@ -171,7 +186,7 @@ class ClaimedTaskReport:
         attempt: The 1-based number of this execution.
         retry_class: The failure's class (``None`` unless the body failed).
         error: The error text written to the row (``None`` when none was).
-        retry_delay: The backoff delay of a retry (``None`` otherwise).
+        retry_delay: The delay of a retry or a snooze (``None`` otherwise).
         duration: From the start of execution to the end of the final write.
     """
 
@@ -198,6 +213,7 @@ class _Decision:
     result_json: str | None = None
     failure: TaskFailureClassification | None = None
     reraise: BaseException | None = None
+    delay: timedelta | None = None
 
 
 #: A body cancelled at the end of its grace gets this many loop turns to finish.
@@ -323,10 +339,12 @@ class ClaimedTaskExecution:
         if body.cancelled():
             if guard.lease_lost:
                 return _Decision(ClaimedTaskOutcome.LEASE_LOST)
+            if guard.cancel_requested:
+                return _Decision(ClaimedTaskOutcome.CANCELLED)
             if guard.token.cancelled:
                 return _Decision(ClaimedTaskOutcome.RELEASED)
             failure = TaskFailureClassification(TaskRetryClass.RETRYABLE, UNEXPECTED_CANCEL_MESSAGE)
-            return self._failure(failure)
+            return self._failure(failure, erased)
         exc = body.exception()
         if exc is None:
             if guard.lease_lost:
@@ -342,9 +360,14 @@ class ClaimedTaskExecution:
             return _Decision(ClaimedTaskOutcome.LEASE_LOST)
         if isinstance(exc, KeyboardInterrupt | SystemExit):
             return _Decision(ClaimedTaskOutcome.RELEASED, reraise=exc)
+        if guard.cancel_requested or termination is TaskLeaseTermination.CANCEL_REQUESTED:
+            # The body stopped because an operator cancelled it: not a product failure.
+            return _Decision(ClaimedTaskOutcome.CANCELLED)
         if guard.token.cancelled or termination is TaskLeaseTermination.SHUTDOWN_REQUESTED:
             # Whatever the body raised while the worker was stopping is not a product failure.
             return _Decision(ClaimedTaskOutcome.RELEASED)
+        if isinstance(exc, TaskSnooze):
+            return self._snooze(exc)
         failure, expected = _classify(erased, exc, config.error_classifier)
         label = task_kind_label(task.kind)
         logger.warning(
@@ -358,7 +381,7 @@ class ClaimedTaskExecution:
             exc_info=None if expected else exc,
             extra={"task_id": task.id, "task_kind": label},
         )
-        return self._failure(failure)
+        return self._failure(failure, erased)
 
     def _blocked(self, seconds: float) -> None:
         label = task_kind_label(self.task.kind)
@@ -371,10 +394,19 @@ class ClaimedTaskExecution:
             extra={"task_id": self.task.id, "task_kind": label, "blocked_seconds": seconds},
         )
 
-    def _failure(self, failure: TaskFailureClassification) -> _Decision:
-        retry = should_auto_retry(failure.retry_class, self.attempt, self.task.max_attempts)
-        outcome = ClaimedTaskOutcome.RETRIED if retry else ClaimedTaskOutcome.FAILED
-        return _Decision(outcome, failure=failure)
+    def _failure(
+        self, failure: TaskFailureClassification, erased: ErasedTaskSpec[Any]
+    ) -> _Decision:
+        if not should_auto_retry(failure.retry_class, self.attempt, self.task.max_attempts):
+            return _Decision(ClaimedTaskOutcome.FAILED, failure=failure)
+        delay = retry_policy_for(erased, self._config.retry_policy).delay(self.attempt)
+        return _Decision(ClaimedTaskOutcome.RETRIED, failure=failure, delay=delay)
+
+    def _snooze(self, snooze: TaskSnooze) -> _Decision:
+        over = snooze_failure(self.task, snooze, self._config.max_snoozes)
+        if over is not None:
+            return _Decision(ClaimedTaskOutcome.FAILED, failure=over)
+        return _Decision(ClaimedTaskOutcome.SNOOZED, delay=snooze.delay)
 
     async def _wait_body(self, body: asyncio.Task[Any]) -> None:
         """Until the body ends; once the context is cancelled, one grace, then cancel."""
@@ -384,6 +416,9 @@ class ClaimedTaskExecution:
             await asyncio.sleep(0)
         if not body.done():
             await race(body, token=token, name="aster-forge:task-stop-wait")
+        if not body.done() and self.guard.cancel_requested:
+            # An operator cancel stops the body at once: no grace, the task ends cancelled.
+            await _stop_body(body, self.task.id)
         if not body.done():
             grace = self._config.shutdown_grace.total_seconds()
             await race(body, seconds=grace, clock=self._config.clock, name="aster-forge:task-grace")
@@ -415,6 +450,14 @@ class ClaimedTaskExecution:
                         )
                 case ClaimedTaskOutcome.RELEASED:
                     written = await store.release_task_for_shutdown(lease)
+                case ClaimedTaskOutcome.CANCELLED:
+                    steps_json = serialize_task_steps_json(steps) if steps else None
+                    written = await write_cancelled(store, lease, steps_json)
+                case ClaimedTaskOutcome.SNOOZED:
+                    assert decision.delay is not None
+                    delay = decision.delay
+                    steps_json = serialize_task_steps_json(steps) if steps else None
+                    written = await write_snoozed(store, lease, delay, steps_json)
                 case ClaimedTaskOutcome.RETRIED | ClaimedTaskOutcome.FAILED:
                     assert failure is not None
                     failed_steps = (
@@ -423,7 +466,8 @@ class ClaimedTaskExecution:
                         else None
                     )
                     if outcome is ClaimedTaskOutcome.RETRIED:
-                        delay = self._config.retry_policy.delay(self.attempt)
+                        assert decision.delay is not None
+                        delay = decision.delay
                         written = await store.mark_task_retry(
                             lease,
                             delay=delay,

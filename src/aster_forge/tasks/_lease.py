@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 from ..runtime import CancellationToken, Clock, SystemClock
 from .errors import (
+    TaskCancelRequestedError,
     TaskInvalidValueError,
     TaskLeaseControlError,
     TaskLeaseLostError,
@@ -30,11 +31,14 @@ class TaskLease:
         task_id: The persisted task identifier.
         processing_token: The fresh token the claim wrote into the row (opaque text).
         expires_at: When the lease lapses unless renewed (aware UTC datetime).
+        cancel_requested: An operator asked to cancel the task, as the latest renewal
+            read it from the row (``False`` from a store that does not report it).
     """
 
     task_id: int
     processing_token: str
     expires_at: datetime
+    cancel_requested: bool = False
 
     def __post_init__(self) -> None:
         if not self.processing_token:
@@ -42,16 +46,19 @@ class TaskLease:
         if self.expires_at.tzinfo is None:
             raise ValueError("TaskLease.expires_at must be timezone-aware")
 
-    def renewed(self, expires_at: datetime) -> TaskLease:
+    def renewed(self, expires_at: datetime, *, cancel_requested: bool | None = None) -> TaskLease:
         """Return the same lease with a new expiry (what a heartbeat store returns).
 
         Args:
             expires_at: The new expiry written by the renewal.
+            cancel_requested: The row's cancel flag read by the renewal (``None``: keep).
 
         Returns:
             A new :class:`TaskLease`; this one is unchanged.
         """
-        return replace(self, expires_at=expires_at)
+        if cancel_requested is None:
+            return replace(self, expires_at=expires_at)
+        return replace(self, expires_at=expires_at, cancel_requested=bool(cancel_requested))
 
     def same_claim(self, other: TaskLease) -> bool:
         """Whether ``other`` names the same claim (task id and token), ignoring expiry."""
@@ -64,6 +71,7 @@ class TaskLeaseTermination(enum.StrEnum):
     LOST = "lost"
     RENEWAL_TIMED_OUT = "renewal_timed_out"
     SHUTDOWN_REQUESTED = "shutdown_requested"
+    CANCEL_REQUESTED = "cancel_requested"
 
 
 class TaskLeaseGuard:
@@ -153,7 +161,7 @@ class TaskLeaseGuard:
         return self._deadline - self._clock.monotonic()
 
     def record_renewed(self, lease: TaskLease, *, renewal_started_at: float) -> None:
-        """Record a successful renewal.
+        """Record a successful renewal (and the operator cancel it may report).
 
         Args:
             lease: The renewed lease the store returned (same task id and token).
@@ -170,6 +178,10 @@ class TaskLeaseGuard:
             return
         self._lease = lease
         self._deadline = max(self._deadline, renewal_started_at + self._lease_ttl.total_seconds())
+        if lease.cancel_requested and not self.cancel_requested:
+            # The renewal read an operator's cancel: stop the body now; the lease stays
+            # usable, so the execution's "cancelled" write is still fenced by the token.
+            self.mark_cancel_requested()
 
     def mark_lost(self) -> TaskLeaseLostError:
         """Mark the lease lost (fence failed), cancel :attr:`token`, return the error."""
@@ -183,6 +195,27 @@ class TaskLeaseGuard:
             self._termination = TaskLeaseTermination.RENEWAL_TIMED_OUT
         self._token.cancel()
         return TaskLeaseRenewalTimeoutError(self._lease.task_id, self._lease.processing_token)
+
+    def mark_cancel_requested(self) -> TaskLeaseControlError:
+        """Record an operator's cancel (reported by a renewal), cancel :attr:`token`.
+
+        Writes stay allowed: the execution writes the task ``cancelled``. A lease that
+        is already lost, timed out or shutting down keeps that reason.
+
+        Returns:
+            The matching stop error (:class:`TaskCancelRequestedError` when it took).
+        """
+        if self._termination is None and not self._token.cancelled:
+            self._termination = TaskLeaseTermination.CANCEL_REQUESTED
+        self._token.cancel()
+        error = self.stop_error()
+        assert error is not None  # the token is cancelled, so there is a termination
+        return error
+
+    @property
+    def cancel_requested(self) -> bool:
+        """Whether an operator's cancel reached this claim (the body is being stopped)."""
+        return self._termination is TaskLeaseTermination.CANCEL_REQUESTED
 
     def mark_shutdown_requested(self) -> TaskLeaseControlError:
         """Record a cooperative shutdown and return the matching stop error.
@@ -205,6 +238,8 @@ class TaskLeaseGuard:
             return TaskLeaseRenewalTimeoutError(task_id, token)
         if termination is TaskLeaseTermination.SHUTDOWN_REQUESTED:
             return TaskWorkerShutdownRequestedError(task_id, token)
+        if termination is TaskLeaseTermination.CANCEL_REQUESTED:
+            return TaskCancelRequestedError(task_id, token)
         return None
 
     def ensure_active(self) -> None:
@@ -214,6 +249,7 @@ class TaskLeaseGuard:
             TaskLeaseLostError: The fence failed earlier.
             TaskLeaseRenewalTimeoutError: The safety deadline passed without a renewal.
             TaskWorkerShutdownRequestedError: The worker is shutting down.
+            TaskCancelRequestedError: An operator cancelled the task.
         """
         error = self.stop_error()
         if error is None and self.remaining() <= 0:

@@ -282,6 +282,7 @@ class BackgroundTaskRecord:
         updated_at: Last write time.
         started_at: When the latest claim started it.
         finished_at: When it reached a terminal status.
+        snooze_count: How many times the body snoozed it (``TaskSnooze``); not attempts.
     """
 
     id: int
@@ -308,6 +309,7 @@ class BackgroundTaskRecord:
     updated_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    snooze_count: int = 0
 
 
 @dataclass(frozen=True, slots=True)

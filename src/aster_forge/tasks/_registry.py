@@ -193,7 +193,8 @@ class TaskRegistry(Generic[StateT, KindT, LaneT]):
             run_at: When it becomes due (aware); ``None`` means now plus ``delay``.
             delay: Added to "now" when ``run_at`` is ``None``.
             priority: Higher is claimed first within the lane.
-            max_attempts: Counted attempts allowed (``None``: :class:`NewTask`'s default).
+            max_attempts: Counted attempts allowed (``None``: the kind's
+                ``retry_policy.max_attempts``, else :class:`NewTask`'s default).
             extra: Values for columns the product added to the table.
 
         Raises:
@@ -213,6 +214,8 @@ class TaskRegistry(Generic[StateT, KindT, LaneT]):
         options: dict[str, Any] = {}
         if max_attempts is not None:
             options["max_attempts"] = max_attempts
+        elif spec.retry_policy is not None:
+            options["max_attempts"] = spec.retry_policy.max_attempts  # the kind's own budget
         return NewTask(
             kind=wire,
             lane=lane,

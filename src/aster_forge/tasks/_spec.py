@@ -15,7 +15,12 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import pydantic
 from pydantic_core import PydanticSerializationError
 
-from ._retry import TaskErrorClassifier, TaskFailureClassification, classify_task_error
+from ._retry import (
+    TaskErrorClassifier,
+    TaskFailureClassification,
+    TaskRetryPolicy,
+    classify_task_error,
+)
 from ._steps import (
     TaskStepInfo,
     TaskStepSpec,
@@ -76,6 +81,8 @@ class TaskSpec(Generic[StateT, PayloadT, ResultT]):
         steps: The kind's step definitions (may be empty).
         error_classifier: Maps the body's exceptions to a retry class and message;
             unclassified exceptions are retryable with a fixed message.
+        retry_policy: This kind's backoff (base, multiplier, cap, jitter) and default
+            attempt budget; ``None`` uses the worker's policy.
     """
 
     kind: Any
@@ -84,11 +91,16 @@ class TaskSpec(Generic[StateT, PayloadT, ResultT]):
     run: TaskRunFn[StateT, PayloadT, ResultT]
     steps: tuple[TaskStepSpec, ...] = ()
     error_classifier: TaskErrorClassifier | None = None
+    retry_policy: TaskRetryPolicy | None = None
     _payload: pydantic.TypeAdapter[PayloadT] = field(init=False, repr=False, compare=False)
     _result: pydantic.TypeAdapter[ResultT] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "steps", tuple(self.steps))
+        if self.retry_policy is not None and not isinstance(self.retry_policy, TaskRetryPolicy):
+            raise TaskInvalidValueError(
+                f"task spec {task_kind_label(self.kind)!r}: retry_policy must be a TaskRetryPolicy"
+            )
         keys = [step.key for step in self.steps]
         if len(set(keys)) != len(keys):
             raise TaskInvalidValueError(

@@ -24,6 +24,7 @@ class TaskCoreErrorKind(enum.StrEnum):
     LEASE_LOST = "lease_lost"
     RENEWAL_TIMEOUT = "renewal_timeout"
     SHUTDOWN_REQUESTED = "shutdown_requested"
+    CANCEL_REQUESTED = "cancel_requested"
 
 
 class TaskCoreError(AsterForgeTasksError):
@@ -56,8 +57,12 @@ class TaskCoreError(AsterForgeTasksError):
         """Whether the worker is shutting down and should release the task."""
         return self.kind is TaskCoreErrorKind.SHUTDOWN_REQUESTED
 
+    def is_cancel_requested(self) -> bool:
+        """Whether an operator asked to cancel the running task."""
+        return self.kind is TaskCoreErrorKind.CANCEL_REQUESTED
+
     def is_lease_control(self) -> bool:
-        """Whether this is any of the three lease-control stops (lost, timeout, shutdown)."""
+        """Whether this is a lease-control stop (lost, timeout, shutdown, operator cancel)."""
         return self.kind in _LEASE_CONTROL_KINDS
 
 
@@ -66,6 +71,7 @@ _LEASE_CONTROL_KINDS = frozenset(
         TaskCoreErrorKind.LEASE_LOST,
         TaskCoreErrorKind.RENEWAL_TIMEOUT,
         TaskCoreErrorKind.SHUTDOWN_REQUESTED,
+        TaskCoreErrorKind.CANCEL_REQUESTED,
     }
 )
 
@@ -162,6 +168,13 @@ class TaskWorkerShutdownRequestedError(TaskLeaseControlError):
     _reason = "worker shutdown requested"
 
 
+class TaskCancelRequestedError(TaskLeaseControlError):
+    """Raised when an operator cancelled the running task; it ends ``cancelled``."""
+
+    kind = TaskCoreErrorKind.CANCEL_REQUESTED
+    _reason = "cancel requested"
+
+
 def _core_errors(exc: BaseException) -> list[TaskCoreError]:
     """The TaskCoreErrors in ``exc``'s cause/context chain (a product may wrap them)."""
     found: list[TaskCoreError] = []
@@ -190,8 +203,13 @@ def is_task_worker_shutdown_requested(exc: BaseException) -> bool:
     return any(err.is_worker_shutdown_requested() for err in _core_errors(exc))
 
 
+def is_task_cancel_requested(exc: BaseException) -> bool:
+    """Whether ``exc`` is (or wraps) an operator-cancel stop."""
+    return any(err.is_cancel_requested() for err in _core_errors(exc))
+
+
 def is_task_lease_control_error(exc: BaseException) -> bool:
-    """Whether ``exc`` is (or wraps) any lease-control stop: lost, timeout or shutdown."""
+    """Whether ``exc`` is (or wraps) any lease-control stop: lost, timeout, shutdown, cancel."""
     return any(err.is_lease_control() for err in _core_errors(exc))
 
 

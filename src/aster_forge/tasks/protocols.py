@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Protocol, TypeVar, runtime_checkable
 
+from ._control_protocols import TaskLaneControlStore, TaskOutcomeControlStore, TaskRetentionStore
 from ._lease import TaskLease
 from ._records import (
     BackgroundTaskRecord,
@@ -153,7 +154,10 @@ class TaskHeartbeatStore(Protocol):
 
         Fencing contract: the update matches only the row with ``lease.task_id`` that is
         still processing under ``lease.processing_token``. When it matches, the new expiry
-        is persisted and returned as a renewed :class:`TaskLease`; when it does not (the
+        is persisted and returned as a renewed :class:`TaskLease` carrying the row's
+        ``cancel_requested`` read in the same statement (a store that cannot report it
+        leaves the flag ``False``: an operator cancel then takes effect only at the
+        owner's next retry or release); when it does not (the
         task finished, was released, or another claim took it over) nothing is written and
         ``None`` is returned - the caller must treat the lease as lost. Raising means a
         transient storage failure; the heartbeat loop retries it.
@@ -413,9 +417,12 @@ class BackgroundTaskStore(
     TaskClaimStore[BackgroundTaskRecord, str],
     TaskHeartbeatStore,
     ClaimedTaskExecutionStore,
+    TaskOutcomeControlStore,
+    TaskLaneControlStore,
+    TaskRetentionStore,
     Protocol,
 ):
-    """A complete task table: enqueue, claim, heartbeat, fenced outcomes, admin reads.
+    """A complete task table: enqueue, claim, heartbeat, fenced outcomes, admin, control.
 
     Lanes and kinds are wire values (``str``; a ``StrEnum`` member works too). Claim
     order within a lane is ``priority`` descending, then ``run_at``, then ``id``.

@@ -31,18 +31,14 @@ from ..tasks import (
     set_task_step_succeeded,
 )
 from ._conformance import StoreConformance
+from ._task_control_conformance import LONG as _LONG
+from ._task_control_conformance import TaskControlChecks
+from ._task_control_conformance import lease_of as _lease
 
 __all__ = ["TaskStoreConformance"]
 
-_LONG = timedelta(minutes=10)
 
-
-def _lease(record: BackgroundTaskRecord) -> TaskLease:
-    assert record.processing_token and record.lease_expires_at, "a claim must set token and expiry"
-    return TaskLease(record.id, record.processing_token, record.lease_expires_at)
-
-
-class TaskStoreConformance(StoreConformance[BackgroundTaskStore]):
+class TaskStoreConformance(TaskControlChecks, StoreConformance[BackgroundTaskStore]):
     """Checks every :class:`~aster_forge.tasks.BackgroundTaskStore` must pass (seed 测试要求).
 
     Each ``check_*`` coroutine raises ``AssertionError`` on a violation. Every check
@@ -84,6 +80,7 @@ class TaskStoreConformance(StoreConformance[BackgroundTaskStore]):
         "check_batched_success_is_fenced_per_entry",
         "check_admin_reads",
         "check_invalid_input_is_rejected",
+        *TaskControlChecks.CONTROL_CHECKS,
     )
 
     def __init__(

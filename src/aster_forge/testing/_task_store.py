@@ -11,6 +11,7 @@ from typing import Any
 from ..runtime import Clock, SystemClock
 from ..runtime._lease_types import saturating_expiry
 from ..tasks import TaskRegistry, TaskRegistryError
+from ..tasks._control import TaskLaneState
 from ..tasks._lease import TaskLease
 from ..tasks._records import (
     LEASE_EXPIRED_ERROR,
@@ -32,11 +33,12 @@ from ..tasks._records import (
 )
 from ..tasks.errors import TaskEnqueueValueError, TaskNotFoundError, TaskStateError
 from ._task_store_admin import InMemoryTaskAdminMixin
+from ._task_store_control import InMemoryTaskControlMixin
 
 __all__ = ["InMemoryTaskStore"]
 
 
-class InMemoryTaskStore(InMemoryTaskAdminMixin):
+class InMemoryTaskStore(InMemoryTaskAdminMixin, InMemoryTaskControlMixin):
     """A :class:`~aster_forge.tasks.BackgroundTaskStore` kept in a dict.
 
     Every method runs without awaiting in between reads and writes, so each is atomic
@@ -70,6 +72,7 @@ class InMemoryTaskStore(InMemoryTaskAdminMixin):
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._rows: dict[int, BackgroundTaskRecord] = {}
         self._by_key: dict[str, int] = {}
+        self._lanes: dict[str, TaskLaneState] = {}
         self._next_id = 1
         self.claim_calls = 0
         """How many times :meth:`claim_due_for_lane` was called (for dispatcher tests)."""
@@ -194,6 +197,8 @@ class InMemoryTaskStore(InMemoryTaskAdminMixin):
             return []
         now = self._clock.now()
         self._rescue_expired(lane_value, now)
+        if self._lane_paused(lane_value):
+            return []
         due = sorted(
             (
                 row
@@ -249,7 +254,7 @@ class InMemoryTaskStore(InMemoryTaskAdminMixin):
         now = self._clock.now()
         expires = saturating_expiry(now, lease_ttl)
         self._rows[row.id] = replace(row, lease_expires_at=expires, updated_at=now)
-        return lease.renewed(expires)
+        return lease.renewed(expires, cancel_requested=row.cancel_requested)
 
     async def renew_task_leases_many(
         self, leases: Sequence[TaskLease], lease_ttl: timedelta
@@ -296,19 +301,13 @@ class InMemoryTaskStore(InMemoryTaskAdminMixin):
         row = self._owned(lease)
         if row is None:
             return False
-        now = self._clock.now()
-        cancelled = row.cancel_requested
-        self._finish(
+        self._requeue(
             row,
-            status=TaskStatus.CANCELLED if cancelled else TaskStatus.PENDING,
+            delay,
+            steps_json,
             attempt=row.attempt + 1 if count_attempt else row.attempt,
-            run_at=row.run_at if cancelled else saturating_expiry(now, delay),
             last_error=error,
-            failure_reason=(
-                TaskFailureReason.CANCELLED if cancelled else TaskFailureReason.PRODUCT_ERROR
-            ),
-            steps_json=row.steps_json if steps_json is None else steps_json,
-            finished_at=now if cancelled else None,
+            failure_reason=TaskFailureReason.PRODUCT_ERROR,
         )
         return True
 

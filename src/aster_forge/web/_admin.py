@@ -25,6 +25,7 @@ from ..tasks import TaskInvalidValueError, TaskNotFoundError, TaskStateError
 from ._admin_tasks import TaskEndpoints
 from ._auth import BearerTokenGuard, HostAllowList, same_origin
 from ._health import health_report, resolve_health_runner
+from ._lanes_control import lane_control_endpoints
 from ._leases import leases_json
 from ._openapi import openapi_document
 from ._params import BadRequestError, HealthQuery, ScheduledQuery, parse_query
@@ -72,10 +73,12 @@ class _AdminApi:
             return not_configured("lane source")
         limits, stats = s.dispatch_view()
         counts: Sequence[Any] = ()
+        states: Sequence[Any] = ()
         if s.task_store is not None:
             wanted = sorted({*limits, *stats, *label_keys(dict.fromkeys(s.lanes))})
             counts = await s.task_store.lane_counts(wanted or None)
-        return ok({"items": lanes_json(limits, stats, counts)})
+            states = await s.task_store.lane_states()
+        return ok({"items": lanes_json(limits, stats, counts, states)})
 
     async def scheduled(self, request: Request) -> Response:
         store = self.sources.scheduled_store
@@ -186,6 +189,7 @@ def admin_routes(
         ("/tasks/bulk/{action}", tasks.bulk),
         ("/tasks/{task_id}/retry", tasks.retry_task),
         ("/tasks/{task_id}/cancel", tasks.cancel_task),
+        *lane_control_endpoints(lambda: sources.task_store),
     ]
     routes: list[BaseRoute] = [
         Route(prefix + path, api.wrap(fn), methods=["GET"]) for path, fn in get

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..tasks._records import MAX_TASK_ID
+from ._lanes_control import LANE_STATE_SCHEMAS, lane_control_paths
 from ._params import (
     HealthQuery,
     ScheduledQuery,
@@ -104,6 +105,7 @@ _SCHEMAS: dict[str, Any] = {
             "updated_at": _TIME,
             "started_at": _TIME,
             "finished_at": _TIME,
+            "snooze_count": {"type": "integer", "minimum": 0},
             "steps": {"type": ["array", "null"], "items": _ref("TaskStep")},
             "steps_invalid": {"type": "boolean"},
             "steps_done": {"type": "integer"},
@@ -211,6 +213,8 @@ _SCHEMAS: dict[str, Any] = {
             "queue_lag_seconds": _nullable("number"),
             "oldest_due_run_at": _TIME,
             "stats": {"oneOf": [_ref("DispatchStats"), {"type": "null"}]},
+            "paused": {"type": "boolean"},
+            "paused_at": _TIME,
         }
     ),
     "ScheduledTask": _object(
@@ -354,7 +358,7 @@ def openapi_document(title: str, *, auth: bool) -> dict[str, Any]:
         title: The API title.
         auth: Whether the bearer token is required (adds the security requirement).
     """
-    schemas: dict[str, Any] = copy.deepcopy(_SCHEMAS)
+    schemas: dict[str, Any] = copy.deepcopy({**_SCHEMAS, **LANE_STATE_SCHEMAS})
     paths: dict[str, Any] = {
         "/api/info": _get("Service info and configured views", _ref("Info")),
         "/api/tasks": _get(
@@ -466,6 +470,7 @@ def openapi_document(title: str, *, auth: bool) -> dict[str, Any]:
             parameters=_parameters(HealthQuery, schemas),
         ),
         "/api/openapi.json": _get("This document", {"type": "object"}),
+        **lane_control_paths(_errors),
     }
     for item in paths.values():
         for operation in item.values():

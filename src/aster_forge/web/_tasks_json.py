@@ -6,7 +6,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 from .._json import load_json
-from ..tasks import BackgroundTaskRecord, DispatchStats, TaskLaneCounts, TaskStatus
+from ..tasks import BackgroundTaskRecord, DispatchStats, TaskLaneCounts, TaskLaneState, TaskStatus
 from ._serialize import iso, wire
 
 __all__ = [
@@ -112,6 +112,7 @@ def task_json(record: BackgroundTaskRecord, *, detail: bool = False) -> dict[str
         "updated_at": iso(record.updated_at),
         "started_at": iso(record.started_at),
         "finished_at": iso(record.finished_at),
+        "snooze_count": record.snooze_count,
         "steps": steps,
         "steps_invalid": not steps_ok,
         "steps_done": done,
@@ -172,14 +173,19 @@ def lanes_json(
     limits: Mapping[str, int],
     stats: Mapping[str, DispatchStats],
     counts: Sequence[TaskLaneCounts],
+    states: Sequence[TaskLaneState] = (),
 ) -> list[dict[str, Any]]:
     """Merge lane limits, in-process dispatch stats and store counts, one item per lane.
 
     ``in_flight`` is this process's executing tasks (from the dispatcher);
-    ``running`` is every running row in the store (all instances).
+    ``running`` is every running row in the store (all instances); ``paused`` is the
+    stored pause state (every instance skips a paused lane); a lane with a stored
+    state is listed even when idle.
     """
     by_lane = {c.lane: c for c in counts}
-    names = list(dict.fromkeys([*limits, *stats, *by_lane]))
+    stored = [s.lane for s in states]
+    paused = {s.lane: s for s in states if s.paused}
+    names = list(dict.fromkeys([*limits, *stats, *by_lane, *stored]))
     items = []
     for name in sorted(names):
         count = by_lane.get(name)
@@ -196,6 +202,8 @@ def lanes_json(
                 "queue_lag_seconds": None if count is None else count.queue_lag_seconds,
                 "oldest_due_run_at": None if count is None else iso(count.oldest_due_run_at),
                 "stats": None if snapshot is None else dispatch_stats_json(snapshot),
+                "paused": name in paused,
+                "paused_at": iso(paused[name].paused_at) if name in paused else None,
             }
         )
     return items

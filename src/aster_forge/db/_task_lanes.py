@@ -1,0 +1,135 @@
+"""The lane state table beside a task table, and the store's pause/resume half."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ..tasks import TaskLaneState
+from ..tasks._records import MAX_TASK_KIND_LENGTH, wire_value
+from ._tasks_sql import TaskSql
+from ._time import DatabaseBackend, UtcDateTime
+
+__all__ = ["TaskLaneMixin", "define_lanes_table", "lanes_table_name"]
+
+
+def lanes_table_name(tasks_table_name: str) -> str:
+    """The lane state table of a task table: ``<tasks table>_lanes``."""
+    return f"{tasks_table_name}_lanes"
+
+
+def define_lanes_table(metadata: sa.MetaData, name: str) -> sa.Table:
+    """Define (or return) the lane state table: one row per lane that was ever paused.
+
+    Columns: ``lane`` (primary key, wire value), ``paused`` (bool), ``paused_at``,
+    ``updated_at`` (aware UTC). :func:`~aster_forge.db.background_tasks_table`
+    defines it next to the task table as ``<name>_lanes``
+    (:func:`~aster_forge.db.task_lanes_table` returns it).
+
+    Args:
+        metadata: The metadata the task table is on.
+        name: The table name.
+    """
+    existing = metadata.tables.get(name)
+    if existing is not None:
+        return existing
+    return sa.Table(
+        name,
+        metadata,
+        sa.Column("lane", sa.String(MAX_TASK_KIND_LENGTH), primary_key=True),
+        sa.Column("paused", sa.Boolean(), nullable=False),
+        sa.Column("paused_at", UtcDateTime(), nullable=True),
+        sa.Column("updated_at", UtcDateTime(), nullable=False),
+        mysql_engine="InnoDB",
+        mysql_charset="utf8mb4",
+        mysql_collate="utf8mb4_bin",
+    )
+
+
+def lane_open_predicate(lanes: sa.Table, lane: str) -> Any:
+    """``NOT EXISTS`` a paused row for ``lane``: the condition a claim adds."""
+    return sa.not_(
+        sa.exists().where(lanes.c.lane == lane, lanes.c.paused == sa.true()).correlate_except(lanes)
+    )
+
+
+def _state(row: Any) -> TaskLaneState:
+    m = row._mapping
+    return TaskLaneState(
+        lane=m["lane"],
+        paused=bool(m["paused"]),
+        paused_at=m["paused_at"],
+        updated_at=m["updated_at"],
+    )
+
+
+class TaskLaneMixin:
+    """The lane pause/resume half of :class:`~aster_forge.db.BackgroundTaskDbStore`."""
+
+    _lanes: sa.Table
+    _sql: TaskSql
+
+    async def _set_paused(self, lane: str, paused: bool) -> TaskLaneState:
+        lane_value = wire_value(lane, "lane")
+        lanes = self._lanes
+
+        async def body(conn: AsyncConnection) -> TaskLaneState:
+            now_expr, _ = await self._sql.now(conn)
+            await conn.execute(self._upsert(lane_value, paused, now_expr))
+            stored = (await conn.execute(sa.select(lanes).where(lanes.c.lane == lane_value))).one()
+            return _state(stored)
+
+        return await self._sql.run("pause lane" if paused else "resume lane", body)
+
+    def _upsert(self, lane: str, paused: bool, now_expr: Any) -> Any:
+        lanes = self._lanes
+        # Pausing a paused lane keeps its first paused_at; resuming clears it.
+        paused_at: Any = (
+            sa.case((lanes.c.paused == sa.true(), lanes.c.paused_at), else_=now_expr)
+            if paused
+            else sa.null()
+        )
+        values = {
+            "lane": lane,
+            "paused": paused,
+            "paused_at": now_expr if paused else None,
+            "updated_at": now_expr,
+        }
+        # paused_at first: MariaDB evaluates the assignments left to right.
+        changes = [("paused_at", paused_at), ("paused", paused), ("updated_at", now_expr)]
+        backend = self._sql.backend
+        if backend is DatabaseBackend.MYSQL:
+            return mysql.insert(lanes).values(**values).on_duplicate_key_update(changes)
+        if backend is DatabaseBackend.POSTGRESQL:
+            pg = postgresql.insert(lanes).values(**values)
+            return pg.on_conflict_do_update(index_elements=[lanes.c.lane], set_=dict(changes))
+        lite = sqlite.insert(lanes).values(**values)
+        return lite.on_conflict_do_update(index_elements=[lanes.c.lane], set_=dict(changes))
+
+    async def pause_lane(self, lane: str) -> TaskLaneState:
+        """Pause ``lane`` for every instance: claims skip it, running tasks finish."""
+        return await self._set_paused(lane, True)
+
+    async def resume_lane(self, lane: str) -> TaskLaneState:
+        """Resume ``lane``: claims take its due tasks again."""
+        return await self._set_paused(lane, False)
+
+    async def lane_states(self, lanes: Sequence[str] | None = None) -> list[TaskLaneState]:
+        """Stored lane states sorted by lane (exactly ``lanes`` when given)."""
+        wanted = None if lanes is None else sorted({wire_value(lane, "lane") for lane in lanes})
+        table = self._lanes
+        query = sa.select(table).order_by(table.c.lane)
+        if wanted is not None:
+            query = query.where(table.c.lane.in_(wanted))
+
+        async def body(conn: AsyncConnection) -> list[TaskLaneState]:
+            return [_state(row) for row in await conn.execute(query)]
+
+        stored = {s.lane: s for s in await self._sql.run("list lanes", body, single_statement=True)}
+        if wanted is None:
+            return list(stored.values())
+        return [stored.get(lane, TaskLaneState(lane)) for lane in wanted]

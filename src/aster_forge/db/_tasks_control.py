@@ -1,0 +1,111 @@
+"""Fenced cancel and snooze writes, and the bounded retention delete, of the task store."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ..tasks import TaskFailureReason, TaskLease, TaskStatus
+from ..tasks._control import check_prune_args, check_snooze_delay
+from ._tasks_sql import TaskSql
+from ._time import DatabaseBackend
+
+__all__ = ["TaskControlMixin"]
+
+_CANCELLED = TaskStatus.CANCELLED.value
+_ANCIENT = timedelta(days=365 * 1000)
+
+
+class TaskControlMixin:
+    """The operator-control half of :class:`~aster_forge.db.BackgroundTaskDbStore`."""
+
+    _table: sa.Table
+    _sql: TaskSql
+
+    if TYPE_CHECKING:
+
+        async def _fenced(self, operation: str, lease: TaskLease, values: dict[str, Any]) -> bool:
+            """The store's one fenced ``UPDATE`` (defined on the store)."""
+
+    async def mark_task_cancelled(self, lease: TaskLease, *, steps_json: str | None) -> bool:
+        """Fenced: end the task ``cancelled``; attempt and stored error unchanged."""
+        t = self._table
+        values: dict[str, Any] = {
+            "status": _CANCELLED,
+            "failure_reason": TaskFailureReason.CANCELLED.value,
+            "steps_json": t.c.steps_json if steps_json is None else steps_json,
+            "processing_token": None,
+            "lease_expires_at": None,
+            "rescued": False,
+            "finished_at": lambda now: now[0],
+        }
+        return await self._fenced("mark task cancelled", lease, values)
+
+    async def mark_task_snoozed(
+        self, lease: TaskLease, *, delay: timedelta, steps_json: str | None
+    ) -> bool:
+        """Fenced: pending again after ``delay``, ``snooze_count + 1``, attempt unchanged."""
+        check_snooze_delay(delay)
+        t = self._table
+        cancel = t.c.cancel_requested
+        values: dict[str, Any] = {
+            "status": sa.case((cancel, _CANCELLED), else_=TaskStatus.PENDING.value),
+            "run_at": lambda now: sa.case((cancel, t.c.run_at), else_=self._sql.plus(now, delay)),
+            "finished_at": lambda now: sa.case((cancel, now[0]), else_=sa.null()),
+            "failure_reason": sa.case(
+                (cancel, TaskFailureReason.CANCELLED.value), else_=t.c.failure_reason
+            ),
+            "steps_json": t.c.steps_json if steps_json is None else steps_json,
+            "processing_token": None,
+            "lease_expires_at": None,
+            "rescued": False,
+            "snooze_count": t.c.snooze_count + 1,
+        }
+        return await self._fenced("mark task snoozed", lease, values)
+
+    async def delete_finished_tasks(
+        self, status: TaskStatus, older_than: timedelta, *, limit: int
+    ) -> int:
+        """Delete up to ``limit`` rows of ``status`` finished ``older_than`` ago, oldest first.
+
+        PostgreSQL: one ``DELETE ... WHERE id IN (SELECT ... LIMIT n FOR UPDATE SKIP
+        LOCKED)``; MariaDB selects the ids ``FOR UPDATE SKIP LOCKED`` then deletes them;
+        SQLite runs the same statement in its single-writer transaction.
+        """
+        status_value = check_prune_args(status, older_than, limit).value
+        if older_than >= _ANCIENT:
+            return 0  # nothing finished that long ago (and the server must not overflow)
+        t = self._table
+
+        async def body(conn: AsyncConnection) -> int:
+            now_expr, now_value = await self._sql.now(conn)
+            if now_value is None:
+                cutoff: Any = now_expr - sa.literal(older_than, sa.Interval())
+            else:
+                try:
+                    cutoff = sa.literal(now_value - older_than, t.c.finished_at.type)
+                except OverflowError:
+                    return 0
+            old = (
+                sa.select(t.c.id)
+                .where(t.c.status == status_value, t.c.finished_at <= cutoff)
+                .order_by(t.c.finished_at)
+                .limit(limit)
+                .with_for_update(skip_locked=True)
+            )
+            if self._sql.backend is DatabaseBackend.MYSQL:
+                # MariaDB cannot delete from a table its own subquery reads.
+                ids = [int(row[0]) for row in await conn.execute(old)]
+                if not ids:
+                    return 0
+                stmt = sa.delete(t).where(t.c.id.in_(ids), t.c.status == status_value)
+            else:
+                stmt = sa.delete(t).where(t.c.id.in_(old))
+            return int((await conn.execute(stmt)).rowcount)
+
+        return await self._sql.run(
+            "delete finished tasks", body, single_statement=self._sql.is_postgres
+        )

@@ -1,0 +1,168 @@
+"""Operator and body control of tasks: snooze requests, lane pause state, retention policy."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from ._records import TaskStatus
+from .errors import AsterForgeTasksError, TaskInvalidValueError
+
+__all__ = [
+    "DEFAULT_MAX_SNOOZES",
+    "MAX_PRUNE_BATCH",
+    "TaskLaneState",
+    "TaskPruneReport",
+    "TaskRetention",
+    "TaskSnooze",
+    "check_prune_args",
+    "check_snooze_delay",
+]
+
+DEFAULT_MAX_SNOOZES = 100
+"""How many times a task may snooze before the executor fails it (see ``max_snoozes``)."""
+
+MAX_PRUNE_BATCH = 10_000
+"""The largest batch :meth:`~aster_forge.tasks.TaskRetentionStore.delete_finished_tasks` takes."""
+
+_FINISHED = (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED)
+
+
+class TaskSnooze(AsterForgeTasksError):
+    """Raised by a task body to run the task again after ``delay`` without using an attempt.
+
+    The executor writes the task back to pending, due at ``now + delay``, fenced by the
+    lease; ``attempt`` is unchanged and the row's ``snooze_count`` grows by one. Once a
+    task has snoozed ``max_snoozes`` times the next snooze fails it instead, so an
+    endless snooze is visible and bounded.
+
+    Example:
+        >>> from datetime import timedelta
+        >>> raise TaskSnooze(timedelta(seconds=30))
+        Traceback (most recent call last):
+        ...
+        aster_forge.tasks._control.TaskSnooze: snooze for 30.0s
+
+    Attributes:
+        delay: How long from now until the task is due again (never negative).
+    """
+
+    def __init__(self, delay: timedelta) -> None:
+        check_snooze_delay(delay)
+        super().__init__(f"snooze for {delay.total_seconds()}s")
+        self.delay = delay
+
+
+def check_snooze_delay(delay: object) -> None:
+    """Reject a snooze delay that is not a non-negative ``timedelta``.
+
+    Raises:
+        TaskInvalidValueError: When it is not.
+    """
+    if not isinstance(delay, timedelta) or delay < timedelta(0):
+        raise TaskInvalidValueError("snooze delay must be a non-negative timedelta")
+
+
+@dataclass(frozen=True, slots=True)
+class TaskLaneState:
+    """The stored pause state of one lane (shared by every instance on the database).
+
+    Attributes:
+        lane: The lane's wire value.
+        paused: Whether claims skip the lane (in-flight tasks still finish).
+        paused_at: When it was last paused, ``None`` if never or since resumed.
+        updated_at: When the state last changed, ``None`` for a lane with no stored row.
+    """
+
+    lane: str
+    paused: bool = False
+    paused_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRetention:
+    """How long finished tasks are kept, per status, and how the pruner deletes them.
+
+    ``None`` keeps that status forever. Deletion runs in batches of ``batch_size``
+    rows, each its own short transaction, oldest ``finished_at`` first.
+
+    Attributes:
+        succeeded: Age after which succeeded tasks are deleted.
+        failed: Age after which failed tasks are deleted (kept longer: they are evidence).
+        cancelled: Age after which cancelled tasks are deleted.
+        batch_size: Rows per delete statement (1..:data:`MAX_PRUNE_BATCH`).
+        interval: How often the retention job runs.
+
+    Raises:
+        TaskInvalidValueError: On a negative age, a bad batch size or interval.
+    """
+
+    succeeded: timedelta | None = timedelta(days=7)
+    failed: timedelta | None = timedelta(days=30)
+    cancelled: timedelta | None = timedelta(days=7)
+    batch_size: int = 1000
+    interval: timedelta = timedelta(hours=1)
+
+    def __post_init__(self) -> None:
+        for name in ("succeeded", "failed", "cancelled"):
+            age = getattr(self, name)
+            if age is not None and (not isinstance(age, timedelta) or age < timedelta(0)):
+                raise TaskInvalidValueError(f"TaskRetention.{name} must be a timedelta >= 0")
+        check_prune_args(TaskStatus.SUCCEEDED, timedelta(0), self.batch_size)
+        if not isinstance(self.interval, timedelta) or self.interval <= timedelta(0):
+            raise TaskInvalidValueError("TaskRetention.interval must be a positive timedelta")
+
+    def ages(self) -> dict[TaskStatus, timedelta]:
+        """The statuses to prune and their ages (statuses kept forever are left out)."""
+        ages = {
+            TaskStatus.SUCCEEDED: self.succeeded,
+            TaskStatus.FAILED: self.failed,
+            TaskStatus.CANCELLED: self.cancelled,
+        }
+        return {status: age for status, age in ages.items() if age is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPruneReport:
+    """What one retention pass deleted.
+
+    Attributes:
+        removed: Deleted rows per status (every pruned status is present, maybe 0).
+        batches: Delete statements run.
+        duration: Wall time of the pass.
+    """
+
+    removed: Mapping[TaskStatus, int] = field(default_factory=dict)
+    batches: int = 0
+    duration: timedelta = timedelta(0)
+
+    @property
+    def total(self) -> int:
+        """Rows deleted in all."""
+        return sum(self.removed.values())
+
+    @property
+    def duration_seconds(self) -> float:
+        """:attr:`duration` in seconds, for metrics."""
+        return self.duration.total_seconds()
+
+
+def check_prune_args(status: object, older_than: object, limit: object) -> TaskStatus:
+    """Validate :meth:`delete_finished_tasks` arguments; return the status.
+
+    Raises:
+        TaskInvalidValueError: Not a finished status, a negative age, or a bad limit.
+    """
+    try:
+        value = TaskStatus(str(status))
+    except ValueError as exc:
+        raise TaskInvalidValueError(f"unknown task status {status!r}") from exc
+    if value not in _FINISHED:
+        raise TaskInvalidValueError(f"only finished tasks are pruned, not {value.value!r}")
+    if not isinstance(older_than, timedelta) or older_than < timedelta(0):
+        raise TaskInvalidValueError("older_than must be a timedelta >= 0")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PRUNE_BATCH:
+        raise TaskInvalidValueError(f"prune limit must be an int in 1..{MAX_PRUNE_BATCH}")
+    return value
