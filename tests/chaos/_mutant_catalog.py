@@ -176,8 +176,9 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
             Edit(
                 TASKS_PG,
-                ".returning(t.c.id, t.c.processing_token, t.c.lease_expires_at)",
-                ".returning(t.c.id, leases.c.token, t.c.lease_expires_at)",
+                ".returning(t.c.id, t.c.processing_token, t.c.lease_expires_at, "
+                "t.c.cancel_requested)",
+                ".returning(t.c.id, leases.c.token, t.c.lease_expires_at, t.c.cancel_requested)",
             ),
         ),
         (STALE_BATCHED, TASK_BATCHED),
