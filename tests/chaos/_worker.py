@@ -9,7 +9,8 @@ worker (``chaos.writer``), so the trigger log in the database says who wrote eac
 
 ``--stale`` makes it the stale writer of ``_stall.py`` (SIGUSR1 opens its write gate);
 ``--hold`` makes its bodies wait for SIGUSR1 before their effect; ``--unbatched`` turns
-off the shared heartbeat and the batched success (one fenced statement per write).
+off the batched success (one fenced statement per success; the one heartbeat engine
+still renews every due lease in one statement).
 """
 
 from __future__ import annotations
@@ -232,7 +233,6 @@ async def main(argv: list[str]) -> int:
         lanes,
         config,
         owner=args.owner,
-        shared_heartbeat=not args.unbatched,
         batch_completions=not args.unbatched,
     )
     poll = DispatchPollConfig(

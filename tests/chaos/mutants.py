@@ -168,13 +168,20 @@ def render(results: list[MutantResult], baseline: str, total: float, load: str) 
     when = datetime.now(UTC)
     killed = sum(1 for r in results if r.expect_killed and r.verdict == "killed")
     expected = sum(1 for r in results if r.expect_killed)
+    controls = [r for r in results if not r.expect_killed]
+    if not controls:
+        control = "DID NOT RUN"
+    elif all(r.ok for r in controls):
+        control = "survived (as it must)"
+    else:
+        control = "WAS KILLED: the check is broken"
     lines = [
         f"Mutation check {when:%Y-%m-%d %H:%M} UTC on {os.cpu_count()} cores "
         f"({platform.system()} {platform.machine()}, Python {platform.python_version()}); "
         f"load average at start {load}.",
         "",
         f"**{killed} of {expected} mutants killed**; the no-op control "
-        f"{'survived (as it must)' if all(r.ok for r in results if not r.expect_killed) else 'WAS KILLED: the check is broken'}; "  # noqa: E501
+        f"{control}; "
         f"baseline (unmutated copy): {baseline}; total {total / 60:.1f} min.",
         "",
         "| mutant | breaks | verdict | killed by | seconds |",

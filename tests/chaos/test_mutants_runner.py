@@ -83,3 +83,4 @@ def test_a_surviving_mutant_is_reported_as_such(tmp_path: Path) -> None:
     assert (died.verdict, died.ok) == ("killed", True)
     assert died.killed_by.startswith("test_calc.py::test_add")
     assert "SURVIVED" in mutants.render([lived, died], "passed", 1.0, "0.0")
+    assert "DID NOT RUN" in mutants.render([], "FAILED", 1.0, "0.0")

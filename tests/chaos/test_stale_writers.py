@@ -10,8 +10,10 @@ each one. The proof comes from the database: the trigger log records which worke
 every write to a claimed row (none may come from the stale one), and the overlap of
 each held write with the fresh worker's claim is measured from the same log.
 
-The scenario runs once with the batched hot path (shared heartbeat, batched success:
-the PostgreSQL ``unnest`` statements) and once with one statement per write.
+The scenario runs once with the batched hot path (batched success: the PostgreSQL
+``unnest`` statement) and once with one statement per success, retry, failure,
+release and step write. Renewals go through the one heartbeat engine either way
+(``renew_task_leases_many``, ``unnest`` on PostgreSQL).
 
 The other direction: a live worker whose lease is taken over behind its back (the
 database clock jumps past the lease, another worker rescues and claims the task) must
@@ -217,7 +219,7 @@ _CLOCK_JUMP = sa.text(
 )
 
 
-@pytest.mark.parametrize("unbatched", [False, True], ids=["shared-heartbeat", "own-heartbeat"])
+@pytest.mark.parametrize("unbatched", [False, True], ids=["batched-success", "single-success"])
 async def test_a_lease_taken_over_behind_a_live_workers_back_is_reported_lost(
     engine: AsyncEngine, unbatched: bool
 ) -> None:
@@ -243,7 +245,6 @@ async def test_a_lease_taken_over_behind_a_live_workers_back_is_reported_lost(
         LANES,
         config,
         owner="worker-a",
-        shared_heartbeat=not unbatched,
         batch_completions=not unbatched,
     )
     token = CancellationToken()
@@ -270,7 +271,7 @@ async def test_a_lease_taken_over_behind_a_live_workers_back_is_reported_lost(
     record(
         ScenarioResult(
             scenario="lease taken over behind a live worker (database clock jump, "
-            f"{'own' if unbatched else 'shared'} heartbeat, postgres)",
+            f"{'single' if unbatched else 'batched'} success, postgres)",
             tasks=1,
             faults="1 lease expired early in the database, rescued and claimed by another worker",
             lost=0,
