@@ -249,7 +249,7 @@ class ErasedTaskSpec(Generic[StateT]):
     text and gets back the result text to store.
     """
 
-    __slots__ = ("_fallback", "_spec")
+    __slots__ = ("_async", "_fallback", "_spec")
 
     def __init__(
         self,
@@ -259,6 +259,8 @@ class ErasedTaskSpec(Generic[StateT]):
     ) -> None:
         self._spec = spec
         self._fallback = fallback_classifier
+        # Decided once per kind, not per execution (the check walks code flags).
+        self._async = inspect.iscoroutinefunction(spec.run)
 
     @property
     def spec(self) -> TaskSpec[StateT, Any, Any]:
@@ -296,7 +298,7 @@ class ErasedTaskSpec(Generic[StateT]):
         """
         payload = self._spec.decode_payload(payload_json)
         run = self._spec.run
-        if inspect.iscoroutinefunction(run):
+        if self._async:
             result = await run(ctx, state, payload)
         else:
             # A plain def body may block (sync drivers, CPU work): never on the event loop.
