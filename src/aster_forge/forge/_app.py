@@ -33,6 +33,7 @@ from ..tasks import (
     NewTask,
     TaskCodecError,
     TaskDispatcher,
+    TaskLaneState,
     TaskPayloadError,
 )
 from ._backend import ForgeBackend
@@ -41,7 +42,7 @@ from ._drain import ForgeDrainResult, drain_forge
 from ._lifespan import run_forge
 from ._task import ForgeTask
 from ._worker import HTTP_COMPONENT, ForgeWorker, ForgeWorkerSettings
-from .errors import ForgePayloadError, ForgeStateError
+from .errors import ForgeDeclarationError, ForgePayloadError, ForgeStateError
 
 __all__ = ["DEFAULT_FORGE_URL", "Forge"]
 
@@ -265,6 +266,36 @@ class Forge(ForgeDeclarations):
                 worker.wake()
             elif not worker.loop.is_closed():
                 worker.loop.call_soon_threadsafe(worker.wake)
+
+    # -- operator controls ----------------------------------------------------------------
+
+    async def pause_lane(self, lane: str) -> TaskLaneState:
+        """Stop every instance claiming new tasks of ``lane`` (idempotent).
+
+        Tasks already running finish and write their outcome; enqueues still succeed and
+        wait. The pause is stored, so it holds across restarts until :meth:`resume_lane`.
+
+        Raises:
+            ForgeDeclarationError: ``lane`` is not one of the forge's lanes.
+        """
+        return await self._backend.task_store.pause_lane(self._declared_lane(lane))
+
+    async def resume_lane(self, lane: str) -> TaskLaneState:
+        """Let ``lane``'s tasks be claimed again (idempotent).
+
+        Raises:
+            ForgeDeclarationError: ``lane`` is not one of the forge's lanes.
+        """
+        return await self._backend.task_store.resume_lane(self._declared_lane(lane))
+
+    async def lane_states(self) -> list[TaskLaneState]:
+        """Every lane of the forge with its stored pause state, sorted by lane."""
+        return list(await self._backend.task_store.lane_states(sorted(self.lanes)))
+
+    def _declared_lane(self, lane: str) -> str:
+        if lane not in self.lanes:
+            raise ForgeDeclarationError(f"lane {lane!r} is not declared: {sorted(self.lanes)}")
+        return lane
 
     # -- running --------------------------------------------------------------------------
 
