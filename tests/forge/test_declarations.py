@@ -172,8 +172,9 @@ async def test_a_payload_that_fails_validation_names_task_and_field_and_writes_n
         await task.enqueue_many([{"file_id": 1}, {"file_id": "bad"}])
     with pytest.raises(ForgePayloadError, match="'ratio'"):
         await ratio.enqueue(float("nan"))  # JSON cannot carry it: never stored as null
-    with pytest.raises(ForgePayloadError, match="does not encode"):
+    with pytest.raises(ForgePayloadError, match="'thumbnail'") as not_a_payload:
         await task.enqueue(object())
+    assert not_a_payload.value.fields == ("<root>",)
     store = forge.backend.task_store
     assert isinstance(store, InMemoryTaskStore)
     assert store.all_tasks() == []
