@@ -344,11 +344,13 @@ async def test_a_failed_startup_surfaces_from_running_instead_of_hanging(tmp_pat
     forge = Forge(f"sqlite:///{tmp_path / 'app.db'}")
     forge.task(_noop)
 
+    pool_up = False
+
     @forge.resources
     async def resources() -> AsyncIterator[None]:
-        if not tmp_path.exists():
-            yield  # never reached: only makes this an async generator
-        raise RuntimeError("the product's pool is down")
+        if not pool_up:
+            raise RuntimeError("the product's pool is down")
+        yield
     with pytest.raises(AsterRuntimeStartupError):
         async with forge.running():
             raise AssertionError("the body must not run when startup failed")
