@@ -351,6 +351,7 @@ async def test_a_failed_startup_surfaces_from_running_instead_of_hanging(tmp_pat
         if not pool_up:
             raise RuntimeError("the product's pool is down")
         yield
+
     with pytest.raises(AsterRuntimeStartupError):
         async with forge.running():
             raise AssertionError("the body must not run when startup failed")
