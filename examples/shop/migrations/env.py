@@ -6,6 +6,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import async_engine_from_config
 
 from alembic import context
+from aster_forge.db import alembic_render_item
 from shop.tasks import forge
 
 # this is the Alembic Config object, which provides
@@ -46,7 +47,7 @@ def run_migrations_offline() -> None:
     context.configure(
         url=url,
         target_metadata=target_metadata,
-        user_module_prefix="aster_forge.db.",
+        render_item=alembic_render_item,
         literal_binds=True,
         dialect_opts={"paramstyle": "named"},
     )
@@ -59,7 +60,7 @@ def do_run_migrations(connection: Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=target_metadata,
-        user_module_prefix="aster_forge.db.",
+        render_item=alembic_render_item,
     )
 
     with context.begin_transaction():

@@ -9,7 +9,6 @@ from typing import Sequence, Union
 
 from alembic import op
 import sqlalchemy as sa
-import aster_forge.db
 ${imports if imports else ""}
 
 # revision identifiers, used by Alembic.

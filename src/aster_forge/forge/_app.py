@@ -27,15 +27,22 @@ from ..runtime import (
     runtime_component,
     runtime_component_with_shutdown,
 )
-from ..tasks import BACKGROUND_TASKS_COMPONENT, EnqueueResult, TaskDispatcher
+from ..tasks import (
+    BACKGROUND_TASKS_COMPONENT,
+    EnqueueResult,
+    NewTask,
+    TaskCodecError,
+    TaskDispatcher,
+    TaskLaneState,
+    TaskPayloadError,
+)
 from ._backend import ForgeBackend
 from ._declarations import ForgeDeclarations, check_name
 from ._drain import ForgeDrainResult, drain_forge
 from ._lifespan import run_forge
-from ._new_task import new_task
 from ._task import ForgeTask
 from ._worker import HTTP_COMPONENT, ForgeWorker, ForgeWorkerSettings
-from .errors import ForgeStateError
+from .errors import ForgeDeclarationError, ForgePayloadError, ForgeStateError
 
 __all__ = ["DEFAULT_FORGE_URL", "Forge"]
 
@@ -183,12 +190,9 @@ class Forge(ForgeDeclarations):
         Raises:
             ForgePayloadError: A payload does not validate; nothing was written.
         """
-        registry = self.registry
-        kind = registry.kind_type(task.name)
         requests = [
-            new_task(
-                registry,
-                kind,
+            self._new_task(
+                task,
                 payload,
                 dedupe_key=key,
                 run_at=run_at,
@@ -205,6 +209,21 @@ class Forge(ForgeDeclarations):
             results = list(await store.enqueue_many(requests)) if requests else []
         self._wake_workers()
         return results
+
+    def _new_task(self, task: ForgeTask, payload: Any, **options: Any) -> NewTask:
+        # The registry validates and encodes (the kind's lane, steps, strict JSON); the
+        # forge only renames its payload errors, which name the kind and fields, never values.
+        try:
+            return self.registry.new_task(task.name, payload, **options)
+        except TaskPayloadError as exc:
+            raise ForgePayloadError(str(exc), task=task.name, fields=exc.fields) from exc
+        except TaskCodecError as exc:
+            raise ForgePayloadError(
+                f"task {task.name!r}: the payload does not encode as JSON "
+                f"({type(payload).__name__})",
+                task=task.name,
+                fields=(),
+            ) from exc
 
     def enqueue_tasks_sync(
         self, task: ForgeTask, payloads: Sequence[Any], **options: Any
@@ -247,6 +266,36 @@ class Forge(ForgeDeclarations):
                 worker.wake()
             elif not worker.loop.is_closed():
                 worker.loop.call_soon_threadsafe(worker.wake)
+
+    # -- operator controls ----------------------------------------------------------------
+
+    async def pause_lane(self, lane: str) -> TaskLaneState:
+        """Stop every instance claiming new tasks of ``lane`` (idempotent).
+
+        Tasks already running finish and write their outcome; enqueues still succeed and
+        wait. The pause is stored, so it holds across restarts until :meth:`resume_lane`.
+
+        Raises:
+            ForgeDeclarationError: ``lane`` is not one of the forge's lanes.
+        """
+        return await self._backend.task_store.pause_lane(self._declared_lane(lane))
+
+    async def resume_lane(self, lane: str) -> TaskLaneState:
+        """Let ``lane``'s tasks be claimed again (idempotent).
+
+        Raises:
+            ForgeDeclarationError: ``lane`` is not one of the forge's lanes.
+        """
+        return await self._backend.task_store.resume_lane(self._declared_lane(lane))
+
+    async def lane_states(self) -> list[TaskLaneState]:
+        """Every lane of the forge with its stored pause state, sorted by lane."""
+        return list(await self._backend.task_store.lane_states(sorted(self.lanes)))
+
+    def _declared_lane(self, lane: str) -> str:
+        if lane not in self.lanes:
+            raise ForgeDeclarationError(f"lane {lane!r} is not declared: {sorted(self.lanes)}")
+        return lane
 
     # -- running --------------------------------------------------------------------------
 

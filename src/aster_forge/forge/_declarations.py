@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
 from ..runtime import HealthComponentReport
-from ..tasks import TaskErrorClassifier, TaskRegistry, TaskStepSpec
+from ..tasks import TaskErrorClassifier, TaskRegistry, TaskRetryPolicy, TaskStepSpec
 from ._periodic import ForgePeriodic, periodic_schedule, periodic_shape
 from ._signature import BodyShape, read_body
 from ._task import ForgeTask
@@ -108,7 +108,8 @@ class ForgeDeclarations:
         *,
         name: str | None = None,
         lane: str | None = None,
-        max_attempts: int = 5,
+        max_attempts: int | None = None,
+        retry: TaskRetryPolicy | None = None,
         steps: Sequence[tuple[str, str] | TaskStepSpec] = (),
         timeout: timedelta | None = None,
         error_classifier: TaskErrorClassifier | None = None,
@@ -120,7 +121,8 @@ class ForgeDeclarations:
         *,
         name: str | None = None,
         lane: str | None = None,
-        max_attempts: int = 5,
+        max_attempts: int | None = None,
+        retry: TaskRetryPolicy | None = None,
         steps: Sequence[tuple[str, str] | TaskStepSpec] = (),
         timeout: timedelta | None = None,
         error_classifier: TaskErrorClassifier | None = None,
@@ -136,7 +138,10 @@ class ForgeDeclarations:
             name: The stable wire name stored in each row (default: the function's name);
                 pin it so renaming the function does not orphan stored rows.
             lane: A lane declared with :meth:`lane` (default: the ``default`` lane).
-            max_attempts: Counted attempts before the task fails for good.
+            max_attempts: Counted attempts before the task fails for good (default:
+                ``retry.max_attempts`` when ``retry`` is given, else 5).
+            retry: This task's backoff between attempts (base, multiplier, cap,
+                jitter); default: the worker's policy.
             steps: ``(key, title)`` pairs shown on the dashboard from the start.
             timeout: One execution's limit; past it the body is cancelled and the
                 attempt fails as retryable.
@@ -154,6 +159,7 @@ class ForgeDeclarations:
                 name=name,
                 lane=lane,
                 max_attempts=max_attempts,
+                retry=retry,
                 steps=steps,
                 timeout=timeout,
                 error_classifier=error_classifier,
@@ -171,6 +177,7 @@ class ForgeDeclarations:
         name: str | None = None,
         lane: str | None = None,
         max_attempts: int = 3,
+        retry: TaskRetryPolicy | None = None,
         timeout: timedelta | None = None,
     ) -> Callable[[Callable[..., Any]], ForgePeriodic]:
         """Declare a periodic job, run once per firing across every instance.
@@ -189,6 +196,7 @@ class ForgeDeclarations:
             name: The job's stable name (default: the function's name).
             lane: The lane its task runs in.
             max_attempts: Attempts of each firing's task.
+            retry: The backoff between those attempts (default: the worker's policy).
             timeout: Limit of one execution.
 
         Raises:
@@ -209,6 +217,7 @@ class ForgeDeclarations:
                 name=job,
                 lane=lane,
                 max_attempts=max_attempts,
+                retry=retry,
                 steps=(),
                 timeout=timeout,
                 error_classifier=None,
@@ -287,7 +296,8 @@ class ForgeDeclarations:
         shape: BodyShape | None = None,
         name: str | None,
         lane: str | None,
-        max_attempts: int,
+        max_attempts: int | None,
+        retry: TaskRetryPolicy | None,
         steps: Sequence[tuple[str, str] | TaskStepSpec],
         timeout: timedelta | None,
         error_classifier: TaskErrorClassifier | None,
@@ -301,6 +311,10 @@ class ForgeDeclarations:
             raise ForgeDeclarationError(
                 f"{what}: lane {lane!r} is not declared (forge.lane({lane!r}, concurrency=...))"
             )
+        if retry is not None and not isinstance(retry, TaskRetryPolicy):
+            raise ForgeDeclarationError(f"{what}: retry must be a TaskRetryPolicy")
+        if max_attempts is None:
+            max_attempts = retry.max_attempts if retry is not None else 5
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             raise ForgeDeclarationError(f"{what}: max_attempts must be an int >= 1")
         if timeout is not None and (not isinstance(timeout, timedelta) or timeout <= timedelta(0)):
@@ -312,6 +326,7 @@ class ForgeDeclarations:
             name=wire,
             lane=lane,
             max_attempts=max_attempts,
+            retry=retry,
             steps=_steps(steps, what),
             timeout=timeout,
             error_classifier=error_classifier,

@@ -11,6 +11,7 @@ from ..tasks import (
     EnqueueResult,
     TaskErrorClassifier,
     TaskExecutionContext,
+    TaskRetryPolicy,
     TaskSpec,
     TaskStepSpec,
 )
@@ -23,7 +24,7 @@ __all__ = ["ForgeTask"]
 
 
 class ForgeTask:
-    """One declared task kind: its wire name, lane, attempts, steps, timeout and body.
+    """One declared task kind: its wire name, lane, attempts, retry policy, steps, timeout, body.
 
     Returned by :meth:`Forge.task`. Enqueue with :meth:`enqueue` (``await``),
     :meth:`enqueue_many`, or :meth:`enqueue_sync` from code without an event loop.
@@ -39,6 +40,7 @@ class ForgeTask:
         name: str,
         lane: str | None,
         max_attempts: int,
+        retry: TaskRetryPolicy | None,
         steps: tuple[TaskStepSpec, ...],
         timeout: timedelta | None,
         error_classifier: TaskErrorClassifier | None,
@@ -49,6 +51,7 @@ class ForgeTask:
         self._name = name
         self._lane = lane
         self._max_attempts = max_attempts
+        self._retry = retry
         self._steps = steps
         self._timeout = timeout
         self._classifier = error_classifier
@@ -69,6 +72,11 @@ class ForgeTask:
     def max_attempts(self) -> int:
         """Counted attempts a new task of this kind is allowed."""
         return self._max_attempts
+
+    @property
+    def retry(self) -> TaskRetryPolicy | None:
+        """The backoff between attempts (``None``: the worker's policy)."""
+        return self._retry
 
     @property
     def steps(self) -> tuple[TaskStepSpec, ...]:
@@ -108,6 +116,7 @@ class ForgeTask:
             run=run,
             steps=self._steps,
             error_classifier=self._classifier,
+            retry_policy=self._retry,
         )
 
     async def enqueue(

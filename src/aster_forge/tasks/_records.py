@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -105,6 +106,10 @@ class TaskCancelOutcome(enum.StrEnum):
     NOT_FOUND = "not_found"
 
 
+# Control characters (Unicode category Cc): the same rule the admin API's schema states.
+_CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
 def _storable_problem(text: str) -> str | None:
     """Why ``text`` cannot be stored the same way on every backend, or ``None``."""
     if "\x00" in text:
@@ -150,7 +155,7 @@ def wire_value(value: object, what: str) -> str:
             f"task {what} is {len(raw)} characters long; the limit is {MAX_TASK_KIND_LENGTH}"
         )
     check_text(raw, f"task {what}")
-    if not raw.isprintable():
+    if _CONTROL_CHARACTER.search(raw) is not None:
         raise TaskEnqueueValueError(f"task {what} must not contain control characters")
     return raw
 

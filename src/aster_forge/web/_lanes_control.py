@@ -14,6 +14,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..tasks import BackgroundTaskStore, TaskLaneState
+from ..tasks._records import MAX_TASK_KIND_LENGTH
+from ._params import IDENTIFIER_PATTERN
 
 __all__ = ["LANE_STATE_SCHEMAS", "lane_control_endpoints", "lane_control_paths", "lane_state_json"]
 
@@ -85,7 +87,12 @@ def lane_control_paths(errors: Callable[..., dict[str, Any]]) -> dict[str, Any]:
         "name": "lane",
         "in": "path",
         "required": True,
-        "schema": {"type": "string", "minLength": 1, "maxLength": 64},
+        "schema": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": MAX_TASK_KIND_LENGTH,
+            "pattern": IDENTIFIER_PATTERN,
+        },
         "description": "The lane's wire value.",
     }
     ok = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/LaneState"}}}}

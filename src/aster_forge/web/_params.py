@@ -44,7 +44,7 @@ __all__ = [
 DEFAULT_PAGE_SIZE = 50
 
 # No control characters, no surrounding whitespace: the stores' identifier rule.
-_IDENTIFIER = r"^[^\s\x00-\x1f\x7f-\x9f](?:[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f])?$"
+IDENTIFIER_PATTERN = r"^[^\s\x00-\x1f\x7f-\x9f](?:[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f])?$"
 # Search text: anything but control characters.
 _TEXT = r"^[^\x00-\x1f\x7f-\x9f]+$"
 M = TypeVar("M", bound=BaseModel)
@@ -67,12 +67,12 @@ def _scheduled(what: str) -> AfterValidator:
 
 Kind = Annotated[
     str,
-    Field(min_length=1, max_length=MAX_TASK_KIND_LENGTH, pattern=_IDENTIFIER),
+    Field(min_length=1, max_length=MAX_TASK_KIND_LENGTH, pattern=IDENTIFIER_PATTERN),
     _wire("kind"),
 ]
 Lane = Annotated[
     str,
-    Field(min_length=1, max_length=MAX_TASK_KIND_LENGTH, pattern=_IDENTIFIER),
+    Field(min_length=1, max_length=MAX_TASK_KIND_LENGTH, pattern=IDENTIFIER_PATTERN),
     _wire("lane"),
 ]
 TaskId = Annotated[int, Field(ge=1, le=MAX_TASK_ID)]
@@ -178,7 +178,9 @@ class ScheduledQuery(_Query):
     namespace: (
         Annotated[
             str,
-            Field(min_length=1, max_length=MAX_SCHEDULED_TASK_NAME_LENGTH, pattern=_IDENTIFIER),
+            Field(
+                min_length=1, max_length=MAX_SCHEDULED_TASK_NAME_LENGTH, pattern=IDENTIFIER_PATTERN
+            ),
             _scheduled("namespace"),
         ]
         | None

@@ -2,15 +2,15 @@
 
 Revision ID: 0001
 Revises: 
-Create Date: 2026-12-01
+Create Date: 2026-12-01 11:24:20.200154
 
 """
 from typing import Sequence, Union
 
 from alembic import op
 import sqlalchemy as sa
-import aster_forge.db
 from sqlalchemy.dialects import mysql
+import aster_forge.db
 
 # revision identifiers, used by Alembic.
 revision: str = '0001'
@@ -47,14 +47,26 @@ def upgrade() -> None:
     sa.Column('updated_at', aster_forge.db.UtcDateTime(), nullable=False),
     sa.Column('started_at', aster_forge.db.UtcDateTime(), nullable=True),
     sa.Column('finished_at', aster_forge.db.UtcDateTime(), nullable=True),
+    sa.Column('snooze_count', sa.Integer(), server_default=sa.text('0'), nullable=False),
     sa.PrimaryKeyConstraint('id'),
     mysql_charset='utf8mb4',
     mysql_collate='utf8mb4_bin',
     mysql_engine='InnoDB'
     )
     op.create_index('ix_background_tasks_due', 'background_tasks', ['lane', 'status', sa.literal_column('priority DESC'), 'run_at', 'id'], unique=False, postgresql_where=sa.text("status = 'pending'"), sqlite_where=sa.text("status = 'pending'"))
+    op.create_index('ix_background_tasks_finished', 'background_tasks', ['status', 'finished_at'], unique=False, postgresql_where=sa.text('finished_at IS NOT NULL'), sqlite_where=sa.text('finished_at IS NOT NULL'))
     op.create_index('ix_background_tasks_lease', 'background_tasks', ['lane', 'status', 'lease_expires_at'], unique=False, postgresql_where=sa.text("status = 'running'"), sqlite_where=sa.text("status = 'running'"))
     op.create_index('ux_background_tasks_dedupe_key', 'background_tasks', ['dedupe_key'], unique=True)
+    op.create_table('background_tasks_lanes',
+    sa.Column('lane', sa.String(length=64), nullable=False),
+    sa.Column('paused', sa.Boolean(), nullable=False),
+    sa.Column('paused_at', aster_forge.db.UtcDateTime(), nullable=True),
+    sa.Column('updated_at', aster_forge.db.UtcDateTime(), nullable=False),
+    sa.PrimaryKeyConstraint('lane'),
+    mysql_charset='utf8mb4',
+    mysql_collate='utf8mb4_bin',
+    mysql_engine='InnoDB'
+    )
     op.create_table('orders',
     sa.Column('id', sa.Integer(), nullable=False),
     sa.Column('email', sa.String(length=200), nullable=False),
@@ -110,8 +122,10 @@ def downgrade() -> None:
     op.drop_table('scheduled_tasks')
     op.drop_table('runtime_leases')
     op.drop_table('orders')
+    op.drop_table('background_tasks_lanes')
     op.drop_index('ux_background_tasks_dedupe_key', table_name='background_tasks')
     op.drop_index('ix_background_tasks_lease', table_name='background_tasks', postgresql_where=sa.text("status = 'running'"), sqlite_where=sa.text("status = 'running'"))
+    op.drop_index('ix_background_tasks_finished', table_name='background_tasks', postgresql_where=sa.text('finished_at IS NOT NULL'), sqlite_where=sa.text('finished_at IS NOT NULL'))
     op.drop_index('ix_background_tasks_due', table_name='background_tasks', postgresql_where=sa.text("status = 'pending'"), sqlite_where=sa.text("status = 'pending'"))
     op.drop_table('background_tasks')
     # ### end Alembic commands ###

@@ -364,7 +364,7 @@
     }));
     const fields = [
       ["Lane", task.lane], ["Status", task.status + (task.cancel_requested ? " (cancel requested)" : "")],
-      ["Runs", runs(task)], ["Failed attempts", task.attempt], ["Priority", task.priority],
+      ["Runs", runs(task)], ["Failed attempts", task.attempt], ["Snoozed", task.snooze_count], ["Priority", task.priority],
       ["Dedupe key", task.dedupe_key], ["Failure reason", task.failure_reason],
       ["Manual retry allowed", String(task.manual_retry_allowed)], ["Rescued after lost lease", String(task.rescued)],
       ["Lease owner", task.claimed_by], ["Lease expires", stamp(task.lease_expires_at)],
