@@ -1,13 +1,13 @@
 import asyncio
 from logging.config import fileConfig
 
+from alembic import context
+from shop.tasks import forge
 from sqlalchemy import pool
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import async_engine_from_config
 
-from alembic import context
 from aster_forge.db import alembic_render_item
-from shop.tasks import forge
 
 # this is the Alembic Config object, which provides
 # access to the values within the .ini file in use.
