@@ -75,6 +75,15 @@ async def _pg_version(url: str) -> str:
         await engine.dispose()
 
 
+# pgqueuer twice: its default (what its users run: batch_size=C, no concurrency_limit)
+# and with concurrency_limit=C (a hard cap in SQL, the guarantee a lane limit gives).
+_BURN_PEERS = (("pgqueuer", "burn"), ("pgqueuer", "burn-capped"), ("procrastinate", "burn"))
+_PEER_LABELS = {
+    ("pgqueuer", "burn"): "pgqueuer (default)",
+    ("pgqueuer", "burn-capped"): "pgqueuer (concurrency_limit=C)",
+}
+
+
 async def _burn_downs(report: Report, backend: str, url: str, sizes: Sizes, peers: bool) -> None:
     n = sizes.burn
     if backend == "postgresql":
@@ -88,14 +97,15 @@ async def _burn_downs(report: Report, backend: str, url: str, sizes: Sizes, peer
         if backend != "postgresql":
             continue
         if peers:
-            for system in ("pgqueuer", "procrastinate"):
+            for system, scenario in _BURN_PEERS:
                 try:
-                    result = await _peers.run_peer(system, "burn", url, n, concurrency)
+                    result = await _peers.run_peer(system, scenario, url, n, concurrency)
                 except RuntimeError as exc:
                     report.notes.append(str(exc))
                     continue
                 rate = float(result["rate"])
-                report.add(Row("a", backend, system, setting, rate, ratio=rate / ours.rate))
+                label = _PEER_LABELS.get((system, scenario), system)
+                report.add(Row("a", backend, label, setting, rate, ratio=rate / ours.rate))
         for label, rate in (
             ("raw asyncpg 1 row/claim", raw1),
             ("raw asyncpg 50 rows/claim", raw50),

@@ -3,7 +3,8 @@
 
 Usage: ``python benchmarks/peer_runner.py SYSTEM SCENARIO DSN COUNT CONCURRENCY``
 with SYSTEM ``pgqueuer`` or ``procrastinate``, SCENARIO ``burn`` (drain COUNT
-pre-enqueued no-op jobs with the documented worker API) or ``bulk`` (enqueue COUNT
+pre-enqueued no-op jobs with the documented worker API, pgqueuer in its default
+configuration), ``burn-capped`` (pgqueuer with ``concurrency_limit=CONCURRENCY``) or ``bulk`` (enqueue COUNT
 jobs in chunks) or ``single`` (pgqueuer: COUNT enqueues, one per call). Prints one
 JSON line: ``{"rate": ..., "checked": ...}``. Each burn
 verifies that every job ran exactly once (a counter in the job body) and that the
@@ -59,7 +60,15 @@ async def _pgq_fill(queries: Any, count: int) -> float:
     return count / (time.perf_counter() - started)
 
 
-async def pgqueuer_burn(dsn: str, count: int, concurrency: int) -> dict[str, Any]:
+async def pgqueuer_burn(
+    dsn: str, count: int, concurrency: int, *, capped: bool = False
+) -> dict[str, Any]:
+    """Drain ``count`` jobs with ``QueueManager.run(batch_size=concurrency)``.
+
+    By default the entrypoint has no ``concurrency_limit`` (pgqueuer's default, what its
+    users run); ``capped`` adds ``concurrency_limit=concurrency``, a hard cap pgqueuer
+    enforces in SQL (slower, but the same guarantee as aster-forge's lane limit).
+    """
     import asyncpg
     from pgqueuer import AsyncpgDriver, Job, Queries, QueueManager
     from pgqueuer.types import QueueExecutionMode
@@ -72,7 +81,9 @@ async def pgqueuer_burn(dsn: str, count: int, concurrency: int) -> dict[str, Any
     qm = QueueManager(Queries(AsyncpgDriver(worker_conn)))
     executed: Counter[bytes] = Counter()
 
-    @qm.entrypoint("noop", concurrency_limit=concurrency)
+    limit = {"concurrency_limit": concurrency} if capped else {}
+
+    @qm.entrypoint("noop", **limit)
     async def noop(job: Job) -> None:
         executed[job.payload or b""] += 1
 
@@ -189,6 +200,8 @@ async def _main(argv: list[str]) -> dict[str, Any]:
     if system == "pgqueuer":
         if scenario == "burn":
             return await pgqueuer_burn(dsn, count, concurrency)
+        if scenario == "burn-capped":
+            return await pgqueuer_burn(dsn, count, concurrency, capped=True)
         if scenario == "single":
             return await pgqueuer_single(dsn, count)
         return await pgqueuer_bulk(dsn, count)

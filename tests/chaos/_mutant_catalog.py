@@ -324,19 +324,22 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 EXECUTION,
-                "                await _shielded(self._write(_Decision(outcome), ctx), "
-                'f"task-release-{task.id}")\n',
-                "                await self._write(_Decision(outcome), ctx)\n",
+                "                await shielded(\n"
+                "                    self._write(release, ctx), "
+                'name=f"aster-forge:task-release-{task.id}"\n'
+                "                )\n",
+                "                await self._write(release, ctx)\n",
             ),
             Edit(
                 EXECUTION,
-                "                report = await _shielded(self._write(decision, ctx), "
-                'f"task-outcome-{task.id}")\n',
+                "                report = await shielded(\n"
+                "                    self._write(decision, ctx), "
+                'name=f"aster-forge:task-outcome-{task.id}"\n'
+                "                )\n",
                 "                report = await (\n"
                 "                    self._write(decision, ctx)\n"
                 "                    if decision.outcome is ClaimedTaskOutcome.RELEASED\n"
-                "                    else _shielded(self._write(decision, ctx), "
-                'f"task-outcome-{task.id}")\n'
+                "                    else shielded(self._write(decision, ctx))\n"
                 "                )\n",
             ),
         ),

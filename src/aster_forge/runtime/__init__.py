@@ -9,7 +9,15 @@ from __future__ import annotations
 from ._cancellation import CancellationToken
 from ._clock import Clock, SystemClock, utc_now
 from ._loop_lag import EventLoopLagProbe, watch_blocking_steps
-from ._race import RaceWinner, abandon_task, abandoned_tasks, race, sleep_or_cancelled
+from ._race import (
+    RaceWinner,
+    abandon_task,
+    abandoned_tasks,
+    cancel_or_abandon,
+    race,
+    shielded,
+    sleep_or_cancelled,
+)
 from .errors import AsterForgeRuntimeError
 
 # --- health ---
@@ -244,6 +252,7 @@ __all__ = [
     "WriterQuarantinedError",
     "abandon_task",
     "abandoned_tasks",
+    "cancel_or_abandon",
     "create_runtime_temp_dir_guard",
     "ensure_runtime_temp_dir",
     "log_shutdown_report",
@@ -254,6 +263,7 @@ __all__ = [
     "run_runtime_lease_supervisor",
     "runtime_component",
     "runtime_component_with_shutdown",
+    "shielded",
     "shutdown_resource_component_after",
     "sleep_or_cancelled",
     "spawn_termination_signal_handler",

@@ -11,14 +11,24 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Awaitable
-from typing import Any, Protocol
+from collections.abc import Awaitable, Coroutine
+from typing import Any, Protocol, TypeVar
 
 from ._clock import Clock, SystemClock
 
-__all__ = ["RaceWinner", "abandon_task", "abandoned_tasks", "race", "sleep_or_cancelled"]
+__all__ = [
+    "RaceWinner",
+    "abandon_task",
+    "abandoned_tasks",
+    "cancel_or_abandon",
+    "race",
+    "shielded",
+    "sleep_or_cancelled",
+]
 
 logger = logging.getLogger("aster_forge.runtime")
+
+_T = TypeVar("_T")
 
 
 class _TokenLike(Protocol):
@@ -147,6 +157,51 @@ async def sleep_or_cancelled(clock: Clock, token: _TokenLike, seconds: float) ->
     """
     await race(seconds=seconds, clock=clock, token=token, name="aster-forge:clock-sleep")
     return token.cancelled
+
+
+async def shielded(
+    awaitable: Coroutine[Any, Any, _T] | asyncio.Future[_T], *, name: str = "aster-forge:shielded"
+) -> _T:
+    """Finish ``awaitable`` even when the caller is cancelled (a write that must land).
+
+    A coroutine runs in a task named ``name``. When the caller is cancelled the awaitable
+    is still awaited to its end, its outcome is retrieved (never left unobserved), and
+    the cancellation then propagates.
+
+    Returns:
+        The awaitable's result.
+    """
+    future = (
+        awaitable
+        if isinstance(awaitable, asyncio.Future)
+        else asyncio.create_task(awaitable, name=name)
+    )
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        if not future.done():
+            await asyncio.wait({future})
+        if not future.cancelled():
+            future.exception()
+        raise
+
+
+async def cancel_or_abandon(task: asyncio.Task[Any], *, settle_turns: int = 10) -> bool:
+    """Cancel ``task``; if it has not ended after ``settle_turns`` loop turns, abandon it.
+
+    Returns:
+        ``True`` when the task ended, ``False`` when it ignored the cancellation and was
+        handed to :func:`abandon_task`.
+    """
+    task.cancel()
+    for _ in range(settle_turns):
+        if task.done():
+            return True
+        await asyncio.sleep(0)
+    if task.done():
+        return True
+    abandon_task(task)
+    return False
 
 
 # Tasks that ignored cancellation past their grace. Kept referenced here (never garbage

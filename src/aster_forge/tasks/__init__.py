@@ -19,7 +19,7 @@ from ._catalog import (
 )
 from ._context import TaskExecutionContext
 from ._heartbeat import run_task_heartbeat, task_heartbeat_interval
-from ._lease import TaskLease, TaskLeaseGuard, TaskLeaseTermination
+from ._lease import TaskLease, TaskLeaseGuard, TaskLeaseTermination, task_lease_termination_of
 from ._registry import TaskRegistry
 from ._retry import (
     ClassifiedTaskError,
@@ -140,7 +140,6 @@ from ._execution import (
     ClaimedTaskReport,
     run_claimed_task_batch_with_store,
     run_claimed_task_with_store,
-    task_lease_termination_of,
 )
 from ._temp import (
     TASK_TEMP_DIR_SCOPE,

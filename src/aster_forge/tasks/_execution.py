@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
@@ -13,8 +13,9 @@ from ..runtime import (
     CancellationToken,
     Clock,
     SystemClock,
-    abandon_task,
+    cancel_or_abandon,
     race,
+    shielded,
     watch_blocking_steps,
 )
 from ._completion import TaskCompletionBatcher
@@ -23,10 +24,9 @@ from ._control import DEFAULT_MAX_SNOOZES, TaskSnooze
 from ._control_outcomes import retry_policy_for, snooze_failure, write_cancelled, write_snoozed
 from ._dispatch_stats import ClaimedTaskOutcome
 from ._heartbeat import SharedTaskHeartbeat
-from ._lease import TaskLease, TaskLeaseGuard, TaskLeaseTermination
+from ._lease import TaskLease, TaskLeaseGuard, TaskLeaseTermination, task_lease_termination_of
 from ._registry import TaskRegistry
 from ._retry import (
-    ClassifiedTaskError,
     TaskErrorClassifier,
     TaskFailureClassification,
     TaskRetryClass,
@@ -34,20 +34,8 @@ from ._retry import (
     should_auto_retry,
 )
 from ._spec import ErasedTaskSpec, task_kind_label
-from ._steps import (
-    mark_active_step_failed,
-    serialize_task_steps_json,
-)
-from .errors import (
-    TaskCodecError,
-    TaskCoreError,
-    TaskInvalidValueError,
-    TaskRegistryError,
-    is_task_cancel_requested,
-    is_task_lease_lost,
-    is_task_lease_renewal_timed_out,
-    is_task_worker_shutdown_requested,
-)
+from ._steps import mark_active_step_failed, serialize_task_steps_json
+from .errors import TaskCoreError, TaskInvalidValueError, TaskRegistryError
 from .protocols import ClaimedTaskStore, ExecutableTaskRecord, TaskTempDirProvider
 
 __all__ = [
@@ -56,33 +44,14 @@ __all__ = [
     "ClaimedTaskReport",
     "run_claimed_task_batch_with_store",
     "run_claimed_task_with_store",
-    "task_lease_termination_of",
 ]
 
 logger = logging.getLogger("aster_forge.tasks.execution")
 
 StateT = TypeVar("StateT")
-_T = TypeVar("_T")
 
 #: Stored when a task body cancelled itself although nobody asked it to stop.
 UNEXPECTED_CANCEL_MESSAGE = "Task was cancelled unexpectedly"
-
-
-def task_lease_termination_of(exc: BaseException) -> TaskLeaseTermination | None:
-    """Which lease-control stop ``exc`` is (or wraps via ``raise ... from``), if any.
-
-    The default for :attr:`ClaimedTaskExecutionConfig.lease_control_of`; a product whose
-    error type hides the cause chain supplies its own mapping.
-    """
-    if is_task_lease_lost(exc):
-        return TaskLeaseTermination.LOST
-    if is_task_lease_renewal_timed_out(exc):
-        return TaskLeaseTermination.RENEWAL_TIMED_OUT
-    if is_task_worker_shutdown_requested(exc):
-        return TaskLeaseTermination.SHUTDOWN_REQUESTED
-    if is_task_cancel_requested(exc):
-        return TaskLeaseTermination.CANCEL_REQUESTED
-    return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -216,6 +185,8 @@ class _Decision:
     delay: timedelta | None = None
 
 
+_LOST = _Decision(ClaimedTaskOutcome.LEASE_LOST)
+
 #: A body cancelled at the end of its grace gets this many loop turns to finish.
 _CANCEL_SETTLE_TURNS = 10
 
@@ -224,11 +195,10 @@ class ClaimedTaskExecution:
     """One claimed task's life: context, body, one outcome decision, one fenced write.
 
     The heartbeat engine renews the lease while the body runs. The outcome is decided
-    once (:meth:`_decide`, the one place an outcome is chosen) and written once
-    (:meth:`_write`, fenced by the claim's token); :attr:`report` then says what the
-    store applied (a refused write is ``LEASE_LOST``), also when the execution was
-    cancelled. Workers build one per claimed record; use
-    :func:`run_claimed_task_with_store` to run a record on its own.
+    once (:meth:`_decide`) and written once (:meth:`_write`, fenced by the claim's
+    token); :attr:`report` then says what the store applied (a refused write is
+    ``LEASE_LOST``), also when the execution was cancelled. Workers build one per
+    claimed record; :func:`run_claimed_task_with_store` runs a record on its own.
 
     Args:
         store: The execution store (fenced writes, step updates).
@@ -252,6 +222,10 @@ class ClaimedTaskExecution:
         completions: TaskCompletionBatcher | None = None,
         claimed_at: float | None = None,
     ) -> None:
+        if task.processing_token is None or task.lease_expires_at is None:
+            raise TaskInvalidValueError(
+                f"task #{task.id} was not claimed: it has no processing token or lease expiry"
+            )
         self._store = store
         self._config = config
         self._heartbeat = heartbeat
@@ -259,7 +233,7 @@ class ClaimedTaskExecution:
         self._started = config.clock.monotonic()
         self.task = task
         self.guard = TaskLeaseGuard(
-            _lease_of(task),
+            TaskLease(task.id, task.processing_token, task.lease_expires_at),
             config.lease_ttl,
             shutdown_token=config.shutdown_token,
             clock=config.clock,
@@ -275,17 +249,18 @@ class ClaimedTaskExecution:
 
     async def run(self) -> ClaimedTaskReport:
         """Run the task and write its outcome; see :func:`run_claimed_task_with_store`."""
-        task, guard = self.task, self.guard
+        task, guard, config = self.task, self.guard, self._config
         self._heartbeat.register(guard)
         ctx: TaskExecutionContext | None = None
         try:
             try:
+                steps = config.spec_for(task.kind).stored_steps(task.steps_json)
                 ctx = TaskExecutionContext(
                     guard,
                     attempt=self.attempt,
                     store=self._store,
-                    steps=self._config.spec_for(task.kind).stored_steps(task.steps_json),
-                    temp_dirs=self._config.temp_dirs,
+                    steps=steps,
+                    temp_dirs=config.temp_dirs,
                 )
                 decision = await self._decide(ctx)
             except TaskCoreError as exc:
@@ -294,24 +269,25 @@ class ClaimedTaskExecution:
                 decision = _Decision(ClaimedTaskOutcome.FAILED, failure=failure)
             except asyncio.CancelledError:
                 # Our caller was cancelled: the body is already stopped (or abandoned).
-                lost = guard.lease_lost
-                outcome = ClaimedTaskOutcome.LEASE_LOST if lost else ClaimedTaskOutcome.RELEASED
-                await _shielded(self._write(_Decision(outcome), ctx), f"task-release-{task.id}")
+                release = _LOST if guard.lease_lost else _Decision(ClaimedTaskOutcome.RELEASED)
+                await shielded(
+                    self._write(release, ctx), name=f"aster-forge:task-release-{task.id}"
+                )
                 raise
             if self._completions is not None and decision.outcome is ClaimedTaskOutcome.SUCCEEDED:
-                # Cancellation-safe without a helper task: the batcher owns the write and
-                # _write waits for its result even when cancelled.
+                # The batcher owns the write and _write waits for it even when cancelled.
                 report = await self._write(decision, ctx)
             else:
-                report = await _shielded(self._write(decision, ctx), f"task-outcome-{task.id}")
+                report = await shielded(
+                    self._write(decision, ctx), name=f"aster-forge:task-outcome-{task.id}"
+                )
             if decision.reraise is not None:
                 raise decision.reraise
             return report
         finally:
             self._heartbeat.unregister(guard)
-            temp_dirs = self._config.temp_dirs
-            if ctx is not None and ctx.temp_dir_created and temp_dirs is not None:
-                await _shielded(_remove_temp_dir(temp_dirs, guard.lease), f"temp-{task.id}")
+            if ctx is not None and ctx.temp_dir_created and config.temp_dirs is not None:
+                await shielded(self._remove_temp_dir(), name=f"aster-forge:temp-{task.id}")
 
     async def _decide(self, ctx: TaskExecutionContext) -> _Decision:
         """Run the body and choose the outcome: the one place outcomes are decided."""
@@ -329,27 +305,25 @@ class ClaimedTaskExecution:
         try:
             await self._wait_body(body)
         except asyncio.CancelledError:
-            await _stop_body(body, task.id)
+            await self._stop_body(body)
             raise
         if not body.done():
             # Abandoned: write nothing. The lease is no longer renewed, so the task is
             # rescued once it expires (crash semantics); releasing it now could let a new
             # claim run beside the stray body.
-            return _Decision(ClaimedTaskOutcome.LEASE_LOST)
-        if body.cancelled():
+            return _LOST
+        exc = None if body.cancelled() else body.exception()
+        if body.cancelled() or exc is None:
             if guard.lease_lost:
-                return _Decision(ClaimedTaskOutcome.LEASE_LOST)
+                return _LOST
+            if not body.cancelled():
+                return _Decision(ClaimedTaskOutcome.SUCCEEDED, result_json=body.result())
             if guard.cancel_requested:
                 return _Decision(ClaimedTaskOutcome.CANCELLED)
             if guard.token.cancelled:
                 return _Decision(ClaimedTaskOutcome.RELEASED)
             failure = TaskFailureClassification(TaskRetryClass.RETRYABLE, UNEXPECTED_CANCEL_MESSAGE)
             return self._failure(failure, erased)
-        exc = body.exception()
-        if exc is None:
-            if guard.lease_lost:
-                return _Decision(ClaimedTaskOutcome.LEASE_LOST)
-            return _Decision(ClaimedTaskOutcome.SUCCEEDED, result_json=body.result())
         termination = config.lease_control_of(exc)
         if guard.lease_lost or termination in (
             TaskLeaseTermination.LOST,
@@ -357,7 +331,7 @@ class ClaimedTaskExecution:
         ):
             if not guard.lease_lost:
                 guard.mark_lost()
-            return _Decision(ClaimedTaskOutcome.LEASE_LOST)
+            return _LOST
         if isinstance(exc, KeyboardInterrupt | SystemExit):
             return _Decision(ClaimedTaskOutcome.RELEASED, reraise=exc)
         if guard.cancel_requested or termination is TaskLeaseTermination.CANCEL_REQUESTED:
@@ -367,8 +341,11 @@ class ClaimedTaskExecution:
             # Whatever the body raised while the worker was stopping is not a product failure.
             return _Decision(ClaimedTaskOutcome.RELEASED)
         if isinstance(exc, TaskSnooze):
-            return self._snooze(exc)
-        failure, expected = _classify(erased, exc, config.error_classifier)
+            over = snooze_failure(task, exc, config.max_snoozes)
+            if over is not None:
+                return _Decision(ClaimedTaskOutcome.FAILED, failure=over)
+            return _Decision(ClaimedTaskOutcome.SNOOZED, delay=exc.delay)
+        failure, expected = erased.classify_failure(exc, config.error_classifier)
         label = task_kind_label(task.kind)
         logger.warning(
             "task #%s (%s) attempt %s failed: %s (%s)",
@@ -402,12 +379,6 @@ class ClaimedTaskExecution:
         delay = retry_policy_for(erased, self._config.retry_policy).delay(self.attempt)
         return _Decision(ClaimedTaskOutcome.RETRIED, failure=failure, delay=delay)
 
-    def _snooze(self, snooze: TaskSnooze) -> _Decision:
-        over = snooze_failure(self.task, snooze, self._config.max_snoozes)
-        if over is not None:
-            return _Decision(ClaimedTaskOutcome.FAILED, failure=over)
-        return _Decision(ClaimedTaskOutcome.SNOOZED, delay=snooze.delay)
-
     async def _wait_body(self, body: asyncio.Task[Any]) -> None:
         """Until the body ends; once the context is cancelled, one grace, then cancel."""
         token = self.guard.token
@@ -418,72 +389,36 @@ class ClaimedTaskExecution:
             await race(body, token=token, name="aster-forge:task-stop-wait")
         if not body.done() and self.guard.cancel_requested:
             # An operator cancel stops the body at once: no grace, the task ends cancelled.
-            await _stop_body(body, self.task.id)
+            await self._stop_body(body)
         if not body.done():
             grace = self._config.shutdown_grace.total_seconds()
             await race(body, seconds=grace, clock=self._config.clock, name="aster-forge:task-grace")
         if not body.done():
-            await _stop_body(body, self.task.id)
+            await self._stop_body(body)
+
+    async def _stop_body(self, body: asyncio.Task[Any]) -> None:
+        if not await cancel_or_abandon(body, settle_turns=_CANCEL_SETTLE_TURNS):
+            logger.warning(
+                "task #%s ignored cancellation past its grace; abandoned without a write "
+                "(its lease expires and the task is rescued)",
+                self.task.id,
+                extra={"task_id": self.task.id},
+            )
 
     async def _write(
         self, decision: _Decision, ctx: TaskExecutionContext | None
     ) -> ClaimedTaskReport:
         """Write ``decision`` once, fenced; record and return what the store applied."""
-        store, lease = self._store, self.guard.lease
-        steps = ctx.steps if ctx is not None else ()
-        failure = decision.failure
-        delay: timedelta | None = None
-        outcome = decision.outcome
+        outcome, failure = decision.outcome, decision.failure
+        if self.guard.lease_lost:
+            outcome = ClaimedTaskOutcome.LEASE_LOST
         written = False
         try:
-            if self.guard.lease_lost:
-                outcome = ClaimedTaskOutcome.LEASE_LOST
-            match outcome:
-                case ClaimedTaskOutcome.SUCCEEDED:
-                    steps_json = serialize_task_steps_json(steps) if steps else None
-                    if self._completions is not None:
-                        pending = self._completions.succeed(lease, decision.result_json, steps_json)
-                        written = await _shielded(pending)
-                    else:
-                        written = await store.mark_task_succeeded(
-                            lease, decision.result_json, steps_json
-                        )
-                case ClaimedTaskOutcome.RELEASED:
-                    written = await store.release_task_for_shutdown(lease)
-                case ClaimedTaskOutcome.CANCELLED:
-                    steps_json = serialize_task_steps_json(steps) if steps else None
-                    written = await write_cancelled(store, lease, steps_json)
-                case ClaimedTaskOutcome.SNOOZED:
-                    assert decision.delay is not None
-                    delay = decision.delay
-                    steps_json = serialize_task_steps_json(steps) if steps else None
-                    written = await write_snoozed(store, lease, delay, steps_json)
-                case ClaimedTaskOutcome.RETRIED | ClaimedTaskOutcome.FAILED:
-                    assert failure is not None
-                    failed_steps = (
-                        serialize_task_steps_json(mark_active_step_failed(steps, failure.message))
-                        if steps
-                        else None
-                    )
-                    if outcome is ClaimedTaskOutcome.RETRIED:
-                        assert decision.delay is not None
-                        delay = decision.delay
-                        written = await store.mark_task_retry(
-                            lease,
-                            delay=delay,
-                            error=failure.message,
-                            steps_json=failed_steps,
-                            count_attempt=True,
-                        )
-                    else:
-                        written = await store.mark_task_failed(
-                            lease,
-                            error=failure.message,
-                            steps_json=failed_steps,
-                            manual_retry=failure.retry_class.can_manual_retry(),
-                        )
-                case _:
-                    outcome = ClaimedTaskOutcome.LEASE_LOST
+            steps = ctx.steps if ctx is not None else ()
+            if steps and failure is not None:
+                steps = mark_active_step_failed(steps, failure.message)
+            steps_json = serialize_task_steps_json(steps) if steps else None
+            written = await self._store_write(outcome, decision, steps_json)
             if not written and outcome is not ClaimedTaskOutcome.LEASE_LOST:
                 self.guard.mark_lost()
                 logger.info(
@@ -508,81 +443,59 @@ class ClaimedTaskExecution:
             attempt=self.attempt,
             retry_class=failure.retry_class if failure is not None else None,
             error=failure.message if failure is not None and applied else None,
-            retry_delay=delay if applied else None,
+            retry_delay=decision.delay if applied else None,
             duration=timedelta(seconds=max(self._config.clock.monotonic() - self._started, 0.0)),
         )
         return self.report
 
+    async def _store_write(
+        self, outcome: ClaimedTaskOutcome, decision: _Decision, steps_json: str | None
+    ) -> bool:
+        """The one fenced store call for ``outcome``; whether the store applied it."""
+        store, lease, failure = self._store, self.guard.lease, decision.failure
+        match outcome:
+            case ClaimedTaskOutcome.SUCCEEDED if self._completions is not None:
+                future = self._completions.succeed(lease, decision.result_json, steps_json)
+                return await shielded(future)
+            case ClaimedTaskOutcome.SUCCEEDED:
+                return await store.mark_task_succeeded(lease, decision.result_json, steps_json)
+            case ClaimedTaskOutcome.RELEASED:
+                return await store.release_task_for_shutdown(lease)
+            case ClaimedTaskOutcome.CANCELLED:
+                return await write_cancelled(store, lease, steps_json)
+            case ClaimedTaskOutcome.SNOOZED:
+                assert decision.delay is not None
+                return await write_snoozed(store, lease, decision.delay, steps_json)
+            case ClaimedTaskOutcome.RETRIED:
+                assert failure is not None and decision.delay is not None
+                return await store.mark_task_retry(
+                    lease,
+                    delay=decision.delay,
+                    error=failure.message,
+                    steps_json=steps_json,
+                    count_attempt=True,
+                )
+            case ClaimedTaskOutcome.FAILED:
+                assert failure is not None
+                return await store.mark_task_failed(
+                    lease,
+                    error=failure.message,
+                    steps_json=steps_json,
+                    manual_retry=failure.retry_class.can_manual_retry(),
+                )
+        return False  # LEASE_LOST: nothing to write
 
-def _lease_of(task: ExecutableTaskRecord[Any]) -> TaskLease:
-    if task.processing_token is None or task.lease_expires_at is None:
-        raise TaskInvalidValueError(
-            f"task #{task.id} was not claimed: it has no processing token or lease expiry"
-        )
-    return TaskLease(task.id, task.processing_token, task.lease_expires_at)
-
-
-async def _stop_body(body: asyncio.Task[Any], task_id: int) -> None:
-    """Cancel the body; if it does not end within a few loop turns, abandon it."""
-    body.cancel()
-    for _ in range(_CANCEL_SETTLE_TURNS):
-        if body.done():
-            return
-        await asyncio.sleep(0)
-    if not body.done():
-        logger.warning(
-            "task #%s ignored cancellation past its grace; abandoned without a write "
-            "(its lease expires and the task is rescued)",
-            task_id,
-            extra={"task_id": task_id},
-        )
-        abandon_task(body)
-
-
-async def _shielded(awaitable: Coroutine[Any, Any, _T] | asyncio.Future[_T], name: str = "") -> _T:
-    """Finish ``awaitable`` (a future, or run as a task) even if the caller is cancelled."""
-    future = (
-        awaitable
-        if isinstance(awaitable, asyncio.Future)
-        else asyncio.create_task(awaitable, name=f"aster-forge:{name}")
-    )
-    try:
-        return await asyncio.shield(future)
-    except asyncio.CancelledError:
-        if not future.done():
-            await asyncio.wait({future})
-        if not future.cancelled():
-            future.exception()  # retrieved: the caller is gone, the log has it
-        raise
-
-
-async def _remove_temp_dir(provider: TaskTempDirProvider, lease: TaskLease) -> None:
-    try:
-        await provider.remove_task_temp_dir(lease)
-    except Exception:
-        logger.warning(
-            "failed to remove the temp dir of task #%s",
-            lease.task_id,
-            exc_info=True,
-            extra={"task_id": lease.task_id},
-        )
-
-
-def _classify(
-    erased: ErasedTaskSpec[Any], exc: BaseException, extra: TaskErrorClassifier | None
-) -> tuple[TaskFailureClassification, bool]:
-    """The failure's classification, and whether it is an expected (classified) outcome."""
-    if not isinstance(exc, Exception):
-        # A BaseException escaping product code (a "panic"): retryable, fixed text.
-        message = f"Task failed with an unexpected error ({type(exc).__name__})"
-        return TaskFailureClassification(TaskRetryClass.RETRYABLE, message), False
-    if isinstance(exc, ClassifiedTaskError | TaskCodecError):
-        return erased.classify(exc), True
-    for classifier in (erased.spec.error_classifier, extra):
-        chosen = classifier(exc) if classifier is not None else None
-        if chosen is not None:
-            return chosen, True
-    return erased.classify(exc), False
+    async def _remove_temp_dir(self) -> None:
+        assert self._config.temp_dirs is not None
+        try:
+            await self._config.temp_dirs.remove_task_temp_dir(self.guard.lease)
+        except Exception:
+            logger.warning(
+                "failed to remove the temp dir of task #%s",
+                self.task.id,
+                exc_info=True,
+                extra={"task_id": self.task.id},
+            )
 
 
 async def run_claimed_task_with_store(
@@ -594,22 +507,16 @@ async def run_claimed_task_with_store(
 ) -> ClaimedTaskReport:
     """Run one claimed task through its whole lifecycle (the seed's single-task entry point).
 
-    One :class:`ClaimedTaskExecution` with a heartbeat engine of its own. It writes exactly
-    one fenced outcome:
-
-    * success - only when the lease still holds; a lost lease writes nothing;
-    * retry - a RETRYABLE failure with attempts left: pending again after the policy's
-      delay, counting the attempt, active step marked failed;
-    * failed - PERMANENT or MANUAL failures, and RETRYABLE ones with no attempts left;
-    * release - the worker shut down (or the body stopped because of it): pending
-      again, due now, attempt not counted.
-
-    Unclassified exceptions are RETRYABLE with a fixed message naming the exception type
-    (traceback in the log only). Once the context is cancelled the body gets one
-    ``shutdown_grace`` on the injected clock, is then cancelled, and is abandoned (no
-    write) if it ignores that. A cancelled caller still gets the release written
-    (shielded) before the cancellation propagates. The temp dir is removed after every
-    outcome.
+    One :class:`ClaimedTaskExecution` with a heartbeat engine of its own writes exactly
+    one fenced outcome: success (only while the lease holds; a lost lease writes
+    nothing); retry (a RETRYABLE failure with attempts left: pending after the policy's
+    delay, attempt counted, active step marked failed); failed (PERMANENT or MANUAL, or
+    no attempts left); release (the worker is stopping: pending now, attempt not
+    counted). Unclassified exceptions are RETRYABLE with a fixed message naming the
+    exception type (traceback in the log only). Once the context is cancelled the body
+    gets one ``shutdown_grace`` on the injected clock, is then cancelled, and is
+    abandoned (no write) if it ignores that. A cancelled caller still gets the release
+    written (shielded). The temp dir is removed after every outcome.
 
     Args:
         store: The heartbeat and execution store.
@@ -633,10 +540,10 @@ async def run_claimed_task_batch_with_store(
     *,
     claimed_at: float | None = None,
 ) -> list[ClaimedTaskReport]:
-    """Execute claimed tasks concurrently; see :func:`run_claimed_task_with_store`.
+    """Execute claimed tasks concurrently, one heartbeat engine for the batch.
 
-    Every record is checked to be claimed before any body starts; one heartbeat engine
-    renews every lease of the batch.
+    See :func:`run_claimed_task_with_store`; every record is checked to be claimed
+    before any body starts.
 
     Args:
         store: The heartbeat and execution store.
@@ -664,8 +571,8 @@ async def run_claimed_task_batch_with_store(
     try:
         async with asyncio.TaskGroup() as group:
             runs = [
-                group.create_task(execution.run(), name=f"aster-forge:claimed-task-{task.id}")
-                for execution, task in zip(executions, tasks, strict=True)
+                group.create_task(e.run(), name=f"aster-forge:claimed-task-{e.task.id}")
+                for e in executions
             ]
     finally:
         await heartbeat.join()

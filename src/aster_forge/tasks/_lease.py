@@ -14,9 +14,13 @@ from .errors import (
     TaskLeaseLostError,
     TaskLeaseRenewalTimeoutError,
     TaskWorkerShutdownRequestedError,
+    is_task_cancel_requested,
+    is_task_lease_lost,
+    is_task_lease_renewal_timed_out,
+    is_task_worker_shutdown_requested,
 )
 
-__all__ = ["TaskLease", "TaskLeaseGuard", "TaskLeaseTermination"]
+__all__ = ["TaskLease", "TaskLeaseGuard", "TaskLeaseTermination", "task_lease_termination_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +76,23 @@ class TaskLeaseTermination(enum.StrEnum):
     RENEWAL_TIMED_OUT = "renewal_timed_out"
     SHUTDOWN_REQUESTED = "shutdown_requested"
     CANCEL_REQUESTED = "cancel_requested"
+
+
+def task_lease_termination_of(exc: BaseException) -> TaskLeaseTermination | None:
+    """Which lease-control stop ``exc`` is (or wraps via ``raise ... from``), if any.
+
+    The default for ``ClaimedTaskExecutionConfig.lease_control_of``; a product whose
+    error type hides the cause chain supplies its own mapping.
+    """
+    if is_task_lease_lost(exc):
+        return TaskLeaseTermination.LOST
+    if is_task_lease_renewal_timed_out(exc):
+        return TaskLeaseTermination.RENEWAL_TIMED_OUT
+    if is_task_worker_shutdown_requested(exc):
+        return TaskLeaseTermination.SHUTDOWN_REQUESTED
+    if is_task_cancel_requested(exc):
+        return TaskLeaseTermination.CANCEL_REQUESTED
+    return None
 
 
 class TaskLeaseGuard:

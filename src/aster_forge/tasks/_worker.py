@@ -64,21 +64,12 @@ async def claim_due_for_lane(
     stats: DispatchStatsRecorder | None = None,
     clock: Clock | None = None,
 ) -> Sequence[TaskT]:
-    """Claim up to ``limit`` due tasks of ``lane``, recording latency and stats.
+    """Claim up to ``limit`` due tasks of ``lane`` (the seed's claim entry point).
 
-    Calls ``store.claim_due_for_lane`` (each returned record carries a fresh processing
-    token, see :class:`~aster_forge.tasks.TaskClaimStore`) and records the claim count,
-    rescued claims (records whose ``rescued`` attribute is true), the round trip and the
-    queue lag of the oldest claimed task (``now - run_at``).
-
-    Args:
-        store: The claim store.
-        lane: The lane to claim from.
-        limit: The most tasks to claim; ``<= 0`` claims nothing without a round trip.
-        owner: The claiming worker's identity.
-        lease_ttl: The lease duration of the claim.
-        stats: Where to record the claim (optional).
-        clock: The clock for latency and lag (default :class:`SystemClock`).
+    Calls ``store.claim_due_for_lane`` (each record carries a fresh processing token) and
+    records in ``stats`` the claim count, rescued claims (records whose ``rescued`` is
+    true), the round trip and the queue lag of the oldest claimed task (``now - run_at``).
+    ``limit <= 0`` claims nothing without a round trip.
 
     Returns:
         The claimed records.
@@ -110,11 +101,11 @@ async def claim_due_for_lane(
 class TaskWorker(Generic[StateT]):
     """Claims due tasks of its lanes from one store, runs them, writes each outcome once.
 
-    Bound once at construction: the store, the lanes and their limits, and (through
-    ``execution``) the registry, state, lease TTL, retry policy, shutdown grace, temp dirs
-    and clock, plus poll timing. Each lane claims only its own free slots (reserved before
-    the claim round trip), lanes are visited round-robin, one heartbeat engine renews every
-    in-flight lease in one statement per tick, and successes are batched into
+    Bound once: the store, the lanes and their limits, poll timing and (through
+    ``execution``) the registry, state, lease TTL, retry policy, shutdown grace, temp
+    dirs and clock. Each lane claims only its free slots (reserved before the round
+    trip), lanes are visited round-robin, one heartbeat engine renews every in-flight
+    lease in one statement per tick, and successes are batched into
     ``mark_tasks_succeeded_many`` when the store has it (each entry still fenced). Stats
     count what the store applied: a release the store refused is ``lease_lost``.
 
@@ -188,6 +179,7 @@ class TaskWorker(Generic[StateT]):
         self.stats = stats or DispatchStatsRecorder(names)
         self.wake_signal = wake or DispatchWakeSignal()
         self._poll = poll or DispatchPollConfig()
+        self._configs = {config.lane: config for config in lanes}
         self._in_flight: dict[Hashable, int] = dict.fromkeys(names, 0)
         self._reserved: dict[Hashable, int] = dict.fromkeys(names, 0)
         self._saturated: set[Hashable] = set()
@@ -240,14 +232,11 @@ class TaskWorker(Generic[StateT]):
 
     def free_slots(self, lane: Hashable) -> int:
         """Slots ``lane`` may still claim (limit minus in-flight and reserved)."""
-        limit = self._config_of(lane).max_concurrency
+        config = self._configs.get(lane)
+        if config is None:
+            raise TaskDispatchConfigError(f"lane {lane!r} is not configured in this worker")
+        limit = config.max_concurrency
         return max(limit - self._in_flight[lane] - self._reserved[lane], 0)
-
-    def _config_of(self, lane: Hashable) -> TaskLaneConfig:
-        for config in self.lanes:
-            if config.lane == lane:
-                return config
-        raise TaskDispatchConfigError(f"lane {lane!r} is not configured in this worker")
 
     async def run(
         self,
@@ -258,12 +247,10 @@ class TaskWorker(Generic[StateT]):
     ) -> None:
         """Claim and execute until ``shutdown_token`` is cancelled, then stop cleanly.
 
-        Each turn drains (claims round-robin until nothing is due or every lane is full),
-        then waits for a wake-up, the poll interval (base after work, growing on empty
-        polls and on store errors, see :class:`DispatchPollConfig`) or shutdown. On
-        shutdown (or if this coroutine is cancelled) no more tasks are claimed, every
-        in-flight context is cancelled, each task is released to pending without
-        counting an attempt (fenced, shielded), and every execution is awaited.
+        Each turn drains, then waits for a wake-up, the poll interval (base after work,
+        growing on empty polls and on store errors, see :class:`DispatchPollConfig`) or
+        shutdown. On shutdown (or cancellation) nothing more is claimed and
+        :meth:`shutdown` releases and awaits every execution.
 
         Args:
             shutdown_token: Cancel to stop the worker.
