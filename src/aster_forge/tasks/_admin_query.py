@@ -199,7 +199,7 @@ class TaskThroughput:
 
 
 def check_search_page_args(limit: object, before_id: object, after_id: object) -> None:
-    """Validate :meth:`TaskAdminStore.search_tasks`' limit and cursors (store input check).
+    """Validate the limit and cursors of :meth:`TaskAdminStore.search_tasks` (store input check).
 
     Raises:
         TaskInvalidValueError: A limit outside ``1..MAX_TASK_PAGE_SIZE`` or a cursor
@@ -219,7 +219,7 @@ def check_search_page_args(limit: object, before_id: object, after_id: object) -
 
 
 def check_throughput_minutes(minutes: object) -> int:
-    """Validate :meth:`TaskAdminStore.task_throughput`'s window (store input check).
+    """Validate the window of :meth:`TaskAdminStore.task_throughput` (store input check).
 
     Returns:
         ``minutes`` unchanged.
