@@ -24,7 +24,7 @@ from aster_forge import __version__
 from aster_forge._cli._errors import CliError, fail
 from aster_forge.db import BACKGROUND_TASKS_TABLE
 from aster_forge.demo import DEFAULT_DATABASE_URL
-from aster_forge.tasks._records import MAX_TASK_ID
+from aster_forge.tasks import MAX_TASK_ID
 
 __all__ = ["cli", "main"]
 

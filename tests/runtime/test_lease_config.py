@@ -11,8 +11,8 @@ from aster_forge.runtime import (
     RuntimeLeaseConfig,
     RuntimeLeaseConfigError,
     new_runtime_lease_owner_id,
+    saturating_expiry,
 )
-from aster_forge.runtime._lease_types import saturating_expiry
 
 
 def test_defaults_and_stop_margin() -> None:

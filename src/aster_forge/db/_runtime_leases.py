@@ -10,9 +10,11 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.schema import CreateTable
 
-from ..runtime import RuntimeLease, RuntimeLeases, RuntimeLeaseView
-from ..runtime._lease_types import (
+from ..runtime import (
     MAX_RUNTIME_LEASE_ID_LENGTH,
+    RuntimeLease,
+    RuntimeLeases,
+    RuntimeLeaseView,
     saturating_expiry,
     validate_lease_identifier,
     validate_lease_ttl,

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ..runtime._lease_types import saturating_expiry
+from ..runtime import saturating_expiry
 from ..tasks import (
     CronSchedule,
     IntervalSchedule,
@@ -18,8 +18,6 @@ from ..tasks import (
     ScheduledTaskOutcome,
     ScheduledTaskRecord,
     ScheduledTaskRunStatus,
-)
-from ..tasks._schedule_types import (
     stored_schedule_columns,
     validate_claim_scheduled_task_args,
     validate_complete_scheduled_task_args,

@@ -10,8 +10,11 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.schema import CreateColumn, CreateIndex, CreateTable, ExecutableDDLElement
 from sqlalchemy.sql.compiler import DDLCompiler
 
-from ..tasks._schedule_types import MAX_SCHEDULED_TASK_NAME_LENGTH
-from ..tasks._schedules import MAX_CRON_EXPRESSION_LENGTH, MAX_CRON_TIMEZONE_LENGTH
+from ..tasks import (
+    MAX_CRON_EXPRESSION_LENGTH,
+    MAX_CRON_TIMEZONE_LENGTH,
+    MAX_SCHEDULED_TASK_NAME_LENGTH,
+)
 from ._time import DatabaseBackend, UtcDateTime
 
 __all__ = [

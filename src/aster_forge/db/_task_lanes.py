@@ -9,8 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ..tasks import TaskLaneState
-from ..tasks._records import MAX_TASK_KIND_LENGTH, wire_value
+from ..tasks import MAX_TASK_KIND_LENGTH, TaskLaneState, wire_value
 from ._tasks_sql import TaskSql
 from ._time import DatabaseBackend, UtcDateTime
 

@@ -11,13 +11,14 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..runtime import Clock, SystemClock
-from ..tasks import TaskRegistry, TaskRegistryError
-from ..tasks._lease import TaskLease
-from ..tasks._records import (
+from ..tasks import (
     LEASE_EXPIRED_ERROR,
     BackgroundTaskRecord,
     TaskCompletion,
     TaskFailureReason,
+    TaskLease,
+    TaskRegistry,
+    TaskRegistryError,
     TaskStatus,
     check_claim_args,
     check_retry_delay,

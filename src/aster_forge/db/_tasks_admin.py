@@ -9,16 +9,18 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ..tasks._admin_query import TaskBulkResult, TaskQuery, check_bulk_limit
-from ..tasks._records import (
+from ..tasks import (
     MAX_TASK_ID,
     BackgroundTaskRecord,
+    TaskBulkResult,
     TaskCancelOutcome,
     TaskFailureReason,
     TaskLaneCounts,
     TaskPage,
+    TaskQuery,
     TaskStatus,
-    check_list_args,
+    check_bulk_limit,
+    check_list_tasks_args,
     check_run_at,
     wire_value,
 )
@@ -66,7 +68,7 @@ class TaskAdminMixin(TaskAdminQueryMixin):
         before_id: int | None = None,
     ) -> TaskPage:
         """One page of rows, newest first, filtered by status/kind/lane."""
-        status_v, kind_v, lane_v = check_list_args(status, kind, lane, limit, before_id)
+        status_v, kind_v, lane_v = check_list_tasks_args(status, kind, lane, limit, before_id)
         t = self._table
         query = sa.select(*self._cols).order_by(t.c.id.desc()).limit(limit + 1)
         if status_v is not None:

@@ -9,15 +9,17 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ..tasks._admin_query import (
+from ..tasks import (
+    BackgroundTaskRecord,
+    TaskFailureReason,
     TaskLaneStatusCounts,
     TaskQuery,
     TaskSearchPage,
+    TaskStatus,
     TaskThroughput,
-    check_minutes,
-    check_page_args,
+    check_search_page_args,
+    check_throughput_minutes,
 )
-from ..tasks._records import BackgroundTaskRecord, TaskFailureReason, TaskStatus
 from ._tasks_sql import TaskSql
 from ._tasks_table import record_from_row
 from ._time import DatabaseBackend, UtcDateTime
@@ -88,7 +90,7 @@ class TaskAdminQueryMixin:
         after_id: int | None = None,
     ) -> TaskSearchPage:
         """One page matching ``query``, newest first, keyset-paged both ways."""
-        check_page_args(limit, before_id, after_id)
+        check_search_page_args(limit, before_id, after_id)
         t = self._table
         where = query_conditions(t, query)
 
@@ -169,7 +171,7 @@ class TaskAdminQueryMixin:
 
     async def task_throughput(self, *, minutes: int = 60) -> Sequence[TaskThroughput]:
         """Outcomes per lane per minute over the last ``minutes`` (store clock)."""
-        check_minutes(minutes)
+        check_throughput_minutes(minutes)
         t = self._table
         backend = self._sql.backend
 

@@ -8,8 +8,13 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ..tasks import TaskFailureReason, TaskLease, TaskStatus
-from ..tasks._control import check_prune_args, check_snooze_delay
+from ..tasks import (
+    TaskFailureReason,
+    TaskLease,
+    TaskStatus,
+    check_delete_finished_tasks_args,
+    check_snooze_delay,
+)
 from ._tasks_sql import TaskSql
 from ._time import DatabaseBackend
 
@@ -75,7 +80,7 @@ class TaskControlMixin:
         LOCKED)``; MariaDB selects the ids ``FOR UPDATE SKIP LOCKED`` then deletes them;
         SQLite runs the same statement in its single-writer transaction.
         """
-        status_value = check_prune_args(status, older_than, limit).value
+        status_value = check_delete_finished_tasks_args(status, older_than, limit).value
         if older_than >= _ANCIENT:
             return 0  # nothing finished that long ago (and the server must not overflow)
         t = self._table

@@ -25,8 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from .._errors import AsterForgeError
-from ..tasks import TaskRegistry
-from ..tasks._records import BackgroundTaskRecord, EnqueueResult, NewTask, TaskStatus
+from ..tasks import BackgroundTaskRecord, EnqueueResult, NewTask, TaskRegistry, TaskStatus
 from ._tasks_enqueue_pg import DriverRow, PgEnqueueStatement
 from ._tasks_sql import _SATURATING_DELTA, TaskSql
 from ._tasks_table import CORE_COLUMNS, record_from_row

@@ -18,8 +18,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from ..runtime._lease_types import NEVER_EXPIRES
-from ..tasks._records import NewTask, TaskStatus
+from ..runtime import NEVER_EXPIRES
+from ..tasks import NewTask, TaskStatus
 from ._tasks_sql import _SATURATING_DELTA
 from ._tasks_table import CORE_COLUMNS
 

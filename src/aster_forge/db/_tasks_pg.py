@@ -16,7 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from ..tasks._records import LEASE_EXPIRED_ERROR, TaskFailureReason, TaskStatus
+from ..tasks import LEASE_EXPIRED_ERROR, TaskFailureReason, TaskStatus
 from ._tasks_table import CORE_COLUMNS
 
 __all__ = ["PgTaskStatements"]

@@ -13,10 +13,8 @@ from typing import Any, NamedTuple, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ..runtime import Clock
-from ..runtime._lease_types import NEVER_EXPIRES, saturating_expiry
-from ..tasks._lease import TaskLease
-from ..tasks._records import TaskStatus
+from ..runtime import NEVER_EXPIRES, Clock, saturating_expiry
+from ..tasks import TaskLease, TaskStatus
 from ._time import DatabaseBackend, UtcDateTime, database_now
 from ._translate import run_transaction
 

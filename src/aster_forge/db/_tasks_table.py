@@ -8,8 +8,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ..tasks._dedupe import MAX_TASK_DEDUPE_KEY_LENGTH
-from ..tasks._records import (
+from ..tasks import (
+    MAX_TASK_DEDUPE_KEY_LENGTH,
     MAX_TASK_KIND_LENGTH,
     BackgroundTaskRecord,
     TaskFailureReason,

@@ -1,6 +1,11 @@
 """Runtime machinery: health, components, lifecycle, leases, batch writer, temp dirs.
 
 Nothing here imports :mod:`aster_forge.tasks` or :mod:`aster_forge.db`.
+
+For lease store implementations, :func:`validate_lease_identifier`,
+:func:`validate_lease_ttl` and :func:`saturating_expiry` are the input checks and the
+expiry arithmetic every :class:`RuntimeLeaseStore` applies, so the database and
+in-memory stores refuse the same input and saturate to :data:`NEVER_EXPIRES` alike.
 """
 
 from __future__ import annotations
@@ -95,6 +100,7 @@ from ._startup import (
     run_required_startup_phase,
 )
 from ._tempdir import (
+    RUNTIME_TEMP_DIR_NAME,
     RuntimeTempDirGuard,
     create_runtime_temp_dir_guard,
     ensure_runtime_temp_dir,
@@ -147,11 +153,16 @@ from .errors import (
 # isort: split
 from ._lease import run_runtime_lease_supervisor
 from ._lease_types import (
+    MAX_RUNTIME_LEASE_ID_LENGTH,
+    NEVER_EXPIRES,
     RuntimeLease,
     RuntimeLeaseConfig,
     RuntimeLeases,
     RuntimeLeaseView,
     new_runtime_lease_owner_id,
+    saturating_expiry,
+    validate_lease_identifier,
+    validate_lease_ttl,
 )
 from .errors import RuntimeLeaseConfigError
 from .protocols import RuntimeLeaseStore
@@ -199,8 +210,11 @@ __all__ = [
     "InvalidHealthCheckError",
     "InvalidHealthDetailError",
     "InvalidHealthReportError",
+    "MAX_RUNTIME_LEASE_ID_LENGTH",
     "ManagedBatchWriter",
+    "NEVER_EXPIRES",
     "OverflowPolicy",
+    "RUNTIME_TEMP_DIR_NAME",
     "RaceWinner",
     "RecordAdmission",
     "RecordClosedError",
@@ -263,12 +277,15 @@ __all__ = [
     "run_runtime_lease_supervisor",
     "runtime_component",
     "runtime_component_with_shutdown",
+    "saturating_expiry",
     "shielded",
     "shutdown_resource_component_after",
     "sleep_or_cancelled",
     "spawn_termination_signal_handler",
     "try_runtime_component_with_shutdown",
     "utc_now",
+    "validate_lease_identifier",
+    "validate_lease_ttl",
     "wait_for_termination_signal",
     "watch_blocking_steps",
 ]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
-from ._validation import check_stored_duration, check_stored_identifier, is_control_character
+from .._validation import check_stored_duration, check_stored_identifier, is_control_character
 from .errors import RuntimeLeaseConfigError
 
 __all__ = [
@@ -26,10 +26,18 @@ __all__ = [
 ]
 
 MAX_RUNTIME_LEASE_ID_LENGTH = 255
-"""The longest lease id or owner id (in characters) a store must accept."""
+"""The longest lease id or owner id (in characters) a store must accept.
+
+It is the width of the lease table's ``lease_id`` and ``owner_id`` columns; every
+store refuses a longer id with :class:`~aster_forge.runtime.RuntimeLeaseConfigError`.
+"""
 
 NEVER_EXPIRES = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
-"""The expiry a TTL saturates to when ``now + ttl`` is not representable."""
+"""The expiry a TTL saturates to when ``now + ttl`` is not representable.
+
+It is the latest aware ``datetime`` Python has, and every backend stores it, so a
+huge TTL means "never expires" instead of an ``OverflowError`` in the store.
+"""
 
 
 def saturating_expiry(now: datetime, ttl: timedelta) -> datetime:

@@ -22,8 +22,12 @@ __all__ = [
 
 logger = logging.getLogger("aster_forge.runtime")
 
-#: The shared directory created under the product's temp root.
 RUNTIME_TEMP_DIR_NAME = "_runtime"
+"""The shared directory created under the product's temp root.
+
+Every scope (``<root>/_runtime/<scope>``, such as the per-task directories under
+``tasks``) lives inside it, so a product sweeps or mounts one directory.
+"""
 
 _SCOPE = re.compile(r"[A-Za-z0-9_-]+")
 

@@ -2,6 +2,12 @@
 
 Imports :mod:`aster_forge.runtime` only; stores are protocols implemented by
 :mod:`aster_forge.db` or by the product.
+
+For store implementations, the ``check_*`` and ``validate_*`` functions are the input
+checks of the store protocols and the ``MAX_*`` constants their bounds: the database
+stores and the in-memory stores of :mod:`aster_forge.testing` call them before touching
+a row, so bad input raises the same typed error on every backend, and a product's own
+store that calls them passes the same conformance suites.
 """
 
 from __future__ import annotations
@@ -77,12 +83,20 @@ from .protocols import (
 
 # isort: split
 # --- dedupe / schedule types ---
-from ._dedupe import TaskDedupeKey, scheduled_task_dedupe_key
+from ._dedupe import MAX_TASK_DEDUPE_KEY_LENGTH, TaskDedupeKey, scheduled_task_dedupe_key
 from ._schedule_types import (
+    MAX_SCHEDULED_TASK_NAME_LENGTH,
     ScheduledTaskClaim,
     ScheduledTaskOutcome,
     ScheduledTaskRecord,
     ScheduledTaskRunStatus,
+    stored_schedule_columns,
+    validate_claim_scheduled_task_args,
+    validate_complete_scheduled_task_args,
+    validate_ensure_scheduled_task_args,
+    validate_scheduled_claim,
+    validate_scheduled_duration,
+    validate_scheduled_identifier,
 )
 from .errors import ScheduledTaskValueError, TaskDedupeKeyError
 from .protocols import ScheduledTaskStore
@@ -91,6 +105,9 @@ from .protocols import ScheduledTaskStore
 # --- reference task store ---
 from ._records import (
     LEASE_EXPIRED_ERROR,
+    MAX_TASK_ID,
+    MAX_TASK_KIND_LENGTH,
+    MAX_TASK_PAGE_SIZE,
     BackgroundTaskRecord,
     EnqueueResult,
     NewTask,
@@ -100,6 +117,12 @@ from ._records import (
     TaskLaneCounts,
     TaskPage,
     TaskStatus,
+    check_claim_args,
+    check_list_tasks_args,
+    check_retry_delay,
+    check_run_at,
+    check_ttl,
+    wire_value,
 )
 from .errors import TaskEnqueueValueError, TaskNotFoundError, TaskStateError
 
@@ -119,6 +142,9 @@ from ._admin_query import (
     TaskQuery,
     TaskSearchPage,
     TaskThroughput,
+    check_bulk_limit,
+    check_search_page_args,
+    check_throughput_minutes,
 )
 
 # isort: split
@@ -192,7 +218,13 @@ from .protocols import ScheduledOutcomeConvertible
 
 # isort: split
 # --- schedules of the scheduled catalog: intervals and cron ---
-from ._schedules import CronSchedule, IntervalSchedule, Schedule
+from ._schedules import (
+    MAX_CRON_EXPRESSION_LENGTH,
+    MAX_CRON_TIMEZONE_LENGTH,
+    CronSchedule,
+    IntervalSchedule,
+    Schedule,
+)
 from .errors import CronExtraMissingError, CronScheduleError
 
 # isort: split
@@ -203,6 +235,8 @@ from ._control import (
     TaskPruneReport,
     TaskRetention,
     TaskSnooze,
+    check_delete_finished_tasks_args,
+    check_snooze_delay,
 )
 from ._control_protocols import TaskLaneControlStore, TaskOutcomeControlStore, TaskRetentionStore
 from ._retention import prune_finished_tasks, run_task_retention, task_retention_worker
@@ -249,7 +283,14 @@ __all__ = [
     "LeasedScheduledRuntime",
     "LeasedScheduledRuntimeConfig",
     "LeasedScheduledRuntimeSettings",
+    "MAX_CRON_EXPRESSION_LENGTH",
+    "MAX_CRON_TIMEZONE_LENGTH",
+    "MAX_SCHEDULED_TASK_NAME_LENGTH",
+    "MAX_TASK_DEDUPE_KEY_LENGTH",
     "MAX_TASK_ERROR_SEARCH_LENGTH",
+    "MAX_TASK_ID",
+    "MAX_TASK_KIND_LENGTH",
+    "MAX_TASK_PAGE_SIZE",
     "MAX_THROUGHPUT_MINUTES",
     "NewTask",
     "PeriodicTaskConfigError",
@@ -336,6 +377,16 @@ __all__ = [
     "background_task_component_from_shutdown",
     "background_task_component_with_definitions",
     "background_task_component_with_definitions_from_shutdown",
+    "check_bulk_limit",
+    "check_claim_args",
+    "check_delete_finished_tasks_args",
+    "check_list_tasks_args",
+    "check_retry_delay",
+    "check_run_at",
+    "check_search_page_args",
+    "check_snooze_delay",
+    "check_throughput_minutes",
+    "check_ttl",
     "claim_due_for_lane",
     "classify_task_error",
     "default_dispatch_owner",
@@ -370,6 +421,7 @@ __all__ = [
     "set_task_step_skipped",
     "set_task_step_succeeded",
     "should_auto_retry",
+    "stored_schedule_columns",
     "sweep_task_temp_dirs",
     "task_heartbeat_interval",
     "task_kind_label",
@@ -379,4 +431,11 @@ __all__ = [
     "task_steps_json_schema",
     "task_temp_dir_name",
     "task_temp_dirs_root",
+    "validate_claim_scheduled_task_args",
+    "validate_complete_scheduled_task_args",
+    "validate_ensure_scheduled_task_args",
+    "validate_scheduled_claim",
+    "validate_scheduled_duration",
+    "validate_scheduled_identifier",
+    "wire_value",
 ]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
-from ..runtime._validation import is_control_character
+from .._validation import is_control_character
 from ._dedupe import MAX_TASK_DEDUPE_KEY_LENGTH
 from ._records import MAX_TASK_ID, MAX_TASK_PAGE_SIZE, BackgroundTaskRecord, TaskStatus, wire_value
 from .errors import TaskInvalidValueError
@@ -27,8 +27,8 @@ __all__ = [
     "TaskSearchPage",
     "TaskThroughput",
     "check_bulk_limit",
-    "check_minutes",
-    "check_page_args",
+    "check_search_page_args",
+    "check_throughput_minutes",
 ]
 
 MAX_TASK_ERROR_SEARCH_LENGTH = 200
@@ -198,8 +198,8 @@ class TaskThroughput:
     retried: int
 
 
-def check_page_args(limit: object, before_id: object, after_id: object) -> None:
-    """Validate a search page's limit and cursors.
+def check_search_page_args(limit: object, before_id: object, after_id: object) -> None:
+    """Validate the limit and cursors of :meth:`TaskAdminStore.search_tasks` (store input check).
 
     Raises:
         TaskInvalidValueError: A limit outside ``1..MAX_TASK_PAGE_SIZE`` or a cursor
@@ -218,8 +218,11 @@ def check_page_args(limit: object, before_id: object, after_id: object) -> None:
             raise TaskInvalidValueError(f"{what} must be an int in 1..{MAX_TASK_ID}")
 
 
-def check_minutes(minutes: object) -> int:
-    """Validate a throughput window.
+def check_throughput_minutes(minutes: object) -> int:
+    """Validate the window of :meth:`TaskAdminStore.task_throughput` (store input check).
+
+    Returns:
+        ``minutes`` unchanged.
 
     Raises:
         TaskInvalidValueError: Not an int in ``1..MAX_THROUGHPUT_MINUTES``.
@@ -234,7 +237,12 @@ def check_minutes(minutes: object) -> int:
 
 
 def check_bulk_limit(limit: object) -> int:
-    """Validate how many rows a bulk action may change.
+    """Validate how many rows a bulk action may change (store input check).
+
+    Used by :meth:`TaskAdminStore.retry_tasks` and :meth:`TaskAdminStore.cancel_tasks`.
+
+    Returns:
+        ``limit`` unchanged.
 
     Raises:
         TaskInvalidValueError: Not an int in ``1..MAX_TASK_PAGE_SIZE``.
@@ -267,7 +275,7 @@ class TaskAdminStore(Protocol):
         the page next to ``after_id``.
 
         Raises:
-            TaskInvalidValueError: Bad limit or cursors (see :func:`check_page_args`).
+            TaskInvalidValueError: Bad limit or cursors (see :func:`check_search_page_args`).
         """
         ...
 

@@ -16,7 +16,7 @@ __all__ = [
     "TaskPruneReport",
     "TaskRetention",
     "TaskSnooze",
-    "check_prune_args",
+    "check_delete_finished_tasks_args",
     "check_snooze_delay",
 ]
 
@@ -55,7 +55,11 @@ class TaskSnooze(AsterForgeTasksError):
 
 
 def check_snooze_delay(delay: object) -> None:
-    """Reject a snooze delay that is not a non-negative ``timedelta``.
+    """Reject a snooze delay that is not a non-negative ``timedelta`` (store input check).
+
+    :class:`TaskSnooze` checks it when raised, and every
+    :meth:`~aster_forge.tasks.TaskOutcomeControlStore.mark_task_snoozed` again, because a
+    store may be called directly.
 
     Raises:
         TaskInvalidValueError: When it is not.
@@ -110,7 +114,7 @@ class TaskRetention:
             age = getattr(self, name)
             if age is not None and (not isinstance(age, timedelta) or age < timedelta(0)):
                 raise TaskInvalidValueError(f"TaskRetention.{name} must be a timedelta >= 0")
-        check_prune_args(TaskStatus.SUCCEEDED, timedelta(0), self.batch_size)
+        check_delete_finished_tasks_args(TaskStatus.SUCCEEDED, timedelta(0), self.batch_size)
         if not isinstance(self.interval, timedelta) or self.interval <= timedelta(0):
             raise TaskInvalidValueError("TaskRetention.interval must be a positive timedelta")
 
@@ -149,8 +153,16 @@ class TaskPruneReport:
         return self.duration.total_seconds()
 
 
-def check_prune_args(status: object, older_than: object, limit: object) -> TaskStatus:
-    """Validate :meth:`delete_finished_tasks` arguments; return the status.
+def check_delete_finished_tasks_args(
+    status: object, older_than: object, limit: object
+) -> TaskStatus:
+    """Validate :meth:`~aster_forge.tasks.TaskRetentionStore.delete_finished_tasks` arguments.
+
+    A store input check: every retention store calls it first, so bad input raises the
+    same error on every backend, and :class:`TaskRetention` checks its batch size with it.
+
+    Returns:
+        The status, as a :class:`~aster_forge.tasks.TaskStatus`.
 
     Raises:
         TaskInvalidValueError: Not a finished status, a negative age, or a bad limit.

@@ -15,7 +15,12 @@ __all__ = [
 ]
 
 MAX_TASK_DEDUPE_KEY_LENGTH = 255
-"""The longest dedupe key (characters); it fits a ``VARCHAR(255)`` unique column."""
+"""The longest dedupe key (characters); it fits a ``VARCHAR(255)`` unique column.
+
+A key is checked against it when it is built, so an over-long key is the same
+:class:`~aster_forge.tasks.TaskDedupeKeyError` on every backend instead of a truncation
+on one and a database error on another.
+"""
 
 _MAX_NAMESPACE = 64
 _MAX_NAME = 128

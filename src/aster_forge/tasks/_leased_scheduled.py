@@ -22,8 +22,9 @@ from ..runtime import (
     RuntimeLeaseStore,
     SystemClock,
     new_runtime_lease_owner_id,
+    validate_lease_identifier,
+    validate_lease_ttl,
 )
-from ..runtime._lease_types import validate_lease_identifier, validate_lease_ttl
 from ._background import DEFAULT_SHUTDOWN_GRACE, BackgroundTasks
 from ._leased import run_leased_background_tasks
 from ._schedule import (

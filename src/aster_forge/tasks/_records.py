@@ -37,7 +37,7 @@ __all__ = [
     "TaskPage",
     "TaskStatus",
     "check_claim_args",
-    "check_list_args",
+    "check_list_tasks_args",
     "check_retry_delay",
     "check_run_at",
     "check_text",
@@ -46,10 +46,18 @@ __all__ = [
 ]
 
 MAX_TASK_KIND_LENGTH = 64
-"""The longest kind or lane wire value (characters)."""
+"""The longest kind or lane wire value (characters).
+
+It is the width of the ``kind`` and ``lane`` columns, which are indexed: every store
+refuses a longer value the same way instead of letting one backend truncate it.
+"""
 
 MAX_TASK_ID = 2**63 - 1
-"""Task ids are positive 64-bit signed integers (``BIGINT``): ``1..MAX_TASK_ID``."""
+"""Task ids are positive 64-bit signed integers (``BIGINT``): ``1..MAX_TASK_ID``.
+
+The admin API, the CLI and every store refuse a larger id as bad input rather than
+sending the database a value its id column cannot hold.
+"""
 
 MAX_TASK_PRIORITY = 2**31 - 1
 """Priorities are 32-bit signed integers (higher is claimed first)."""
@@ -394,17 +402,32 @@ class TaskPage:
 
 
 MAX_TASK_PAGE_SIZE = 1000
-"""The largest ``limit`` :meth:`~aster_forge.tasks.BackgroundTaskStore.list_tasks` accepts."""
+"""The largest ``limit`` :meth:`~aster_forge.tasks.BackgroundTaskStore.list_tasks` accepts.
+
+It bounds one page of rows (and one bulk action), so a single request cannot load or
+change an unbounded number of rows.
+"""
 
 
 def check_ttl(lease_ttl: object) -> None:
-    """Reject a lease TTL that is not a positive ``timedelta`` (store input check)."""
+    """Reject a lease TTL that is not a positive ``timedelta``.
+
+    A store input check, like the other ``check_*`` functions: every task store (the
+    database stores, the in-memory stores, a product's own) calls it before touching
+    its rows, so bad input raises the same error on every backend.
+
+    Raises:
+        TaskInvalidValueError: When ``lease_ttl`` is not a positive ``timedelta``.
+    """
     if not isinstance(lease_ttl, timedelta) or lease_ttl <= timedelta(0):
         raise TaskInvalidValueError("lease_ttl must be a positive timedelta")
 
 
 def check_claim_args(lane: object, owner: object, lease_ttl: object, limit: object) -> str:
-    """Validate claim arguments; return the lane's wire value.
+    """Validate :meth:`~aster_forge.tasks.TaskClaimStore.claim_due_for_lane` arguments.
+
+    Returns:
+        The lane's wire value.
 
     Raises:
         TaskInvalidValueError: When the lane is not a wire value, the owner is blank,
@@ -426,21 +449,38 @@ def check_claim_args(lane: object, owner: object, lease_ttl: object, limit: obje
 
 
 def check_retry_delay(delay: object) -> None:
-    """Reject a retry delay that is not a non-negative ``timedelta``."""
+    """Reject a retry delay that is not a non-negative ``timedelta`` (store input check).
+
+    Raises:
+        TaskInvalidValueError: When ``delay`` is not a non-negative ``timedelta``.
+    """
     if not isinstance(delay, timedelta) or delay < timedelta(0):
         raise TaskInvalidValueError("retry delay must be a non-negative timedelta")
 
 
 def check_run_at(run_at: object) -> None:
-    """Reject a ``run_at`` that is not ``None`` or an aware datetime."""
+    """Reject a ``run_at`` that is not ``None`` or an aware datetime (store input check).
+
+    Raises:
+        TaskInvalidValueError: When ``run_at`` is a naive datetime or not a datetime.
+    """
     if run_at is not None and (not isinstance(run_at, datetime) or run_at.utcoffset() is None):
         raise TaskInvalidValueError("run_at must be a timezone-aware datetime")
 
 
-def check_list_args(
+def check_list_tasks_args(
     status: object, kind: object, lane: object, limit: object, before_id: object
 ) -> tuple[TaskStatus | None, str | None, str | None]:
-    """Validate :meth:`list_tasks` filters; return normalized status, kind and lane."""
+    """Validate :meth:`~aster_forge.tasks.BackgroundTaskStore.list_tasks` filters.
+
+    Returns:
+        The normalized ``(status, kind, lane)``: a :class:`TaskStatus` and wire values.
+
+    Raises:
+        TaskInvalidValueError: An unknown status, a kind or lane that is not a wire
+            value, a limit outside ``1..MAX_TASK_PAGE_SIZE`` or a ``before_id`` outside
+            ``1..MAX_TASK_ID``.
+    """
     status_value: TaskStatus | None = None
     if status is not None:
         try:

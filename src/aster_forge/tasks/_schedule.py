@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
-from ..runtime import CancellationToken, Clock, SystemClock, sleep_or_cancelled
-from ..runtime._lease_types import NEVER_EXPIRES
+from ..runtime import NEVER_EXPIRES, CancellationToken, Clock, SystemClock, sleep_or_cancelled
 from ._dedupe import scheduled_task_dedupe_key
 from ._schedule_task import (
     DEFAULT_SCHEDULED_CLAIM_TTL,

@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from ..runtime._validation import check_stored_duration, check_stored_identifier
+from .._validation import check_stored_duration, check_stored_identifier
 from ._schedules import (
     CronSchedule,
     IntervalSchedule,
@@ -32,7 +32,12 @@ __all__ = [
 ]
 
 MAX_SCHEDULED_TASK_NAME_LENGTH = 255
-"""The longest namespace, name or owner id (characters) a catalog store accepts."""
+"""The longest namespace, name or owner id (characters) a catalog store accepts.
+
+It is the width of the catalog's key columns (``VARCHAR(255)``); every store refuses a
+longer value with :class:`~aster_forge.tasks.ScheduledTaskValueError` rather than let
+one backend truncate it and another raise.
+"""
 
 
 def validate_scheduled_identifier(what: str, value: object) -> str:
@@ -279,7 +284,12 @@ def stored_schedule_columns(schedule: Schedule) -> tuple[timedelta, str | None, 
     """How a catalog row stores ``schedule``: ``(interval, cron_expression, cron_timezone)``.
 
     An interval row stores its effective period and no cron columns; a cron row
-    stores a zero interval and its expression and timezone.
+    stores a zero interval and its expression and timezone. Every
+    :class:`~aster_forge.tasks.ScheduledTaskStore` writes these columns, so the database
+    catalog and the in-memory one describe a schedule the same way.
+
+    Returns:
+        ``(interval, cron_expression, cron_timezone)``.
     """
     if isinstance(schedule, CronSchedule):
         return timedelta(0), schedule.expression, schedule.timezone

@@ -27,7 +27,7 @@ from functools import cache
 from typing import Any, TypeAlias
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from ..runtime._lease_types import NEVER_EXPIRES, saturating_expiry
+from ..runtime import NEVER_EXPIRES, saturating_expiry
 from ._periodic import periodic_sleep_duration
 from .errors import CronExtraMissingError, CronScheduleError, ScheduledTaskValueError
 
@@ -42,10 +42,18 @@ __all__ = [
 ]
 
 MAX_CRON_EXPRESSION_LENGTH = 255
-"""The longest cron expression (characters) the catalog stores."""
+"""The longest cron expression (characters) the catalog stores.
+
+It is the width of the catalog's ``cron_expression`` column; a longer expression is
+refused when the schedule is built, not when a store writes it.
+"""
 
 MAX_CRON_TIMEZONE_LENGTH = 64
-"""The longest timezone name (characters) the catalog stores."""
+"""The longest timezone name (characters) the catalog stores.
+
+It is the width of the catalog's ``cron_timezone`` column; IANA zone names are far
+shorter, so the bound only refuses garbage.
+"""
 
 _CRON_EXTRA_HINT = "cron schedules need the 'cron' extra: pip install 'aster-forge[cron]'"
 

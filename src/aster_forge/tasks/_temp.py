@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from datetime import timedelta
 from pathlib import Path
 
-from ..runtime._tempdir import RUNTIME_TEMP_DIR_NAME, make_dirs
+from ..runtime import RUNTIME_TEMP_DIR_NAME
 from ._lease import TaskLease
 from .errors import TaskIoError
 
@@ -49,6 +49,12 @@ def task_temp_dir_name(lease: TaskLease) -> str:
     if _SAFE_TOKEN.fullmatch(token) is None:
         token = hashlib.sha256(token.encode()).hexdigest()[:32]
     return f"{lease.task_id}-{token}"
+
+
+def _make_dirs(path: Path) -> Path:
+    # Blocking: callers run it in a thread.
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def _rmtree(path: Path) -> None:
@@ -92,7 +98,7 @@ class TaskTempDirs:
         """
         path = self.path_for(lease)
         try:
-            return await asyncio.to_thread(make_dirs, path)
+            return await asyncio.to_thread(_make_dirs, path)
         except OSError as exc:
             raise TaskIoError(f"failed to create task temp dir {path}: {exc}") from exc
 

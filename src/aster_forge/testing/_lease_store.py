@@ -5,8 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from ..runtime import Clock, RuntimeLease, RuntimeLeases, RuntimeLeaseView, SystemClock
-from ..runtime._lease_types import (
+from ..runtime import (
+    Clock,
+    RuntimeLease,
+    RuntimeLeases,
+    RuntimeLeaseView,
+    SystemClock,
     saturating_expiry,
     validate_lease_identifier,
     validate_lease_ttl,

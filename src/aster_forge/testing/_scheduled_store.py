@@ -6,16 +6,13 @@ import dataclasses
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from ..runtime import Clock, SystemClock
-from ..runtime._lease_types import saturating_expiry
+from ..runtime import Clock, SystemClock, saturating_expiry
 from ..tasks import (
     CronSchedule,
     IntervalSchedule,
     ScheduledTaskClaim,
     ScheduledTaskOutcome,
     ScheduledTaskRecord,
-)
-from ..tasks._schedule_types import (
     stored_schedule_columns,
     validate_claim_scheduled_task_args,
     validate_complete_scheduled_task_args,

@@ -8,12 +8,8 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..runtime import Clock, SystemClock
-from ..runtime._lease_types import saturating_expiry
-from ..tasks import TaskRegistry, TaskRegistryError
-from ..tasks._control import TaskLaneState
-from ..tasks._lease import TaskLease
-from ..tasks._records import (
+from ..runtime import Clock, SystemClock, saturating_expiry
+from ..tasks import (
     LEASE_EXPIRED_ERROR,
     BackgroundTaskRecord,
     EnqueueResult,
@@ -22,10 +18,14 @@ from ..tasks._records import (
     TaskCompletion,
     TaskFailureReason,
     TaskLaneCounts,
+    TaskLaneState,
+    TaskLease,
     TaskPage,
+    TaskRegistry,
+    TaskRegistryError,
     TaskStatus,
     check_claim_args,
-    check_list_args,
+    check_list_tasks_args,
     check_retry_delay,
     check_run_at,
     check_ttl,
@@ -371,7 +371,7 @@ class InMemoryTaskStore(InMemoryTaskAdminMixin, InMemoryTaskControlMixin):
         before_id: int | None = None,
     ) -> TaskPage:
         """One page, newest first, filtered."""
-        status_v, kind_v, lane_v = check_list_args(status, kind, lane, limit, before_id)
+        status_v, kind_v, lane_v = check_list_tasks_args(status, kind, lane, limit, before_id)
         rows = [
             row
             for task_id, row in sorted(self._rows.items(), reverse=True)

@@ -6,21 +6,19 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from ..tasks._admin_query import (
+from ..tasks import (
+    BackgroundTaskRecord,
     TaskBulkResult,
+    TaskCancelOutcome,
+    TaskFailureReason,
     TaskLaneStatusCounts,
     TaskQuery,
     TaskSearchPage,
+    TaskStatus,
     TaskThroughput,
     check_bulk_limit,
-    check_minutes,
-    check_page_args,
-)
-from ..tasks._records import (
-    BackgroundTaskRecord,
-    TaskCancelOutcome,
-    TaskFailureReason,
-    TaskStatus,
+    check_search_page_args,
+    check_throughput_minutes,
 )
 
 if TYPE_CHECKING:
@@ -93,7 +91,7 @@ class InMemoryTaskAdminMixin:
         after_id: int | None = None,
     ) -> TaskSearchPage:
         """One page matching ``query``, newest first, keyset-paged both ways."""
-        check_page_args(limit, before_id, after_id)
+        check_search_page_args(limit, before_id, after_id)
         rows = self._newest_first(query)
         window = [row for row in rows if before_id is None or row.id < before_id]
         if after_id is not None:
@@ -133,7 +131,7 @@ class InMemoryTaskAdminMixin:
 
     async def task_throughput(self, *, minutes: int = 60) -> Sequence[TaskThroughput]:
         """Outcomes per lane per minute over the last ``minutes`` of the clock."""
-        check_minutes(minutes)
+        check_throughput_minutes(minutes)
         start = _minute(self._clock.now()) - timedelta(minutes=minutes - 1)
         buckets: dict[tuple[datetime, str], list[int]] = {}
         for row in self._rows.values():

@@ -6,17 +6,17 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ..runtime import Clock
-from ..runtime._lease_types import saturating_expiry
+from ..runtime import Clock, saturating_expiry
 from ..tasks import (
     BackgroundTaskRecord,
     TaskFailureReason,
     TaskLaneState,
     TaskLease,
     TaskStatus,
+    check_delete_finished_tasks_args,
+    check_snooze_delay,
+    wire_value,
 )
-from ..tasks._control import check_prune_args, check_snooze_delay
-from ..tasks._records import wire_value
 
 __all__ = ["InMemoryTaskControlMixin"]
 
@@ -87,7 +87,7 @@ class InMemoryTaskControlMixin:
         self, status: TaskStatus, older_than: timedelta, *, limit: int
     ) -> int:
         """Delete up to ``limit`` rows of ``status`` finished ``older_than`` ago, oldest first."""
-        wanted = check_prune_args(status, older_than, limit)
+        wanted = check_delete_finished_tasks_args(status, older_than, limit)
         try:
             cutoff = self._clock.now() - older_than
         except OverflowError:

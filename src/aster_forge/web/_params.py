@@ -22,10 +22,18 @@ from pydantic import (
     ValidationError,
 )
 
-from ..tasks import MAX_TASK_ERROR_SEARCH_LENGTH, TaskQuery, TaskStatus
-from ..tasks._dedupe import MAX_TASK_DEDUPE_KEY_LENGTH
-from ..tasks._records import MAX_TASK_ID, MAX_TASK_KIND_LENGTH, MAX_TASK_PAGE_SIZE, wire_value
-from ..tasks._schedule_types import MAX_SCHEDULED_TASK_NAME_LENGTH, validate_scheduled_identifier
+from ..tasks import (
+    MAX_SCHEDULED_TASK_NAME_LENGTH,
+    MAX_TASK_DEDUPE_KEY_LENGTH,
+    MAX_TASK_ERROR_SEARCH_LENGTH,
+    MAX_TASK_ID,
+    MAX_TASK_KIND_LENGTH,
+    MAX_TASK_PAGE_SIZE,
+    TaskQuery,
+    TaskStatus,
+    validate_scheduled_identifier,
+    wire_value,
+)
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",

@@ -1,7 +1,10 @@
 """Identifier and duration checks shared by the lease and scheduled task stores.
 
 The checks are the same everywhere; each caller names its own error type so a
-runtime lease raises a runtime error and a scheduled task a tasks error.
+runtime lease raises a runtime error and a scheduled task a tasks error. They live at
+the top of the package, beside ``_errors`` and ``_json``, because both
+:mod:`aster_forge.runtime` and :mod:`aster_forge.tasks` build on them and neither
+should reach into the other's private modules for a helper that is not public API.
 """
 
 from __future__ import annotations
