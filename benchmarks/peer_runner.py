@@ -4,9 +4,9 @@
 Usage: ``python benchmarks/peer_runner.py SYSTEM SCENARIO DSN COUNT CONCURRENCY``
 with SYSTEM ``pgqueuer`` or ``procrastinate``, SCENARIO ``burn`` (drain COUNT
 pre-enqueued no-op jobs with the documented worker API, pgqueuer in its default
-configuration), ``burn-capped`` (pgqueuer with ``concurrency_limit=CONCURRENCY``) or ``bulk`` (enqueue COUNT
-jobs in chunks) or ``single`` (pgqueuer: COUNT enqueues, one per call). Prints one
-JSON line: ``{"rate": ..., "checked": ...}``. Each burn
+configuration), ``burn-capped`` (pgqueuer with ``concurrency_limit=CONCURRENCY``) or
+``bulk`` (enqueue COUNT jobs in chunks) or ``single`` (pgqueuer: COUNT enqueues, one
+per call). Prints one JSON line: ``{"rate": ..., "checked": ...}``. Each burn
 verifies that every job ran exactly once (a counter in the job body) and that the
 queue ended empty / every job row succeeded. This file imports nothing from the
 project (the peers are not project dependencies).
