@@ -207,11 +207,17 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 TASKS_PG,
-                "WHERE lane = :lane AND status = 'running' AND lease_expires_at <= now()",
-                "WHERE lane = :lane AND status = 'running' AND false",
+                "WHERE lane = :lane AND status = 'running' AND lease_expires_at <= now(){exclude}",
+                "WHERE lane = :lane AND status = 'running' AND false{exclude}",
             ),
         ),
         (CRASH, TASK_CONFORMANCE),
+    ),
+    Mutant(
+        "success-claim-rescues-written-rows",
+        "the claim inside the PostgreSQL success statement rescues the rows it writes",
+        (Edit(TASKS_PG, '_NOT_DONE = "\\n      AND id <> ALL(:ids)"', '_NOT_DONE = ""'),),
+        ("tests/db/test_succeed_and_claim.py",),
     ),
     Mutant(
         "rescue-off",

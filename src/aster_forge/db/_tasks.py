@@ -358,6 +358,49 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             "mark task succeeded", lease, self._success_values(result_json, steps_json)
         )
 
+    async def mark_tasks_succeeded_and_claim(
+        self,
+        completions: Sequence[TaskCompletion],
+        lane: str,
+        limit: int,
+        owner: str,
+        lease_ttl: timedelta,
+    ) -> tuple[list[bool], list[BackgroundTaskRecord]]:
+        """:meth:`mark_tasks_succeeded_many`, then :meth:`claim_due_for_lane` for the freed slots.
+
+        One statement on PostgreSQL (the successes and the claim, with its lease rescue,
+        commit together; the rescue leaves the rows being written alone); two calls
+        elsewhere. Each success stays fenced by its own token.
+
+        Returns:
+            The success results in input order, and the claimed records.
+        """
+        lane_value = check_claim_args(lane, owner, lease_ttl, limit)
+        pg = self._pg
+        if pg is None or not completions or limit <= 0 or lease_ttl >= _SATURATING_DELTA:
+            results = await self.mark_tasks_succeeded_many(completions)
+            return results, await self.claim_due_for_lane(lane, limit, owner, lease_ttl)
+        params = {
+            **self._success_params(completions),
+            "lane": lane_value,
+            "lim": limit,
+            "prefix": uuid.uuid4().hex + "-",
+            "ttl": lease_ttl,
+            "owner": owner,
+        }
+
+        async def body(conn: AsyncConnection) -> tuple[set[tuple[int, str]], list[Any]]:
+            rows = list(await conn.execute(pg.succeed_and_claim, params))
+            done = zip(rows[0].done_ids or (), rows[0].done_tokens or (), strict=True)
+            return {(int(i), str(token)) for i, token in done}, rows
+
+        done, rows = await self._sql.run(
+            "mark tasks succeeded and claim", body, single_statement=True
+        )
+        records = [record_from_row(row) for row in rows if row.status == _RUNNING]
+        records.sort(key=lambda r: (-r.priority, r.run_at, r.id))
+        return _applied(completions, done), records
+
     async def mark_tasks_succeeded_many(self, completions: Sequence[TaskCompletion]) -> list[bool]:
         """Fenced per entry, one statement on PostgreSQL; results in input order."""
         if not completions:
@@ -433,28 +476,22 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
     async def _succeed_many_pg(self, completions: Sequence[TaskCompletion]) -> list[bool]:
         assert self._pg is not None
         stmt = self._pg.succeed_many
-        params = {
-            "ids": [c.lease.task_id for c in completions],
-            "tokens": [c.lease.processing_token for c in completions],
-            "results": [c.result_json for c in completions],
-            "steps": [c.steps_json for c in completions],
-        }
+        params = self._success_params(completions)
 
         async def body(conn: AsyncConnection) -> set[tuple[int, str]]:
             return {(int(row[0]), str(row[1])) for row in await conn.execute(stmt, params)}
 
         written = await self._sql.run("mark tasks succeeded", body, single_statement=True)
-        seen: set[int] = set()
-        out: list[bool] = []
-        for c in completions:
-            # A task id listed twice can only be written once.
-            ok = (c.lease.task_id, c.lease.processing_token) in written and (
-                c.lease.task_id not in seen
-            )
-            if ok:
-                seen.add(c.lease.task_id)
-            out.append(ok)
-        return out
+        return _applied(completions, written)
+
+    @staticmethod
+    def _success_params(completions: Sequence[TaskCompletion]) -> dict[str, list[Any]]:
+        return {
+            "ids": [c.lease.task_id for c in completions],
+            "tokens": [c.lease.processing_token for c in completions],
+            "results": [c.result_json for c in completions],
+            "steps": [c.steps_json for c in completions],
+        }
 
     async def mark_task_retry(
         self,
@@ -528,3 +565,17 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
 
     def __repr__(self) -> str:
         return f"<BackgroundTaskDbStore backend={self._sql.backend.value} table={self._table.name}>"
+
+
+def _applied(completions: Sequence[TaskCompletion], written: set[tuple[int, str]]) -> list[bool]:
+    """Which completions the statement wrote (a task id listed twice is written once)."""
+    seen: set[int] = set()
+    out: list[bool] = []
+    for c in completions:
+        ok = (c.lease.task_id, c.lease.processing_token) in written and (
+            c.lease.task_id not in seen
+        )
+        if ok:
+            seen.add(c.lease.task_id)
+        out.append(ok)
+    return out

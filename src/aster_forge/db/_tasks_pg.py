@@ -11,6 +11,7 @@ rescued but nothing in it is claimed.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import sqlalchemy as sa
@@ -26,7 +27,7 @@ _RESCUE_BATCH = 500
 _CLAIM = """
 WITH exp AS (
     SELECT id FROM {t}
-    WHERE lane = :lane AND status = 'running' AND lease_expires_at <= now()
+    WHERE lane = :lane AND status = 'running' AND lease_expires_at <= now(){exclude}
     ORDER BY lease_expires_at LIMIT {rescue} FOR UPDATE SKIP LOCKED
 ), open_lane AS (
     SELECT NOT EXISTS (SELECT 1 FROM {lanes} WHERE lane = :lane AND paused) AS open
@@ -76,17 +77,51 @@ RETURNING {returning}
 """
 
 
+# Successes written and freed slots claimed in one statement: this CTE in front of the
+# claim, whose rescue leaves out the rows being written (one statement must not modify a
+# row twice: PostgreSQL would apply only one of the two writes).
+_DONE = """
+WITH done AS (
+    UPDATE {t} AS d SET
+        status = '{succeeded}',
+        result_json = v.result_json,
+        steps_json = COALESCE(v.steps_json, d.steps_json),
+        failure_reason = NULL,
+        processing_token = NULL,
+        lease_expires_at = NULL,
+        rescued = false,
+        finished_at = now(),
+        updated_at = now()
+    FROM unnest(:ids, :tokens, :results, :steps) AS v(id, token, result_json, steps_json)
+    WHERE d.id = v.id AND d.processing_token = v.token AND d.status = '{running}'
+    RETURNING d.id, v.token
+)"""
+_NOT_DONE = "\n      AND id <> ALL(:ids)"
+_DONE_RESULT = """
+SELECT (SELECT array_agg(id) FROM done) AS done_ids,
+       (SELECT array_agg(token) FROM done) AS done_tokens, c.*
+FROM (SELECT 1) AS one LEFT JOIN claimed AS c ON true
+"""
+
+
+def _succeed_and_claim_sql(done: str, claim: str) -> str:
+    """``done`` in front of ``claim``, whose final UPDATE becomes the ``claimed`` CTE."""
+    ctes, _, update = claim.strip().removeprefix("WITH ").partition("\nUPDATE ")
+    return f"{done}, {ctes}, claimed AS (\nUPDATE {update}\n){_DONE_RESULT}"
+
+
 class PgTaskStatements:
     """The prebuilt claim, batched success and batched renewal statements for one table."""
 
     def __init__(self, table: sa.Table, lanes: sa.Table, dialect: Any) -> None:
         quote = dialect.identifier_preparer.format_table
         cols = [table.c[name] for name in CORE_COLUMNS]
-        sql = _CLAIM.format(
-            t=quote(table),
+        names = {"t": quote(table), "running": TaskStatus.RUNNING.value}
+        claim = functools.partial(
+            _CLAIM.format,
+            **names,
             lanes=quote(lanes),
             rescue=_RESCUE_BATCH,
-            running=TaskStatus.RUNNING.value,
             pending=TaskStatus.PENDING.value,
             cancelled=TaskStatus.CANCELLED.value,
             failed=TaskStatus.FAILED.value,
@@ -94,17 +129,34 @@ class PgTaskStatements:
             reason_expired=TaskFailureReason.LEASE_EXPIRED.value,
             returning=", ".join(f"t.{dialect.identifier_preparer.quote(n)}" for n in CORE_COLUMNS),
         )
-        self.claim = (
-            sa.text(sql)
+        sql = claim(exclude="")
+        claim_params = (
+            sa.bindparam("lane", type_=sa.Text()),
+            sa.bindparam("lim", type_=sa.Integer()),
+            sa.bindparam("lease_error", value=LEASE_EXPIRED_ERROR, type_=sa.Text()),
+            sa.bindparam("prefix", type_=sa.Text()),
+            sa.bindparam("ttl", type_=sa.Interval()),
+            sa.bindparam("owner", type_=sa.Text()),
+        )
+        self.claim = sa.text(sql).bindparams(*claim_params).columns(*cols)
+        combined = _succeed_and_claim_sql(
+            _DONE.format(**names, succeeded=TaskStatus.SUCCEEDED.value),
+            claim(exclude=_NOT_DONE),
+        )
+        self.succeed_and_claim = (
+            sa.text(combined)
             .bindparams(
-                sa.bindparam("lane", type_=sa.Text()),
-                sa.bindparam("lim", type_=sa.Integer()),
-                sa.bindparam("lease_error", value=LEASE_EXPIRED_ERROR, type_=sa.Text()),
-                sa.bindparam("prefix", type_=sa.Text()),
-                sa.bindparam("ttl", type_=sa.Interval()),
-                sa.bindparam("owner", type_=sa.Text()),
+                *claim_params,
+                sa.bindparam("ids", type_=postgresql.ARRAY(sa.BigInteger())),
+                sa.bindparam("tokens", type_=postgresql.ARRAY(sa.Text())),
+                sa.bindparam("results", type_=postgresql.ARRAY(sa.Text())),
+                sa.bindparam("steps", type_=postgresql.ARRAY(sa.Text())),
             )
-            .columns(*cols)
+            .columns(
+                sa.column("done_ids", postgresql.ARRAY(sa.BigInteger())),
+                sa.column("done_tokens", postgresql.ARRAY(sa.Text())),
+                *cols,
+            )
         )
         t = table
         running = TaskStatus.RUNNING.value

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, cast
 
 from ._lease import TaskLease
 from ._records import TaskCompletion
@@ -36,14 +37,23 @@ class TaskCompletionBatcher:
         store: A store with ``mark_tasks_succeeded_many`` (see
             :func:`supports_batched_success`).
         max_batch: The most entries per statement.
+        write: What writes one batch (default ``store.mark_tasks_succeeded_many``; a
+            worker passes one that also claims the freed slots).
     """
 
     def __init__(
-        self, store: ClaimedTaskExecutionStore, *, max_batch: int = DEFAULT_MAX_COMPLETION_BATCH
+        self,
+        store: ClaimedTaskExecutionStore,
+        *,
+        max_batch: int = DEFAULT_MAX_COMPLETION_BATCH,
+        write: Callable[[list[TaskCompletion]], Awaitable[Sequence[bool]]] | None = None,
     ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
         self._store: Any = store
+        self._write: Callable[[list[TaskCompletion]], Awaitable[Sequence[bool]]] = (
+            write or cast(Any, store).mark_tasks_succeeded_many
+        )
         self._max_batch = max_batch
         self._queue: list[tuple[TaskCompletion, asyncio.Future[bool]]] = []
         self._flusher: asyncio.Task[None] | None = None
@@ -74,7 +84,7 @@ class TaskCompletionBatcher:
                 del self._queue[: self._max_batch]
                 self.batches += 1
                 try:
-                    results = await self._store.mark_tasks_succeeded_many([c for c, _ in batch])
+                    results = await self._write([c for c, _ in batch])
                     if len(results) != len(batch):
                         raise RuntimeError(
                             f"mark_tasks_succeeded_many returned {len(results)} results "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
@@ -23,6 +23,7 @@ from ._dispatch_stats import ClaimedTaskOutcome, DispatchStatsRecorder
 from ._execution import ClaimedTaskExecution, ClaimedTaskExecutionConfig
 from ._heartbeat import SharedTaskHeartbeat
 from ._lease import TaskLease
+from ._records import TaskCompletion
 from ._registry import TaskRegistry
 from .errors import TaskDispatchConfigError
 from .protocols import ClaimedTaskRecord, DispatchTaskStore, TaskClaimStore
@@ -32,6 +33,7 @@ __all__ = ["InFlightTask", "TaskWorker", "claim_due_for_lane"]
 logger = logging.getLogger("aster_forge.tasks.dispatch")
 
 StateT = TypeVar("StateT")
+_R = TypeVar("_R")
 TaskT = TypeVar("TaskT", bound=ClaimedTaskRecord[Any])
 
 
@@ -76,15 +78,27 @@ async def claim_due_for_lane(
     """
     if limit <= 0:
         return ()
-    clock = clock or SystemClock()
+    call = store.claim_due_for_lane(lane, limit, owner, lease_ttl)
+    return await _recorded(lane, call, lambda records: records, stats, clock or SystemClock())
+
+
+async def _recorded(
+    lane: Hashable,
+    call: Awaitable[_R],
+    records_of: Callable[[_R], Sequence[Any]],
+    stats: DispatchStatsRecorder | None,
+    clock: Clock,
+) -> _R:
+    """Await a claim round trip, recording its count, rescues, latency and queue lag."""
     started = clock.monotonic()
     try:
-        records = await store.claim_due_for_lane(lane, limit, owner, lease_ttl)
+        result = await call
     except Exception:
         if stats is not None:
             stats.record_claim_error(lane)
         raise
     if stats is not None:
+        records = records_of(result)
         latency = max(clock.monotonic() - started, 0.0)
         now = clock.now()
         lag = max(((now - record.run_at).total_seconds() for record in records), default=0.0)
@@ -95,7 +109,7 @@ async def claim_due_for_lane(
             latency_seconds=latency,
             queue_lag_seconds=max(lag, 0.0),
         )
-    return records
+    return result
 
 
 class TaskWorker(Generic[StateT]):
@@ -183,6 +197,7 @@ class TaskWorker(Generic[StateT]):
         self._in_flight: dict[Hashable, int] = dict.fromkeys(names, 0)
         self._reserved: dict[Hashable, int] = dict.fromkeys(names, 0)
         self._saturated: set[Hashable] = set()
+        self._handed_over: set[int] = set()
         self._running: dict[int, tuple[Hashable, ClaimedTaskExecution]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._next_lane = 0
@@ -199,7 +214,10 @@ class TaskWorker(Generic[StateT]):
             late_wake_threshold=config.heartbeat_late_wake_threshold,
         )
         if self._batch and supports_batched_success(store):
-            self._completions = TaskCompletionBatcher(store)
+            # A store that claims in the success statement refills the freed slots there.
+            refills = callable(getattr(store, "mark_tasks_succeeded_and_claim", None))
+            write = self._succeed_and_refill if refills else None
+            self._completions = TaskCompletionBatcher(store, write=write)
 
     @property
     def store(self) -> DispatchTaskStore[Any, Any]:
@@ -396,16 +414,72 @@ class TaskWorker(Generic[StateT]):
                 extra={"task_id": execution.task.id},
             )
         finally:
-            self._in_flight[lane] -= 1
-            self._running.pop(execution.task.id, None)
+            task_id = execution.task.id
+            self._running.pop(task_id, None)
             report = execution.report
             # Stats say what the store applied; no report means nothing was written.
             outcome = report.outcome if report is not None else ClaimedTaskOutcome.STORE_ERROR
             self.stats.record_outcome(lane, outcome)
-            if lane in self._saturated:
-                # A full lane just freed a slot: more work may be waiting for it.
-                self._saturated.discard(lane)
-                self.wake_signal.wake()
+            if task_id in self._handed_over:
+                self._handed_over.discard(task_id)  # its slot went to a task claimed with it
+            else:
+                self._in_flight[lane] -= 1
+                self._wake_if_freed(lane)
+
+    def _wake_if_freed(self, lane: Hashable) -> None:
+        if lane in self._saturated and self.free_slots(lane) > 0:
+            # A full lane just freed a slot: more work may be waiting for it.
+            self._saturated.discard(lane)
+            self.wake_signal.wake()
+
+    async def _succeed_and_refill(self, completions: list[TaskCompletion]) -> Sequence[bool]:
+        """Write successes and claim the slots they free, in one store call.
+
+        The lane most of the batch ran in is refilled: its free slots plus the slots of
+        the batch's tasks in it, which pass straight to the tasks claimed with them once
+        the statement returned (the old executions are finished by then).
+        """
+        store: Any = self._store
+        lanes = [
+            self._running[c.lease.task_id][0]
+            for c in completions
+            if c.lease.task_id in self._running
+        ]
+        if not lanes or self.stopping:
+            results: Sequence[bool] = await store.mark_tasks_succeeded_many(completions)
+            return results
+        lane = max(dict.fromkeys(lanes), key=lanes.count)
+        config = self._configs[lane]
+        limit = self.free_slots(lane) + lanes.count(lane)
+        if config.claim_batch is not None:
+            limit = min(limit, config.claim_batch)
+        self._reserved[lane] += limit
+        clock = self.execution.clock
+        claimed_at = clock.monotonic()
+        try:
+            call = store.mark_tasks_succeeded_and_claim(
+                completions, lane, limit, self.owner, self.execution.lease_ttl
+            )
+            results, records = await _recorded(lane, call, lambda r: r[1], self.stats, clock)
+        finally:
+            self._reserved[lane] -= limit
+        for completion in completions:
+            entry = self._running.get(completion.lease.task_id)
+            if entry is not None and completion.lease.task_id not in self._handed_over:
+                self._handed_over.add(completion.lease.task_id)
+                self._in_flight[entry[0]] -= 1
+        records = list(records)
+        if len(records) > limit:
+            await self._release_extra(records[limit:])
+            records = records[:limit]
+        for record in records:
+            self._start(lane, record, claimed_at)
+        for touched in dict.fromkeys(lanes):
+            if self.free_slots(touched) == 0:
+                self._saturated.add(touched)
+            else:
+                self._wake_if_freed(touched)
+        return results
 
     async def _release_extra(self, records: Sequence[Any]) -> None:
         for record in records:

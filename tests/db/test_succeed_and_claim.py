@@ -1,0 +1,91 @@
+"""Successes written and freed slots claimed together (one statement on PostgreSQL)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from aster_forge.db import BackgroundTaskDbStore, create_background_tasks_table
+from aster_forge.tasks import (
+    BackgroundTaskRecord,
+    NewTask,
+    TaskCompletion,
+    TaskLease,
+    TaskStatus,
+)
+
+_LONG = timedelta(minutes=10)
+
+
+def _lease_of(record: BackgroundTaskRecord) -> TaskLease:
+    assert record.processing_token is not None and record.lease_expires_at is not None
+    return TaskLease(record.id, record.processing_token, record.lease_expires_at)
+
+
+async def _store(engine: AsyncEngine, count: int) -> tuple[BackgroundTaskDbStore, list[int]]:
+    await create_background_tasks_table(engine)
+    store = BackgroundTaskDbStore(engine, notify=False)
+    results = await store.enqueue_many(
+        [NewTask("k", "media", payload_json=str(n)) for n in range(count)]
+    )
+    return store, [result.record.id for result in results]
+
+
+async def test_each_success_is_fenced_and_the_freed_slots_are_claimed(engine: AsyncEngine) -> None:
+    store, ids = await _store(engine, 4)
+    first = await store.claim_due_for_lane("media", 2, "w1", _LONG)
+    stale = replace(_lease_of(first[1]), processing_token="not-the-claim's-token")
+    written, claimed = await store.mark_tasks_succeeded_and_claim(
+        [TaskCompletion(_lease_of(first[0]), '"done"', None), TaskCompletion(stale, None, None)],
+        "media",
+        5,
+        "w2",
+        _LONG,
+    )
+    assert written == [True, False]
+    assert sorted(r.id for r in claimed) == sorted(set(ids) - {r.id for r in first})
+    tokens = {r.processing_token for r in claimed}
+    assert None not in tokens and len(tokens) == 2
+    assert all(r.status is TaskStatus.RUNNING and r.claimed_by == "w2" for r in claimed)
+    done = await store.get_task(first[0].id)
+    refused = await store.get_task(first[1].id)
+    assert done is not None and done.status is TaskStatus.SUCCEEDED
+    assert done.result_json == '"done"'
+    assert refused is not None and refused.status is TaskStatus.RUNNING
+    assert refused.processing_token == first[1].processing_token
+
+
+async def test_a_row_written_in_the_batch_is_not_rescued_by_its_claim(engine: AsyncEngine) -> None:
+    # The success arrives after the lease's expiry but while the claim still holds (no
+    # one rescued it yet): it is written, and the claim's rescue must leave it alone.
+    store, _ = await _store(engine, 1)
+    (record,) = await store.claim_due_for_lane("media", 1, "w1", _LONG)
+    t = store.table
+    past = datetime.now(UTC) - timedelta(hours=1)
+    async with engine.begin() as conn:
+        await conn.execute(sa.update(t).where(t.c.id == record.id).values(lease_expires_at=past))
+    written, claimed = await store.mark_tasks_succeeded_and_claim(
+        [TaskCompletion(_lease_of(record), None, None)], "media", 1, "w2", _LONG
+    )
+    assert (written, claimed) == ([True], [])
+    row = await store.get_task(record.id)
+    assert row is not None
+    assert (row.status, row.attempt, row.rescued) == (TaskStatus.SUCCEEDED, 0, False)
+
+
+async def test_a_paused_lane_is_not_claimed_but_the_successes_are_written(
+    engine: AsyncEngine,
+) -> None:
+    store, _ = await _store(engine, 3)
+    (record,) = await store.claim_due_for_lane("media", 1, "w1", _LONG)
+    await store.pause_lane("media")
+    written, claimed = await store.mark_tasks_succeeded_and_claim(
+        [TaskCompletion(_lease_of(record), None, None)], "media", 2, "w2", _LONG
+    )
+    assert (written, claimed) == ([True], [])
+    await store.resume_lane("media")
+    written, claimed = await store.mark_tasks_succeeded_and_claim([], "media", 2, "w2", _LONG)
+    assert written == [] and len(claimed) == 2
