@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from .._errors import AsterForgeError
 from ..tasks import TaskRegistry
 from ..tasks._records import BackgroundTaskRecord, EnqueueResult, NewTask, TaskStatus
+from ._driver_hold import HeldDriverConnection
 from ._tasks_enqueue_pg import DriverRow, PgEnqueueStatement
 from ._tasks_sql import _SATURATING_DELTA, TaskSql
 from ._tasks_table import CORE_COLUMNS, record_from_row
@@ -55,6 +56,7 @@ class TaskEnqueueMixin:
     _channel: str
     _registry: TaskRegistry[Any, Any, Any] | None
     _pg_enqueue: PgEnqueueStatement | None
+    _driver_hold: HeldDriverConnection
 
     # -- enqueue ----------------------------------------------------------------------
 
@@ -168,12 +170,13 @@ class TaskEnqueueMixin:
     ) -> list[EnqueueResult]:
         """The statement on a pooled asyncpg connection itself, in autocommit.
 
-        The pool's own checkout and check-in (events, ``pool_pre_ping``, reset on
-        return) without a SQLAlchemy ``Connection`` around it: no isolation level set
-        and reset per call, and no transaction is begun, so one round trip commits.
+        The pool's own checkout (``pool_pre_ping``, events) without a SQLAlchemy
+        ``Connection`` around it: no isolation level set and reset per call, and no
+        transaction is begun, so one round trip commits. Back-to-back calls reuse one
+        connection (:class:`HeldDriverConnection`).
         """
-        fairy = await self._sql.checkout(_OPERATION)
-        driver: Any = fairy.driver_connection
+        connection, held = await self._driver_hold.acquire(_OPERATION)
+        driver: Any = connection.driver_connection
 
         async def fetch(pending: Sequence[NewTask]) -> list[DriverRow]:
             if len(pending) == 1:
@@ -191,9 +194,9 @@ class TaskEnqueueMixin:
             broken = isinstance(exc, asyncio.CancelledError) or is_driver_connection_error(
                 exc.__cause__ or exc
             )
-            await asyncio.shield(self._sql.checkin(fairy, invalidate=broken))
+            await asyncio.shield(self._driver_hold.release(connection, held, broken=broken))
             raise
-        await self._sql.checkin(fairy, invalidate=False)
+        await self._driver_hold.release(connection, held, broken=False)
         return results
 
     @staticmethod

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.pool import PoolProxiedConnection
+from sqlalchemy.pool import Pool, PoolProxiedConnection
 from sqlalchemy.util import greenlet_spawn
 
 from .._errors import AsterForgeError
@@ -105,6 +105,11 @@ class TaskSql:
         return await run_transaction(
             self._engine, operation, body, transaction=transaction, attempts=_CONFLICT_ATTEMPTS
         )
+
+    @property
+    def pool(self) -> Pool:
+        """The engine's current pool (a new one after ``dispose()``)."""
+        return self._engine.sync_engine.pool
 
     async def checkout(self, operation: str) -> PoolProxiedConnection:
         """A connection from the engine's pool, for driver-level work (see :meth:`checkin`).
