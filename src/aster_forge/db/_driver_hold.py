@@ -7,17 +7,19 @@ handler, a producer) keeps the connection it used for the next call and returns 
 to the pool as soon as the event loop runs while no call is using it: a burst reuses
 one connection, and an idle store holds none (nothing to close, nothing leaked).
 
-The connection goes back in a loop callback, synchronously (no I/O: nothing was
-begun on it, so the pool's reset is a no-op); pools with ``checkin``/``reset``
-listeners, which may do I/O, get the per-call checkout instead. When the engine was
-disposed meanwhile, the connection is terminated rather than returned to the old pool.
+The connection goes back in a loop callback, synchronously, so it cannot do I/O:
+nothing was begun on it (the pool's reset is a no-op) and it goes back only into a
+queue pool with room for it. Otherwise it is terminated: when the pool is full (the
+pool would close it anyway) or the engine was disposed meanwhile (the old pool must
+not get it back: nothing would close it). Other pools, and pools with
+``checkin``/``reset`` listeners (which may do I/O), get the per-call checkout.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from sqlalchemy.pool import Pool, PoolProxiedConnection
+from sqlalchemy.pool import Pool, PoolProxiedConnection, QueuePool
 
 from ._tasks_sql import TaskSql
 
@@ -50,7 +52,11 @@ class HeldDriverConnection:
             return held, True
         connection = await self._sql.checkout(operation)
         pool = self._sql.pool
-        if self._held is None and not (pool.dispatch.checkin or pool.dispatch.reset):
+        if (
+            self._held is None
+            and isinstance(pool, QueuePool)
+            and not (pool.dispatch.checkin or pool.dispatch.reset)
+        ):
             self._held, self._pool, self._busy = connection, pool, True
             return connection, True
         return connection, False
@@ -75,9 +81,13 @@ class HeldDriverConnection:
         if connection is None or self._busy:
             return  # a call is using it: that call schedules the release again
         self._held = None
-        if self._sql.pool is not self._pool:
-            # The engine was disposed during the burst: the old pool must not get it back
-            # (nothing would close it); outside a greenlet, invalidating terminates it.
-            connection.invalidate()
+        pool = self._pool
+        if (
+            pool is self._sql.pool
+            and isinstance(pool, QueuePool)
+            and pool.checkedin() < pool.size()
+        ):
+            connection.close()  # into the pool's queue: no I/O
         else:
-            connection.close()
+            # Outside a greenlet, invalidating terminates the connection (no I/O to await).
+            connection.invalidate()
