@@ -8,6 +8,8 @@ taking commands (``peer_runner.py pgqueuer serve``). One throwaway database:
 
 - aster-forge, one ``store.enqueue`` per call (a store with the registry, so every task
   is validated; NOTIFY on), tasks built with ``registry.new_task``;
+- the same with the event loop idle between calls (``asyncio.sleep(0)``, as between
+  web requests): the store's connection goes back to the pool each time;
 - pgqueuer (its default configuration), one ``Queries.enqueue`` per call;
 - raw asyncpg, one prepared ``INSERT`` per call on one connection (the floor);
 - bulk: aster-forge ``enqueue_many`` and pgqueuer ``enqueue`` in chunks of 5,000.
@@ -104,6 +106,20 @@ class AsterSystem:
         self.sent += n
         return elapsed
 
+    async def single_idle(self, n: int) -> float:
+        """As :meth:`single`, the loop idle between calls (a web request each); seconds.
+
+        The store returns its connection to the pool whenever the loop runs with no
+        enqueue in flight, so every call here checks one out: no reuse across calls.
+        """
+        started = time.perf_counter()
+        for i in range(self.sent, self.sent + n):
+            await self.store.enqueue(_task(i))
+            await asyncio.sleep(0)
+        elapsed = time.perf_counter() - started
+        self.sent += n
+        return elapsed
+
     async def bulk(self, n: int) -> float:
         """One ``enqueue_many`` of ``n`` tasks (built inside the timing); seconds."""
         started = time.perf_counter()
@@ -179,7 +195,10 @@ async def single_round(url: str, count: int, pgqueuer: bool) -> dict[str, float]
     raw = await RawSystem.open(url)
     peer = await _peers.PeerServer.start("pgqueuer", url) if pgqueuer else None
     await aster.warm()
-    jobs: dict[str, Callable[[int], Awaitable[float]]] = {"aster single": aster.single}
+    jobs: dict[str, Callable[[int], Awaitable[float]]] = {
+        "aster single": aster.single,
+        "aster single, idle loop": aster.single_idle,
+    }
     if peer is not None:
         jobs["pgqueuer single"] = lambda n: peer.run("single", n)
     jobs["raw single"] = raw.single
@@ -229,7 +248,7 @@ async def _run(label: str) -> list[str]:
             rates.update(await bulk_round(url, bulk_n, problem is None))
             for name, rate in rates.items():
                 figures.setdefault(name, []).append(rate)
-                print(f"  {name:<16} {rate:>10,.0f}/s", flush=True)
+                print(f"  {name:<24} {rate:>10,.0f}/s", flush=True)
     finally:
         await drop_postgres_database(url)
     med = {name: _median(values) for name, values in figures.items()}
@@ -265,6 +284,9 @@ async def _run(label: str) -> list[str]:
         f"- one enqueue per call vs raw INSERT: {ratio('aster single', 'raw single')} "
         "(goal >= 0.70x)",
         f"- bulk vs pgqueuer: {ratio('aster bulk', 'pgqueuer bulk')} (goal >= 1x)",
+        "- idle loop between calls (each call checks a connection out; no reuse): "
+        f"{ratio('aster single, idle loop', 'pgqueuer single')} vs pgqueuer, "
+        f"{ratio('aster single, idle loop', 'raw single')} vs raw INSERT",
         "",
     ]
     return lines
