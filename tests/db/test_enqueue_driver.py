@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
 
 from aster_forge.db import (
     BackgroundTaskDbStore,
@@ -177,3 +178,20 @@ async def test_a_connection_killed_mid_call_is_unavailable_and_never_reused(
         assert await _count(engine) == 2
     finally:
         await admin.dispose()
+
+
+async def test_a_pool_that_closes_on_check_in_gets_each_connection_back(postgres_url: str) -> None:
+    # NullPool closes a connection on check-in (I/O): nothing is held across calls.
+    engine = create_async_engine(postgres_url, poolclass=NullPool)
+    try:
+        await create_background_tasks_table(engine)
+        store = BackgroundTaskDbStore(engine, registry=REGISTRY)
+        for n in range(5):
+            assert (await store.enqueue(_task(f"null{n}"))).created
+        assert await _count(engine) == 5
+    finally:
+        async with engine.begin() as conn:
+            await conn.execute(sa.text("DROP TABLE IF EXISTS background_tasks_lanes"))
+            await conn.execute(sa.text("DROP TABLE IF EXISTS background_tasks"))
+        await engine.dispose()
+    gc.collect()  # a connection left open would warn (an error here)
