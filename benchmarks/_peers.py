@@ -79,3 +79,52 @@ async def run_peer(
     if not result.get("checked"):
         raise SystemExit(f"{system} {scenario}: exactly-once check failed: {result}")
     return result
+
+
+class PeerServer:
+    """A peer's ``serve`` scenario kept running: timed work on command (see peer_runner)."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self._process = process
+
+    @classmethod
+    async def start(cls, system: str, url: str) -> PeerServer:
+        """Start ``system``'s server on ``url``; returns once it is ready."""
+        process = await asyncio.create_subprocess_exec(
+            str(_python()),
+            str(HERE / "peer_runner.py"),
+            system,
+            "serve",
+            asyncpg_dsn(url),
+            "0",
+            "1",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        server = cls(process)
+        await server._answer()
+        return server
+
+    async def _answer(self) -> dict[str, Any]:
+        assert self._process.stdout is not None
+        line = await asyncio.wait_for(self._process.stdout.readline(), 300)
+        if not line:
+            raise RuntimeError("peer server exited")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    async def run(self, command: str, n: int) -> float:
+        """Run ``command`` (``single`` or ``bulk``) for ``n`` jobs; the seconds it took."""
+        assert self._process.stdin is not None
+        self._process.stdin.write(f"{command} {n}\n".encode())
+        await self._process.stdin.drain()
+        return float((await self._answer())["elapsed"])
+
+    async def close(self) -> bool:
+        """Stop the server; whether its final row-count check passed."""
+        assert self._process.stdin is not None
+        self._process.stdin.write(b"quit\n")
+        await self._process.stdin.drain()
+        result = await self._answer()
+        await self._process.wait()
+        return bool(result.get("checked"))

@@ -1,10 +1,15 @@
 """Enqueue speed on PostgreSQL: one enqueue per call and bulk, beside pgqueuer and raw asyncpg.
 
-Each round runs every system once, interleaved (the machine is shared, so the ratios
-inside one round are what counts), on a fresh table in one throwaway database:
+Each round runs every system time-sliced: 100 single enqueues (or one bulk chunk) of
+each system in turn, the order rotating every slice, each system on its own
+connection(s), so load changes on the shared machine hit every system alike; the
+ratios inside one round are what counts. pgqueuer runs in its own venv as a server
+taking commands (``peer_runner.py pgqueuer serve``). One throwaway database:
 
 - aster-forge, one ``store.enqueue`` per call (a store with the registry, so every task
   is validated; NOTIFY on), tasks built with ``registry.new_task``;
+- the same with the event loop idle between calls (``asyncio.sleep(0)``, as between
+  web requests): the store's connection goes back to the pool each time;
 - pgqueuer (its default configuration), one ``Queries.enqueue`` per call;
 - raw asyncpg, one prepared ``INSERT`` per call on one connection (the floor);
 - bulk: aster-forge ``enqueue_many`` and pgqueuer ``enqueue`` in chunks of 5,000.
@@ -24,6 +29,7 @@ import inspect
 import os
 import statistics
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +49,7 @@ from ._common import (
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CHUNK = 5000
+SINGLE_SLICE = 100
 
 
 def _sizes() -> tuple[int, int, int]:
@@ -77,64 +84,149 @@ async def _count(url: str) -> int:
         await engine.dispose()
 
 
-async def aster_single(url: str, count: int) -> float:
-    """One ``enqueue`` per call; calls/s."""
-    await _aster.reset_table(url)
-    engine = make_engine(url)
-    try:
-        store = _store(engine)
-        await store.enqueue(_task(-1))  # warm the pool and the statement cache
+class AsterSystem:
+    """aster-forge on its own engine: a store with the registry (every task validated)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        self.store = _store(self.engine)
+        self.sent = 0
+
+    async def warm(self) -> None:
+        """One enqueue: the pool and the statement cache are warm before timing."""
+        await self.store.enqueue(_task(-1))
+
+    async def single(self, n: int) -> float:
+        """``n`` enqueues, one per call (tasks built inside the timing); seconds."""
         started = time.perf_counter()
-        for n in range(count):
-            await store.enqueue(_task(n))
+        for i in range(self.sent, self.sent + n):
+            await self.store.enqueue(_task(i))
         elapsed = time.perf_counter() - started
-    finally:
-        await engine.dispose()
-    if await _count(url) != count + 1:
-        raise SystemExit("aster-forge single enqueue: row count mismatch")
-    return count / elapsed
+        self.sent += n
+        return elapsed
 
+    async def single_idle(self, n: int) -> float:
+        """As :meth:`single`, the loop idle between calls (a web request each); seconds.
 
-async def aster_bulk(url: str, count: int) -> float:
-    """``enqueue_many`` in chunks; rows/s."""
-    await _aster.reset_table(url)
-    engine = make_engine(url)
-    try:
-        store = _store(engine)
-        await store.enqueue(_task(-1))
+        The store returns its connection to the pool whenever the loop runs with no
+        enqueue in flight, so every call here checks one out: no reuse across calls.
+        """
         started = time.perf_counter()
-        for start in range(0, count, CHUNK):
-            await store.enqueue_many([_task(n) for n in range(start, min(start + CHUNK, count))])
+        for i in range(self.sent, self.sent + n):
+            await self.store.enqueue(_task(i))
+            await asyncio.sleep(0)
         elapsed = time.perf_counter() - started
-    finally:
-        await engine.dispose()
-    if await _count(url) != count + 1:
-        raise SystemExit("aster-forge bulk enqueue: row count mismatch")
-    return count / elapsed
+        self.sent += n
+        return elapsed
+
+    async def bulk(self, n: int) -> float:
+        """One ``enqueue_many`` of ``n`` tasks (built inside the timing); seconds."""
+        started = time.perf_counter()
+        await self.store.enqueue_many([_task(i) for i in range(self.sent, self.sent + n)])
+        elapsed = time.perf_counter() - started
+        self.sent += n
+        return elapsed
+
+    async def close(self) -> bool:
+        """Dispose of the engine; whether every task landed."""
+        await self.engine.dispose()
+        return await _count(self.url) == self.sent + 1
 
 
-async def raw_single(url: str, count: int) -> float:
-    """One prepared ``INSERT`` per call on one asyncpg connection; calls/s."""
-    import asyncpg
+class RawSystem:
+    """One prepared ``INSERT`` per call on one asyncpg connection (the floor)."""
 
-    conn = await asyncpg.connect(asyncpg_dsn(url))
-    try:
+    INSERT = "INSERT INTO raw_queue (status, payload) VALUES ('pending', $1)"
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.sent = 0
+
+    @classmethod
+    async def open(cls, url: str) -> RawSystem:
+        """Connect, create ``raw_queue`` and warm the prepared statement."""
+        import asyncpg
+
+        conn = await asyncpg.connect(asyncpg_dsn(url))
         await conn.execute(
             "DROP TABLE IF EXISTS raw_queue; CREATE TABLE raw_queue "
             "(id bigserial PRIMARY KEY, status text NOT NULL, payload text, token text)"
         )
-        insert = "INSERT INTO raw_queue (status, payload) VALUES ('pending', $1)"
-        await conn.execute(insert, "warm")
+        await conn.execute(cls.INSERT, "warm")
+        return cls(conn)
+
+    async def single(self, n: int) -> float:
+        """``n`` inserts, one per call; seconds."""
         started = time.perf_counter()
-        for n in range(count):
-            await conn.execute(insert, str(n))
+        for i in range(self.sent, self.sent + n):
+            await self.conn.execute(self.INSERT, str(i))
         elapsed = time.perf_counter() - started
-        if await conn.fetchval("SELECT count(*) FROM raw_queue") != count + 1:
-            raise SystemExit("raw single insert: row count mismatch")
-        return count / elapsed
-    finally:
-        await conn.execute("DROP TABLE IF EXISTS raw_queue")
-        await conn.close()
+        self.sent += n
+        return elapsed
+
+    async def close(self) -> bool:
+        """Drop ``raw_queue``; whether every row landed."""
+        try:
+            rows = await self.conn.fetchval("SELECT count(*) FROM raw_queue")
+            await self.conn.execute("DROP TABLE IF EXISTS raw_queue")
+        finally:
+            await self.conn.close()
+        return bool(rows == self.sent + 1)
+
+
+async def _sliced(
+    jobs: dict[str, Callable[[int], Awaitable[float]]], total: int, size: int
+) -> dict[str, float]:
+    """Run ``total`` units per system in slices of ``size``, rotating the order; rates."""
+    elapsed = dict.fromkeys(jobs, 0.0)
+    names = list(jobs)
+    for index in range(total // size):
+        shift = index % len(names)
+        for name in names[shift:] + names[:shift]:
+            elapsed[name] += await jobs[name](size)
+    return {name: (total // size) * size / seconds for name, seconds in elapsed.items()}
+
+
+async def single_round(url: str, count: int, pgqueuer: bool) -> dict[str, float]:
+    """One enqueue per call: aster-forge, pgqueuer and raw INSERT, time-sliced."""
+    await _aster.reset_table(url)
+    aster = AsterSystem(url)
+    raw = await RawSystem.open(url)
+    peer = await _peers.PeerServer.start("pgqueuer", url) if pgqueuer else None
+    await aster.warm()
+    jobs: dict[str, Callable[[int], Awaitable[float]]] = {
+        "aster single": aster.single,
+        "aster single, idle loop": aster.single_idle,
+    }
+    if peer is not None:
+        jobs["pgqueuer single"] = lambda n: peer.run("single", n)
+    jobs["raw single"] = raw.single
+    rates = await _sliced(jobs, count, SINGLE_SLICE)
+    checks = [await aster.close(), await raw.close()]
+    if peer is not None:
+        checks.append(await peer.close())
+    if not all(checks):
+        raise SystemExit(f"single enqueue: row count mismatch {checks}")
+    return rates
+
+
+async def bulk_round(url: str, count: int, pgqueuer: bool) -> dict[str, float]:
+    """``enqueue_many`` beside pgqueuer's list enqueue, one chunk each in turn."""
+    await _aster.reset_table(url)
+    aster = AsterSystem(url)
+    peer = await _peers.PeerServer.start("pgqueuer", url) if pgqueuer else None
+    await aster.warm()
+    jobs: dict[str, Callable[[int], Awaitable[float]]] = {"aster bulk": aster.bulk}
+    if peer is not None:
+        jobs["pgqueuer bulk"] = lambda n: peer.run("bulk", n)
+    rates = await _sliced(jobs, count, CHUNK)
+    checks = [await aster.close()]
+    if peer is not None:
+        checks.append(await peer.close())
+    if not all(checks):
+        raise SystemExit(f"bulk enqueue: row count mismatch {checks}")
+    return rates
 
 
 def _median(values: list[float]) -> float:
@@ -152,21 +244,11 @@ async def _run(label: str) -> list[str]:
     try:
         for round_no in range(1, rounds + 1):
             print(f"== enqueue round {round_no}/{rounds}", flush=True)
-            runs: list[tuple[str, Any]] = [
-                ("aster single", aster_single(url, single_n)),
-                ("raw single", raw_single(url, single_n)),
-                ("aster bulk", aster_bulk(url, bulk_n)),
-            ]
-            if problem is None:
-                runs.insert(
-                    1, ("pgqueuer single", _peers.run_peer("pgqueuer", "single", url, single_n, 1))
-                )
-                runs.append(("pgqueuer bulk", _peers.run_peer("pgqueuer", "bulk", url, bulk_n, 1)))
-            for name, job in runs:
-                result = await job
-                rate = float(result["rate"]) if isinstance(result, dict) else float(result)
+            rates = await single_round(url, single_n, problem is None)
+            rates.update(await bulk_round(url, bulk_n, problem is None))
+            for name, rate in rates.items():
                 figures.setdefault(name, []).append(rate)
-                print(f"  {name:<16} {rate:>10,.0f}/s", flush=True)
+                print(f"  {name:<24} {rate:>10,.0f}/s", flush=True)
     finally:
         await drop_postgres_database(url)
     med = {name: _median(values) for name, values in figures.items()}
@@ -182,7 +264,8 @@ async def _run(label: str) -> list[str]:
         f"### {label}",
         "",
         f"- N single = {single_n:,} calls, N bulk = {bulk_n:,} rows (chunks of {CHUNK:,}), "
-        f"{rounds} interleaved rounds; load average {load_start:.2f} -> {load_average():.2f}",
+        f"{rounds} rounds, time-sliced ({SINGLE_SLICE} single calls or one chunk per "
+        f"system in turn); load average {load_start:.2f} -> {load_average():.2f}",
         *(
             [f"- peers skipped: {problem}"]
             if problem is not None
@@ -201,6 +284,9 @@ async def _run(label: str) -> list[str]:
         f"- one enqueue per call vs raw INSERT: {ratio('aster single', 'raw single')} "
         "(goal >= 0.70x)",
         f"- bulk vs pgqueuer: {ratio('aster bulk', 'pgqueuer bulk')} (goal >= 1x)",
+        "- idle loop between calls (each call checks a connection out; no reuse): "
+        f"{ratio('aster single, idle loop', 'pgqueuer single')} vs pgqueuer, "
+        f"{ratio('aster single, idle loop', 'raw single')} vs raw INSERT",
         "",
     ]
     return lines

@@ -4,9 +4,10 @@
 Usage: ``python benchmarks/peer_runner.py SYSTEM SCENARIO DSN COUNT CONCURRENCY``
 with SYSTEM ``pgqueuer`` or ``procrastinate``, SCENARIO ``burn`` (drain COUNT
 pre-enqueued no-op jobs with the documented worker API, pgqueuer in its default
-configuration), ``burn-capped`` (pgqueuer with ``concurrency_limit=CONCURRENCY``) or
-``bulk`` (enqueue COUNT jobs in chunks) or ``single`` (pgqueuer: COUNT enqueues, one
-per call). Prints one JSON line: ``{"rate": ..., "checked": ...}``. Each burn
+configuration), ``burn-capped`` (pgqueuer with ``concurrency_limit=CONCURRENCY``),
+``bulk`` (enqueue COUNT jobs in chunks), ``single`` (pgqueuer: COUNT enqueues, one per
+call) or ``serve`` (pgqueuer: enqueue on command, see :func:`pgqueuer_serve`). Prints
+one JSON line: ``{"rate": ..., "checked": ...}``. Each burn
 verifies that every job ran exactly once (a counter in the job body) and that the
 queue ended empty / every job row succeeded. This file imports nothing from the
 project (the peers are not project dependencies).
@@ -124,6 +125,42 @@ async def pgqueuer_bulk(dsn: str, count: int) -> dict[str, Any]:
     return {"rate": rate, "checked": True}
 
 
+async def pgqueuer_serve(dsn: str) -> dict[str, Any]:
+    """Enqueue on command, for time-sliced interleaving with other systems.
+
+    One connection (pgqueuer's default configuration). Reads lines from stdin:
+    ``single N`` (N enqueues, one per call), ``bulk N`` (one enqueue of N jobs, the
+    lists built inside the timing as :func:`_pgq_fill` does), ``quit``; answers each
+    with one JSON line ``{"elapsed": seconds}``. On ``quit``, checks the row count.
+    """
+    conn, queries = await _pgq_fresh(dsn)
+    loop = asyncio.get_running_loop()
+    sent = 0
+    try:
+        await queries.enqueue("noop", b"warm", 0)
+        print(json.dumps({"ready": True}), flush=True)
+        while True:
+            line = (await loop.run_in_executor(None, sys.stdin.readline)).split()
+            if not line or line[0] == "quit":
+                break
+            n = int(line[1])
+            started = time.perf_counter()
+            if line[0] == "single":
+                for i in range(sent, sent + n):
+                    await queries.enqueue("noop", str(i).encode(), 0)
+            else:
+                await queries.enqueue(
+                    ["noop"] * n, [str(i).encode() for i in range(sent, sent + n)], [0] * n
+                )
+            elapsed = time.perf_counter() - started
+            sent += n
+            print(json.dumps({"elapsed": elapsed}), flush=True)
+        rows = await conn.fetchval("SELECT count(*) FROM pgqueuer")
+    finally:
+        await conn.close()
+    return {"rate": 0.0, "checked": rows == sent + 1}
+
+
 # -- procrastinate ----------------------------------------------------------------------
 
 
@@ -204,6 +241,8 @@ async def _main(argv: list[str]) -> dict[str, Any]:
             return await pgqueuer_burn(dsn, count, concurrency, capped=True)
         if scenario == "single":
             return await pgqueuer_single(dsn, count)
+        if scenario == "serve":
+            return await pgqueuer_serve(dsn)
         return await pgqueuer_bulk(dsn, count)
     if scenario == "burn":
         return await procrastinate_burn(dsn, count, concurrency)

@@ -23,6 +23,7 @@ from aster_forge.tasks import (
     TaskRegistryError,
     TaskSpec,
     TaskStatus,
+    _records,
     run_claimed_task_with_store,
 )
 from aster_forge.testing import InMemoryTaskStore, ManualClock
@@ -202,3 +203,21 @@ async def test_in_memory_store_has_no_transaction_to_join() -> None:
     with pytest.raises(TaskEnqueueValueError, match="no database transaction"):
         await store.enqueue(NewTask("k", "l"), connection=object())  # type: ignore[arg-type]
     assert store.all_tasks() == []
+
+
+def test_text_checked_once_is_still_refused_when_it_changes() -> None:
+    # Valid kinds, lanes and steps are remembered so repeat tasks skip their checks:
+    # any other text is still checked in full, and the memory stays bounded.
+    for _ in range(3):
+        NewTask("mail", "fallback", steps_json='[{"key": "a"}]')
+    with pytest.raises(TaskEnqueueValueError):
+        NewTask("mail\x01", "fallback")
+    with pytest.raises(TaskEnqueueValueError):
+        NewTask("mail", "fallback ")
+    with pytest.raises(TaskEnqueueValueError):
+        NewTask("mail", "fallback", steps_json='[{"key": "a"}')
+    with pytest.raises(TaskEnqueueValueError):
+        NewTask("mail", "fallback", steps_json="[NaN]")
+    for n in range(_records._KNOWN_GOOD_LIMIT + 10):
+        NewTask(f"kind-{n}", "fallback")
+    assert len(_records._KNOWN_GOOD) <= _records._KNOWN_GOOD_LIMIT

@@ -24,6 +24,7 @@ from ..tasks import (
     check_retry_delay,
     check_ttl,
 )
+from ._driver_hold import HeldDriverConnection
 from ._task_lanes import TaskLaneMixin, lane_open_predicate
 from ._tasks_admin import TaskAdminMixin
 from ._tasks_control import TaskControlMixin
@@ -100,6 +101,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             if self._sql.is_postgres
             else None
         )
+        self._driver_hold = HeldDriverConnection(self._sql)
         self._succeed_many_cached: Any = None
 
     @property

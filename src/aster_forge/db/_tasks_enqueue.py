@@ -17,7 +17,7 @@ Three ways in, one set of guarantees (the registry check, dedupe, NOTIFY on comm
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from .._errors import AsterForgeError
 from ..tasks import BackgroundTaskRecord, EnqueueResult, NewTask, TaskRegistry, TaskStatus
+from ._driver_hold import HeldDriverConnection
 from ._tasks_enqueue_pg import DriverRow, PgEnqueueStatement
 from ._tasks_sql import _SATURATING_DELTA, TaskSql
 from ._tasks_table import CORE_COLUMNS, record_from_row
@@ -54,6 +55,7 @@ class TaskEnqueueMixin:
     _channel: str
     _registry: TaskRegistry[Any, Any, Any] | None
     _pg_enqueue: PgEnqueueStatement | None
+    _driver_hold: HeldDriverConnection
 
     # -- enqueue ----------------------------------------------------------------------
 
@@ -98,11 +100,7 @@ class TaskEnqueueMixin:
             return await self._enqueue_in(connection, tasks)
         pg = self._pg_enqueue
         if pg is not None and not any(task.extra for task in tasks):
-            return await self._sql.run(
-                _OPERATION,
-                lambda c: self._enqueue_pg(c, pg, tasks, on_driver=True),
-                single_statement=True,
-            )
+            return await self._enqueue_on_driver(pg, tasks)
         has_keys = any(task.dedupe_key is not None for task in tasks)
         attempt = 0
         while True:
@@ -140,7 +138,13 @@ class TaskEnqueueMixin:
         pg = self._pg_enqueue
         try:
             if pg is not None and not any(task.extra for task in tasks):
-                return await self._enqueue_pg(conn, pg, tasks)
+
+                async def fetch(pending: Sequence[NewTask]) -> Sequence[Any]:
+                    return (await conn.execute(pg.statement, pg.parameters(pending))).all()
+
+                return await self._enqueue_pg(
+                    tasks, fetch, lambda keys: self._rows_by_key(conn, keys, locking_read=False)
+                )
             if self._sql.backend is DatabaseBackend.SQLITE:
                 # SQLite has one writer: once this transaction writes, no other can
                 # insert our key, and a stale read fails as "database is locked".
@@ -160,13 +164,56 @@ class TaskEnqueueMixin:
         except (sa.exc.SQLAlchemyError, OSError, TimeoutError, UnicodeError) as exc:
             raise translate_db_error(exc, _OPERATION) from exc
 
+    async def _enqueue_on_driver(
+        self, pg: PgEnqueueStatement, tasks: Sequence[NewTask]
+    ) -> list[EnqueueResult]:
+        """The statement on a pooled asyncpg connection itself, in autocommit.
+
+        The pool's own checkout (``pool_pre_ping``, events) without a SQLAlchemy
+        ``Connection`` around it: no isolation level set and reset per call, and no
+        transaction is begun, so one round trip commits. Back-to-back calls reuse one
+        connection (:class:`HeldDriverConnection`).
+        """
+        connection, held = await self._driver_hold.acquire(_OPERATION)
+        driver: Any = connection.driver_connection
+
+        async def fetch(pending: Sequence[NewTask]) -> list[DriverRow]:
+            if len(pending) == 1:
+                return await self._on_driver(driver, pg.single_sql, pg.single_arguments(pending[0]))
+            return await self._on_driver(driver, pg.sql, pg.arguments(pending))
+
+        async def read_keys(keys: Sequence[str]) -> list[BackgroundTaskRecord]:
+            rows = await self._on_driver(driver, pg.by_key_sql, [list(keys)])
+            return [record_from_row(row) for row in rows]
+
+        try:
+            results = await self._enqueue_pg(tasks, fetch, read_keys)
+        except BaseException as exc:
+            # A cancelled or lost connection is in an unknown state: never reuse it.
+            broken = isinstance(exc, asyncio.CancelledError) or is_driver_connection_error(
+                exc.__cause__ or exc
+            )
+            await asyncio.shield(self._driver_hold.release(connection, held, broken=broken))
+            raise
+        await self._driver_hold.release(connection, held, broken=False)
+        return results
+
+    @staticmethod
+    async def _on_driver(driver: Any, sql: str, args: Sequence[Any]) -> list[DriverRow]:
+        """Run ``sql`` on the asyncpg connection; driver errors become the typed ones."""
+        try:
+            records = await driver.fetch(sql, *args)
+        except (asyncio.CancelledError, AsterForgeError):
+            raise
+        except Exception as exc:
+            raise translate_driver_error(exc, _OPERATION) from exc
+        return [DriverRow(record) for record in records]
+
     async def _enqueue_pg(
         self,
-        conn: AsyncConnection,
-        pg: PgEnqueueStatement,
         tasks: Sequence[NewTask],
-        *,
-        on_driver: bool = False,
+        fetch: Callable[[Sequence[NewTask]], Awaitable[Sequence[Any]]],
+        read_keys: Callable[[Sequence[str]], Awaitable[list[BackgroundTaskRecord]]],
     ) -> list[EnqueueResult]:
         first: dict[str, int] = {}
         send: list[NewTask] = []
@@ -178,11 +225,7 @@ class TaskEnqueueMixin:
         created: list[BackgroundTaskRecord] = []
         found: dict[str, BackgroundTaskRecord] = {}
         for _ in range(_DEDUPE_RACE_ATTEMPTS):
-            rows: Sequence[Any]
-            if on_driver:
-                rows = await self._fetch_on_driver(conn, pg, pending)
-            else:
-                rows = (await conn.execute(pg.statement, pg.parameters(pending))).all()
+            rows = await fetch(pending)
             fresh = sorted(
                 (record_from_row(row) for row in rows if row.created), key=lambda r: r.id
             )
@@ -203,7 +246,7 @@ class TaskEnqueueMixin:
             ]
             if missing:
                 # Committed by a racing transaction after the statement's snapshot.
-                for record in await self._rows_by_key(conn, missing, locking_read=False):
+                for record in await read_keys(missing):
                     found[record.dedupe_key or ""] = record
             pending = [
                 t
@@ -235,24 +278,6 @@ class TaskEnqueueMixin:
                 raise RuntimeError("inserted rows came back out of input order")
             results.append(EnqueueResult(record, created=made))
         return results
-
-    @staticmethod
-    async def _fetch_on_driver(
-        conn: AsyncConnection, pg: PgEnqueueStatement, tasks: Sequence[NewTask]
-    ) -> list[DriverRow]:
-        """Run the statement on the asyncpg connection (autocommit: one round trip)."""
-        raw = await conn.get_raw_connection()
-        driver: Any = raw.driver_connection
-        try:
-            records = await driver.fetch(pg.sql, *pg.arguments(tasks))
-        except (asyncio.CancelledError, AsterForgeError):
-            raise
-        except Exception as exc:
-            if is_driver_connection_error(exc):
-                # The pool must not hand this connection out again.
-                await conn.invalidate()
-            raise translate_driver_error(exc, _OPERATION) from exc
-        return [DriverRow(record) for record in records]
 
     async def _rows_by_key(
         self, conn: AsyncConnection, keys: Sequence[str], *, locking_read: bool

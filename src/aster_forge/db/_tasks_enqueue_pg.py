@@ -37,29 +37,49 @@ _INPUT = (
     ("dedupe_key", "text", sa.Text()),
 )
 
+_COLUMNS = """INSERT INTO {t} (kind, lane, status, payload_json, steps_json, attempt, max_attempts,
+                     run_at, priority, dedupe_key, manual_retry_allowed, cancel_requested,
+                     rescued, created_at, updated_at)"""
+
+# Shared by both statements: a dedupe hit inserts nothing and is read back instead.
+_ON_CONFLICT = """
+    ON CONFLICT (dedupe_key) DO NOTHING
+    RETURNING {returning}
+)"""
+
 _SQL = """
 WITH v AS (
     SELECT * FROM unnest({arrays}) WITH ORDINALITY AS v({names}, ord)
 ), ins AS (
-    INSERT INTO {t} (kind, lane, status, payload_json, steps_json, attempt, max_attempts,
-                     run_at, priority, dedupe_key, manual_retry_allowed, cancel_requested,
-                     rescued, created_at, updated_at)
+    {columns}
     SELECT kind, lane, '{pending}', payload_json, steps_json, 0, max_attempts,
            COALESCE(run_at, now() + delay), priority, dedupe_key, true, false, false,
            now(), now()
-    FROM v ORDER BY ord
-    ON CONFLICT (dedupe_key) DO NOTHING
-    RETURNING {returning}
-){woke}
+    FROM v ORDER BY ord{on_conflict}{woke}
 SELECT true AS created, ins.* FROM ins{woke_join}
 UNION ALL
-SELECT false AS created, {existing} FROM {t} AS e
-WHERE e.dedupe_key = ANY(CAST(:keys AS text[]))
+SELECT false AS created, {existing}
+FROM unnest(CAST(:keys AS text[])) AS k(key) JOIN {t} AS e ON e.dedupe_key = k.key
+"""
+
+# One task (a web request's enqueue): plain parameters, no arrays to build or unnest,
+# a plan PostgreSQL caches (the array statement costs more to plan than to run).
+_SINGLE_SQL = """
+WITH ins AS (
+    {columns}
+    VALUES ($1::text, $2::text, '{pending}', $3::text, $4::text, 0, $5::integer,
+            COALESCE($6::timestamptz, now() + $7::interval), $8::integer, $9::text,
+            true, false, false, now(), now()){on_conflict}{woke}
+SELECT true AS created, ins.* FROM ins{woke_join}
+UNION ALL
+SELECT false AS created, {existing} FROM {t} AS e WHERE e.dedupe_key = $9::text
 """
 
 _WOKE = """, woke AS (
-    SELECT count(pg_notify(:channel, l.lane)) AS n FROM (SELECT DISTINCT lane FROM ins) AS l
+    SELECT count(pg_notify({channel}, l.lane)) AS n FROM (SELECT DISTINCT lane FROM ins) AS l
 )"""
+
+_BY_KEY_SQL = "SELECT {columns} FROM {t} WHERE dedupe_key = ANY($1::text[])"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,26 +95,36 @@ class DriverRow:
 
 
 class PgEnqueueStatement:
-    """The prebuilt enqueue statement of one table (with or without the NOTIFY).
+    """The prebuilt enqueue statements of one table (with or without the NOTIFY).
 
     ``statement`` runs through SQLAlchemy (in the product's transaction); ``sql`` with
-    :meth:`arguments` runs on the asyncpg connection itself, prepared once and cached
-    by asyncpg (the hot path: no per-call SQLAlchemy execution work).
+    :meth:`arguments` (any batch), ``single_sql`` with :meth:`single_arguments` (one
+    task) and ``by_key_sql`` run on the asyncpg connection itself, each prepared once
+    and cached by asyncpg (the hot path: no per-call SQLAlchemy execution work).
     """
 
     def __init__(self, table: sa.Table, dialect: Any, *, channel: str | None) -> None:
         prep = dialect.identifier_preparer
         quoted = [prep.quote(name) for name in CORE_COLUMNS]
+        t = prep.format_table(table)
+        parts = {
+            "t": t,
+            "columns": _COLUMNS.format(t=t),
+            "pending": TaskStatus.PENDING.value,
+            "on_conflict": _ON_CONFLICT.format(returning=", ".join(quoted)),
+            "existing": ", ".join(f"e.{name}" for name in quoted),
+            "woke_join": " CROSS JOIN woke" if channel is not None else "",
+        }
         sql = _SQL.format(
-            t=prep.format_table(table),
             arrays=", ".join(f"CAST(:{name} AS {sql_type}[])" for name, sql_type, _ in _INPUT),
             names=", ".join(name for name, _, _ in _INPUT),
-            pending=TaskStatus.PENDING.value,
-            returning=", ".join(quoted),
-            existing=", ".join(f"e.{name}" for name in quoted),
-            woke=_WOKE if channel is not None else "",
-            woke_join=" CROSS JOIN woke" if channel is not None else "",
+            woke=_WOKE.format(channel=":channel") if channel is not None else "",
+            **parts,
         )
+        self.single_sql = _SINGLE_SQL.format(
+            woke=_WOKE.format(channel="$10::text") if channel is not None else "", **parts
+        )
+        self.by_key_sql = _BY_KEY_SQL.format(columns=", ".join(quoted), t=t)
         params: list[sa.BindParameter[Any]] = [
             sa.bindparam(name, type_=postgresql.ARRAY(type_)) for name, _, type_ in _INPUT
         ]
@@ -110,6 +140,27 @@ class PgEnqueueStatement:
         self.sql = str(compiled)
         self._order = list(compiled.positiontup or ())
         self._channel = channel
+
+    def single_arguments(self, task: NewTask) -> list[Any]:
+        """The positional arguments of :attr:`single_sql` for ``task``."""
+        run_at, delay = task.run_at, task.delay
+        if run_at is None and delay >= _SATURATING_DELTA:
+            # Saturate in Python: the server never computes an out-of-range timestamp.
+            run_at, delay = NEVER_EXPIRES, timedelta(0)
+        args = [
+            task.kind,
+            task.lane,
+            task.payload_json,
+            task.steps_json,
+            task.max_attempts,
+            run_at,
+            delay,
+            task.priority,
+            task.dedupe_key_text,
+        ]
+        if self._channel is not None:
+            args.append(self._channel)
+        return args
 
     def arguments(self, tasks: Sequence[NewTask]) -> list[Any]:
         """The positional arguments of :attr:`sql` for ``tasks``."""

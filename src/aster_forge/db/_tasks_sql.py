@@ -12,11 +12,14 @@ from typing import Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.pool import Pool, PoolProxiedConnection
+from sqlalchemy.util import greenlet_spawn
 
+from .._errors import AsterForgeError
 from ..runtime import NEVER_EXPIRES, Clock, saturating_expiry
 from ..tasks import TaskLease, TaskStatus
 from ._time import DatabaseBackend, UtcDateTime, database_now
-from ._translate import run_transaction
+from ._translate import run_transaction, translate_db_error
 
 __all__ = ["DbNow", "TaskSql", "sqlite_write_lock"]
 
@@ -100,6 +103,30 @@ class TaskSql:
         return await run_transaction(
             self._engine, operation, body, transaction=transaction, attempts=_CONFLICT_ATTEMPTS
         )
+
+    @property
+    def pool(self) -> Pool:
+        """The engine's current pool (a new one after ``dispose()``)."""
+        return self._engine.sync_engine.pool
+
+    async def checkout(self, operation: str) -> PoolProxiedConnection:
+        """A connection from the engine's pool, for driver-level work (see :meth:`checkin`).
+
+        Raises:
+            DatabaseOperationError: (or a subclass) when no connection can be had.
+        """
+        try:
+            return await self._engine.raw_connection()
+        except AsterForgeError:
+            raise
+        except (sa.exc.SQLAlchemyError, OSError, TimeoutError) as exc:
+            raise translate_db_error(exc, operation) from exc
+
+    @staticmethod
+    async def checkin(connection: PoolProxiedConnection, *, invalidate: bool) -> None:
+        """Return ``connection`` to the pool, or discard it when its state is unknown."""
+        # In a greenlet: the pool's reset and any checkin listener may do I/O.
+        await greenlet_spawn(connection.invalidate if invalidate else connection.close)
 
     @asynccontextmanager
     async def _sqlite_immediate(self) -> AsyncIterator[AsyncConnection]:

@@ -145,6 +145,20 @@ def check_text(value: str, what: str, error: type[Exception] = TaskEnqueueValueE
     return value
 
 
+# Text already found valid (kinds, lanes, a registry's steps), so building a task of a
+# known kind does not re-check them: str is immutable. Bounded: emptied when full.
+_KNOWN_GOOD: dict[tuple[str, str], None] = {}
+_KNOWN_GOOD_LIMIT = 4096
+_KNOWN_GOOD_TEXT_LENGTH = 4096
+
+
+def _remember_good(what: str, text: str) -> None:
+    if len(text) <= _KNOWN_GOOD_TEXT_LENGTH:
+        if len(_KNOWN_GOOD) >= _KNOWN_GOOD_LIMIT:
+            _KNOWN_GOOD.clear()
+        _KNOWN_GOOD[what, text] = None
+
+
 def wire_value(value: object, what: str) -> str:
     """Return the wire value of a kind/lane (a ``str`` or a str-valued enum member).
 
@@ -156,6 +170,8 @@ def wire_value(value: object, what: str) -> str:
     raw = value.value if isinstance(value, enum.Enum) else value
     if not isinstance(raw, str):
         raise TaskEnqueueValueError(f"task {what} must be a str, got {type(raw).__name__}")
+    if (what, raw) in _KNOWN_GOOD:
+        return raw
     if not raw.strip() or raw != raw.strip():
         raise TaskEnqueueValueError(f"task {what} must be non-empty without surrounding whitespace")
     if len(raw) > MAX_TASK_KIND_LENGTH:
@@ -165,6 +181,7 @@ def wire_value(value: object, what: str) -> str:
     check_text(raw, f"task {what}")
     if _CONTROL_CHARACTER.search(raw) is not None:
         raise TaskEnqueueValueError(f"task {what} must not contain control characters")
+    _remember_good(what, raw)
     return raw
 
 
@@ -176,15 +193,18 @@ def _refuse_constant(name: str) -> object:
 _STRICT_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
 
 
-def _check_json(what: str, value: object, *, optional: bool) -> None:
+def _check_json(what: str, value: object, *, optional: bool, remember: bool = False) -> None:
     """Strict JSON (RFC 8259: no ``NaN``/``Infinity``), storable on every backend.
 
+    ``remember``: text that recurs (a kind's initial steps) is checked once.
     Errors are raised ``from None``: the decoder's exception holds the whole document.
     """
     if value is None and optional:
         return
     if not isinstance(value, str):
         raise TaskEnqueueValueError(f"{what} must be JSON text, got {type(value).__name__}")
+    if remember and (what, value) in _KNOWN_GOOD:
+        return
     check_text(value, what)
     try:
         _STRICT_DECODER.decode(value)
@@ -198,6 +218,8 @@ def _check_json(what: str, value: object, *, optional: bool) -> None:
         raise TaskEnqueueValueError(
             f"{what} is not standard JSON: {exc.args[0]} is not a JSON value"
         ) from None
+    if remember:
+        _remember_good(what, value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +258,7 @@ class NewTask:
         object.__setattr__(self, "kind", wire_value(self.kind, "kind"))
         object.__setattr__(self, "lane", wire_value(self.lane, "lane"))
         _check_json("payload_json", self.payload_json, optional=False)
-        _check_json("steps_json", self.steps_json, optional=True)
+        _check_json("steps_json", self.steps_json, optional=True, remember=True)
         if self.run_at is not None and (
             not isinstance(self.run_at, datetime) or self.run_at.utcoffset() is None
         ):

@@ -1,0 +1,93 @@
+"""One pooled connection kept checked out across a burst of back-to-back driver calls.
+
+Checking a connection out of the SQLAlchemy pool and back in costs two greenlet
+switches and the pool's bookkeeping per call, about as much client time as the
+statement itself on a loopback server. A store that enqueues in a loop (a request
+handler, a producer) keeps the connection it used for the next call and returns it
+to the pool as soon as the event loop runs while no call is using it: a burst reuses
+one connection, and an idle store holds none (nothing to close, nothing leaked).
+
+The connection goes back in a loop callback, synchronously, so it cannot do I/O:
+nothing was begun on it (the pool's reset is a no-op) and it goes back only into a
+queue pool with room for it. Otherwise it is terminated: when the pool is full (the
+pool would close it anyway) or the engine was disposed meanwhile (the old pool must
+not get it back: nothing would close it). Other pools, and pools with
+``checkin``/``reset`` listeners (which may do I/O), get the per-call checkout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from sqlalchemy.pool import Pool, PoolProxiedConnection, QueuePool
+
+from ._tasks_sql import TaskSql
+
+__all__ = ["HeldDriverConnection"]
+
+
+class HeldDriverConnection:
+    """Lends a pooled connection for one driver-level call, reusing it within a burst.
+
+    Args:
+        sql: The store's :class:`TaskSql` (its engine's pool lends the connection).
+    """
+
+    def __init__(self, sql: TaskSql) -> None:
+        self._sql = sql
+        self._held: PoolProxiedConnection | None = None
+        self._pool: Pool | None = None
+        self._busy = False
+        self._release_scheduled = False
+
+    async def acquire(self, operation: str) -> tuple[PoolProxiedConnection, bool]:
+        """A connection for one call, and whether it is the held one (see :meth:`release`).
+
+        Raises:
+            DatabaseOperationError: (or a subclass) when no connection can be had.
+        """
+        held = self._held
+        if held is not None and not self._busy and self._sql.pool is self._pool:
+            self._busy = True
+            return held, True
+        connection = await self._sql.checkout(operation)
+        pool = self._sql.pool
+        if (
+            self._held is None
+            and isinstance(pool, QueuePool)
+            and not (pool.dispatch.checkin or pool.dispatch.reset)
+        ):
+            self._held, self._pool, self._busy = connection, pool, True
+            return connection, True
+        return connection, False
+
+    async def release(self, connection: PoolProxiedConnection, held: bool, *, broken: bool) -> None:
+        """End the call: a broken connection is discarded, a held one kept for the burst."""
+        if not held:
+            await self._sql.checkin(connection, invalidate=broken)
+            return
+        self._busy = False
+        if broken:
+            self._held = None
+            await self._sql.checkin(connection, invalidate=True)
+            return
+        if not self._release_scheduled:
+            self._release_scheduled = True
+            asyncio.get_running_loop().call_soon(self._release_idle)
+
+    def _release_idle(self) -> None:
+        self._release_scheduled = False
+        connection = self._held
+        if connection is None or self._busy:
+            return  # a call is using it: that call schedules the release again
+        self._held = None
+        pool = self._pool
+        if (
+            pool is self._sql.pool
+            and isinstance(pool, QueuePool)
+            and pool.checkedin() < pool.size()
+        ):
+            connection.close()  # into the pool's queue: no I/O
+        else:
+            # Outside a greenlet, invalidating terminates the connection (no I/O to await).
+            connection.invalidate()

@@ -1,0 +1,197 @@
+"""PostgreSQL enqueue on the pooled asyncpg connection: reuse within a burst, nothing leaked.
+
+Back-to-back enqueues keep one connection checked out and return it as soon as the
+event loop runs with no enqueue using it; a cancelled or killed call discards its
+connection; an engine disposed in the middle of a burst gets nothing back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import AsyncIterator
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
+
+from aster_forge.db import (
+    BackgroundTaskDbStore,
+    DatabaseUnavailableError,
+    create_background_tasks_table,
+)
+from aster_forge.tasks import NewTask
+
+from ..tasks._dispatch_support import REGISTRY, Job, Kind
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+async def one_connection(postgres_url: str) -> AsyncIterator[AsyncEngine]:
+    """An engine whose pool has exactly one connection (a leak would starve it)."""
+    engine = create_async_engine(postgres_url, pool_size=1, max_overflow=0, pool_timeout=5)
+    await create_background_tasks_table(engine)
+    try:
+        yield engine
+    finally:
+        async with engine.begin() as conn:
+            await conn.execute(sa.text("DROP TABLE IF EXISTS background_tasks_lanes"))
+            await conn.execute(sa.text("DROP TABLE IF EXISTS background_tasks"))
+        await engine.dispose()
+
+
+def _task(name: str) -> NewTask:
+    return REGISTRY.new_task(Kind.MAIL, Job(name=name))
+
+
+async def _count(engine: AsyncEngine) -> int:
+    async with engine.connect() as conn:
+        query = sa.text("SELECT count(*) FROM background_tasks")
+        return int((await conn.execute(query)).scalar_one())
+
+
+async def _wait_for_lock_wait(admin: AsyncConnection) -> None:
+    """Until some backend waits on a lock (the enqueue blocked behind ours)."""
+    query = sa.text(
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+    )
+    for _ in range(500):
+        if (await admin.execute(query)).scalar_one():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the enqueue never blocked on the lock")
+
+
+async def test_a_burst_reuses_one_connection_and_returns_it_when_idle(
+    one_connection: AsyncEngine,
+) -> None:
+    engine = one_connection
+    store = BackgroundTaskDbStore(engine, registry=REGISTRY)
+    pool = engine.sync_engine.pool
+    ids = [(await store.enqueue(_task(f"n{n}"))).record.id for n in range(50)]
+    assert len(set(ids)) == 50
+    await asyncio.sleep(0)  # one loop iteration with no enqueue running
+    assert pool.checkedout() == 0, pool.status()  # type: ignore[attr-defined]
+    # The single pooled connection is free for the product again.
+    assert await _count(engine) == 50
+
+
+async def test_concurrent_enqueues_share_the_pool_and_leak_nothing(postgres_url: str) -> None:
+    engine = create_async_engine(postgres_url, pool_size=3, max_overflow=0, pool_timeout=5)
+    try:
+        await create_background_tasks_table(engine)
+        store = BackgroundTaskDbStore(engine, registry=REGISTRY)
+        results = await asyncio.gather(*(store.enqueue(_task(f"c{n}")) for n in range(60)))
+        assert all(r.created for r in results)
+        assert len({r.record.id for r in results}) == 60
+        dedupe = REGISTRY.new_task(Kind.MAIL, Job(name="once"), dedupe_key="once")
+        hits = await asyncio.gather(*(store.enqueue(dedupe) for _ in range(10)))
+        assert sum(r.created for r in hits) == 1
+        assert len({r.record.id for r in hits}) == 1
+        await asyncio.sleep(0)
+        assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+        assert await _count(engine) == 61
+    finally:
+        async with engine.begin() as conn:
+            await conn.execute(sa.text("DROP TABLE IF EXISTS background_tasks_lanes"))
+            await conn.execute(sa.text("DROP TABLE IF EXISTS background_tasks"))
+        await engine.dispose()
+
+
+async def test_disposing_the_engine_right_after_an_enqueue_leaks_no_connection(
+    postgres_url: str,
+) -> None:
+    engine = create_async_engine(postgres_url, pool_size=1, max_overflow=0)
+    await create_background_tasks_table(engine)
+    store = BackgroundTaskDbStore(engine, registry=REGISTRY)
+    try:
+        await store.enqueue(_task("before"))
+        # No loop iteration between the enqueue and the disposal: the connection is
+        # still held; it must be closed, not handed to the discarded pool.
+        await engine.dispose()
+        await asyncio.sleep(0)
+        gc.collect()  # an unclosed asyncpg connection would warn (an error here)
+        again = await store.enqueue(_task("after"))  # the engine's new pool
+        assert again.created
+        assert await _count(engine) == 2
+    finally:
+        async with engine.begin() as conn:
+            await conn.execute(sa.text("DROP TABLE IF EXISTS background_tasks_lanes"))
+            await conn.execute(sa.text("DROP TABLE IF EXISTS background_tasks"))
+        await engine.dispose()
+    await asyncio.sleep(0)
+    gc.collect()
+
+
+async def test_a_cancelled_enqueue_discards_its_connection(
+    one_connection: AsyncEngine, postgres_url: str
+) -> None:
+    engine = one_connection
+    store = BackgroundTaskDbStore(engine, registry=REGISTRY)
+    await store.enqueue(_task("warm"))
+    admin = create_async_engine(postgres_url)
+    try:
+        async with admin.connect() as conn:
+            await conn.execute(sa.text("LOCK TABLE background_tasks IN EXCLUSIVE MODE"))
+            blocked = asyncio.create_task(store.enqueue(_task("cancelled")))
+            await _wait_for_lock_wait(conn)
+            blocked.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await blocked
+            await conn.rollback()
+        # The pool's only connection was replaced: the next enqueue works.
+        assert (await store.enqueue(_task("after"))).created
+        await asyncio.sleep(0)
+        assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+        assert await _count(engine) == 2
+    finally:
+        await admin.dispose()
+
+
+async def test_a_connection_killed_mid_call_is_unavailable_and_never_reused(
+    one_connection: AsyncEngine, postgres_url: str
+) -> None:
+    engine = one_connection
+    store = BackgroundTaskDbStore(engine, registry=REGISTRY)
+    await store.enqueue(_task("warm"))
+    admin = create_async_engine(postgres_url)
+    try:
+        async with admin.connect() as conn:
+            await conn.execute(sa.text("LOCK TABLE background_tasks IN EXCLUSIVE MODE"))
+            blocked = asyncio.create_task(store.enqueue(_task("killed")))
+            await _wait_for_lock_wait(conn)
+            await conn.execute(
+                sa.text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+                )
+            )
+            with pytest.raises(DatabaseUnavailableError):
+                await blocked
+            await conn.rollback()
+        assert (await store.enqueue(_task("after"))).created
+        await asyncio.sleep(0)
+        assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+        assert await _count(engine) == 2
+    finally:
+        await admin.dispose()
+
+
+async def test_a_pool_that_closes_on_check_in_gets_each_connection_back(postgres_url: str) -> None:
+    # NullPool closes a connection on check-in (I/O): nothing is held across calls.
+    engine = create_async_engine(postgres_url, poolclass=NullPool)
+    try:
+        await create_background_tasks_table(engine)
+        store = BackgroundTaskDbStore(engine, registry=REGISTRY)
+        for n in range(5):
+            assert (await store.enqueue(_task(f"null{n}"))).created
+        assert await _count(engine) == 5
+    finally:
+        async with engine.begin() as conn:
+            await conn.execute(sa.text("DROP TABLE IF EXISTS background_tasks_lanes"))
+            await conn.execute(sa.text("DROP TABLE IF EXISTS background_tasks"))
+        await engine.dispose()
+    gc.collect()  # a connection left open would warn (an error here)
