@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aster_forge.db import BackgroundTaskDbStore
-from aster_forge.tasks import TaskCompletion, TaskLease
+from aster_forge.tasks import BackgroundTaskRecord, TaskCompletion, TaskLease
 
 from ._stall import WriteGate, now
 
@@ -30,6 +30,7 @@ class LoggingStore(BackgroundTaskDbStore):
         super().__init__(engine)
         self._fd = log_fd
         self._gate = gate
+        self._combined = False  # inside mark_tasks_succeeded_and_claim: logged there
 
     def _log(self, op: str, lease: TaskLease, accepted: bool, **extra: Any) -> None:
         line = {"op": op, "task": lease.task_id, "token": lease.processing_token, "ok": accepted}
@@ -90,9 +91,30 @@ class LoggingStore(BackgroundTaskDbStore):
 
     async def mark_tasks_succeeded_many(self, completions: Sequence[TaskCompletion]) -> list[bool]:
         parent = super().mark_tasks_succeeded_many
+        if self._combined:
+            return await parent(completions)
         return await self._write(
             "succeed", [c.lease for c in completions], lambda: parent(completions), lambda r: r
         )
+
+    async def mark_tasks_succeeded_and_claim(
+        self,
+        completions: Sequence[TaskCompletion],
+        lane: str,
+        limit: int,
+        owner: str,
+        lease_ttl: timedelta,
+    ) -> tuple[list[bool], list[BackgroundTaskRecord]]:
+        parent = super().mark_tasks_succeeded_and_claim
+
+        async def call() -> tuple[list[bool], list[BackgroundTaskRecord]]:
+            self._combined = True
+            try:
+                return await parent(completions, lane, limit, owner, lease_ttl)
+            finally:
+                self._combined = False
+
+        return await self._write("succeed", [c.lease for c in completions], call, lambda r: r[0])
 
     async def mark_task_retry(
         self,
