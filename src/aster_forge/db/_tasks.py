@@ -29,9 +29,10 @@ from ._tasks_control import TaskControlMixin
 from ._tasks_enqueue import DEFAULT_TASK_NOTIFY_CHANNEL, TaskEnqueueMixin
 from ._tasks_enqueue_pg import PgEnqueueStatement
 from ._tasks_pg import PgTaskStatements
+from ._tasks_sqlite import SqliteTaskStatements
 from ._tasks_sql import _SATURATING_DELTA, DbNow, TaskSql
 from ._tasks_table import CORE_COLUMNS, background_tasks_table, record_from_row, task_lanes_table
-from ._time import DatabaseBackend, UtcDateTime
+from ._time import DatabaseBackend, UtcDateTime, saturating_expiry
 
 __all__ = ["DEFAULT_TASK_NOTIFY_CHANNEL", "BackgroundTaskDbStore"]
 
@@ -92,6 +93,11 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             if self._sql.is_postgres
             else None
         )
+        self._lite = (
+            SqliteTaskStatements(self._table, self._lanes, engine.dialect)
+            if self._sql.backend is DatabaseBackend.SQLITE
+            else None
+        )
         self._pg_enqueue = (
             PgEnqueueStatement(
                 self._table, engine.dialect, channel=self._channel if self._notify else None
@@ -122,6 +128,8 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             return []
         if self._pg is not None and lease_ttl < _SATURATING_DELTA:
             return await self._claim_pg(self._pg, lane_value, limit, owner, lease_ttl)
+        if self._lite is not None:
+            return await self._claim_sqlite(self._lite, lane_value, limit, owner, lease_ttl)
 
         async def body(conn: AsyncConnection) -> list[BackgroundTaskRecord]:
             now = await self._sql.now(conn)
@@ -150,6 +158,27 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             return [record_from_row(row) for row in rows if row.status == _RUNNING]
 
         records = await self._sql.run("claim tasks", body, single_statement=True)
+        return sorted(records, key=lambda r: (-r.priority, r.run_at, r.id))
+
+    async def _claim_sqlite(
+        self, lite: SqliteTaskStatements, lane: str, limit: int, owner: str, lease_ttl: timedelta
+    ) -> list[BackgroundTaskRecord]:
+        async def body(conn: AsyncConnection) -> list[BackgroundTaskRecord]:
+            now = (await self._sql.now(conn)).value
+            assert now is not None  # SQLite: the store's clock
+            params = {
+                "lane": lane,
+                "now": now,
+                "lim": limit,
+                # One random prefix per claim plus the row id: fresh and unique per row.
+                "prefix": uuid.uuid4().hex + "-",
+                "expires": saturating_expiry(now, lease_ttl),
+                "owner": owner,
+            }
+            rows = await conn.execute(lite.claim, params)
+            return [record_from_row(row) for row in rows if row.status == _RUNNING]
+
+        records = await self._sql.run("claim tasks", body)
         return sorted(records, key=lambda r: (-r.priority, r.run_at, r.id))
 
     async def _locked_ids(self, conn: AsyncConnection, query: Any) -> list[int]:
