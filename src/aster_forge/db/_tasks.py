@@ -41,6 +41,10 @@ _PENDING = TaskStatus.PENDING.value
 _RUNNING = TaskStatus.RUNNING.value
 
 
+class _ClaimsNotAllHeld(Exception):
+    """Raised inside a batched SQLite success when a fence failed (rolls it back)."""
+
+
 class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, TaskLaneMixin):
     """A :class:`~aster_forge.tasks.BackgroundTaskStore` on SQLite, PostgreSQL or MariaDB.
 
@@ -392,6 +396,10 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             return []
         if self._sql.is_postgres:
             return await self._succeed_many_pg(completions)
+        if self._lite is not None:
+            written = await self._succeed_many_sqlite(completions)
+            if written is not None:
+                return written
 
         t = self._table
         ids = list({c.lease.task_id for c in completions})
@@ -428,6 +436,35 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             return done
 
         return await self._sql.run("mark tasks succeeded", body)
+
+    async def _succeed_many_sqlite(self, completions: Sequence[TaskCompletion]) -> list[bool] | None:
+        # The common case on SQLite: every claim still holds. One executemany of the
+        # fenced UPDATE (no read first); when it wrote fewer rows than asked, it is
+        # rolled back and ``None`` sends the batch down the read-then-write path.
+        if len({c.lease.task_id for c in completions}) != len(completions):
+            return None
+
+        async def body(conn: AsyncConnection) -> list[bool]:
+            now = (await self._sql.now(conn)).value
+            params = [
+                {
+                    "b_id": c.lease.task_id,
+                    "b_token": c.lease.processing_token,
+                    "b_result": c.result_json,
+                    "b_steps": c.steps_json,
+                    "b_now": now,
+                }
+                for c in completions
+            ]
+            result = await conn.execute(self._succeed_many_stmt(), params)
+            if result.rowcount != len(params):
+                raise _ClaimsNotAllHeld
+            return [True] * len(params)
+
+        try:
+            return await self._sql.run("mark tasks succeeded", body)
+        except _ClaimsNotAllHeld:
+            return None
 
     def _succeed_many_stmt(self) -> Any:
         stmt = self._succeed_many_cached
