@@ -32,7 +32,7 @@ from ._tasks_pg import PgTaskStatements
 from ._tasks_sqlite import SqliteTaskStatements
 from ._tasks_sql import _SATURATING_DELTA, DbNow, TaskSql
 from ._tasks_table import CORE_COLUMNS, background_tasks_table, record_from_row, task_lanes_table
-from ._time import DatabaseBackend, UtcDateTime, saturating_expiry
+from ._time import DatabaseBackend, UtcDateTime, database_now, saturating_expiry
 
 __all__ = ["DEFAULT_TASK_NOTIFY_CHANNEL", "BackgroundTaskDbStore"]
 
@@ -168,8 +168,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         self, lite: SqliteTaskStatements, lane: str, limit: int, owner: str, lease_ttl: timedelta
     ) -> list[BackgroundTaskRecord]:
         async def body(conn: AsyncConnection) -> list[BackgroundTaskRecord]:
-            now = (await self._sql.now(conn)).value
-            assert now is not None  # SQLite: the store's clock
+            now = await database_now(conn, self._sql.clock)
             params = {
                 "lane": lane,
                 "now": now,
@@ -445,7 +444,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             return None
 
         async def body(conn: AsyncConnection) -> list[bool]:
-            now = (await self._sql.now(conn)).value
+            now = await database_now(conn, self._sql.clock)
             params = [
                 {
                     "b_id": c.lease.task_id,
