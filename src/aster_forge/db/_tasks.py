@@ -29,8 +29,8 @@ from ._tasks_control import TaskControlMixin
 from ._tasks_enqueue import DEFAULT_TASK_NOTIFY_CHANNEL, TaskEnqueueMixin
 from ._tasks_enqueue_pg import PgEnqueueStatement
 from ._tasks_pg import PgTaskStatements
-from ._tasks_sqlite import SqliteTaskStatements
 from ._tasks_sql import _SATURATING_DELTA, DbNow, TaskSql
+from ._tasks_sqlite import DriverStatement, SqliteTaskStatements
 from ._tasks_table import CORE_COLUMNS, background_tasks_table, record_from_row, task_lanes_table
 from ._time import DatabaseBackend, UtcDateTime, database_now, saturating_expiry
 
@@ -110,6 +110,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             else None
         )
         self._succeed_many_cached: Any = None
+        self._succeed_many_driver: DriverStatement | None = None
 
     @property
     def table(self) -> sa.Table:
@@ -178,7 +179,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
                 "expires": saturating_expiry(now, lease_ttl),
                 "owner": owner,
             }
-            rows = await conn.execute(lite.claim, params)
+            rows = await lite.claim.fetchall(conn, params)
             return [record_from_row(row) for row in rows if row.status == _RUNNING]
 
         records = await self._sql.run("claim tasks", body)
@@ -436,12 +437,19 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
 
         return await self._sql.run("mark tasks succeeded", body)
 
-    async def _succeed_many_sqlite(self, completions: Sequence[TaskCompletion]) -> list[bool] | None:
+    async def _succeed_many_sqlite(
+        self, completions: Sequence[TaskCompletion]
+    ) -> list[bool] | None:
         # The common case on SQLite: every claim still holds. One executemany of the
         # fenced UPDATE (no read first); when it wrote fewer rows than asked, it is
         # rolled back and ``None`` sends the batch down the read-then-write path.
         if len({c.lease.task_id for c in completions}) != len(completions):
             return None
+        succeed = self._succeed_many_driver
+        if succeed is None:
+            assert self._lite is not None
+            succeed = DriverStatement(self._succeed_many_stmt(), self._lite.dialect)
+            self._succeed_many_driver = succeed
 
         async def body(conn: AsyncConnection) -> list[bool]:
             now = await database_now(conn, self._sql.clock)
@@ -455,8 +463,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
                 }
                 for c in completions
             ]
-            result = await conn.execute(self._succeed_many_stmt(), params)
-            if result.rowcount != len(params):
+            if await succeed.executemany(conn, params) != len(params):
                 raise _ClaimsNotAllHeld
             return [True] * len(params)
 

@@ -114,7 +114,11 @@ class TaskSql:
                 await raw.driver_connection.execute("BEGIN IMMEDIATE")
             except conn.dialect.loaded_dbapi.Error as exc:
                 raise sa.exc.DBAPIError.instance(
-                    "BEGIN IMMEDIATE", (), exc, conn.dialect.loaded_dbapi.Error, dialect=conn.dialect
+                    "BEGIN IMMEDIATE",
+                    (),
+                    exc,
+                    conn.dialect.loaded_dbapi.Error,
+                    dialect=conn.dialect,
                 ) from exc
             await conn.begin()
             yield conn

@@ -10,19 +10,28 @@ right away when it ranks among the first ``limit`` due tasks, and a paused lane 
 rescued but nothing in it is claimed. The CTEs are ``MATERIALIZED`` so the candidate
 sets are fixed before the rows change. "Now" and the expiry are bound values (SQLite
 has no shared clock; the store's clock says).
+
+The hot statements run as :class:`DriverStatement`: compiled by SQLAlchemy once, with
+SQLAlchemy's own bind and result processors, then sent on the aiosqlite connection
+in one hop each (SQLAlchemy's adapter takes three or four: cursor, execute, fetch,
+close). Driver errors are wrapped as SQLAlchemy's ``DBAPIError`` exactly as SQLAlchemy
+does, so they are retried and translated like every other statement. These
+statements do not pass through SQLAlchemy's cursor events.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..tasks._records import LEASE_EXPIRED_ERROR, TaskFailureReason, TaskStatus
 from ._tasks_table import CORE_COLUMNS
 from ._time import UtcDateTime
 
-__all__ = ["SqliteTaskStatements"]
+__all__ = ["DriverStatement", "SqliteTaskStatements"]
 
 _RESCUE_BATCH = 500
 
@@ -79,6 +88,86 @@ RETURNING {returning}
 """
 
 
+class _Row:
+    """A result row as :func:`record_from_row` reads it (``row._mapping``, ``row.status``)."""
+
+    __slots__ = ("_mapping",)
+
+    def __init__(self, mapping: dict[str, Any]) -> None:
+        self._mapping = mapping
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._mapping[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class DriverStatement:
+    """A statement compiled once, run on the aiosqlite connection in one hop.
+
+    Args:
+        statement: The SQLAlchemy statement (named bind parameters).
+        dialect: The engine's SQLite dialect.
+        columns: The columns it returns, in order (their types process the values).
+    """
+
+    def __init__(self, statement: Any, dialect: Any, columns: Sequence[sa.Column[Any]] = ()):
+        compiled = statement.compile(dialect=dialect)
+        self.sql = compiled.string
+        binds = compiled.binds
+        self._defaults = {name: bind.value for name, bind in binds.items()}
+        self._order = [
+            (name, binds[name].type.dialect_impl(dialect).bind_processor(dialect))
+            for name in compiled.positiontup or ()
+        ]
+        self._columns = [
+            (column.name, column.type.dialect_impl(dialect).result_processor(dialect, None))
+            for column in columns
+        ]
+        self._dialect = dialect
+
+    def _params(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
+        out = []
+        for name, process in self._order:
+            value = values[name] if name in values else self._defaults[name]
+            out.append(value if process is None or value is None else process(value))
+        return tuple(out)
+
+    def _error(self, exc: Exception, params: Any) -> sa.exc.DBAPIError:
+        dbapi_error = self._dialect.loaded_dbapi.Error
+        return sa.exc.DBAPIError.instance(self.sql, params, exc, dbapi_error, dialect=self._dialect)
+
+    async def fetchall(self, conn: AsyncConnection, values: Mapping[str, Any]) -> list[Any]:
+        """Run once with ``values``; the processed rows (``row._mapping``)."""
+        params = self._params(values)
+        driver = (await conn.get_raw_connection()).driver_connection
+        try:
+            rows = await driver.execute_fetchall(self.sql, params)
+        except self._dialect.loaded_dbapi.Error as exc:
+            raise self._error(exc, params) from exc
+        columns = self._columns
+        return [
+            _Row(
+                {
+                    name: value if process is None or value is None else process(value)
+                    for (name, process), value in zip(columns, row, strict=True)
+                }
+            )
+            for row in rows
+        ]
+
+    async def executemany(self, conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> int:
+        """Run once per entry of ``rows``; the number of rows changed in all."""
+        params = [self._params(values) for values in rows]
+        driver = (await conn.get_raw_connection()).driver_connection
+        try:
+            cursor = await driver.executemany(self.sql, params)
+        except self._dialect.loaded_dbapi.Error as exc:
+            raise self._error(exc, params) from exc
+        return int(cursor.rowcount)
+
+
 class SqliteTaskStatements:
     """The prebuilt rescue-and-claim statement for one table on SQLite.
 
@@ -104,7 +193,7 @@ class SqliteTaskStatements:
             # RETURNING names only the updated table's columns (SQLite refuses the alias).
             returning=", ".join(dialect.identifier_preparer.quote(n) for n in CORE_COLUMNS),
         )
-        self.claim = (
+        claim = (
             sa.text(sql)
             .bindparams(
                 sa.bindparam("lane", type_=sa.Text()),
@@ -117,3 +206,5 @@ class SqliteTaskStatements:
             )
             .columns(*cols)
         )
+        self.claim = DriverStatement(claim, dialect, cols)
+        self.dialect = dialect
