@@ -117,10 +117,12 @@ class DriverStatement:
         self.sql = compiled.string
         binds = compiled.binds
         self._defaults = {name: bind.value for name, bind in binds.items()}
-        self._order = [
-            (name, binds[name].type.dialect_impl(dialect).bind_processor(dialect))
-            for name in compiled.positiontup or ()
-        ]
+        # Each named parameter is processed once, then placed at its positions.
+        self._positions = list(compiled.positiontup or ())
+        self._processors = {
+            name: binds[name].type.dialect_impl(dialect).bind_processor(dialect)
+            for name in dict.fromkeys(self._positions)
+        }
         self._columns = [
             (column.name, column.type.dialect_impl(dialect).result_processor(dialect, None))
             for column in columns
@@ -128,11 +130,11 @@ class DriverStatement:
         self._dialect = dialect
 
     def _params(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
-        out = []
-        for name, process in self._order:
+        processed = {}
+        for name, process in self._processors.items():
             value = values[name] if name in values else self._defaults[name]
-            out.append(value if process is None or value is None else process(value))
-        return tuple(out)
+            processed[name] = value if process is None or value is None else process(value)
+        return tuple([processed[name] for name in self._positions])
 
     def _error(self, exc: Exception, params: Any) -> sa.exc.DBAPIError:
         dbapi_error = self._dialect.loaded_dbapi.Error
