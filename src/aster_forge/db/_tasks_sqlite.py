@@ -28,6 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..tasks._records import LEASE_EXPIRED_ERROR, TaskFailureReason, TaskStatus
+from ._tasks_sql import driver_connection
 from ._tasks_table import CORE_COLUMNS
 from ._time import UtcDateTime
 
@@ -136,14 +137,14 @@ class DriverStatement:
             processed[name] = value if process is None or value is None else process(value)
         return tuple([processed[name] for name in self._positions])
 
-    def _error(self, exc: Exception, params: Any) -> sa.exc.DBAPIError:
+    def _error(self, exc: Exception, params: Any) -> sa.exc.StatementError:
         dbapi_error = self._dialect.loaded_dbapi.Error
         return sa.exc.DBAPIError.instance(self.sql, params, exc, dbapi_error, dialect=self._dialect)
 
     async def fetchall(self, conn: AsyncConnection, values: Mapping[str, Any]) -> list[Any]:
         """Run once with ``values``; the processed rows (``row._mapping``)."""
         params = self._params(values)
-        driver = (await conn.get_raw_connection()).driver_connection
+        driver = await driver_connection(conn)
         try:
             rows = await driver.execute_fetchall(self.sql, params)
         except self._dialect.loaded_dbapi.Error as exc:
@@ -162,7 +163,7 @@ class DriverStatement:
     async def executemany(self, conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> int:
         """Run once per entry of ``rows``; the number of rows changed in all."""
         params = [self._params(values) for values in rows]
-        driver = (await conn.get_raw_connection()).driver_connection
+        driver = await driver_connection(conn)
         try:
             cursor = await driver.executemany(self.sql, params)
         except self._dialect.loaded_dbapi.Error as exc:
