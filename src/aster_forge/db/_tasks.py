@@ -53,9 +53,9 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
     ``FOR UPDATE SKIP LOCKED`` then updates them (READ COMMITTED); SQLite runs one
     rescue-and-claim ``UPDATE ... FROM ... RETURNING`` in a ``BEGIN IMMEDIATE``
     single-writer transaction (the PostgreSQL claim folds the rescue in too). Each
-    claimed row gets a fresh processing token. Before claiming, expired leases of the lane are rescued
-    (see :class:`~aster_forge.tasks.BackgroundTaskStore`). Every fenced write is one
-    ``UPDATE ... WHERE id = ? AND processing_token = ? AND status = 'running'``.
+    claimed row gets a fresh processing token. Before claiming, expired leases of the
+    lane are rescued (see :class:`~aster_forge.tasks.BackgroundTaskStore`). Every fenced
+    write is one ``UPDATE ... WHERE id = ? AND processing_token = ? AND status = 'running'``.
     Claims skip a lane paused in the lane table (``<table>_lanes``); renewals return
     each row's ``cancel_requested`` in the same statement.
 
