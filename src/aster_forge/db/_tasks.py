@@ -32,7 +32,13 @@ from ._tasks_pg import PgTaskStatements
 from ._tasks_sql import _SATURATING_DELTA, DbNow, TaskSql
 from ._tasks_sqlite import DriverStatement, SqliteTaskStatements
 from ._tasks_table import CORE_COLUMNS, background_tasks_table, record_from_row, task_lanes_table
-from ._time import DatabaseBackend, UtcDateTime, database_now, saturating_expiry
+from ._time import (
+    NEVER_EXPIRES,
+    DatabaseBackend,
+    UtcDateTime,
+    database_now,
+    saturating_expiry,
+)
 
 __all__ = ["DEFAULT_TASK_NOTIFY_CHANNEL", "BackgroundTaskDbStore"]
 
@@ -177,7 +183,10 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
                 "lim": limit,
                 # One random prefix per claim plus the row id: fresh and unique per row.
                 "prefix": uuid.uuid4().hex + "-",
-                "expires": saturating_expiry(now, lease_ttl),
+                # Exactly what TaskSql.plus writes on the other paths.
+                "expires": NEVER_EXPIRES
+                if lease_ttl >= _SATURATING_DELTA
+                else saturating_expiry(now, lease_ttl),
                 "owner": owner,
             }
             rows = await lite.claim.fetchall(conn, params)
