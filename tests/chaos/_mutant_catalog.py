@@ -44,6 +44,7 @@ class Mutant:
 
 TASKS = "src/aster_forge/db/_tasks.py"
 TASKS_PG = "src/aster_forge/db/_tasks_pg.py"
+TASKS_SQLITE = "src/aster_forge/db/_tasks_sqlite.py"
 STALE_BATCHED = "tests/chaos/test_stale_writers.py::test_stale_writers_batched"
 STALE_SINGLE = "tests/chaos/test_stale_writers.py::test_stale_writers_one_statement_per_write"
 TAKEN_OVER = (
@@ -220,8 +221,48 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/db/test_succeed_and_claim.py",),
     ),
     Mutant(
+        "rescue-off-sqlite",
+        "the SQLite claim never rescues an expired lease",
+        (
+            Edit(
+                TASKS_SQLITE,
+                "WHERE lane = :lane AND status = '{running}' AND lease_expires_at <= :now",
+                "WHERE lane = :lane AND status = '{running}' AND 0",
+            ),
+        ),
+        (TASK_CONFORMANCE,),
+    ),
+    Mutant(
+        "paused-lane-claimed-sqlite",
+        "the SQLite claim takes due tasks of a paused lane",
+        (
+            Edit(
+                TASKS_SQLITE,
+                "      AND (SELECT open FROM open_lane)\n    ORDER BY priority DESC, run_at, id",
+                "    ORDER BY priority DESC, run_at, id",
+            ),
+        ),
+        (
+            TASK_CONFORMANCE,
+            "tests/db/test_task_controls.py",
+            "tests/tasks/test_operator_control.py",
+        ),
+    ),
+    Mutant(
+        "fence-success-batched-sqlite-rowcount",
+        "the SQLite one-executemany success reports every entry written without counting rows",
+        (
+            Edit(
+                TASKS,
+                "if await succeed.executemany(conn, params) != len(params):",
+                "if await succeed.executemany(conn, params) < 0:",
+            ),
+        ),
+        (STALE_BATCHED, TASK_BATCHED, TASK_CONFORMANCE),
+    ),
+    Mutant(
         "rescue-off",
-        "the portable rescue (SQLite/MariaDB) never runs",
+        "the portable rescue (MariaDB; PostgreSQL with a saturating TTL) never runs",
         (
             Edit(
                 TASKS,

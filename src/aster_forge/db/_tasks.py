@@ -32,8 +32,15 @@ from ._tasks_enqueue import DEFAULT_TASK_NOTIFY_CHANNEL, TaskEnqueueMixin
 from ._tasks_enqueue_pg import PgEnqueueStatement
 from ._tasks_pg import PgTaskStatements
 from ._tasks_sql import _SATURATING_DELTA, DbNow, TaskSql
+from ._tasks_sqlite import DriverStatement, SqliteTaskStatements
 from ._tasks_table import CORE_COLUMNS, background_tasks_table, record_from_row, task_lanes_table
-from ._time import DatabaseBackend, UtcDateTime
+from ._time import (
+    NEVER_EXPIRES,
+    DatabaseBackend,
+    UtcDateTime,
+    database_now,
+    saturating_expiry,
+)
 
 __all__ = ["DEFAULT_TASK_NOTIFY_CHANNEL", "BackgroundTaskDbStore"]
 
@@ -42,16 +49,21 @@ _PENDING = TaskStatus.PENDING.value
 _RUNNING = TaskStatus.RUNNING.value
 
 
+class _ClaimsNotAllHeld(Exception):
+    """Raised inside a batched SQLite success when a fence failed (rolls it back)."""
+
+
 class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, TaskLaneMixin):
     """A :class:`~aster_forge.tasks.BackgroundTaskStore` on SQLite, PostgreSQL or MariaDB.
 
     Claims: PostgreSQL runs ``UPDATE ... WHERE id IN (SELECT ... ORDER BY priority DESC,
     run_at, id LIMIT n FOR UPDATE SKIP LOCKED) RETURNING ...``; MariaDB selects the ids
-    ``FOR UPDATE SKIP LOCKED`` then updates them (READ COMMITTED); SQLite runs the same
-    statement in a ``BEGIN IMMEDIATE`` single-writer transaction. Each claimed row gets
-    a fresh processing token. Before claiming, expired leases of the lane are rescued
-    (see :class:`~aster_forge.tasks.BackgroundTaskStore`). Every fenced write is one
-    ``UPDATE ... WHERE id = ? AND processing_token = ? AND status = 'running'``.
+    ``FOR UPDATE SKIP LOCKED`` then updates them (READ COMMITTED); SQLite runs one
+    rescue-and-claim ``UPDATE ... FROM ... RETURNING`` in a ``BEGIN IMMEDIATE``
+    single-writer transaction (the PostgreSQL claim folds the rescue in too). Each
+    claimed row gets a fresh processing token. Before claiming, expired leases of the
+    lane are rescued (see :class:`~aster_forge.tasks.BackgroundTaskStore`). Every fenced
+    write is one ``UPDATE ... WHERE id = ? AND processing_token = ? AND status = 'running'``.
     Claims skip a lane paused in the lane table (``<table>_lanes``); renewals return
     each row's ``cancel_requested`` in the same statement.
 
@@ -94,6 +106,11 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             if self._sql.is_postgres
             else None
         )
+        self._lite = (
+            SqliteTaskStatements(self._table, self._lanes, engine.dialect)
+            if self._sql.backend is DatabaseBackend.SQLITE
+            else None
+        )
         self._pg_enqueue = (
             PgEnqueueStatement(
                 self._table, engine.dialect, channel=self._channel if self._notify else None
@@ -103,6 +120,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         )
         self._driver_hold = HeldDriverConnection(self._sql)
         self._succeed_many_cached: Any = None
+        self._succeed_many_driver: DriverStatement | None = None
 
     @property
     def table(self) -> sa.Table:
@@ -125,6 +143,8 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             return []
         if self._pg is not None and lease_ttl < _SATURATING_DELTA:
             return await self._claim_pg(self._pg, lane_value, limit, owner, lease_ttl)
+        if self._lite is not None:
+            return await self._claim_sqlite(self._lite, lane_value, limit, owner, lease_ttl)
 
         async def body(conn: AsyncConnection) -> list[BackgroundTaskRecord]:
             now = await self._sql.now(conn)
@@ -153,6 +173,29 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             return [record_from_row(row) for row in rows if row.status == _RUNNING]
 
         records = await self._sql.run("claim tasks", body, single_statement=True)
+        return sorted(records, key=lambda r: (-r.priority, r.run_at, r.id))
+
+    async def _claim_sqlite(
+        self, lite: SqliteTaskStatements, lane: str, limit: int, owner: str, lease_ttl: timedelta
+    ) -> list[BackgroundTaskRecord]:
+        async def body(conn: AsyncConnection) -> list[BackgroundTaskRecord]:
+            now = await database_now(conn, self._sql.clock)
+            params = {
+                "lane": lane,
+                "now": now,
+                "lim": limit,
+                # One random prefix per claim plus the row id: fresh and unique per row.
+                "prefix": uuid.uuid4().hex + "-",
+                # Exactly what TaskSql.plus writes on the other paths.
+                "expires": NEVER_EXPIRES
+                if lease_ttl >= _SATURATING_DELTA
+                else saturating_expiry(now, lease_ttl),
+                "owner": owner,
+            }
+            rows = await lite.claim.fetchall(conn, params)
+            return [record_from_row(row) for row in rows if row.status == _RUNNING]
+
+        records = await self._sql.run("claim tasks", body)
         return sorted(records, key=lambda r: (-r.priority, r.run_at, r.id))
 
     async def _locked_ids(self, conn: AsyncConnection, query: Any) -> list[int]:
@@ -409,6 +452,10 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             return []
         if self._sql.is_postgres:
             return await self._succeed_many_pg(completions)
+        if self._lite is not None:
+            written = await self._succeed_many_sqlite(completions)
+            if written is not None:
+                return written
 
         t = self._table
         ids = list({c.lease.task_id for c in completions})
@@ -445,6 +492,41 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             return done
 
         return await self._sql.run("mark tasks succeeded", body)
+
+    async def _succeed_many_sqlite(
+        self, completions: Sequence[TaskCompletion]
+    ) -> list[bool] | None:
+        # The common case on SQLite: every claim still holds. One executemany of the
+        # fenced UPDATE (no read first); when it wrote fewer rows than asked, it is
+        # rolled back and ``None`` sends the batch down the read-then-write path.
+        if len({c.lease.task_id for c in completions}) != len(completions):
+            return None
+        succeed = self._succeed_many_driver
+        if succeed is None:
+            assert self._lite is not None
+            succeed = DriverStatement(self._succeed_many_stmt(), self._lite.dialect)
+            self._succeed_many_driver = succeed
+
+        async def body(conn: AsyncConnection) -> list[bool]:
+            now = await database_now(conn, self._sql.clock)
+            params = [
+                {
+                    "b_id": c.lease.task_id,
+                    "b_token": c.lease.processing_token,
+                    "b_result": c.result_json,
+                    "b_steps": c.steps_json,
+                    "b_now": now,
+                }
+                for c in completions
+            ]
+            if await succeed.executemany(conn, params) != len(params):
+                raise _ClaimsNotAllHeld
+            return [True] * len(params)
+
+        try:
+            return await self._sql.run("mark tasks succeeded", body)
+        except _ClaimsNotAllHeld:
+            return None
 
     def _succeed_many_stmt(self) -> Any:
         stmt = self._succeed_many_cached

@@ -21,7 +21,7 @@ from ..tasks import TaskLease, TaskStatus
 from ._time import DatabaseBackend, UtcDateTime, database_now
 from ._translate import run_transaction, translate_db_error
 
-__all__ = ["DbNow", "TaskSql", "sqlite_write_lock"]
+__all__ = ["DbNow", "TaskSql", "driver_connection", "sqlite_write_lock"]
 
 logger = logging.getLogger("aster_forge.db")
 
@@ -45,6 +45,14 @@ def sqlite_write_lock(engine: AsyncEngine) -> asyncio.Lock:
     if lock is None:
         lock = _SQLITE_WRITE_LOCKS[key] = asyncio.Lock()
     return lock
+
+
+async def driver_connection(conn: AsyncConnection) -> Any:
+    """The driver's own connection under ``conn`` (aiosqlite's, on SQLite)."""
+    driver = (await conn.get_raw_connection()).driver_connection
+    if driver is None:  # pragma: no cover - only after the connection was closed
+        raise sa.exc.ResourceClosedError("the connection is closed")
+    return driver
 
 
 class DbNow(NamedTuple):
@@ -132,7 +140,20 @@ class TaskSql:
     async def _sqlite_immediate(self) -> AsyncIterator[AsyncConnection]:
         # One in-process writer at a time, then SQLite's own write lock up front.
         async with sqlite_write_lock(self._engine), self._engine.connect() as conn:
-            await conn.exec_driver_sql("BEGIN IMMEDIATE")
+            # BEGIN through the driver connection: one hop to aiosqlite's thread instead
+            # of three (cursor, execute, close); SQLAlchemy's begin() issues no SQL here.
+            driver = await driver_connection(conn)
+            try:
+                await driver.execute("BEGIN IMMEDIATE")
+            except conn.dialect.loaded_dbapi.Error as exc:
+                raise sa.exc.DBAPIError.instance(
+                    "BEGIN IMMEDIATE",
+                    (),
+                    exc,
+                    conn.dialect.loaded_dbapi.Error,
+                    dialect=conn.dialect,
+                ) from exc
+            await conn.begin()
             yield conn
             await conn.commit()
 
