@@ -8,7 +8,11 @@ from datetime import UTC, datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from aster_forge.db import BackgroundTaskDbStore, create_background_tasks_table
+from aster_forge.db import (
+    BackgroundTaskDbStore,
+    DatabaseUnavailableError,
+    create_background_tasks_table,
+)
 from aster_forge.tasks import (
     BackgroundTaskRecord,
     NewTask,
@@ -89,3 +93,33 @@ async def test_a_paused_lane_is_not_claimed_but_the_successes_are_written(
     await store.resume_lane("media")
     written, claimed = await store.mark_tasks_succeeded_and_claim([], "media", 2, "w2", _LONG)
     assert written == [] and len(claimed) == 2
+
+
+class _ClaimFails(BackgroundTaskDbStore):
+    """A store whose claim fails (the server went away between the two calls)."""
+
+    async def claim_due_for_lane(
+        self, lane: str, limit: int, owner: str, lease_ttl: timedelta
+    ) -> list[BackgroundTaskRecord]:
+        if owner == "w2":
+            raise DatabaseUnavailableError("connection lost", operation="claim tasks")
+        return await super().claim_due_for_lane(lane, limit, owner, lease_ttl)
+
+
+async def test_one_statement_only_on_postgresql_and_stored_successes_are_reported(
+    engine: AsyncEngine, backend: str
+) -> None:
+    await create_background_tasks_table(engine)
+    store = _ClaimFails(engine, notify=False)
+    assert store.claims_with_success is (backend == "postgres")
+    (result,) = await store.enqueue_many([NewTask("k", "media")])
+    (record,) = await store.claim_due_for_lane("media", 1, "w1", _LONG)
+    completions = [TaskCompletion(_lease_of(record), None, None)]
+    if store.claims_with_success:
+        return  # one statement: the claim cannot fail after the successes were stored
+    written, claimed = await store.mark_tasks_succeeded_and_claim(
+        completions, "media", 1, "w2", _LONG
+    )
+    assert (written, claimed) == ([True], [])
+    row = await store.get_task(result.record.id)
+    assert row is not None and row.status is TaskStatus.SUCCEEDED

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Sequence
 from datetime import timedelta
@@ -41,8 +42,11 @@ from ._time import (
     database_now,
     saturating_expiry,
 )
+from .errors import DatabaseOperationError
 
 __all__ = ["DEFAULT_TASK_NOTIFY_CHANNEL", "BackgroundTaskDbStore"]
+
+logger = logging.getLogger("aster_forge.db")
 
 _RESCUE_BATCH = 500
 _PENDING = TaskStatus.PENDING.value
@@ -403,6 +407,15 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             "mark task succeeded", lease, self._success_values(result_json, steps_json)
         )
 
+    @property
+    def claims_with_success(self) -> bool:
+        """Whether :meth:`mark_tasks_succeeded_and_claim` is one statement (PostgreSQL).
+
+        A worker refills freed slots in its success writes only then; elsewhere the two
+        calls would gain nothing over its own claim.
+        """
+        return self._pg is not None
+
     async def mark_tasks_succeeded_and_claim(
         self,
         completions: Sequence[TaskCompletion],
@@ -414,8 +427,10 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         """:meth:`mark_tasks_succeeded_many`, then :meth:`claim_due_for_lane` for the freed slots.
 
         One statement on PostgreSQL (the successes and the claim, with its lease rescue,
-        commit together; the rescue leaves the rows being written alone); two calls
-        elsewhere. Each success stays fenced by its own token.
+        commit together; the rescue leaves the rows being written alone; see
+        :attr:`claims_with_success`); two calls elsewhere, where a failed claim after
+        stored successes is logged and claims nothing. Each success stays fenced by its
+        own token.
 
         Returns:
             The success results in input order, and the claimed records.
@@ -424,7 +439,13 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         pg = self._pg
         if pg is None or not completions or limit <= 0 or lease_ttl >= _SATURATING_DELTA:
             results = await self.mark_tasks_succeeded_many(completions)
-            return results, await self.claim_due_for_lane(lane, limit, owner, lease_ttl)
+            try:
+                claimed = await self.claim_due_for_lane(lane, limit, owner, lease_ttl)
+            except DatabaseOperationError as exc:
+                # The successes are stored: report them; the worker's next drain claims.
+                logger.warning("claim after batched successes failed (%s)", type(exc).__name__)
+                claimed = []
+            return results, claimed
         params = {
             **self._success_params(completions),
             "lane": lane_value,

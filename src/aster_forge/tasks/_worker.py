@@ -215,7 +215,7 @@ class TaskWorker(Generic[StateT]):
         )
         if self._batch and supports_batched_success(store):
             # A store that claims in the success statement refills the freed slots there.
-            refills = callable(getattr(store, "mark_tasks_succeeded_and_claim", None))
+            refills = getattr(store, "claims_with_success", False) is True
             write = self._succeed_and_refill if refills else None
             self._completions = TaskCompletionBatcher(store, write=write)
 
