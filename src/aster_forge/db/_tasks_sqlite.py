@@ -27,7 +27,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ..tasks._records import LEASE_EXPIRED_ERROR, TaskFailureReason, TaskStatus
+from ..tasks import LEASE_EXPIRED_ERROR, TaskFailureReason, TaskStatus
 from ._tasks_sql import driver_connection
 from ._tasks_table import CORE_COLUMNS
 from ._time import UtcDateTime
