@@ -163,14 +163,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
     async def _claim_pg(
         self, pg: PgTaskStatements, lane: str, limit: int, owner: str, lease_ttl: timedelta
     ) -> list[BackgroundTaskRecord]:
-        params = {
-            "lane": lane,
-            "lim": limit,
-            # One random prefix per claim plus the row id: fresh and unique per row.
-            "prefix": uuid.uuid4().hex + "-",
-            "ttl": lease_ttl,
-            "owner": owner,
-        }
+        params = _claim_params(lane, limit, owner, lease_ttl)
 
         async def body(conn: AsyncConnection) -> list[BackgroundTaskRecord]:
             rows = await conn.execute(pg.claim, params)
@@ -448,11 +441,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             return results, claimed
         params = {
             **self._success_params(completions),
-            "lane": lane_value,
-            "lim": limit,
-            "prefix": uuid.uuid4().hex + "-",
-            "ttl": lease_ttl,
-            "owner": owner,
+            **_claim_params(lane_value, limit, owner, lease_ttl),
         }
 
         async def body(conn: AsyncConnection) -> tuple[set[tuple[int, str]], list[Any]]:
@@ -670,6 +659,18 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
 
     def __repr__(self) -> str:
         return f"<BackgroundTaskDbStore backend={self._sql.backend.value} table={self._table.name}>"
+
+
+def _claim_params(lane: str, limit: int, owner: str, lease_ttl: timedelta) -> dict[str, Any]:
+    """The PostgreSQL claim's parameters; one random token prefix per claim."""
+    # The prefix plus the row id makes every claimed row's token fresh and unique.
+    return {
+        "lane": lane,
+        "lim": limit,
+        "prefix": uuid.uuid4().hex + "-",
+        "ttl": lease_ttl,
+        "owner": owner,
+    }
 
 
 def _applied(completions: Sequence[TaskCompletion], written: set[tuple[int, str]]) -> list[bool]:
