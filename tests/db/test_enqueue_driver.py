@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 import sqlalchemy as sa
@@ -21,7 +22,7 @@ from aster_forge.db import (
     DatabaseUnavailableError,
     create_background_tasks_table,
 )
-from aster_forge.tasks import NewTask
+from aster_forge.tasks import EnqueueResult, NewTask
 
 from ..tasks._dispatch_support import REGISTRY, Job, Kind
 
@@ -126,29 +127,42 @@ async def test_disposing_the_engine_right_after_an_enqueue_leaks_no_connection(
     gc.collect()
 
 
+@asynccontextmanager
+async def _enqueue_behind_a_lock(
+    store: BackgroundTaskDbStore, postgres_url: str, name: str
+) -> AsyncIterator[tuple[AsyncConnection, asyncio.Task[EnqueueResult]]]:
+    """An enqueue waiting on another session's table lock (released when the block ends)."""
+    admin = create_async_engine(postgres_url)
+    try:
+        async with admin.connect() as conn:
+            await conn.execute(sa.text("LOCK TABLE background_tasks IN EXCLUSIVE MODE"))
+            blocked = asyncio.create_task(store.enqueue(_task(name)))
+            await _wait_for_lock_wait(conn)
+            yield conn, blocked
+            await conn.rollback()
+    finally:
+        await admin.dispose()
+
+
+async def _the_pool_recovered(engine: AsyncEngine, store: BackgroundTaskDbStore) -> None:
+    # The pool's only connection was replaced: the next enqueue works, nothing is held.
+    assert (await store.enqueue(_task("after"))).created
+    await asyncio.sleep(0)
+    assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    assert await _count(engine) == 2
+
+
 async def test_a_cancelled_enqueue_discards_its_connection(
     one_connection: AsyncEngine, postgres_url: str
 ) -> None:
     engine = one_connection
     store = BackgroundTaskDbStore(engine, registry=REGISTRY)
     await store.enqueue(_task("warm"))
-    admin = create_async_engine(postgres_url)
-    try:
-        async with admin.connect() as conn:
-            await conn.execute(sa.text("LOCK TABLE background_tasks IN EXCLUSIVE MODE"))
-            blocked = asyncio.create_task(store.enqueue(_task("cancelled")))
-            await _wait_for_lock_wait(conn)
-            blocked.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await blocked
-            await conn.rollback()
-        # The pool's only connection was replaced: the next enqueue works.
-        assert (await store.enqueue(_task("after"))).created
-        await asyncio.sleep(0)
-        assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
-        assert await _count(engine) == 2
-    finally:
-        await admin.dispose()
+    async with _enqueue_behind_a_lock(store, postgres_url, "cancelled") as (_, blocked):
+        blocked.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await blocked
+    await _the_pool_recovered(engine, store)
 
 
 async def test_a_connection_killed_mid_call_is_unavailable_and_never_reused(
@@ -157,27 +171,16 @@ async def test_a_connection_killed_mid_call_is_unavailable_and_never_reused(
     engine = one_connection
     store = BackgroundTaskDbStore(engine, registry=REGISTRY)
     await store.enqueue(_task("warm"))
-    admin = create_async_engine(postgres_url)
-    try:
-        async with admin.connect() as conn:
-            await conn.execute(sa.text("LOCK TABLE background_tasks IN EXCLUSIVE MODE"))
-            blocked = asyncio.create_task(store.enqueue(_task("killed")))
-            await _wait_for_lock_wait(conn)
-            await conn.execute(
-                sa.text(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE wait_event_type = 'Lock' AND datname = current_database()"
-                )
+    async with _enqueue_behind_a_lock(store, postgres_url, "killed") as (conn, blocked):
+        await conn.execute(
+            sa.text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE wait_event_type = 'Lock' AND datname = current_database()"
             )
-            with pytest.raises(DatabaseUnavailableError):
-                await blocked
-            await conn.rollback()
-        assert (await store.enqueue(_task("after"))).created
-        await asyncio.sleep(0)
-        assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
-        assert await _count(engine) == 2
-    finally:
-        await admin.dispose()
+        )
+        with pytest.raises(DatabaseUnavailableError):
+            await blocked
+    await _the_pool_recovered(engine, store)
 
 
 async def test_a_pool_that_closes_on_check_in_gets_each_connection_back(postgres_url: str) -> None:
