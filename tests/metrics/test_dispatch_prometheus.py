@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from aster_forge.metrics import PrometheusDispatchStatsCollector, lane_label
-from aster_forge.tasks._dispatch_stats import ClaimedTaskOutcome, DispatchStatsRecorder
+from aster_forge.tasks import ClaimedTaskOutcome, DispatchStatsRecorder
 
 
 class Lane(enum.StrEnum):

@@ -112,6 +112,38 @@ async def test_in_flight_view_names_each_running_task() -> None:
     assert worker.stats.total().succeeded == 2
 
 
+async def test_each_body_runs_inline_in_its_execution_task() -> None:
+    clock = ManualClock()
+    store, harness = InMemoryTaskStore(clock), Harness()
+    seen: dict[str, tuple[str, int]] = {}
+    tasks_while_running: list[set[str]] = []
+
+    async def where(ctx: TaskExecutionContext, job: Job) -> int:
+        current = asyncio.current_task()
+        assert current is not None
+        seen[job.name] = (current.get_name(), ctx.lease.task_id)
+        names = {t.get_name() for t in asyncio.all_tasks()}
+        tasks_while_running.append({n for n in names if n.startswith("aster-forge:")})
+        return 0
+
+    harness.actions["a"] = harness.actions["b"] = where
+    await enqueue(store, new_task(Kind.RENDER, "a"), new_task(Kind.MAIL, "b"))
+    worker = _worker(store, harness, clock)
+    await worker.drain()
+    await worker.join()
+    # One task per execution, the heartbeat loop and the success batch: no task per
+    # body, no waiter per execution.
+    expected = {"aster-forge:task-heartbeat", "aster-forge:task-completions"}
+    expected |= {f"aster-forge:task-{task_id}" for _, task_id in seen.values()}
+    assert tasks_while_running and all(names <= expected for names in tasks_while_running), (
+        tasks_while_running
+    )
+    assert {name for name, _ in seen.values()} == {
+        f"aster-forge:task-{task_id}" for _, task_id in seen.values()
+    }
+    assert len(seen) == 2 and worker.stats.total().succeeded == 2
+
+
 async def test_a_stubborn_body_is_abandoned_after_one_grace_on_the_injected_clock() -> None:
     clock = ManualClock()
     store, harness = InMemoryTaskStore(clock), Harness()

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import weakref
+from collections.abc import Callable
 
 __all__ = ["CancellationToken"]
+
+logger = logging.getLogger("aster_forge.runtime")
 
 
 class CancellationToken:
@@ -23,11 +27,12 @@ class CancellationToken:
         True
     """
 
-    __slots__ = ("__weakref__", "_cancelled", "_children", "_waiters")
+    __slots__ = ("__weakref__", "_callbacks", "_cancelled", "_children", "_waiters")
 
     def __init__(self) -> None:
         self._cancelled = False
         self._waiters: list[asyncio.Future[None]] = []
+        self._callbacks: list[Callable[[], None]] | None = None
         # Created with the first child: most tokens (one per task execution) never get one.
         self._children: weakref.WeakSet[CancellationToken] | None = None
 
@@ -51,8 +56,32 @@ class CancellationToken:
                 # The waiter may belong to a loop that is closed; set_result is still safe
                 # on a pending future.
                 waiter.set_result(None)
+        callbacks, self._callbacks = self._callbacks or [], None
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                logger.exception("a cancellation callback failed")
         for child in list(self._children or ()):
             child.cancel()
+
+    def add_cancel_callback(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` when this token is cancelled (at once if it already is).
+
+        The callback runs synchronously inside :meth:`cancel` (on the canceller's
+        thread, normally the event loop's); an exception it raises is logged.
+        """
+        if self._cancelled:
+            callback()
+            return
+        if self._callbacks is None:
+            self._callbacks = []
+        self._callbacks.append(callback)
+
+    def remove_cancel_callback(self, callback: Callable[[], None]) -> None:
+        """Forget ``callback`` (no-op when it was never added or already ran)."""
+        if self._callbacks is not None and callback in self._callbacks:
+            self._callbacks.remove(callback)
 
     def child_token(self) -> CancellationToken:
         """Return a new token that is cancelled whenever this one is.

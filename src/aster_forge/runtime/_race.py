@@ -20,7 +20,6 @@ __all__ = [
     "RaceWinner",
     "abandon_task",
     "abandoned_tasks",
-    "cancel_or_abandon",
     "race",
     "shielded",
     "sleep_or_cancelled",
@@ -184,24 +183,6 @@ async def shielded(
         if not future.cancelled():
             future.exception()
         raise
-
-
-async def cancel_or_abandon(task: asyncio.Task[Any], *, settle_turns: int = 10) -> bool:
-    """Cancel ``task``; if it has not ended after ``settle_turns`` loop turns, abandon it.
-
-    Returns:
-        ``True`` when the task ended, ``False`` when it ignored the cancellation and was
-        handed to :func:`abandon_task`.
-    """
-    task.cancel()
-    for _ in range(settle_turns):
-        if task.done():
-            return True
-        await asyncio.sleep(0)
-    if task.done():
-        return True
-    abandon_task(task)
-    return False
 
 
 # Tasks that ignored cancellation past their grace. Kept referenced here (never garbage

@@ -150,15 +150,17 @@ from ._admin_query import (
 # isort: split
 # --- dispatch and execution ---
 from ._dispatch import (
+    ClaimedTaskOutcome,
     DispatchBackoff,
     DispatchDrainResult,
     DispatchPollConfig,
+    DispatchStats,
+    DispatchStatsRecorder,
     DispatchWakeSignal,
     TaskLaneConfig,
     default_dispatch_owner,
     effective_dispatch_base_interval,
 )
-from ._dispatch_stats import ClaimedTaskOutcome, DispatchStats, DispatchStatsRecorder
 from ._dispatch_worker import TaskDispatcher, drain_dispatcher, run_dispatch_worker
 from ._execution import (
     ClaimedTaskExecution,

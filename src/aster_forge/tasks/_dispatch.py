@@ -1,22 +1,26 @@
-"""Dispatch settings and the claim primitive: lane limits, poll backoff, wake-ups, claims."""
+"""Dispatch values: lane limits, poll timing and backoff, wake-ups, drain results, stats."""
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import os
 import socket
 import uuid
-from collections.abc import Hashable
-from dataclasses import dataclass, field
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass, field, fields
 from datetime import timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from .errors import TaskDispatchConfigError
 
 __all__ = [
+    "ClaimedTaskOutcome",
     "DispatchBackoff",
     "DispatchDrainResult",
     "DispatchPollConfig",
+    "DispatchStats",
+    "DispatchStatsRecorder",
     "DispatchWakeSignal",
     "TaskLaneConfig",
     "default_dispatch_owner",
@@ -193,3 +197,201 @@ class DispatchDrainResult:
     def total(self) -> int:
         """Tasks claimed over every lane."""
         return sum(self.claimed.values())
+
+
+class ClaimedTaskOutcome(enum.StrEnum):
+    """How the execution of one claimed task ended."""
+
+    SUCCEEDED = "succeeded"
+    """The body returned and the fenced success write went through."""
+
+    RETRIED = "retried"
+    """The task went back to pending with a backoff delay (an attempt was counted)."""
+
+    FAILED = "failed"
+    """The task failed for good (permanent, manual, or attempts exhausted)."""
+
+    RELEASED = "released"
+    """The worker shut down; the task went back to pending without counting an attempt."""
+
+    LEASE_LOST = "lease_lost"
+    """The lease was lost or could not be renewed; nothing was written."""
+
+    STORE_ERROR = "store_error"
+    """The final write raised; the task stays claimed until its lease expires (rescue)."""
+
+    CANCELLED = "cancelled"
+    """An operator cancelled the running task; it ended ``cancelled`` (fenced)."""
+
+    SNOOZED = "snoozed"
+    """The body snoozed: pending again after its delay, no attempt counted."""
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchStats:
+    """A snapshot of dispatch counters for one lane (or the sum over all lanes).
+
+    Attributes:
+        claimed: Tasks claimed (including rescued ones).
+        rescued: Claimed tasks whose previous lease had expired (a crashed worker's).
+        succeeded: Tasks marked succeeded.
+        retried: Tasks put back to pending with a counted attempt.
+        failed_permanently: Tasks marked failed (permanent, manual, or exhausted).
+        lease_lost: Executions that lost their lease and wrote nothing.
+        released_on_shutdown: Tasks released to pending by a stopping worker.
+        store_errors: Final writes that raised (the task is rescued after expiry).
+        claim_calls: Claim round trips made.
+        claim_errors: Claim round trips that raised.
+        claim_latency_seconds_total: Summed claim round-trip time.
+        claim_latency_seconds_max: The slowest claim round trip.
+        last_claim_latency_seconds: The latest claim round trip.
+        queue_lag_seconds: How long the oldest task of the latest claim had been due
+            (0 when the latest claim found nothing; for the total, the largest lane value).
+        in_flight: Tasks currently executing.
+        cancelled: Running tasks an operator cancelled (written ``cancelled``).
+        snoozed: Executions that snoozed (pending again, no attempt counted).
+    """
+
+    claimed: int = 0
+    rescued: int = 0
+    succeeded: int = 0
+    retried: int = 0
+    failed_permanently: int = 0
+    lease_lost: int = 0
+    released_on_shutdown: int = 0
+    store_errors: int = 0
+    claim_calls: int = 0
+    claim_errors: int = 0
+    claim_latency_seconds_total: float = 0.0
+    claim_latency_seconds_max: float = 0.0
+    last_claim_latency_seconds: float = 0.0
+    queue_lag_seconds: float = 0.0
+    in_flight: int = 0
+    cancelled: int = 0
+    snoozed: int = 0
+
+    @property
+    def finished(self) -> int:
+        """Executions that ended, whatever the outcome."""
+        return (
+            self.succeeded
+            + self.retried
+            + self.failed_permanently
+            + self.lease_lost
+            + self.released_on_shutdown
+            + self.store_errors
+            + self.cancelled
+            + self.snoozed
+        )
+
+    @property
+    def claim_latency_seconds_mean(self) -> float:
+        """The mean claim round trip (0 before the first claim)."""
+        calls = self.claim_calls - self.claim_errors
+        return self.claim_latency_seconds_total / calls if calls > 0 else 0.0
+
+    @classmethod
+    def combine(cls, parts: Iterable[DispatchStats]) -> DispatchStats:
+        """Sum counters over ``parts``; maxima (latency max, queue lag) take the largest."""
+        items = list(parts)
+        values: dict[str, float | int] = {}
+        for spec in fields(cls):
+            name = spec.name
+            numbers = [getattr(item, name) for item in items]
+            if name in _MAXED:
+                values[name] = max(numbers, default=0.0)
+            elif name == "last_claim_latency_seconds":
+                values[name] = numbers[-1] if numbers else 0.0
+            else:
+                values[name] = sum(numbers)
+        return cls(**values)  # type: ignore[arg-type]
+
+
+_MAXED = frozenset({"claim_latency_seconds_max", "queue_lag_seconds"})
+_OUTCOME_FIELD = {
+    ClaimedTaskOutcome.SUCCEEDED: "succeeded",
+    ClaimedTaskOutcome.RETRIED: "retried",
+    ClaimedTaskOutcome.FAILED: "failed_permanently",
+    ClaimedTaskOutcome.LEASE_LOST: "lease_lost",
+    ClaimedTaskOutcome.RELEASED: "released_on_shutdown",
+    ClaimedTaskOutcome.STORE_ERROR: "store_errors",
+    ClaimedTaskOutcome.CANCELLED: "cancelled",
+    ClaimedTaskOutcome.SNOOZED: "snoozed",
+}
+
+
+_ZEROS = {spec.name: spec.default for spec in fields(DispatchStats)}
+
+
+class DispatchStatsRecorder:
+    """Mutable per-lane dispatch counters; read them through :class:`DispatchStats` snapshots.
+
+    The worker records into it; metrics exporters and tests read :meth:`lane` and
+    :meth:`total`. Lanes are any hashable value (normally the product's lane enum).
+    """
+
+    __slots__ = ("_lanes",)
+
+    def __init__(self, lanes: Iterable[Hashable] = ()) -> None:
+        """Create a recorder, optionally pre-registering ``lanes`` so they report zeros."""
+        self._lanes: dict[Hashable, dict[str, Any]] = {}
+        for lane in lanes:
+            self._of(lane)
+
+    def _of(self, lane: Hashable) -> dict[str, Any]:
+        counters = self._lanes.get(lane)
+        if counters is None:
+            counters = self._lanes[lane] = dict(_ZEROS)
+        return counters
+
+    def record_claim(
+        self,
+        lane: Hashable,
+        *,
+        claimed: int,
+        rescued: int,
+        latency_seconds: float,
+        queue_lag_seconds: float,
+    ) -> None:
+        """Record one successful claim round trip of ``lane``."""
+        counters = self._of(lane)
+        counters["claim_calls"] += 1
+        counters["claimed"] += claimed
+        counters["rescued"] += rescued
+        counters["claim_latency_seconds_total"] += latency_seconds
+        most = max(counters["claim_latency_seconds_max"], latency_seconds)
+        counters["claim_latency_seconds_max"] = most
+        counters["last_claim_latency_seconds"] = latency_seconds
+        counters["queue_lag_seconds"] = queue_lag_seconds
+
+    def record_claim_error(self, lane: Hashable) -> None:
+        """Record a claim round trip of ``lane`` that raised."""
+        counters = self._of(lane)
+        counters["claim_calls"] += 1
+        counters["claim_errors"] += 1
+
+    def record_started(self, lane: Hashable) -> None:
+        """Record that one claimed task of ``lane`` started executing."""
+        self._of(lane)["in_flight"] += 1
+
+    def record_outcome(self, lane: Hashable, outcome: ClaimedTaskOutcome) -> None:
+        """Record how one execution of ``lane`` ended (and that it is no longer in flight)."""
+        counters = self._of(lane)
+        counters["in_flight"] = max(counters["in_flight"] - 1, 0)
+        counters[_OUTCOME_FIELD[outcome]] += 1
+
+    def lane(self, lane: Hashable) -> DispatchStats:
+        """A snapshot of ``lane``'s counters (zeros for a lane never seen)."""
+        counters = self._lanes.get(lane)
+        return DispatchStats(**counters) if counters is not None else DispatchStats()
+
+    def lanes(self) -> dict[Hashable, DispatchStats]:
+        """A snapshot of every lane seen so far, in first-seen order."""
+        return {lane: DispatchStats(**counters) for lane, counters in self._lanes.items()}
+
+    def total(self) -> DispatchStats:
+        """The counters summed over every lane."""
+        return DispatchStats.combine(self.lanes().values())
+
+    def __repr__(self) -> str:
+        return f"DispatchStatsRecorder(lanes={len(self._lanes)}, total={self.total()!r})"

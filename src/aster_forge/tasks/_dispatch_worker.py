@@ -6,8 +6,13 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from ..runtime import CancellationToken, Clock
-from ._dispatch import DispatchDrainResult, DispatchPollConfig, DispatchWakeSignal, TaskLaneConfig
-from ._dispatch_stats import DispatchStatsRecorder
+from ._dispatch import (
+    DispatchDrainResult,
+    DispatchPollConfig,
+    DispatchStatsRecorder,
+    DispatchWakeSignal,
+    TaskLaneConfig,
+)
 from ._execution import ClaimedTaskExecutionConfig
 from ._worker import TaskWorker
 from .errors import TaskDispatchConfigError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
@@ -13,7 +13,7 @@ from ..runtime import (
     CancellationToken,
     Clock,
     SystemClock,
-    cancel_or_abandon,
+    abandon_task,
     race,
     shielded,
     watch_blocking_steps,
@@ -22,7 +22,7 @@ from ._completion import TaskCompletionBatcher
 from ._context import TaskExecutionContext
 from ._control import DEFAULT_MAX_SNOOZES, TaskSnooze
 from ._control_outcomes import retry_policy_for, snooze_failure, write_cancelled, write_snoozed
-from ._dispatch_stats import ClaimedTaskOutcome
+from ._dispatch import ClaimedTaskOutcome
 from ._heartbeat import SharedTaskHeartbeat
 from ._lease import TaskLease, TaskLeaseGuard, TaskLeaseTermination, task_lease_termination_of
 from ._registry import TaskRegistry
@@ -194,11 +194,15 @@ _CANCEL_SETTLE_TURNS = 10
 class ClaimedTaskExecution:
     """One claimed task's life: context, body, one outcome decision, one fenced write.
 
-    The heartbeat engine renews the lease while the body runs. The outcome is decided
-    once (:meth:`_decide`) and written once (:meth:`_write`, fenced by the claim's
-    token); :attr:`report` then says what the store applied (a refused write is
-    ``LEASE_LOST``), also when the execution was cancelled. Workers build one per
-    claimed record; :func:`run_claimed_task_with_store` runs a record on its own.
+    :meth:`start` runs it in a task of its own, the body awaited inline (no second
+    task per execution). The heartbeat engine renews the lease while the body runs.
+    Once the context is cancelled (shutdown or lost lease) the body gets one
+    ``shutdown_grace`` on the injected clock, is then cancelled, and is abandoned (no
+    write; the lease is left to expire) if it ignores that for a few loop turns; an
+    operator cancel stops it at once. The outcome is decided once (:meth:`_decide`) and
+    written once (:meth:`_write`, fenced by the claim's token); :attr:`report` then says
+    what the store applied (a refused write is ``LEASE_LOST``), also when the execution
+    was cancelled.
 
     Args:
         store: The execution store (fenced writes, step updates).
@@ -207,6 +211,7 @@ class ClaimedTaskExecution:
         heartbeat: The heartbeat engine the lease is registered with.
         completions: A success batcher (the success write joins other tasks' statement).
         claimed_at: ``config.clock.monotonic()`` read before the claim was sent.
+        on_abandoned: Called once if the body is abandoned (its task keeps running).
 
     Raises:
         TaskInvalidValueError: When the record carries no processing token or expiry.
@@ -221,6 +226,7 @@ class ClaimedTaskExecution:
         heartbeat: SharedTaskHeartbeat,
         completions: TaskCompletionBatcher | None = None,
         claimed_at: float | None = None,
+        on_abandoned: Callable[[ClaimedTaskExecution], None] | None = None,
     ) -> None:
         if task.processing_token is None or task.lease_expires_at is None:
             raise TaskInvalidValueError(
@@ -230,6 +236,7 @@ class ClaimedTaskExecution:
         self._config = config
         self._heartbeat = heartbeat
         self._completions = completions
+        self._on_abandoned = on_abandoned
         self._started = config.clock.monotonic()
         self.task = task
         self.guard = TaskLeaseGuard(
@@ -241,15 +248,49 @@ class ClaimedTaskExecution:
         )
         self.report: ClaimedTaskReport | None = None
         """What the store applied, once the outcome was written (or refused)."""
+        self.abandoned = False
+        """Whether the body ignored its cancellation and was left running (no write)."""
+        self._task: asyncio.Task[Any] | None = None
+        self._in_body = False
+        self._left_body: asyncio.Future[None] | None = None
+        self._stopper: asyncio.Task[None] | None = None
+        self._cancel_issued = False
+        self._caller_cancelled = False
+        self._settled: asyncio.Future[None] | None = None
 
     @property
     def attempt(self) -> int:
         """The 1-based number of this execution."""
         return self.task.attempt + 1
 
+    @property
+    def in_body(self) -> bool:
+        """Whether the product's body is running right now."""
+        return self._in_body
+
+    def start(self) -> asyncio.Task[ClaimedTaskReport]:
+        """Run :meth:`run` in a new task (named ``aster-forge:task-<id>``) and return it.
+
+        With ``blocking_step_threshold`` set, every step of that task (the body's
+        steps, awaited inline) is timed on the config's clock.
+        """
+        config = self._config
+        coro: Coroutine[Any, Any, ClaimedTaskReport] = self.run()
+        if config.blocking_step_threshold is not None:
+            coro = watch_blocking_steps(
+                coro,
+                threshold=config.blocking_step_threshold,
+                on_block=self._blocked,
+                clock=config.clock,
+            )
+        self._task = asyncio.create_task(coro, name=f"aster-forge:task-{self.task.id}")
+        return self._task
+
     async def run(self) -> ClaimedTaskReport:
         """Run the task and write its outcome; see :func:`run_claimed_task_with_store`."""
         task, guard, config = self.task, self.guard, self._config
+        if self._task is None:
+            self._task = asyncio.current_task()
         self._heartbeat.register(guard)
         ctx: TaskExecutionContext | None = None
         try:
@@ -268,12 +309,15 @@ class ClaimedTaskExecution:
                 failure = TaskFailureClassification(TaskRetryClass.PERMANENT, str(exc))
                 decision = _Decision(ClaimedTaskOutcome.FAILED, failure=failure)
             except asyncio.CancelledError:
-                # Our caller was cancelled: the body is already stopped (or abandoned).
+                # Our caller was cancelled: the body has stopped.
                 release = _LOST if guard.lease_lost else _Decision(ClaimedTaskOutcome.RELEASED)
                 await shielded(
                     self._write(release, ctx), name=f"aster-forge:task-release-{task.id}"
                 )
                 raise
+            if self.abandoned:
+                assert self.report is not None  # written when it was abandoned
+                return self.report
             if self._completions is not None and decision.outcome is ClaimedTaskOutcome.SUCCEEDED:
                 # The batcher owns the write and _write waits for it even when cancelled.
                 report = await self._write(decision, ctx)
@@ -285,39 +329,46 @@ class ClaimedTaskExecution:
                 raise decision.reraise
             return report
         finally:
-            self._heartbeat.unregister(guard)
-            if ctx is not None and ctx.temp_dir_created and config.temp_dirs is not None:
-                await shielded(self._remove_temp_dir(), name=f"aster-forge:temp-{task.id}")
+            # An abandoned run ends like a crash: its lease lapses, the temp dir sweep
+            # collects the dir, and nothing is awaited (it may be closed with its loop).
+            if not self.abandoned:
+                self._heartbeat.unregister(guard)
+                if ctx is not None and ctx.temp_dir_created and config.temp_dirs is not None:
+                    await shielded(self._remove_temp_dir(), name=f"aster-forge:temp-{task.id}")
+                if self._stopper is not None:
+                    await asyncio.gather(self._stopper, return_exceptions=True)
 
     async def _decide(self, ctx: TaskExecutionContext) -> _Decision:
         """Run the body and choose the outcome: the one place outcomes are decided."""
         task, guard, config = self.task, self.guard, self._config
         erased = config.spec_for(task.kind)
         coro = erased.run_json(ctx, config.state, task.payload_json)
-        if config.blocking_step_threshold is not None:
-            coro = watch_blocking_steps(
-                coro,
-                threshold=config.blocking_step_threshold,
-                on_block=self._blocked,
-                clock=config.clock,
-            )
-        body = asyncio.create_task(coro, name=f"aster-forge:task-{task.id}")
+        exc: BaseException | None = None
+        cancelled = False
+        self._in_body = True
+        guard.token.add_cancel_callback(self._on_stop)
         try:
-            await self._wait_body(body)
+            result = await coro
         except asyncio.CancelledError:
-            await self._stop_body(body)
-            raise
-        if not body.done():
-            # Abandoned: write nothing. The lease is no longer renewed, so the task is
-            # rescued once it expires (crash semantics); releasing it now could let a new
-            # claim run beside the stray body.
-            return _LOST
-        exc = None if body.cancelled() else body.exception()
-        if body.cancelled() or exc is None:
+            cancelled = True
+        except BaseException as error:  # judged below, SystemExit included
+            exc = error
+        finally:
+            self._in_body = False
+            guard.token.remove_cancel_callback(self._on_stop)
+            if self._left_body is not None and not self._left_body.done():
+                self._left_body.set_result(None)
+        if self._cancel_issued and self._task is not None:
+            self._task.uncancel()  # our own stop, not the caller's
+        if self.abandoned:
+            return _LOST  # the stray body ended after all: still nothing to write
+        if cancelled and (self._caller_cancelled or (self._task and self._task.cancelling())):
+            raise asyncio.CancelledError  # the caller was cancelled (the body has stopped)
+        if exc is None:
             if guard.lease_lost:
                 return _LOST
-            if not body.cancelled():
-                return _Decision(ClaimedTaskOutcome.SUCCEEDED, result_json=body.result())
+            if not cancelled:
+                return _Decision(ClaimedTaskOutcome.SUCCEEDED, result_json=result)
             if guard.cancel_requested:
                 return _Decision(ClaimedTaskOutcome.CANCELLED)
             if guard.token.cancelled:
@@ -334,6 +385,8 @@ class ClaimedTaskExecution:
             return _LOST
         if isinstance(exc, KeyboardInterrupt | SystemExit):
             return _Decision(ClaimedTaskOutcome.RELEASED, reraise=exc)
+        if not isinstance(exc, Exception):
+            raise exc
         if guard.cancel_requested or termination is TaskLeaseTermination.CANCEL_REQUESTED:
             # The body stopped because an operator cancelled it: not a product failure.
             return _Decision(ClaimedTaskOutcome.CANCELLED)
@@ -360,6 +413,84 @@ class ClaimedTaskExecution:
         )
         return self._failure(failure, erased)
 
+    def _on_stop(self) -> None:
+        """The context was cancelled while the body runs: stop it after its grace."""
+        if self._in_body and self._stopper is None and self._task is not None:
+            loop = self._task.get_loop()
+            self._left_body = loop.create_future()
+            immediate = self.guard.cancel_requested  # an operator cancel gets no grace
+            self._stopper = loop.create_task(
+                self._stop_body(immediate), name=f"aster-forge:task-stop-{self.task.id}"
+            )
+
+    async def _stop_body(self, immediate: bool) -> None:
+        if not immediate:
+            assert self._left_body is not None
+            grace = self._config.shutdown_grace.total_seconds()
+            await race(
+                self._left_body, seconds=grace, clock=self._config.clock, name="aster-forge:grace"
+            )
+        if self.in_body:
+            await self._cancel_body()
+
+    async def cancel(self) -> None:
+        """Cancel the run as its caller would: the body at once, then release and re-raise.
+
+        The release is written (shielded) and the run's task ends cancelled; a body that
+        ignores the cancellation for a few loop turns is abandoned (no write).
+        """
+        self._caller_cancelled = True
+        await self._cancel_body()
+
+    async def _cancel_body(self) -> None:
+        task = self._task
+        if task is None or task.done():
+            return
+        if not self._in_body:
+            task.cancel()  # past the body: the outcome write is shielded
+            return
+        if not self._cancel_issued:
+            self._cancel_issued = True
+            task.cancel()
+        for _ in range(_CANCEL_SETTLE_TURNS):
+            await asyncio.sleep(0)
+            if not self.in_body:
+                return
+        if not self.abandoned:
+            self._abandon(task)
+
+    async def settled(self) -> None:
+        """Wait until the run has finished or its body was abandoned."""
+        task = self._task
+        if task is None or task.done() or self.abandoned:
+            return
+        if self._settled is None:
+            self._settled = task.get_loop().create_future()
+            task.add_done_callback(self._settle)
+        await asyncio.shield(self._settled)
+
+    def _settle(self, _task: object = None) -> None:
+        if self._settled is not None and not self._settled.done():
+            self._settled.set_result(None)
+
+    def _abandon(self, task: asyncio.Task[Any]) -> None:
+        # Write nothing: the lease is no longer renewed, so the task is rescued once it
+        # expires (crash semantics); releasing it now could let a new claim run beside
+        # the stray body.
+        self.abandoned = True
+        logger.warning(
+            "task #%s ignored cancellation past its grace; abandoned without a write "
+            "(its lease expires and the task is rescued)",
+            self.task.id,
+            extra={"task_id": self.task.id},
+        )
+        self._heartbeat.unregister(self.guard)
+        abandon_task(task)
+        self._report(ClaimedTaskOutcome.LEASE_LOST, _LOST, applied=False)
+        self._settle()
+        if self._on_abandoned is not None:
+            self._on_abandoned(self)
+
     def _blocked(self, seconds: float) -> None:
         label = task_kind_label(self.task.kind)
         logger.warning(
@@ -378,32 +509,6 @@ class ClaimedTaskExecution:
             return _Decision(ClaimedTaskOutcome.FAILED, failure=failure)
         delay = retry_policy_for(erased, self._config.retry_policy).delay(self.attempt)
         return _Decision(ClaimedTaskOutcome.RETRIED, failure=failure, delay=delay)
-
-    async def _wait_body(self, body: asyncio.Task[Any]) -> None:
-        """Until the body ends; once the context is cancelled, one grace, then cancel."""
-        token = self.guard.token
-        if not body.done() and not token.cancelled:
-            # One loop turn first: a body that finishes without awaiting needs no waiter.
-            await asyncio.sleep(0)
-        if not body.done():
-            await race(body, token=token, name="aster-forge:task-stop-wait")
-        if not body.done() and self.guard.cancel_requested:
-            # An operator cancel stops the body at once: no grace, the task ends cancelled.
-            await self._stop_body(body)
-        if not body.done():
-            grace = self._config.shutdown_grace.total_seconds()
-            await race(body, seconds=grace, clock=self._config.clock, name="aster-forge:task-grace")
-        if not body.done():
-            await self._stop_body(body)
-
-    async def _stop_body(self, body: asyncio.Task[Any]) -> None:
-        if not await cancel_or_abandon(body, settle_turns=_CANCEL_SETTLE_TURNS):
-            logger.warning(
-                "task #%s ignored cancellation past its grace; abandoned without a write "
-                "(its lease expires and the task is rescued)",
-                self.task.id,
-                extra={"task_id": self.task.id},
-            )
 
     async def _write(
         self, decision: _Decision, ctx: TaskExecutionContext | None
@@ -435,7 +540,13 @@ class ClaimedTaskExecution:
                 extra={"task_id": self.task.id},
             )
             outcome = ClaimedTaskOutcome.STORE_ERROR
-        applied = written and outcome is not ClaimedTaskOutcome.LEASE_LOST
+        return self._report(outcome, decision, applied=written)
+
+    def _report(
+        self, outcome: ClaimedTaskOutcome, decision: _Decision, *, applied: bool
+    ) -> ClaimedTaskReport:
+        failure = decision.failure
+        applied = applied and outcome is not ClaimedTaskOutcome.LEASE_LOST
         self.report = ClaimedTaskReport(
             task_id=self.task.id,
             kind=self.task.kind,
@@ -568,12 +679,25 @@ async def run_claimed_task_batch_with_store(
         ClaimedTaskExecution(store, task, config, heartbeat=heartbeat, claimed_at=claimed_at)
         for task in tasks
     ]
+    runs = [execution.start() for execution in executions]
     try:
-        async with asyncio.TaskGroup() as group:
-            runs = [
-                group.create_task(e.run(), name=f"aster-forge:claimed-task-{e.task.id}")
-                for e in executions
-            ]
+        await _join_executions(executions, runs)
     finally:
         await heartbeat.join()
-    return [run.result() for run in runs]
+    # A run's own error is raised here; an abandoned one reports what it wrote: nothing.
+    return [
+        e.report if e.abandoned and e.report is not None else run.result()
+        for e, run in zip(executions, runs, strict=True)
+    ]
+
+
+async def _join_executions(
+    executions: Sequence[ClaimedTaskExecution], runs: Sequence[asyncio.Task[Any]]
+) -> None:
+    """Wait for every run; if cancelled, stop the bodies (abandoning stubborn ones) first."""
+    try:
+        await asyncio.gather(*(execution.settled() for execution in executions))
+    except asyncio.CancelledError:
+        await asyncio.gather(*(execution.cancel() for execution in executions))
+        await asyncio.gather(*(execution.settled() for execution in executions))
+        raise

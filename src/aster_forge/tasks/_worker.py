@@ -12,14 +12,15 @@ from typing import Any, Generic, TypeVar
 from ..runtime import CancellationToken, Clock, SystemClock, race
 from ._completion import TaskCompletionBatcher, supports_batched_success
 from ._dispatch import (
+    ClaimedTaskOutcome,
     DispatchBackoff,
     DispatchDrainResult,
     DispatchPollConfig,
+    DispatchStatsRecorder,
     DispatchWakeSignal,
     TaskLaneConfig,
     default_dispatch_owner,
 )
-from ._dispatch_stats import ClaimedTaskOutcome, DispatchStatsRecorder
 from ._execution import ClaimedTaskExecution, ClaimedTaskExecutionConfig
 from ._heartbeat import SharedTaskHeartbeat
 from ._lease import TaskLease
@@ -199,7 +200,7 @@ class TaskWorker(Generic[StateT]):
         self._saturated: set[Hashable] = set()
         self._handed_over: set[int] = set()
         self._running: dict[int, tuple[Hashable, ClaimedTaskExecution]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[Any], ClaimedTaskExecution] = {}
         self._next_lane = 0
         self._heartbeat: SharedTaskHeartbeat | None = None
         self._completions: TaskCompletionBatcher | None = None
@@ -392,39 +393,45 @@ class TaskWorker(Generic[StateT]):
             heartbeat=self._heartbeat,
             completions=self._completions,
             claimed_at=claimed_at,
+            on_abandoned=self._finish,
         )
         self._in_flight[lane] += 1
         self.stats.record_started(lane)
         self._running[record.id] = (lane, execution)
-        task = asyncio.create_task(
-            self._execute(lane, execution), name=f"aster-forge:dispatch-task-{record.id}"
-        )
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task = execution.start()
+        self._tasks[task] = execution
+        task.add_done_callback(self._finished)
 
-    async def _execute(self, lane: Hashable, execution: ClaimedTaskExecution) -> None:
-        try:
-            await execution.run()
-        except asyncio.CancelledError:
-            raise  # the execution wrote (and reported) its release before re-raising
-        except Exception:
-            logger.exception(
+    def _finished(self, task: asyncio.Task[Any]) -> None:
+        execution = self._tasks.pop(task, None)
+        error = None if task.cancelled() else task.exception()
+        if error is not None and not isinstance(error, KeyboardInterrupt | SystemExit):
+            logger.error(
                 "executing task #%s failed inside the worker",
-                execution.task.id,
-                extra={"task_id": execution.task.id},
+                task.get_name().rsplit("-", 1)[-1],
+                exc_info=error,
             )
-        finally:
-            task_id = execution.task.id
-            self._running.pop(task_id, None)
-            report = execution.report
-            # Stats say what the store applied; no report means nothing was written.
-            outcome = report.outcome if report is not None else ClaimedTaskOutcome.STORE_ERROR
-            self.stats.record_outcome(lane, outcome)
-            if task_id in self._handed_over:
-                self._handed_over.discard(task_id)  # its slot went to a task claimed with it
-            else:
-                self._in_flight[lane] -= 1
-                self._wake_if_freed(lane)
+        if execution is not None:
+            self._finish(execution)
+
+    def _finish(self, execution: ClaimedTaskExecution) -> None:
+        """Free the slot of a finished (or abandoned) execution and record its outcome."""
+        task_id = execution.task.id
+        entry = self._running.pop(task_id, None)
+        if entry is None:
+            return  # already accounted (abandoned earlier)
+        lane = entry[0]
+        if execution.abandoned:
+            self._tasks = {t: e for t, e in self._tasks.items() if e is not execution}
+        report = execution.report
+        # Stats say what the store applied; no report means nothing was written.
+        outcome = report.outcome if report is not None else ClaimedTaskOutcome.STORE_ERROR
+        self.stats.record_outcome(lane, outcome)
+        if task_id in self._handed_over:
+            self._handed_over.discard(task_id)  # its slot went to a task claimed with it
+        else:
+            self._in_flight[lane] -= 1
+            self._wake_if_freed(lane)
 
     def _wake_if_freed(self, lane: Hashable) -> None:
         if lane in self._saturated and self.free_slots(lane) > 0:
@@ -492,9 +499,10 @@ class TaskWorker(Generic[StateT]):
                 logger.exception("releasing over-claimed task #%s failed", record.id)
 
     async def join(self) -> None:
-        """Wait until every execution this worker started has finished."""
+        """Wait until every execution this worker started has finished (or was abandoned)."""
         while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+            await asyncio.gather(*(e.settled() for e in list(self._tasks.values())))
+            await asyncio.sleep(0)  # the finished tasks' callbacks free their slots
         if self._completions is not None:
             await self._completions.join()
         if self._heartbeat is not None:
@@ -505,18 +513,17 @@ class TaskWorker(Generic[StateT]):
 
         Each execution gives its body ``shutdown_grace`` (on the injected clock) to stop,
         then cancels it, and releases the task to pending without counting an attempt
-        (fenced). If the caller is cancelled while waiting, the executions are cancelled
-        (they still release, shielded) and awaited before the cancellation propagates.
+        (fenced). If the caller is cancelled while waiting, the bodies are cancelled at
+        once (the releases are still written, shielded; a body ignoring it is abandoned)
+        and awaited before the cancellation propagates.
         """
         self._stop.cancel()
         try:
             await self.join()
         except asyncio.CancelledError:
-            pending = list(self._tasks)
-            for task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.wait(pending)
+            executions = list(self._tasks.values())
+            await asyncio.gather(*(e.cancel() for e in executions))
+            await asyncio.gather(*(e.settled() for e in executions))
             raise
 
     def __repr__(self) -> str:
