@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 
@@ -11,6 +12,11 @@ from ._records import TaskCompletion
 from .protocols import ClaimedTaskExecutionStore
 
 __all__ = ["TaskCompletionBatcher", "supports_batched_success"]
+
+logger = logging.getLogger("aster_forge.tasks.execution")
+
+#: Told what became of one queued success: applied or refused (a bool), or the error.
+WrittenCallback = Callable[[bool | BaseException], None]
 
 DEFAULT_MAX_COMPLETION_BATCH = 128
 
@@ -31,7 +37,8 @@ class TaskCompletionBatcher:
     wrote (or refused) the entry has returned, so an outcome is never reported before
     it is stored; if the statement raises, every entry of that batch sees the error.
     A caller cancelled while waiting does not withdraw its entry (it may already be on
-    the wire): use :func:`asyncio.shield` and wait for the result.
+    the wire): use :func:`asyncio.shield` and wait for the result. A caller that need not
+    wait passes ``written`` instead and is called back once the statement returned.
 
     Args:
         store: A store with ``mark_tasks_succeeded_many`` (see
@@ -55,17 +62,32 @@ class TaskCompletionBatcher:
             write or cast(Any, store).mark_tasks_succeeded_many
         )
         self._max_batch = max_batch
-        self._queue: list[tuple[TaskCompletion, asyncio.Future[bool]]] = []
+        self._queue: list[tuple[TaskCompletion, asyncio.Future[bool] | WrittenCallback]] = []
         self._flusher: asyncio.Task[None] | None = None
         self.batches = 0
         """How many store calls were made (for measurements)."""
 
     def succeed(
-        self, lease: TaskLease, result_json: str | None, steps_json: str | None
-    ) -> asyncio.Future[bool]:
-        """Queue a fenced success write; the future resolves once it was written or refused."""
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._queue.append((TaskCompletion(lease, result_json, steps_json), future))
+        self,
+        lease: TaskLease,
+        result_json: str | None,
+        steps_json: str | None,
+        *,
+        written: WrittenCallback | None = None,
+    ) -> asyncio.Future[bool] | None:
+        """Queue a fenced success write.
+
+        Returns:
+            A future resolving once the write was applied or refused (raising the
+            statement's error), or ``None`` when ``written`` is called back instead.
+        """
+        waiter: asyncio.Future[bool] | WrittenCallback
+        future = None
+        if written is None:
+            waiter = future = asyncio.get_running_loop().create_future()
+        else:
+            waiter = written
+        self._queue.append((TaskCompletion(lease, result_json, steps_json), waiter))
         if self._flusher is None:
             self._flusher = asyncio.create_task(self._flush(), name="aster-forge:task-completions")
         return future
@@ -91,21 +113,31 @@ class TaskCompletionBatcher:
                             f"for {len(batch)} completions"
                         )
                 except Exception as exc:
-                    for _, future in batch:
-                        if not future.done():
-                            future.set_exception(exc)
+                    for _, waiter in batch:
+                        _tell(waiter, exc)
                     continue
-                except BaseException as exc:
+                except BaseException:
                     # Cancelled mid-write: the outcome is unknown; tell every waiter.
-                    for _, future in (*batch, *self._queue):
-                        if not future.done():
-                            future.set_exception(
-                                RuntimeError("the batched success write was interrupted")
-                            )
+                    interrupted = RuntimeError("the batched success write was interrupted")
+                    for _, waiter in (*batch, *self._queue):
+                        _tell(waiter, interrupted)
                     self._queue.clear()
-                    raise exc
-                for (_, future), ok in zip(batch, results, strict=True):
-                    if not future.done():
-                        future.set_result(bool(ok))
+                    raise
+                for (_, waiter), ok in zip(batch, results, strict=True):
+                    _tell(waiter, bool(ok))
         finally:
             self._flusher = None
+
+
+def _tell(waiter: asyncio.Future[bool] | WrittenCallback, outcome: bool | BaseException) -> None:
+    if isinstance(waiter, asyncio.Future):
+        if not waiter.done():
+            if isinstance(outcome, BaseException):
+                waiter.set_exception(outcome)
+            else:
+                waiter.set_result(outcome)
+        return
+    try:
+        waiter(outcome)
+    except Exception:
+        logger.exception("recording a batched success write failed")

@@ -186,6 +186,7 @@ class _Decision:
 
 
 _LOST = _Decision(ClaimedTaskOutcome.LEASE_LOST)
+_SUCCESS = _Decision(ClaimedTaskOutcome.SUCCEEDED)
 
 #: A body cancelled at the end of its grace gets this many loop turns to finish.
 _CANCEL_SETTLE_TURNS = 10
@@ -211,7 +212,9 @@ class ClaimedTaskExecution:
         heartbeat: The heartbeat engine the lease is registered with.
         completions: A success batcher (the success write joins other tasks' statement).
         claimed_at: ``config.clock.monotonic()`` read before the claim was sent.
-        on_abandoned: Called once if the body is abandoned (its task keeps running).
+        on_finished: Called once when the execution ends outside its own task: its body
+            was abandoned, or (started by :meth:`start`, with ``completions``) its
+            success was written by the batcher after the task had ended.
 
     Raises:
         TaskInvalidValueError: When the record carries no processing token or expiry.
@@ -226,7 +229,7 @@ class ClaimedTaskExecution:
         heartbeat: SharedTaskHeartbeat,
         completions: TaskCompletionBatcher | None = None,
         claimed_at: float | None = None,
-        on_abandoned: Callable[[ClaimedTaskExecution], None] | None = None,
+        on_finished: Callable[[ClaimedTaskExecution], None] | None = None,
     ) -> None:
         if task.processing_token is None or task.lease_expires_at is None:
             raise TaskInvalidValueError(
@@ -236,7 +239,7 @@ class ClaimedTaskExecution:
         self._config = config
         self._heartbeat = heartbeat
         self._completions = completions
-        self._on_abandoned = on_abandoned
+        self._on_finished = on_finished
         self._started = config.clock.monotonic()
         self.task = task
         self.guard = TaskLeaseGuard(
@@ -250,6 +253,8 @@ class ClaimedTaskExecution:
         """What the store applied, once the outcome was written (or refused)."""
         self.abandoned = False
         """Whether the body ignored its cancellation and was left running (no write)."""
+        self.detached = False
+        """Whether the task ended with its success queued (``on_finished`` reports it)."""
         self._task: asyncio.Task[Any] | None = None
         self._in_body = False
         self._left_body: asyncio.Future[None] | None = None
@@ -268,14 +273,17 @@ class ClaimedTaskExecution:
         """Whether the product's body is running right now."""
         return self._in_body
 
-    def start(self) -> asyncio.Task[ClaimedTaskReport]:
+    def start(self) -> asyncio.Task[ClaimedTaskReport | None]:
         """Run :meth:`run` in a new task (named ``aster-forge:task-<id>``) and return it.
 
         With ``blocking_step_threshold`` set, every step of that task (the body's
-        steps, awaited inline) is timed on the config's clock.
+        steps, awaited inline) is timed on the config's clock. With a batcher and
+        ``on_finished``, a success is queued and the task ends at once (its result is
+        then ``None``; ``on_finished`` follows once the write returned).
         """
         config = self._config
-        coro: Coroutine[Any, Any, ClaimedTaskReport] = self.run()
+        detach = self._completions is not None and self._on_finished is not None
+        coro: Coroutine[Any, Any, ClaimedTaskReport | None] = self._run(detach=detach)
         if config.blocking_step_threshold is not None:
             coro = watch_blocking_steps(
                 coro,
@@ -288,6 +296,11 @@ class ClaimedTaskExecution:
 
     async def run(self) -> ClaimedTaskReport:
         """Run the task and write its outcome; see :func:`run_claimed_task_with_store`."""
+        report = await self._run(detach=False)
+        assert report is not None  # only a detached run leaves it to the batcher
+        return report
+
+    async def _run(self, *, detach: bool) -> ClaimedTaskReport | None:
         task, guard, config = self.task, self.guard, self._config
         if self._task is None:
             self._task = asyncio.current_task()
@@ -319,6 +332,14 @@ class ClaimedTaskExecution:
                 assert self.report is not None  # written when it was abandoned
                 return self.report
             if self._completions is not None and decision.outcome is ClaimedTaskOutcome.SUCCEEDED:
+                if detach and not (ctx is not None and ctx.temp_dir_created):
+                    # No need to wait: the batcher calls back once the statement returned.
+                    self.detached = True
+                    steps_json = self._steps_json(ctx, None)
+                    self._completions.succeed(
+                        guard.lease, decision.result_json, steps_json, written=self._written
+                    )
+                    return None
                 # The batcher owns the write and _write waits for it even when cancelled.
                 report = await self._write(decision, ctx)
             else:
@@ -331,7 +352,7 @@ class ClaimedTaskExecution:
         finally:
             # An abandoned run ends like a crash: its lease lapses, the temp dir sweep
             # collects the dir, and nothing is awaited (it may be closed with its loop).
-            if not self.abandoned:
+            if not self.abandoned and not self.detached:
                 self._heartbeat.unregister(guard)
                 if ctx is not None and ctx.temp_dir_created and config.temp_dirs is not None:
                     await shielded(self._remove_temp_dir(), name=f"aster-forge:temp-{task.id}")
@@ -488,8 +509,8 @@ class ClaimedTaskExecution:
         abandon_task(task)
         self._report(ClaimedTaskOutcome.LEASE_LOST, _LOST, applied=False)
         self._settle()
-        if self._on_abandoned is not None:
-            self._on_abandoned(self)
+        if self._on_finished is not None:
+            self._on_finished(self)
 
     def _blocked(self, seconds: float) -> None:
         label = task_kind_label(self.task.kind)
@@ -514,33 +535,52 @@ class ClaimedTaskExecution:
         self, decision: _Decision, ctx: TaskExecutionContext | None
     ) -> ClaimedTaskReport:
         """Write ``decision`` once, fenced; record and return what the store applied."""
-        outcome, failure = decision.outcome, decision.failure
-        if self.guard.lease_lost:
-            outcome = ClaimedTaskOutcome.LEASE_LOST
-        written = False
+        outcome = ClaimedTaskOutcome.LEASE_LOST if self.guard.lease_lost else decision.outcome
+        written: bool | BaseException
         try:
-            steps = ctx.steps if ctx is not None else ()
-            if steps and failure is not None:
-                steps = mark_active_step_failed(steps, failure.message)
-            steps_json = serialize_task_steps_json(steps) if steps else None
+            steps_json = self._steps_json(ctx, decision.failure)
             written = await self._store_write(outcome, decision, steps_json)
-            if not written and outcome is not ClaimedTaskOutcome.LEASE_LOST:
-                self.guard.mark_lost()
-                logger.info(
-                    "task #%s: the %s write was refused (lease lost); nothing was written",
-                    self.task.id,
-                    outcome.value,
-                    extra={"task_id": self.task.id},
-                )
-                outcome = ClaimedTaskOutcome.LEASE_LOST
-        except Exception:
-            logger.exception(
+        except Exception as exc:
+            written = exc
+        return self._applied(outcome, decision, written)
+
+    def _written(self, written: bool | BaseException) -> None:
+        """The batcher's answer for a detached success: report it and end the execution."""
+        self._applied(ClaimedTaskOutcome.SUCCEEDED, _SUCCESS, written)
+        self._heartbeat.unregister(self.guard)
+        if self._on_finished is not None:
+            self._on_finished(self)
+
+    def _applied(
+        self, outcome: ClaimedTaskOutcome, decision: _Decision, written: bool | BaseException
+    ) -> ClaimedTaskReport:
+        if isinstance(written, BaseException):
+            logger.error(
                 "task #%s: storing the outcome failed; the task is rescued after its lease expires",
                 self.task.id,
+                exc_info=written,
                 extra={"task_id": self.task.id},
             )
-            outcome = ClaimedTaskOutcome.STORE_ERROR
+            return self._report(ClaimedTaskOutcome.STORE_ERROR, decision, applied=False)
+        if not written and outcome is not ClaimedTaskOutcome.LEASE_LOST:
+            self.guard.mark_lost()
+            logger.info(
+                "task #%s: the %s write was refused (lease lost); nothing was written",
+                self.task.id,
+                outcome.value,
+                extra={"task_id": self.task.id},
+            )
+            outcome = ClaimedTaskOutcome.LEASE_LOST
         return self._report(outcome, decision, applied=written)
+
+    @staticmethod
+    def _steps_json(
+        ctx: TaskExecutionContext | None, failure: TaskFailureClassification | None
+    ) -> str | None:
+        steps = ctx.steps if ctx is not None else ()
+        if steps and failure is not None:
+            steps = mark_active_step_failed(steps, failure.message)
+        return serialize_task_steps_json(steps) if steps else None
 
     def _report(
         self, outcome: ClaimedTaskOutcome, decision: _Decision, *, applied: bool
@@ -567,6 +607,7 @@ class ClaimedTaskExecution:
         match outcome:
             case ClaimedTaskOutcome.SUCCEEDED if self._completions is not None:
                 future = self._completions.succeed(lease, decision.result_json, steps_json)
+                assert future is not None  # no callback given: a future to wait for
                 return await shielded(future)
             case ClaimedTaskOutcome.SUCCEEDED:
                 return await store.mark_task_succeeded(lease, decision.result_json, steps_json)
@@ -684,11 +725,12 @@ async def run_claimed_task_batch_with_store(
         await _join_executions(executions, runs)
     finally:
         await heartbeat.join()
-    # A run's own error is raised here; an abandoned one reports what it wrote: nothing.
-    return [
-        e.report if e.abandoned and e.report is not None else run.result()
-        for e, run in zip(executions, runs, strict=True)
-    ]
+    reports: list[ClaimedTaskReport] = []
+    for e, run in zip(executions, runs, strict=True):
+        report = e.report if e.abandoned else run.result()  # a run's own error is raised
+        assert report is not None  # written, refused, or (abandoned) nothing written
+        reports.append(report)
+    return reports
 
 
 async def _join_executions(

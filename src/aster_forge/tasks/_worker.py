@@ -393,7 +393,7 @@ class TaskWorker(Generic[StateT]):
             heartbeat=self._heartbeat,
             completions=self._completions,
             claimed_at=claimed_at,
-            on_abandoned=self._finish,
+            on_finished=self._finish,
         )
         self._in_flight[lane] += 1
         self.stats.record_started(lane)
@@ -411,8 +411,8 @@ class TaskWorker(Generic[StateT]):
                 task.get_name().rsplit("-", 1)[-1],
                 exc_info=error,
             )
-        if execution is not None:
-            self._finish(execution)
+        if execution is not None and not execution.detached:
+            self._finish(execution)  # a detached success is finished by its write
 
     def _finish(self, execution: ClaimedTaskExecution) -> None:
         """Free the slot of a finished (or abandoned) execution and record its outcome."""
