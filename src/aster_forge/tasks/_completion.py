@@ -68,29 +68,29 @@ class TaskCompletionBatcher:
         """How many store calls were made (for measurements)."""
 
     def succeed(
+        self, lease: TaskLease, result_json: str | None, steps_json: str | None
+    ) -> asyncio.Future[bool]:
+        """Queue a fenced success write; the future resolves once it was written or refused."""
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._queue_entry(TaskCompletion(lease, result_json, steps_json), future)
+        return future
+
+    def succeed_then(
         self,
         lease: TaskLease,
         result_json: str | None,
         steps_json: str | None,
-        *,
-        written: WrittenCallback | None = None,
-    ) -> asyncio.Future[bool] | None:
-        """Queue a fenced success write.
+        written: WrittenCallback,
+    ) -> None:
+        """Queue a fenced success write; ``written`` is called once the statement returned."""
+        self._queue_entry(TaskCompletion(lease, result_json, steps_json), written)
 
-        Returns:
-            A future resolving once the write was applied or refused (raising the
-            statement's error), or ``None`` when ``written`` is called back instead.
-        """
-        waiter: asyncio.Future[bool] | WrittenCallback
-        future = None
-        if written is None:
-            waiter = future = asyncio.get_running_loop().create_future()
-        else:
-            waiter = written
-        self._queue.append((TaskCompletion(lease, result_json, steps_json), waiter))
+    def _queue_entry(
+        self, completion: TaskCompletion, waiter: asyncio.Future[bool] | WrittenCallback
+    ) -> None:
+        self._queue.append((completion, waiter))
         if self._flusher is None:
             self._flusher = asyncio.create_task(self._flush(), name="aster-forge:task-completions")
-        return future
 
     async def join(self) -> None:
         """Wait until every queued write has been sent and answered."""

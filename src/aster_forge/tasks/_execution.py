@@ -336,8 +336,8 @@ class ClaimedTaskExecution:
                     # No need to wait: the batcher calls back once the statement returned.
                     self.detached = True
                     steps_json = self._steps_json(ctx, None)
-                    self._completions.succeed(
-                        guard.lease, decision.result_json, steps_json, written=self._written
+                    self._completions.succeed_then(
+                        guard.lease, decision.result_json, steps_json, self._written
                     )
                     return None
                 # The batcher owns the write and _write waits for it even when cancelled.
@@ -607,7 +607,6 @@ class ClaimedTaskExecution:
         match outcome:
             case ClaimedTaskOutcome.SUCCEEDED if self._completions is not None:
                 future = self._completions.succeed(lease, decision.result_json, steps_json)
-                assert future is not None  # no callback given: a future to wait for
                 return await shielded(future)
             case ClaimedTaskOutcome.SUCCEEDED:
                 return await store.mark_task_succeeded(lease, decision.result_json, steps_json)
