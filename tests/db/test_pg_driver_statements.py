@@ -84,6 +84,11 @@ def _assert_same(got: BackgroundTaskRecord, want: BackgroundTaskRecord) -> None:
             assert value.tzinfo is UTC, (name, value)
 
 
+def test_the_record_fields_follow_the_statements_columns() -> None:
+    # The driver path builds records positionally from the returned core columns.
+    assert tuple(_CORE) == CORE_COLUMNS
+
+
 def _offset_timestamps(dbapi_connection: Any, _record: Any) -> None:
     """A codec that decodes ``timestamptz`` at +02:00 (the column type must give UTC)."""
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -32,13 +32,14 @@ from ._pg_driver import PgDriverStatement, reusable_after, utc_decoder
 from ._tasks_pg import PgTaskStatements
 from ._tasks_sql import TaskSql
 from ._tasks_table import CORE_COLUMNS, record_from_row
+from ._time import UtcDateTime
 
 __all__ = ["PgTaskRunner"]
 
 _RUNNING = TaskStatus.RUNNING.value
 _STATUS = CORE_COLUMNS.index("status")
+_REASON = CORE_COLUMNS.index("failure_reason")
 
-Decode = Callable[[Any], BackgroundTaskRecord]
 # A statement as SQLAlchemy runs it, and compiled for the driver.
 _Statement = tuple[Any, PgDriverStatement]
 
@@ -77,7 +78,12 @@ class PgTaskRunner:
         self._succeed_many = both(statements.succeed_many)
         self._renew_many = both(statements.renew_many)
         self._utc = utc_decoder(dialect)
-        self._record: Decode = self._driver_record if self.driver else record_from_row
+        table = sql.table
+        self._times = [
+            index
+            for index, name in enumerate(CORE_COLUMNS)
+            if isinstance(table.c[name].type, UtcDateTime)
+        ]
 
     async def claim(
         self, lane: str, limit: int, owner: str, lease_ttl: timedelta
@@ -130,8 +136,10 @@ class PgTaskRunner:
     def _claimed(self, rows: Sequence[Any], offset: int = 0) -> list[BackgroundTaskRecord]:
         # The claim also returns the rows it rescued without claiming them.
         status = offset + _STATUS
-        decode = self._record
-        records = [decode(row) for row in rows if row[status] == _RUNNING]
+        if self.driver:
+            records = [self._driver_record(row, offset) for row in rows if row[status] == _RUNNING]
+        else:
+            records = [record_from_row(row) for row in rows if row[status] == _RUNNING]
         records.sort(key=lambda r: (-r.priority, r.run_at, r.id))
         return records
 
@@ -160,37 +168,21 @@ class PgTaskRunner:
 
         return await self._sql.retry(operation, once)
 
-    def _driver_record(self, r: Any) -> BackgroundTaskRecord:
-        """An asyncpg ``Record`` of the core columns as :func:`record_from_row` maps a row."""
+    def _driver_record(self, row: Any, offset: int) -> BackgroundTaskRecord:
+        """An asyncpg ``Record`` (core columns from ``offset``) as :func:`record_from_row` maps it.
+
+        Positional: the statements return :data:`CORE_COLUMNS` in order, which is the
+        record's field order. asyncpg already returns ``int``/``bool``/``str``.
+        """
+        values = list(row[offset:] if offset else row)
+        values[_STATUS] = TaskStatus(values[_STATUS])
+        reason = values[_REASON]
+        if reason is not None:
+            values[_REASON] = TaskFailureReason(reason)
         utc = self._utc
-        reason = r["failure_reason"]
-        return BackgroundTaskRecord(
-            id=int(r["id"]),
-            kind=r["kind"],
-            lane=r["lane"],
-            status=TaskStatus(r["status"]),
-            payload_json=r["payload_json"],
-            result_json=r["result_json"],
-            steps_json=r["steps_json"],
-            attempt=int(r["attempt"]),
-            max_attempts=int(r["max_attempts"]),
-            run_at=utc(r["run_at"]),
-            priority=int(r["priority"]),
-            processing_token=r["processing_token"],
-            lease_expires_at=utc(r["lease_expires_at"]),
-            claimed_by=r["claimed_by"],
-            dedupe_key=r["dedupe_key"],
-            last_error=r["last_error"],
-            failure_reason=None if reason is None else TaskFailureReason(reason),
-            manual_retry_allowed=bool(r["manual_retry_allowed"]),
-            cancel_requested=bool(r["cancel_requested"]),
-            rescued=bool(r["rescued"]),
-            created_at=utc(r["created_at"]),
-            updated_at=utc(r["updated_at"]),
-            started_at=utc(r["started_at"]),
-            finished_at=utc(r["finished_at"]),
-            snooze_count=int(r["snooze_count"]),
-        )
+        for index in self._times:
+            values[index] = utc(values[index])
+        return BackgroundTaskRecord(*values)
 
 
 def _same(value: Any) -> Any:
