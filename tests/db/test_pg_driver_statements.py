@@ -24,8 +24,10 @@ from aster_forge.db import (
     DatabaseConflictError,
     DatabaseOperationError,
     DatabaseUnavailableError,
+    UtcDateTime,
     create_background_tasks_table,
 )
+from aster_forge.db._pg_driver import PgDriverStatement
 from aster_forge.db._tasks_pg_run import PgTaskRunner
 from aster_forge.db._tasks_table import CORE_COLUMNS, record_from_row
 from aster_forge.tasks import BackgroundTaskRecord, NewTask, TaskCompletion, TaskLease
@@ -87,6 +89,23 @@ def _assert_same(got: BackgroundTaskRecord, want: BackgroundTaskRecord) -> None:
 def test_the_record_fields_follow_the_statements_columns() -> None:
     # The driver path builds records positionally from the returned core columns.
     assert tuple(_CORE) == CORE_COLUMNS
+
+
+async def test_a_refused_bind_value_is_raised_as_sqlalchemy_raises_it(postgres_url: str) -> None:
+    engine = create_async_engine(postgres_url)
+    try:
+        query = sa.select(sa.bindparam("at", type_=UtcDateTime()))
+        statement = PgDriverStatement(query, engine.dialect)
+        assert statement.arguments({"at": _EPOCH}) == [_EPOCH]
+        with pytest.raises(sa.exc.StatementError) as caught:
+            statement.arguments({"at": datetime(2000, 1, 1)})  # naive: refused
+        assert isinstance(caught.value.orig, ValueError)
+        with pytest.raises(sa.exc.StatementError) as on_sqlalchemy:
+            async with engine.connect() as conn:
+                await conn.execute(query, {"at": datetime(2000, 1, 1)})
+        assert type(on_sqlalchemy.value) is type(caught.value)
+    finally:
+        await engine.dispose()
 
 
 def _offset_timestamps(dbapi_connection: Any, _record: Any) -> None:

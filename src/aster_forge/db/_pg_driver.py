@@ -51,11 +51,27 @@ class PgDriverStatement:
         self._hide_parameters = hide_parameters
 
     def arguments(self, values: Mapping[str, Any]) -> list[Any]:
-        """The positional arguments for ``values`` (missing names take their defaults)."""
+        """The positional arguments for ``values`` (missing names take their defaults).
+
+        Raises:
+            sqlalchemy.exc.StatementError: A bind processor refused a value (as
+                SQLAlchemy raises it when it processes the parameters itself).
+        """
         processed: dict[str, Any] = {}
-        for name, process in self._processors:
-            value = values[name] if name in values else self._defaults[name]
-            processed[name] = value if process is None or value is None else process(value)
+        try:
+            for name, process in self._processors:
+                value = values[name] if name in values else self._defaults[name]
+                processed[name] = value if process is None or value is None else process(value)
+        except Exception as exc:
+            dbapi = self._dialect.loaded_dbapi
+            raise sa.exc.DBAPIError.instance(
+                self.sql,
+                dict(values),
+                exc,
+                dbapi.Error,
+                hide_parameters=self._hide_parameters,
+                dialect=self._dialect,
+            ) from exc
         return [processed[name] for name in self._positions]
 
     async def fetch(self, connection: PoolProxiedConnection, arguments: list[Any]) -> list[Any]:

@@ -53,6 +53,9 @@ class PgTaskRunner:
         sql: The store's :class:`TaskSql` (retry policy, SQLAlchemy transactions).
         hold: The store's held driver connection (shared with its enqueue).
         driver: Run on the asyncpg connection; ``None``: when the engine uses asyncpg.
+
+    Attributes:
+        driver: Whether the statements run on the asyncpg connection (else SQLAlchemy).
     """
 
     def __init__(
@@ -153,9 +156,9 @@ class PgTaskRunner:
                 return (await conn.execute(stmt, params)).all()
 
             return await self._sql.run(operation, body, single_statement=True)
-        arguments = driver.arguments(params)
 
         async def once() -> list[Any]:
+            arguments = driver.arguments(params)
             connection, held = await self._hold.acquire(operation)
             try:
                 records = await driver.fetch(connection, arguments)
