@@ -32,6 +32,7 @@ from ._tasks_control import TaskControlMixin
 from ._tasks_enqueue import DEFAULT_TASK_NOTIFY_CHANNEL, TaskEnqueueMixin
 from ._tasks_enqueue_pg import PgEnqueueStatement
 from ._tasks_pg import PgTaskStatements
+from ._tasks_pg_run import PgTaskRunner
 from ._tasks_sql import _SATURATING_DELTA, DbNow, TaskSql
 from ._tasks_sqlite import DriverStatement, SqliteTaskStatements
 from ._tasks_table import CORE_COLUMNS, background_tasks_table, record_from_row, task_lanes_table
@@ -69,7 +70,9 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
     lane are rescued (see :class:`~aster_forge.tasks.BackgroundTaskStore`). Every fenced
     write is one ``UPDATE ... WHERE id = ? AND processing_token = ? AND status = 'running'``.
     Claims skip a lane paused in the lane table (``<table>_lanes``); renewals return
-    each row's ``cancel_requested`` in the same statement.
+    each row's ``cancel_requested`` in the same statement. With asyncpg, the claim, the
+    batched success (alone or with a claim) and the batched renewal run on the asyncpg
+    connection itself, as the enqueue does: they bypass SQLAlchemy's cursor events.
 
     Args:
         engine: The async engine (create the table with
@@ -123,6 +126,11 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             else None
         )
         self._driver_hold = HeldDriverConnection(self._sql)
+        self._pg_run = (
+            PgTaskRunner(self._pg, engine, self._sql, self._driver_hold)
+            if self._pg is not None
+            else None
+        )
         self._succeed_many_cached: Any = None
         self._succeed_many_driver: DriverStatement | None = None
 
@@ -145,8 +153,8 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         lane_value = check_claim_args(lane, owner, lease_ttl, limit)
         if limit <= 0:
             return []
-        if self._pg is not None and lease_ttl < _SATURATING_DELTA:
-            return await self._claim_pg(self._pg, lane_value, limit, owner, lease_ttl)
+        if self._pg_run is not None and lease_ttl < _SATURATING_DELTA:
+            return await self._pg_run.claim(lane_value, limit, owner, lease_ttl)
         if self._lite is not None:
             return await self._claim_sqlite(self._lite, lane_value, limit, owner, lease_ttl)
 
@@ -158,18 +166,6 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         # PostgreSQL: the rescue and the claim are each one atomic statement and need
         # not share a transaction, so both run in autocommit (2 round trips, not 4).
         records = await self._sql.run("claim tasks", body, single_statement=self._sql.is_postgres)
-        return sorted(records, key=lambda r: (-r.priority, r.run_at, r.id))
-
-    async def _claim_pg(
-        self, pg: PgTaskStatements, lane: str, limit: int, owner: str, lease_ttl: timedelta
-    ) -> list[BackgroundTaskRecord]:
-        params = _claim_params(lane, limit, owner, lease_ttl)
-
-        async def body(conn: AsyncConnection) -> list[BackgroundTaskRecord]:
-            rows = await conn.execute(pg.claim, params)
-            return [record_from_row(row) for row in rows if row.status == _RUNNING]
-
-        records = await self._sql.run("claim tasks", body, single_statement=True)
         return sorted(records, key=lambda r: (-r.priority, r.run_at, r.id))
 
     async def _claim_sqlite(
@@ -344,19 +340,8 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         if not leases:
             return []
         t = self._table
-        if self._pg is not None and lease_ttl < _SATURATING_DELTA:
-            stmt: Any = self._pg.renew_many
-            params = {
-                "ids": [lease.task_id for lease in leases],
-                "tokens": [lease.processing_token for lease in leases],
-                "ttl": lease_ttl,
-            }
-
-            async def pg_body(conn: AsyncConnection) -> dict[tuple[int, str], tuple[Any, bool]]:
-                rows = await conn.execute(stmt, params)
-                return {(int(row[0]), str(row[1])): (row[2], bool(row[3])) for row in rows}
-
-            renewed = await self._sql.run("renew task leases", pg_body, single_statement=True)
+        if self._pg_run is not None and lease_ttl < _SATURATING_DELTA:
+            renewed = await self._pg_run.renew_many(leases, lease_ttl)
             return [
                 None
                 if (got := renewed.get((lease.task_id, lease.processing_token))) is None
@@ -429,7 +414,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             The success results in input order, and the claimed records.
         """
         lane_value = check_claim_args(lane, owner, lease_ttl, limit)
-        pg = self._pg
+        pg = self._pg_run
         if pg is None or not completions or limit <= 0 or lease_ttl >= _SATURATING_DELTA:
             results = await self.mark_tasks_succeeded_many(completions)
             try:
@@ -439,29 +424,15 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
                 logger.warning("claim after batched successes failed (%s)", type(exc).__name__)
                 claimed = []
             return results, claimed
-        params = {
-            **self._success_params(completions),
-            **_claim_params(lane_value, limit, owner, lease_ttl),
-        }
-
-        async def body(conn: AsyncConnection) -> tuple[set[tuple[int, str]], list[Any]]:
-            rows = list(await conn.execute(pg.succeed_and_claim, params))
-            done = zip(rows[0].done_ids or (), rows[0].done_tokens or (), strict=True)
-            return {(int(i), str(token)) for i, token in done}, rows
-
-        done, rows = await self._sql.run(
-            "mark tasks succeeded and claim", body, single_statement=True
-        )
-        records = [record_from_row(row) for row in rows if row.status == _RUNNING]
-        records.sort(key=lambda r: (-r.priority, r.run_at, r.id))
+        done, records = await pg.succeed_and_claim(completions, lane_value, limit, owner, lease_ttl)
         return _applied(completions, done), records
 
     async def mark_tasks_succeeded_many(self, completions: Sequence[TaskCompletion]) -> list[bool]:
         """Fenced per entry, one statement on PostgreSQL; results in input order."""
         if not completions:
             return []
-        if self._sql.is_postgres:
-            return await self._succeed_many_pg(completions)
+        if self._pg_run is not None:
+            return _applied(completions, await self._pg_run.succeed_many(completions))
         if self._lite is not None:
             written = await self._succeed_many_sqlite(completions)
             if written is not None:
@@ -567,26 +538,6 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             self._succeed_many_cached = stmt
         return stmt
 
-    async def _succeed_many_pg(self, completions: Sequence[TaskCompletion]) -> list[bool]:
-        assert self._pg is not None
-        stmt = self._pg.succeed_many
-        params = self._success_params(completions)
-
-        async def body(conn: AsyncConnection) -> set[tuple[int, str]]:
-            return {(int(row[0]), str(row[1])) for row in await conn.execute(stmt, params)}
-
-        written = await self._sql.run("mark tasks succeeded", body, single_statement=True)
-        return _applied(completions, written)
-
-    @staticmethod
-    def _success_params(completions: Sequence[TaskCompletion]) -> dict[str, list[Any]]:
-        return {
-            "ids": [c.lease.task_id for c in completions],
-            "tokens": [c.lease.processing_token for c in completions],
-            "results": [c.result_json for c in completions],
-            "steps": [c.steps_json for c in completions],
-        }
-
     async def mark_task_retry(
         self,
         lease: TaskLease,
@@ -659,18 +610,6 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
 
     def __repr__(self) -> str:
         return f"<BackgroundTaskDbStore backend={self._sql.backend.value} table={self._table.name}>"
-
-
-def _claim_params(lane: str, limit: int, owner: str, lease_ttl: timedelta) -> dict[str, Any]:
-    """The PostgreSQL claim's parameters; one random token prefix per claim."""
-    # The prefix plus the row id makes every claimed row's token fresh and unique.
-    return {
-        "lane": lane,
-        "lim": limit,
-        "prefix": uuid.uuid4().hex + "-",
-        "ttl": lease_ttl,
-        "owner": owner,
-    }
 
 
 def _applied(completions: Sequence[TaskCompletion], written: set[tuple[int, str]]) -> list[bool]:

@@ -19,7 +19,7 @@ from .._errors import AsterForgeError
 from ..runtime import NEVER_EXPIRES, Clock, saturating_expiry
 from ..tasks import TaskLease, TaskStatus
 from ._time import DatabaseBackend, UtcDateTime, database_now
-from ._translate import run_transaction, translate_db_error
+from ._translate import retry_conflicts, run_transaction, translate_db_error
 
 __all__ = ["DbNow", "TaskSql", "driver_connection", "sqlite_write_lock"]
 
@@ -111,6 +111,14 @@ class TaskSql:
         return await run_transaction(
             self._engine, operation, body, transaction=transaction, attempts=_CONFLICT_ATTEMPTS
         )
+
+    async def retry(self, operation: str, once: Callable[[], Awaitable[T]]) -> T:
+        """Call ``once`` (one atomic driver-level statement) with :meth:`run`'s retries.
+
+        Raises:
+            DatabaseOperationError: (or a subclass) for any driver/SQLAlchemy failure.
+        """
+        return await retry_conflicts(operation, once, attempts=_CONFLICT_ATTEMPTS)
 
     @property
     def pool(self) -> Pool:

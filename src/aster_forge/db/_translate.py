@@ -24,6 +24,7 @@ from .errors import (
 __all__ = [
     "is_driver_connection_error",
     "is_transient_conflict",
+    "retry_conflicts",
     "run_transaction",
     "translate_db_error",
     "translate_driver_error",
@@ -169,12 +170,38 @@ async def run_transaction(
     Raises:
         DatabaseOperationError: (or a subclass) for any driver/SQLAlchemy failure.
     """
+    opened = transaction or engine.begin
+
+    async def once() -> T:
+        async with opened() as conn:
+            return await body(conn)
+
+    return await retry_conflicts(operation, once, attempts=attempts)
+
+
+async def retry_conflicts(
+    operation: str, once: Callable[[], Awaitable[T]], *, attempts: int = _CONFLICT_ATTEMPTS
+) -> T:
+    """Call ``once`` until it does not lose a transient conflict; translate errors.
+
+    The retry loop of :func:`run_transaction`, for work that raises SQLAlchemy's
+    ``DBAPIError`` wrappers without a SQLAlchemy connection (driver-level statements
+    wrap their driver's errors the way SQLAlchemy does). Each call must be atomic:
+    a lost conflict must have changed nothing.
+
+    Args:
+        operation: What is being done, for logs and error messages.
+        once: One attempt.
+        attempts: How many times a transient conflict is tried in all.
+
+    Raises:
+        DatabaseOperationError: (or a subclass) for any driver/SQLAlchemy failure.
+    """
     attempt = 0
     while True:
         attempt += 1
         try:
-            async with (transaction or engine.begin)() as conn:
-                return await body(conn)
+            return await once()
         except asyncio.CancelledError:
             raise
         except AsterForgeError:

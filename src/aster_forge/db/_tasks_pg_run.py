@@ -1,0 +1,214 @@
+"""Running the task store's hot PostgreSQL statements: on asyncpg itself, or via SQLAlchemy.
+
+A busy worker sends the lane claim, the success-and-claim, the batched success and
+the heartbeat's batched renewal for every batch. With the asyncpg driver each runs
+as a :class:`~aster_forge.db._pg_driver.PgDriverStatement` on a pooled connection
+held across a burst of calls (:class:`~aster_forge.db._driver_hold.HeldDriverConnection`,
+as the enqueue does), in autocommit (each is one atomic statement), its ``Record``
+rows decoded straight into :class:`~aster_forge.tasks.BackgroundTaskRecord`. Lost
+conflicts are retried and errors translated exactly as on the SQLAlchemy path, which
+other PostgreSQL drivers keep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from ..tasks import (
+    BackgroundTaskRecord,
+    TaskCompletion,
+    TaskFailureReason,
+    TaskLease,
+    TaskStatus,
+)
+from ._driver_hold import HeldDriverConnection
+from ._pg_driver import PgDriverStatement, reusable_after, utc_decoder
+from ._tasks_pg import PgTaskStatements
+from ._tasks_sql import TaskSql
+from ._tasks_table import CORE_COLUMNS, record_from_row
+from ._time import UtcDateTime
+
+__all__ = ["PgTaskRunner"]
+
+_RUNNING = TaskStatus.RUNNING.value
+_STATUS = CORE_COLUMNS.index("status")
+_REASON = CORE_COLUMNS.index("failure_reason")
+
+# A statement as SQLAlchemy runs it, and compiled for the driver.
+_Statement = tuple[Any, PgDriverStatement]
+
+
+class PgTaskRunner:
+    """The claim, success-and-claim, batched success and batched renewal on PostgreSQL.
+
+    Args:
+        statements: The store's prebuilt statements.
+        engine: The store's engine (asyncpg: the statements run on the driver).
+        sql: The store's :class:`TaskSql` (retry policy, SQLAlchemy transactions).
+        hold: The store's held driver connection (shared with its enqueue).
+        driver: Run on the asyncpg connection; ``None``: when the engine uses asyncpg.
+
+    Attributes:
+        driver: Whether the statements run on the asyncpg connection (else SQLAlchemy).
+    """
+
+    def __init__(
+        self,
+        statements: PgTaskStatements,
+        engine: AsyncEngine,
+        sql: TaskSql,
+        hold: HeldDriverConnection,
+        *,
+        driver: bool | None = None,
+    ) -> None:
+        dialect = engine.dialect
+        self._sql = sql
+        self._hold = hold
+        self.driver = dialect.driver == "asyncpg" if driver is None else driver
+        hide = engine.sync_engine.hide_parameters
+
+        def both(statement: Any) -> _Statement:
+            return statement, PgDriverStatement(statement, dialect, hide_parameters=hide)
+
+        self._claim = both(statements.claim)
+        self._succeed_and_claim = both(statements.succeed_and_claim)
+        self._succeed_many = both(statements.succeed_many)
+        self._renew_many = both(statements.renew_many)
+        self._utc = utc_decoder(dialect)
+        table = sql.table
+        self._times = [
+            index
+            for index, name in enumerate(CORE_COLUMNS)
+            if isinstance(table.c[name].type, UtcDateTime)
+        ]
+
+    async def claim(
+        self, lane: str, limit: int, owner: str, lease_ttl: timedelta
+    ) -> list[BackgroundTaskRecord]:
+        """The lane's rescue-and-claim; the claimed records in claim order."""
+        rows = await self._rows(
+            "claim tasks", self._claim, claim_params(lane, limit, owner, lease_ttl)
+        )
+        return self._claimed(rows)
+
+    async def succeed_and_claim(
+        self,
+        completions: Sequence[TaskCompletion],
+        lane: str,
+        limit: int,
+        owner: str,
+        lease_ttl: timedelta,
+    ) -> tuple[set[tuple[int, str]], list[BackgroundTaskRecord]]:
+        """The fenced successes and the claim in one statement.
+
+        Returns:
+            The ``(id, token)`` pairs written, and the claimed records in claim order.
+        """
+        params = {**success_params(completions), **claim_params(lane, limit, owner, lease_ttl)}
+        rows = await self._rows("mark tasks succeeded and claim", self._succeed_and_claim, params)
+        # One row at least (a LEFT JOIN): the written pairs ride on every row.
+        done = zip(rows[0][0] or (), rows[0][1] or (), strict=True)
+        return {(int(i), str(token)) for i, token in done}, self._claimed(rows, offset=2)
+
+    async def succeed_many(self, completions: Sequence[TaskCompletion]) -> set[tuple[int, str]]:
+        """The fenced successes in one statement; the ``(id, token)`` pairs written."""
+        rows = await self._rows(
+            "mark tasks succeeded", self._succeed_many, success_params(completions)
+        )
+        return {(int(row[0]), str(row[1])) for row in rows}
+
+    async def renew_many(
+        self, leases: Sequence[TaskLease], lease_ttl: timedelta
+    ) -> dict[tuple[int, str], tuple[datetime, bool]]:
+        """The fenced renewals in one statement: new expiry and cancel flag per claim."""
+        params = {
+            "ids": [lease.task_id for lease in leases],
+            "tokens": [lease.processing_token for lease in leases],
+            "ttl": lease_ttl,
+        }
+        rows = await self._rows("renew task leases", self._renew_many, params)
+        utc = self._utc if self.driver else _same
+        return {(int(row[0]), str(row[1])): (utc(row[2]), bool(row[3])) for row in rows}
+
+    def _claimed(self, rows: Sequence[Any], offset: int = 0) -> list[BackgroundTaskRecord]:
+        # The claim also returns the rows it rescued without claiming them.
+        status = offset + _STATUS
+        if self.driver:
+            records = [self._driver_record(row, offset) for row in rows if row[status] == _RUNNING]
+        else:
+            records = [record_from_row(row) for row in rows if row[status] == _RUNNING]
+        records.sort(key=lambda r: (-r.priority, r.run_at, r.id))
+        return records
+
+    async def _rows(
+        self, operation: str, statement: _Statement, params: dict[str, Any]
+    ) -> Sequence[Any]:
+        stmt, driver = statement
+        if not self.driver:
+
+            async def body(conn: AsyncConnection) -> Sequence[Any]:
+                return (await conn.execute(stmt, params)).all()
+
+            return await self._sql.run(operation, body, single_statement=True)
+
+        async def once() -> list[Any]:
+            arguments = driver.arguments(params)
+            connection, held = await self._hold.acquire(operation)
+            try:
+                records = await driver.fetch(connection, arguments)
+            except BaseException as exc:
+                broken = not reusable_after(exc)
+                await asyncio.shield(self._hold.release(connection, held, broken=broken))
+                raise
+            await self._hold.release(connection, held, broken=False)
+            return records
+
+        return await self._sql.retry(operation, once)
+
+    def _driver_record(self, row: Any, offset: int) -> BackgroundTaskRecord:
+        """An asyncpg ``Record`` (core columns from ``offset``) as :func:`record_from_row` maps it.
+
+        Positional: the statements return :data:`CORE_COLUMNS` in order, which is the
+        record's field order. asyncpg already returns ``int``/``bool``/``str``.
+        """
+        values = list(row[offset:] if offset else row)
+        values[_STATUS] = TaskStatus(values[_STATUS])
+        reason = values[_REASON]
+        if reason is not None:
+            values[_REASON] = TaskFailureReason(reason)
+        utc = self._utc
+        for index in self._times:
+            values[index] = utc(values[index])
+        return BackgroundTaskRecord(*values)
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def claim_params(lane: str, limit: int, owner: str, lease_ttl: timedelta) -> dict[str, Any]:
+    """The PostgreSQL claim's parameters; one random token prefix per claim."""
+    # The prefix plus the row id makes every claimed row's token fresh and unique.
+    return {
+        "lane": lane,
+        "lim": limit,
+        "prefix": uuid.uuid4().hex + "-",
+        "ttl": lease_ttl,
+        "owner": owner,
+    }
+
+
+def success_params(completions: Sequence[TaskCompletion]) -> dict[str, list[Any]]:
+    """The batched success's array parameters (input order)."""
+    return {
+        "ids": [c.lease.task_id for c in completions],
+        "tokens": [c.lease.processing_token for c in completions],
+        "results": [c.result_json for c in completions],
+        "steps": [c.steps_json for c in completions],
+    }
