@@ -190,6 +190,9 @@ class TaskWorker(Generic[StateT]):
         self._stop = parent.child_token() if parent is not None else CancellationToken()
         self.lanes = tuple(lanes)
         self.execution = replace(execution, shutdown_token=self._stop)
+        # Executions get their own tokens, which the worker cancels when it stops: no
+        # child registration (a weak reference) per claimed task.
+        self._run_config = replace(execution, shutdown_token=None)
         self.owner = owner or default_dispatch_owner()
         self.stats = stats or DispatchStatsRecorder(names)
         self.wake_signal = wake or DispatchWakeSignal()
@@ -204,6 +207,7 @@ class TaskWorker(Generic[StateT]):
         self._next_lane = 0
         self._heartbeat: SharedTaskHeartbeat | None = None
         self._completions: TaskCompletionBatcher | None = None
+        self._stop.add_cancel_callback(self._stop_running)
 
     def _attach(self, store: DispatchTaskStore[Any, Any]) -> None:
         self._store = store
@@ -389,7 +393,7 @@ class TaskWorker(Generic[StateT]):
         execution = ClaimedTaskExecution(
             self._store,
             record,
-            self.execution,
+            self._run_config,
             heartbeat=self._heartbeat,
             completions=self._completions,
             claimed_at=claimed_at,
@@ -398,9 +402,15 @@ class TaskWorker(Generic[StateT]):
         self._in_flight[lane] += 1
         self.stats.record_started(lane)
         self._running[record.id] = (lane, execution)
+        if self.stopping:
+            execution.guard.token.cancel()  # claimed while stopping: released after its grace
         task = execution.start()
         self._tasks[task] = execution
         task.add_done_callback(self._finished)
+
+    def _stop_running(self) -> None:
+        for _, execution in list(self._running.values()):
+            execution.guard.token.cancel()
 
     def _finished(self, task: asyncio.Task[Any]) -> None:
         execution = self._tasks.pop(task, None)
