@@ -45,6 +45,7 @@ _DEDUPE_RACE_ATTEMPTS = 8
 _PENDING = TaskStatus.PENDING.value
 _OPERATION = "enqueue tasks"
 _ID = attrgetter("id")
+_CORE = frozenset(CORE_COLUMNS)
 
 # One statement's rows: the records it inserted, and those already holding a key.
 _Rows = tuple[list[BackgroundTaskRecord], list[BackgroundTaskRecord]]
@@ -56,6 +57,7 @@ class TaskEnqueueMixin:
     _table: sa.Table
     _sql: TaskSql
     _cols: list[sa.Column[Any]]
+    _column_names: frozenset[str]
     _notify: bool
     _channel: str
     _registry: TaskRegistry[Any, Any, Any] | None
@@ -120,12 +122,12 @@ class TaskEnqueueMixin:
     def _checked(self, tasks: Sequence[NewTask]) -> list[NewTask]:
         """Type, ``extra`` and registry checks of the whole batch before any I/O."""
         checked: list[NewTask] = []
-        columns = set(self._table.c.keys())
+        columns = self._column_names
         registry = self._registry
         for task in tasks:
             if not isinstance(task, NewTask):
                 raise TypeError(f"enqueue expects NewTask, got {type(task).__name__}")
-            if task.extra and (set(task.extra) - columns or set(task.extra) & set(CORE_COLUMNS)):
+            if task.extra and (set(task.extra) - columns or _CORE.intersection(task.extra)):
                 raise ValueError(
                     f"NewTask.extra names unknown or core columns: {sorted(task.extra)}"
                 )
@@ -224,17 +226,18 @@ class TaskEnqueueMixin:
         fetch: Callable[[Sequence[NewTask]], Awaitable[_Rows]],
         read_keys: Callable[[Sequence[str]], Awaitable[list[BackgroundTaskRecord]]],
     ) -> list[EnqueueResult]:
+        keys = [task.dedupe_key_text for task in tasks]  # once: a property per call
         first: dict[str, int] = {}
         send: list[NewTask] = []
-        for index, task in enumerate(tasks):
-            key = task.dedupe_key_text
+        pending: list[tuple[NewTask, str | None]] = []
+        for index, (task, key) in enumerate(zip(tasks, keys, strict=True)):
             if key is None or first.setdefault(key, index) == index:
                 send.append(task)
-        pending = send
+                pending.append((task, key))
         created: list[BackgroundTaskRecord] = []
         found: dict[str, BackgroundTaskRecord] = {}
         for _ in range(_DEDUPE_RACE_ATTEMPTS):
-            inserted, existing = await fetch(pending)
+            inserted, existing = await fetch(send)
             fresh = sorted(inserted, key=_ID)
             created.extend(fresh)
             if not first:
@@ -243,35 +246,27 @@ class TaskEnqueueMixin:
                 found[record.dedupe_key or ""] = record
             inserted_keys = {r.dedupe_key for r in fresh if r.dedupe_key is not None}
             missing = [
-                t.dedupe_key_text
-                for t in pending
-                if t.dedupe_key_text is not None
-                and t.dedupe_key_text not in inserted_keys
-                and t.dedupe_key_text not in found
+                (t, k)
+                for t, k in pending
+                if k is not None and k not in inserted_keys and k not in found
             ]
             if missing:
                 # Committed by a racing transaction after the statement's snapshot.
-                for record in await read_keys(missing):
+                for record in await read_keys([k for _, k in missing]):
                     found[record.dedupe_key or ""] = record
-            pending = [
-                t
-                for t in pending
-                if t.dedupe_key_text is not None
-                and t.dedupe_key_text not in inserted_keys
-                and t.dedupe_key_text not in found
-            ]
+            pending = [(t, k) for t, k in missing if k not in found]
             if not pending:
                 break
+            send = [t for t, _ in pending]
         else:
             raise DatabaseOperationError(
                 "enqueue tasks: a dedupe key kept vanishing between insert and read",
                 operation=_OPERATION,
             )
         by_key = {r.dedupe_key: r for r in created if r.dedupe_key is not None}
-        unkeyed = iter(r for r in created if r.dedupe_key is None)
+        unkeyed = iter([r for r in created if r.dedupe_key is None])
         results: list[EnqueueResult] = []
-        for index, task in enumerate(tasks):
-            key = task.dedupe_key_text
+        for index, (task, key) in enumerate(zip(tasks, keys, strict=True)):
             if key is None:
                 record = next(unkeyed)
                 made = True
