@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aster_forge.db import BackgroundTaskDbStore
+from aster_forge.db._tasks_enqueue_pg import PgEnqueueStatement
 from aster_forge.tasks import EnqueueResult, NewTask
 
 from ._pg_driver_support import assert_same, pg_engine, read_back, with_offset_codec
@@ -69,6 +70,14 @@ async def test_enqueued_and_existing_records_are_what_sqlalchemy_reads_back(
     assert [r.created for r in results] == [True, False, True, True, False]
     assert {r.record.id for r in results if not r.created} == {first.record.id}
     await _assert_read_back(engine, store, results)
+
+
+def test_a_column_null_for_every_task_is_sent_as_no_values() -> None:
+    # unnest pads it with NULLs (the batch test above reads such rows back).
+    params = PgEnqueueStatement.parameters([NewTask("k", "l"), NewTask("k", "l", dedupe_key="a")])
+    assert (params["steps_json"], params["run_at"]) == ([], [])
+    assert params["dedupe_key"] == [None, "a"] and params["keys"] == ["a"]
+    assert len(params["kind"]) == len(params["delay"]) == 2
 
 
 async def test_a_key_committed_by_a_racing_transaction_is_read_back_whole(

@@ -189,11 +189,20 @@ class PgEnqueueStatement:
             "kind": [task.kind for task in tasks],
             "lane": [task.lane for task in tasks],
             "payload_json": [task.payload_json for task in tasks],
-            "steps_json": [task.steps_json for task in tasks],
+            "steps_json": _unless_all_null([task.steps_json for task in tasks]),
             "max_attempts": [task.max_attempts for task in tasks],
-            "run_at": run_ats,
+            "run_at": _unless_all_null(run_ats),
             "delay": delays,
             "priority": [task.priority for task in tasks],
-            "dedupe_key": keys,
+            "dedupe_key": _unless_all_null(keys),
             "keys": [key for key in keys if key is not None],
         }
+
+
+def _unless_all_null(values: list[Any]) -> list[Any]:
+    """``values``, or no values at all when every one is ``None``.
+
+    ``unnest`` pads its shorter arrays with NULLs, so the rows are the same, and the
+    driver has nothing to check and encode per element (as it does even for a NULL).
+    """
+    return [] if values.count(None) == len(values) else values
