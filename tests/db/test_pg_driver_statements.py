@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta, timezone
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -25,32 +24,25 @@ from aster_forge.db import (
     DatabaseOperationError,
     DatabaseUnavailableError,
     UtcDateTime,
-    create_background_tasks_table,
 )
 from aster_forge.db._pg_driver import PgDriverStatement
 from aster_forge.db._tasks_pg_run import PgTaskRunner
-from aster_forge.db._tasks_table import CORE_COLUMNS, record_from_row
+from aster_forge.db._tasks_table import CORE_COLUMNS
 from aster_forge.tasks import BackgroundTaskRecord, NewTask, TaskCompletion, TaskLease
+
+from ._pg_driver_support import (
+    EPOCH,
+    RECORD_FIELDS,
+    assert_same,
+    pg_engine,
+    read_back,
+    with_offset_codec,
+)
 
 pytestmark = pytest.mark.postgres
 
 _TTL = timedelta(minutes=10)
-_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
-_PLUS_TWO = timezone(timedelta(hours=2))
 _PATHS = [pytest.param(True, id="driver"), pytest.param(False, id="sqlalchemy")]
-
-
-@asynccontextmanager
-async def _engine(postgres_url: str, **kwargs: Any) -> AsyncIterator[AsyncEngine]:
-    engine = create_async_engine(postgres_url, **kwargs)
-    try:
-        await create_background_tasks_table(engine)
-        yield engine
-    finally:
-        async with engine.begin() as conn:
-            await conn.execute(sa.text("DROP TABLE IF EXISTS background_tasks_lanes"))
-            await conn.execute(sa.text("DROP TABLE IF EXISTS background_tasks"))
-        await engine.dispose()
 
 
 def _store(engine: AsyncEngine, *, driver: bool = True) -> BackgroundTaskDbStore:
@@ -66,29 +58,9 @@ def _lease(record: BackgroundTaskRecord) -> TaskLease:
     return TaskLease(record.id, record.processing_token, record.lease_expires_at)
 
 
-async def _read_back(engine: AsyncEngine, store: BackgroundTaskDbStore, ids: list[int]) -> Any:
-    t = store.table
-    query = sa.select(*[t.c[name] for name in CORE_COLUMNS]).where(t.c.id.in_(ids)).order_by(t.c.id)
-    async with engine.connect() as conn:
-        return [record_from_row(row) for row in await conn.execute(query)]
-
-
-_CORE = [field.name for field in dataclasses.fields(BackgroundTaskRecord)]
-
-
-def _assert_same(got: BackgroundTaskRecord, want: BackgroundTaskRecord) -> None:
-    """Equal field by field, datetimes in UTC itself (aware datetimes compare across zones)."""
-    for name in _CORE:
-        value, expected = getattr(got, name), getattr(want, name)
-        assert (name, value) == (name, expected)
-        assert type(value) is type(expected), name
-        if isinstance(value, datetime):
-            assert value.tzinfo is UTC, (name, value)
-
-
 def test_the_record_fields_follow_the_statements_columns() -> None:
     # The driver path builds records positionally from the returned core columns.
-    assert tuple(_CORE) == CORE_COLUMNS
+    assert tuple(RECORD_FIELDS) == CORE_COLUMNS
 
 
 async def test_a_refused_bind_value_is_raised_as_sqlalchemy_raises_it(postgres_url: str) -> None:
@@ -96,7 +68,7 @@ async def test_a_refused_bind_value_is_raised_as_sqlalchemy_raises_it(postgres_u
     try:
         query = sa.select(sa.bindparam("at", type_=UtcDateTime()))
         statement = PgDriverStatement(query, engine.dialect)
-        assert statement.arguments({"at": _EPOCH}) == [_EPOCH]
+        assert statement.arguments({"at": EPOCH}) == [EPOCH]
         with pytest.raises(sa.exc.StatementError) as caught:
             statement.arguments({"at": datetime(2000, 1, 1)})  # naive: refused
         assert isinstance(caught.value.orig, ValueError)
@@ -108,29 +80,13 @@ async def test_a_refused_bind_value_is_raised_as_sqlalchemy_raises_it(postgres_u
         await engine.dispose()
 
 
-def _offset_timestamps(dbapi_connection: Any, _record: Any) -> None:
-    """A codec that decodes ``timestamptz`` at +02:00 (the column type must give UTC)."""
-
-    async def install(conn: Any) -> None:
-        await conn.set_type_codec(
-            "timestamptz",
-            schema="pg_catalog",
-            format="tuple",
-            encoder=lambda value: ((value - _EPOCH) // timedelta(microseconds=1),),
-            decoder=lambda value: (_EPOCH + timedelta(microseconds=value[0])).astimezone(_PLUS_TWO),
-        )
-
-    dbapi_connection.run_async(install)
-
-
 @pytest.mark.parametrize("codec", [False, True], ids=["default-codec", "offset-codec"])
 async def test_driver_records_are_what_sqlalchemy_reads_back(
     postgres_url: str, codec: bool
 ) -> None:
-    async with _engine(postgres_url) as engine:
+    async with pg_engine(postgres_url) as engine:
         if codec:
-            sa.event.listen(engine.sync_engine, "connect", _offset_timestamps)
-            await engine.dispose()  # new connections get the codec
+            await with_offset_codec(engine)
         store = _store(engine)
         past = datetime.now(UTC) - timedelta(minutes=5)
         await store.enqueue_many(
@@ -144,13 +100,13 @@ async def test_driver_records_are_what_sqlalchemy_reads_back(
         claimed = await store.claim_due_for_lane("media", 2, "w1", _TTL)
         assert [r.payload_json for r in claimed] == ["1", "2"]  # priority, then run_at
         for got, want in zip(
-            claimed, await _read_back(engine, store, [r.id for r in claimed]), strict=True
+            claimed, await read_back(engine, store, [r.id for r in claimed]), strict=True
         ):
-            _assert_same(got, want)
+            assert_same(got, want)
 
         (renewed,) = await store.renew_task_leases_many([_lease(claimed[0])], _TTL)
         assert renewed is not None and renewed.expires_at.tzinfo is UTC
-        (after_renewal, _) = await _read_back(engine, store, [r.id for r in claimed])
+        (after_renewal, _) = await read_back(engine, store, [r.id for r in claimed])
         assert renewed.expires_at == after_renewal.lease_expires_at
 
         completions = [TaskCompletion(_lease(r), '"ok"', None) for r in claimed]
@@ -159,16 +115,16 @@ async def test_driver_records_are_what_sqlalchemy_reads_back(
         )
         assert written == [True] and len(more) == 2
         for got, want in zip(
-            more, await _read_back(engine, store, [r.id for r in more]), strict=True
+            more, await read_back(engine, store, [r.id for r in more]), strict=True
         ):
-            _assert_same(got, want)
+            assert_same(got, want)
         assert await store.mark_tasks_succeeded_many(completions) == [False, True]
 
 
 async def test_a_lost_conflict_is_retried_then_raised_as_a_conflict(postgres_url: str) -> None:
     # lock_timeout turns the wait on a row lock into a lock_not_available conflict.
     settings = {"server_settings": {"lock_timeout": "100ms"}}
-    async with _engine(postgres_url, connect_args=settings) as engine:
+    async with pg_engine(postgres_url, connect_args=settings) as engine:
         store = _store(engine)
         await store.enqueue_many([NewTask("k", "media"), NewTask("k", "media")])
         first, second = await store.claim_due_for_lane("media", 2, "w1", _TTL)
@@ -225,7 +181,7 @@ async def test_bad_input_raises_the_sqlalchemy_paths_typed_error(
 ) -> None:
     admin = create_async_engine(postgres_url)
     try:
-        async with _engine(postgres_url, pool_size=1, max_overflow=0, pool_timeout=5) as engine:
+        async with pg_engine(postgres_url, pool_size=1, max_overflow=0, pool_timeout=5) as engine:
             errors: dict[bool, list[type[BaseException]]] = {}
             for driver in (False, True):
                 store = _store(engine, driver=driver)
@@ -303,7 +259,7 @@ async def test_a_connection_killed_mid_statement_is_unavailable_and_never_reused
         with pytest.raises(DatabaseUnavailableError):
             await blocked
 
-    async with _engine(postgres_url, pool_size=1, max_overflow=0, pool_timeout=5) as engine:
+    async with pg_engine(postgres_url, pool_size=1, max_overflow=0, pool_timeout=5) as engine:
         await _behind_a_lock(engine, postgres_url, kill)
 
 
@@ -313,5 +269,5 @@ async def test_a_cancelled_statement_discards_its_connection(postgres_url: str) 
         with pytest.raises(asyncio.CancelledError):
             await blocked
 
-    async with _engine(postgres_url, pool_size=1, max_overflow=0, pool_timeout=5) as engine:
+    async with pg_engine(postgres_url, pool_size=1, max_overflow=0, pool_timeout=5) as engine:
         await _behind_a_lock(engine, postgres_url, cancel)

@@ -108,6 +108,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         self._notify = notify and self._sql.is_postgres
         self._channel = notify_channel
         self._cols = [self._table.c[name] for name in CORE_COLUMNS]
+        self._column_names = frozenset(self._table.c.keys())
         self._pg = (
             PgTaskStatements(self._table, self._lanes, engine.dialect)
             if self._sql.is_postgres

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
+from operator import attrgetter
 from typing import Any
 
 import sqlalchemy as sa
@@ -27,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from .._errors import AsterForgeError
 from ..tasks import BackgroundTaskRecord, EnqueueResult, NewTask, TaskRegistry, TaskStatus
 from ._driver_hold import HeldDriverConnection
-from ._tasks_enqueue_pg import DriverRow, PgEnqueueStatement
+from ._tasks_enqueue_pg import PgEnqueueStatement
 from ._tasks_sql import _SATURATING_DELTA, TaskSql
 from ._tasks_table import CORE_COLUMNS, record_from_row
 from ._time import DatabaseBackend, UtcDateTime
@@ -43,6 +44,11 @@ _KEY_CHUNK = 500
 _DEDUPE_RACE_ATTEMPTS = 8
 _PENDING = TaskStatus.PENDING.value
 _OPERATION = "enqueue tasks"
+_ID = attrgetter("id")
+_CORE = frozenset(CORE_COLUMNS)
+
+# One statement's rows: the records it inserted, and those already holding a key.
+_Rows = tuple[list[BackgroundTaskRecord], list[BackgroundTaskRecord]]
 
 
 class TaskEnqueueMixin:
@@ -51,6 +57,7 @@ class TaskEnqueueMixin:
     _table: sa.Table
     _sql: TaskSql
     _cols: list[sa.Column[Any]]
+    _column_names: frozenset[str]
     _notify: bool
     _channel: str
     _registry: TaskRegistry[Any, Any, Any] | None
@@ -115,12 +122,12 @@ class TaskEnqueueMixin:
     def _checked(self, tasks: Sequence[NewTask]) -> list[NewTask]:
         """Type, ``extra`` and registry checks of the whole batch before any I/O."""
         checked: list[NewTask] = []
-        columns = set(self._table.c.keys())
+        columns = self._column_names
         registry = self._registry
         for task in tasks:
             if not isinstance(task, NewTask):
                 raise TypeError(f"enqueue expects NewTask, got {type(task).__name__}")
-            if task.extra and (set(task.extra) - columns or set(task.extra) & set(CORE_COLUMNS)):
+            if task.extra and (set(task.extra) - columns or _CORE.intersection(task.extra)):
                 raise ValueError(
                     f"NewTask.extra names unknown or core columns: {sorted(task.extra)}"
                 )
@@ -139,8 +146,11 @@ class TaskEnqueueMixin:
         try:
             if pg is not None and not any(task.extra for task in tasks):
 
-                async def fetch(pending: Sequence[NewTask]) -> Sequence[Any]:
-                    return (await conn.execute(pg.statement, pg.parameters(pending))).all()
+                async def fetch(pending: Sequence[NewTask]) -> _Rows:
+                    rows = (await conn.execute(pg.statement, pg.parameters(pending))).all()
+                    return [record_from_row(row) for row in rows if row.created], [
+                        record_from_row(row) for row in rows if not row.created
+                    ]
 
                 return await self._enqueue_pg(
                     tasks, fetch, lambda keys: self._rows_by_key(conn, keys, locking_read=False)
@@ -177,14 +187,15 @@ class TaskEnqueueMixin:
         connection, held = await self._driver_hold.acquire(_OPERATION)
         driver: Any = connection.driver_connection
 
-        async def fetch(pending: Sequence[NewTask]) -> list[DriverRow]:
+        async def fetch(pending: Sequence[NewTask]) -> _Rows:
             if len(pending) == 1:
-                return await self._on_driver(driver, pg.single_sql, pg.single_arguments(pending[0]))
-            return await self._on_driver(driver, pg.sql, pg.arguments(pending))
+                sql, args = pg.single_sql, pg.single_arguments(pending[0])
+            else:
+                sql, args = pg.sql, pg.arguments(pending)
+            return pg.split(await self._on_driver(driver, sql, args))
 
         async def read_keys(keys: Sequence[str]) -> list[BackgroundTaskRecord]:
-            rows = await self._on_driver(driver, pg.by_key_sql, [list(keys)])
-            return [record_from_row(row) for row in rows]
+            return pg.records(await self._on_driver(driver, pg.by_key_sql, [list(keys)]))
 
         try:
             results = await self._enqueue_pg(tasks, fetch, read_keys)
@@ -199,74 +210,63 @@ class TaskEnqueueMixin:
         return results
 
     @staticmethod
-    async def _on_driver(driver: Any, sql: str, args: Sequence[Any]) -> list[DriverRow]:
-        """Run ``sql`` on the asyncpg connection; driver errors become the typed ones."""
+    async def _on_driver(driver: Any, sql: str, args: Sequence[Any]) -> list[Any]:
+        """Run ``sql`` on the asyncpg connection (its ``Record`` rows); errors typed."""
         try:
-            records = await driver.fetch(sql, *args)
+            records: list[Any] = await driver.fetch(sql, *args)
         except (asyncio.CancelledError, AsterForgeError):
             raise
         except Exception as exc:
             raise translate_driver_error(exc, _OPERATION) from exc
-        return [DriverRow(record) for record in records]
+        return records
 
     async def _enqueue_pg(
         self,
         tasks: Sequence[NewTask],
-        fetch: Callable[[Sequence[NewTask]], Awaitable[Sequence[Any]]],
+        fetch: Callable[[Sequence[NewTask]], Awaitable[_Rows]],
         read_keys: Callable[[Sequence[str]], Awaitable[list[BackgroundTaskRecord]]],
     ) -> list[EnqueueResult]:
+        keys = [task.dedupe_key_text for task in tasks]  # once: a property per call
         first: dict[str, int] = {}
         send: list[NewTask] = []
-        for index, task in enumerate(tasks):
-            key = task.dedupe_key_text
+        pending: list[tuple[NewTask, str | None]] = []
+        for index, (task, key) in enumerate(zip(tasks, keys, strict=True)):
             if key is None or first.setdefault(key, index) == index:
                 send.append(task)
-        pending = send
+                pending.append((task, key))
         created: list[BackgroundTaskRecord] = []
         found: dict[str, BackgroundTaskRecord] = {}
         for _ in range(_DEDUPE_RACE_ATTEMPTS):
-            rows = await fetch(pending)
-            fresh = sorted(
-                (record_from_row(row) for row in rows if row.created), key=lambda r: r.id
-            )
+            inserted, existing = await fetch(send)
+            fresh = sorted(inserted, key=_ID)
             created.extend(fresh)
             if not first:
                 break  # no dedupe keys: every row was inserted
-            for row in rows:
-                if not row.created:
-                    record = record_from_row(row)
-                    found[record.dedupe_key or ""] = record
+            for record in existing:
+                found[record.dedupe_key or ""] = record
             inserted_keys = {r.dedupe_key for r in fresh if r.dedupe_key is not None}
             missing = [
-                t.dedupe_key_text
-                for t in pending
-                if t.dedupe_key_text is not None
-                and t.dedupe_key_text not in inserted_keys
-                and t.dedupe_key_text not in found
+                (t, k)
+                for t, k in pending
+                if k is not None and k not in inserted_keys and k not in found
             ]
             if missing:
                 # Committed by a racing transaction after the statement's snapshot.
-                for record in await read_keys(missing):
+                for record in await read_keys([k for _, k in missing]):
                     found[record.dedupe_key or ""] = record
-            pending = [
-                t
-                for t in pending
-                if t.dedupe_key_text is not None
-                and t.dedupe_key_text not in inserted_keys
-                and t.dedupe_key_text not in found
-            ]
+            pending = [(t, k) for t, k in missing if k not in found]
             if not pending:
                 break
+            send = [t for t, _ in pending]
         else:
             raise DatabaseOperationError(
                 "enqueue tasks: a dedupe key kept vanishing between insert and read",
                 operation=_OPERATION,
             )
         by_key = {r.dedupe_key: r for r in created if r.dedupe_key is not None}
-        unkeyed = iter(r for r in created if r.dedupe_key is None)
+        unkeyed = iter([r for r in created if r.dedupe_key is None])
         results: list[EnqueueResult] = []
-        for index, task in enumerate(tasks):
-            key = task.dedupe_key_text
+        for index, (task, key) in enumerate(zip(tasks, keys, strict=True)):
             if key is None:
                 record = next(unkeyed)
                 made = True

@@ -10,8 +10,7 @@ snapshot is neither inserted nor returned; the caller reads it in a second state
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,11 +18,12 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 from ..runtime import NEVER_EXPIRES
-from ..tasks import NewTask, TaskStatus
+from ..tasks import BackgroundTaskRecord, NewTask, TaskStatus
+from ._pg_records import PgRecordBuilder
 from ._tasks_sql import _SATURATING_DELTA
 from ._tasks_table import CORE_COLUMNS
 
-__all__ = ["DriverRow", "PgEnqueueStatement"]
+__all__ = ["PgEnqueueStatement"]
 
 _INPUT = (
     ("kind", "text", sa.Text()),
@@ -82,25 +82,14 @@ _WOKE = """, woke AS (
 _BY_KEY_SQL = "SELECT {columns} FROM {t} WHERE dedupe_key = ANY($1::text[])"
 
 
-@dataclass(frozen=True, slots=True)
-class DriverRow:
-    """An asyncpg record seen as a SQLAlchemy row (what ``record_from_row`` reads)."""
-
-    _mapping: Mapping[str, Any]
-
-    @property
-    def created(self) -> bool:
-        """Whether this statement inserted the row."""
-        return bool(self._mapping["created"])
-
-
 class PgEnqueueStatement:
     """The prebuilt enqueue statements of one table (with or without the NOTIFY).
 
     ``statement`` runs through SQLAlchemy (in the product's transaction); ``sql`` with
     :meth:`arguments` (any batch), ``single_sql`` with :meth:`single_arguments` (one
     task) and ``by_key_sql`` run on the asyncpg connection itself, each prepared once
-    and cached by asyncpg (the hot path: no per-call SQLAlchemy execution work).
+    and cached by asyncpg (the hot path: no per-call SQLAlchemy execution work), their
+    rows read by :meth:`split` and :meth:`records`.
     """
 
     def __init__(self, table: sa.Table, dialect: Any, *, channel: str | None) -> None:
@@ -140,6 +129,21 @@ class PgEnqueueStatement:
         self.sql = str(compiled)
         self._order = list(compiled.positiontup or ())
         self._channel = channel
+        self._builder = PgRecordBuilder(table, dialect)
+
+    def split(
+        self, rows: Sequence[Any]
+    ) -> tuple[list[BackgroundTaskRecord], list[BackgroundTaskRecord]]:
+        """The asyncpg rows of :attr:`sql` or :attr:`single_sql`: (inserted, already there)."""
+        # Column 0 is ``created``; the core columns follow.
+        build = self._builder.records
+        return build((row for row in rows if row[0]), 1), build(
+            (row for row in rows if not row[0]), 1
+        )
+
+    def records(self, rows: Sequence[Any]) -> list[BackgroundTaskRecord]:
+        """The asyncpg rows of :attr:`by_key_sql` as records."""
+        return self._builder.records(rows)
 
     def single_arguments(self, task: NewTask) -> list[Any]:
         """The positional arguments of :attr:`single_sql` for ``task``."""
@@ -185,11 +189,20 @@ class PgEnqueueStatement:
             "kind": [task.kind for task in tasks],
             "lane": [task.lane for task in tasks],
             "payload_json": [task.payload_json for task in tasks],
-            "steps_json": [task.steps_json for task in tasks],
+            "steps_json": _unless_all_null([task.steps_json for task in tasks]),
             "max_attempts": [task.max_attempts for task in tasks],
-            "run_at": run_ats,
+            "run_at": _unless_all_null(run_ats),
             "delay": delays,
             "priority": [task.priority for task in tasks],
-            "dedupe_key": keys,
+            "dedupe_key": _unless_all_null(keys),
             "keys": [key for key in keys if key is not None],
         }
+
+
+def _unless_all_null(values: list[Any]) -> list[Any]:
+    """``values``, or no values at all when every one is ``None``.
+
+    ``unnest`` pads its shorter arrays with NULLs, so the rows are the same, and the
+    driver has nothing to check and encode per element (as it does even for a NULL).
+    """
+    return [] if values.count(None) == len(values) else values

@@ -20,25 +20,18 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ..tasks import (
-    BackgroundTaskRecord,
-    TaskCompletion,
-    TaskFailureReason,
-    TaskLease,
-    TaskStatus,
-)
+from ..tasks import BackgroundTaskRecord, TaskCompletion, TaskLease, TaskStatus
 from ._driver_hold import HeldDriverConnection
 from ._pg_driver import PgDriverStatement, reusable_after, utc_decoder
+from ._pg_records import PgRecordBuilder
 from ._tasks_pg import PgTaskStatements
 from ._tasks_sql import TaskSql
 from ._tasks_table import CORE_COLUMNS, record_from_row
-from ._time import UtcDateTime
 
 __all__ = ["PgTaskRunner"]
 
 _RUNNING = TaskStatus.RUNNING.value
 _STATUS = CORE_COLUMNS.index("status")
-_REASON = CORE_COLUMNS.index("failure_reason")
 
 # A statement as SQLAlchemy runs it, and compiled for the driver.
 _Statement = tuple[Any, PgDriverStatement]
@@ -81,12 +74,7 @@ class PgTaskRunner:
         self._succeed_many = both(statements.succeed_many)
         self._renew_many = both(statements.renew_many)
         self._utc = utc_decoder(dialect)
-        table = sql.table
-        self._times = [
-            index
-            for index, name in enumerate(CORE_COLUMNS)
-            if isinstance(table.c[name].type, UtcDateTime)
-        ]
+        self._builder = PgRecordBuilder(sql.table, dialect)
 
     async def claim(
         self, lane: str, limit: int, owner: str, lease_ttl: timedelta
@@ -140,7 +128,8 @@ class PgTaskRunner:
         # The claim also returns the rows it rescued without claiming them.
         status = offset + _STATUS
         if self.driver:
-            records = [self._driver_record(row, offset) for row in rows if row[status] == _RUNNING]
+            running = (row for row in rows if row[status] == _RUNNING)
+            records = self._builder.records(running, offset)
         else:
             records = [record_from_row(row) for row in rows if row[status] == _RUNNING]
         records.sort(key=lambda r: (-r.priority, r.run_at, r.id))
@@ -170,22 +159,6 @@ class PgTaskRunner:
             return records
 
         return await self._sql.retry(operation, once)
-
-    def _driver_record(self, row: Any, offset: int) -> BackgroundTaskRecord:
-        """An asyncpg ``Record`` (core columns from ``offset``) as :func:`record_from_row` maps it.
-
-        Positional: the statements return :data:`CORE_COLUMNS` in order, which is the
-        record's field order. asyncpg already returns ``int``/``bool``/``str``.
-        """
-        values = list(row[offset:] if offset else row)
-        values[_STATUS] = TaskStatus(values[_STATUS])
-        reason = values[_REASON]
-        if reason is not None:
-            values[_REASON] = TaskFailureReason(reason)
-        utc = self._utc
-        for index in self._times:
-            values[index] = utc(values[index])
-        return BackgroundTaskRecord(*values)
 
 
 def _same(value: Any) -> Any:

@@ -1,0 +1,125 @@
+"""PostgreSQL enqueue on the asyncpg connection: the records SQLAlchemy reads back.
+
+The enqueue statements run on the asyncpg connection and their rows are built into
+records positionally. Every way a record comes back (inserted by the one-task or the
+batch statement, an existing row holding the key, a key committed by a racing
+transaction and read in a second statement) must equal the row as the SQLAlchemy
+path reads it, field by field and type by type, datetimes in UTC.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from aster_forge.db import BackgroundTaskDbStore
+from aster_forge.db._tasks_enqueue_pg import PgEnqueueStatement
+from aster_forge.tasks import EnqueueResult, NewTask
+
+from ._pg_driver_support import assert_same, pg_engine, read_back, with_offset_codec
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture(params=[False, True], ids=["default-codec", "offset-codec"])
+async def codec_engine(
+    request: pytest.FixtureRequest, postgres_url: str
+) -> AsyncIterator[AsyncEngine]:
+    """The task table's engine, its connections decoding timestamps at +02:00 or not."""
+    async with pg_engine(postgres_url) as engine:
+        if request.param:
+            await with_offset_codec(engine)
+        yield engine
+
+
+async def _assert_read_back(
+    engine: AsyncEngine, store: BackgroundTaskDbStore, results: list[EnqueueResult]
+) -> None:
+    records = [result.record for result in results]
+    stored = {
+        record.id: record for record in await read_back(engine, store, [r.id for r in records])
+    }
+    for record in records:
+        assert_same(record, stored[record.id])
+
+
+async def test_enqueued_and_existing_records_are_what_sqlalchemy_reads_back(
+    codec_engine: AsyncEngine,
+) -> None:
+    engine = codec_engine
+    store = BackgroundTaskDbStore(engine)
+    past = datetime.now(UTC) - timedelta(minutes=5)
+    # The one-task statement, then the batch statement with a key hit among new rows.
+    first = await store.enqueue(
+        NewTask("k", "media", payload_json="0", dedupe_key="one", run_at=past)
+    )
+    batch = await store.enqueue_many(
+        [
+            NewTask("k", "media", payload_json="1", dedupe_key="one"),
+            NewTask("k", "media", payload_json="2", steps_json="[]", priority=3),
+            NewTask("k", "media", payload_json="3", delay=timedelta(hours=1)),
+        ]
+    )
+    again = await store.enqueue(NewTask("k", "media", payload_json="4", dedupe_key="one"))
+    results = [first, *batch, again]
+    assert [r.created for r in results] == [True, False, True, True, False]
+    assert {r.record.id for r in results if not r.created} == {first.record.id}
+    await _assert_read_back(engine, store, results)
+
+
+def test_a_column_null_for_every_task_is_sent_as_no_values() -> None:
+    # unnest pads it with NULLs (the batch test above reads such rows back).
+    params = PgEnqueueStatement.parameters([NewTask("k", "l"), NewTask("k", "l", dedupe_key="a")])
+    assert (params["steps_json"], params["run_at"]) == ([], [])
+    assert params["dedupe_key"] == [None, "a"] and params["keys"] == ["a"]
+    assert len(params["kind"]) == len(params["delay"]) == 2
+
+
+async def test_a_key_committed_by_a_racing_transaction_is_read_back_whole(
+    codec_engine: AsyncEngine,
+) -> None:
+    engine = codec_engine
+    store = BackgroundTaskDbStore(engine)
+    async with engine.connect() as rival:
+        # Uncommitted: our insert waits on the key, and our statement's snapshot,
+        # taken before the rival commits, cannot see the rival's row.
+        won = await store.enqueue(
+            NewTask("k", "media", payload_json='"rival"', dedupe_key="race"), connection=rival
+        )
+        racing = asyncio.create_task(
+            store.enqueue_many(
+                [
+                    NewTask("k", "media", payload_json='"ours"', dedupe_key="race"),
+                    NewTask("k", "media", payload_json='"other"'),
+                ]
+            )
+        )
+        await _until_waiting_on_a_lock(engine, racing)
+        await rival.commit()
+    lost, other = await racing
+    assert (lost.created, other.created) == (False, True)
+    assert lost.record.id == won.record.id and lost.record.payload_json == '"rival"'
+    await _assert_read_back(engine, store, [lost, other])
+
+
+async def _until_waiting_on_a_lock(engine: AsyncEngine, racing: asyncio.Task[object]) -> None:
+    query = sa.text(
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+    )
+    async with engine.connect() as admin:
+        # Autocommit: within one transaction pg_stat_activity stays a single snapshot.
+        await admin.execution_options(isolation_level="AUTOCOMMIT")
+        for _ in range(500):
+            if racing.done():
+                racing.result()  # raises what went wrong
+                raise AssertionError("the enqueue finished without waiting on the key")
+            if (await admin.execute(query)).scalar_one():
+                return
+            await asyncio.sleep(0.01)
+    raise AssertionError("the enqueue never waited on the rival's key")
