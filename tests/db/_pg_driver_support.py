@@ -7,6 +7,7 @@ by field, of the same types, datetimes in UTC itself, also when a connection dec
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,7 +15,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from aster_forge.db import BackgroundTaskDbStore, create_background_tasks_table
 from aster_forge.db._tasks_table import CORE_COLUMNS, record_from_row
@@ -80,3 +81,21 @@ async def with_offset_codec(engine: AsyncEngine) -> None:
     """Every new connection of ``engine`` gets :func:`offset_timestamps`."""
     sa.event.listen(engine.sync_engine, "connect", offset_timestamps)
     await engine.dispose()  # connections made before the listener are dropped
+
+
+async def wait_for_lock_wait(admin: AsyncConnection, what: str) -> None:
+    """Until some backend of this database waits on a lock (``what`` blocked behind us).
+
+    ``admin`` may be inside a transaction: PostgreSQL then serves ``pg_stat_activity``
+    from a snapshot taken at its first read, so each poll clears it first.
+    """
+    query = sa.text(
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+    )
+    for _ in range(500):
+        await admin.execute(sa.text("SELECT pg_stat_clear_snapshot()"))
+        if (await admin.execute(query)).scalar_one():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{what} never blocked on the lock")

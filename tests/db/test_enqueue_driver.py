@@ -25,6 +25,7 @@ from aster_forge.db import (
 from aster_forge.tasks import EnqueueResult, NewTask
 
 from ..tasks._dispatch_support import REGISTRY, Job, Kind
+from ._pg_driver_support import wait_for_lock_wait
 
 pytestmark = pytest.mark.postgres
 
@@ -51,19 +52,6 @@ async def _count(engine: AsyncEngine) -> int:
     async with engine.connect() as conn:
         query = sa.text("SELECT count(*) FROM background_tasks")
         return int((await conn.execute(query)).scalar_one())
-
-
-async def _wait_for_lock_wait(admin: AsyncConnection) -> None:
-    """Until some backend waits on a lock (the enqueue blocked behind ours)."""
-    query = sa.text(
-        "SELECT count(*) FROM pg_stat_activity "
-        "WHERE wait_event_type = 'Lock' AND datname = current_database()"
-    )
-    for _ in range(500):
-        if (await admin.execute(query)).scalar_one():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the enqueue never blocked on the lock")
 
 
 async def test_a_burst_reuses_one_connection_and_returns_it_when_idle(
@@ -137,7 +125,7 @@ async def _enqueue_behind_a_lock(
         async with admin.connect() as conn:
             await conn.execute(sa.text("LOCK TABLE background_tasks IN EXCLUSIVE MODE"))
             blocked = asyncio.create_task(store.enqueue(_task(name)))
-            await _wait_for_lock_wait(conn)
+            await wait_for_lock_wait(conn, "the enqueue")
             yield conn, blocked
             await conn.rollback()
     finally:

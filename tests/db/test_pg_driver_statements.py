@@ -36,6 +36,7 @@ from ._pg_driver_support import (
     assert_same,
     pg_engine,
     read_back,
+    wait_for_lock_wait,
     with_offset_codec,
 )
 
@@ -206,18 +207,6 @@ async def test_bad_input_raises_the_sqlalchemy_paths_typed_error(
         await admin.dispose()
 
 
-async def _wait_for_lock_wait(admin: AsyncConnection) -> None:
-    query = sa.text(
-        "SELECT count(*) FROM pg_stat_activity "
-        "WHERE wait_event_type = 'Lock' AND datname = current_database()"
-    )
-    for _ in range(500):
-        if (await admin.execute(query)).scalar_one():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the statement never blocked on the lock")
-
-
 async def _behind_a_lock(
     engine: AsyncEngine,
     postgres_url: str,
@@ -235,7 +224,7 @@ async def _behind_a_lock(
             blocked = asyncio.create_task(
                 store.mark_tasks_succeeded_many([TaskCompletion(_lease(first))])
             )
-            await _wait_for_lock_wait(conn)
+            await wait_for_lock_wait(conn, "the statement")
             await then(conn, blocked)
             await conn.rollback()
     finally:
