@@ -1,4 +1,5 @@
-"""Successes written and freed slots claimed together (one statement on PostgreSQL)."""
+"""Successes written and freed slots claimed together (one statement on PostgreSQL, one
+transaction on SQLite)."""
 
 from __future__ import annotations
 
@@ -106,17 +107,17 @@ class _ClaimFails(BackgroundTaskDbStore):
         return await super().claim_due_for_lane(lane, limit, owner, lease_ttl)
 
 
-async def test_one_statement_only_on_postgresql_and_stored_successes_are_reported(
+async def test_together_on_postgresql_and_sqlite_and_stored_successes_are_reported(
     engine: AsyncEngine, backend: str
 ) -> None:
     await create_background_tasks_table(engine)
     store = _ClaimFails(engine, notify=False)
-    assert store.claims_with_success is (backend == "postgres")
+    assert store.claims_with_success is (backend in ("postgres", "sqlite"))
     (result,) = await store.enqueue_many([NewTask("k", "media")])
     (record,) = await store.claim_due_for_lane("media", 1, "w1", _LONG)
     completions = [TaskCompletion(_lease_of(record), None, None)]
     if store.claims_with_success:
-        return  # one statement: the claim cannot fail after the successes were stored
+        return  # committed together: the claim cannot fail after the successes were stored
     written, claimed = await store.mark_tasks_succeeded_and_claim(
         completions, "media", 1, "w2", _LONG
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -174,20 +174,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
     ) -> list[BackgroundTaskRecord]:
         async def body(conn: AsyncConnection) -> list[BackgroundTaskRecord]:
             now = await database_now(conn, self._sql.clock)
-            params = {
-                "lane": lane,
-                "now": now,
-                "lim": limit,
-                # One random prefix per claim plus the row id: fresh and unique per row.
-                "prefix": uuid.uuid4().hex + "-",
-                # Exactly what TaskSql.plus writes on the other paths.
-                "expires": NEVER_EXPIRES
-                if lease_ttl >= _SATURATING_DELTA
-                else saturating_expiry(now, lease_ttl),
-                "owner": owner,
-            }
-            rows = await lite.claim.fetchall(conn, params)
-            return [record_from_row(row) for row in rows if row.status == _RUNNING]
+            return await _claim_on_sqlite(lite, conn, now, lane, limit, owner, lease_ttl)
 
         records = await self._sql.run("claim tasks", body)
         return sorted(records, key=lambda r: (-r.priority, r.run_at, r.id))
@@ -388,12 +375,14 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
 
     @property
     def claims_with_success(self) -> bool:
-        """Whether :meth:`mark_tasks_succeeded_and_claim` is one statement (PostgreSQL).
+        """Whether :meth:`mark_tasks_succeeded_and_claim` commits both at once.
+
+        One statement on PostgreSQL, one transaction on SQLite.
 
         A worker refills freed slots in its success writes only then; elsewhere the two
         calls would gain nothing over its own claim.
         """
-        return self._pg is not None
+        return self._pg is not None or self._lite is not None
 
     async def mark_tasks_succeeded_and_claim(
         self,
@@ -407,15 +396,22 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
 
         One statement on PostgreSQL (the successes and the claim, with its lease rescue,
         commit together; the rescue leaves the rows being written alone; see
-        :attr:`claims_with_success`); two calls elsewhere, where a failed claim after
-        stored successes is logged and claims nothing. Each success stays fenced by its
-        own token.
+        :attr:`claims_with_success`); one transaction on SQLite (the claim runs after
+        the successes, so its rescue no longer sees them running); two calls elsewhere,
+        where a failed claim after stored successes is logged and claims nothing. Each
+        success stays fenced by its own token.
 
         Returns:
             The success results in input order, and the claimed records.
         """
         lane_value = check_claim_args(lane, owner, lease_ttl, limit)
         pg = self._pg_run
+        if self._lite is not None and completions and limit > 0:
+            together = await self._succeed_and_claim_sqlite(
+                self._lite, completions, lane_value, limit, owner, lease_ttl
+            )
+            if together is not None:
+                return together
         if pg is None or not completions or limit <= 0 or lease_ttl >= _SATURATING_DELTA:
             results = await self.mark_tasks_succeeded_many(completions)
             try:
@@ -483,32 +479,64 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         # rolled back and ``None`` sends the batch down the read-then-write path.
         if len({c.lease.task_id for c in completions}) != len(completions):
             return None
-        succeed = self._succeed_many_driver
-        if succeed is None:
-            assert self._lite is not None
-            succeed = DriverStatement(self._succeed_many_stmt(), self._lite.dialect)
-            self._succeed_many_driver = succeed
 
         async def body(conn: AsyncConnection) -> list[bool]:
             now = await database_now(conn, self._sql.clock)
-            params = [
-                {
-                    "b_id": c.lease.task_id,
-                    "b_token": c.lease.processing_token,
-                    "b_result": c.result_json,
-                    "b_steps": c.steps_json,
-                    "b_now": now,
-                }
-                for c in completions
-            ]
-            if await succeed.executemany(conn, params) != len(params):
-                raise _ClaimsNotAllHeld
-            return [True] * len(params)
+            return await self._all_succeed_on_sqlite(conn, now, completions)
 
         try:
             return await self._sql.run("mark tasks succeeded", body)
         except _ClaimsNotAllHeld:
             return None
+
+    async def _succeed_and_claim_sqlite(
+        self,
+        lite: SqliteTaskStatements,
+        completions: Sequence[TaskCompletion],
+        lane: str,
+        limit: int,
+        owner: str,
+        lease_ttl: timedelta,
+    ) -> tuple[list[bool], list[BackgroundTaskRecord]] | None:
+        # Both in one transaction when every claim still holds; else ``None`` (the
+        # caller writes and claims separately, the refused entries read back).
+        if len({c.lease.task_id for c in completions}) != len(completions):
+            return None
+
+        async def body(conn: AsyncConnection) -> tuple[list[bool], list[BackgroundTaskRecord]]:
+            now = await database_now(conn, self._sql.clock)
+            written = await self._all_succeed_on_sqlite(conn, now, completions)
+            claimed = await _claim_on_sqlite(lite, conn, now, lane, limit, owner, lease_ttl)
+            return written, claimed
+
+        try:
+            written, claimed = await self._sql.run("mark tasks succeeded and claim", body)
+        except _ClaimsNotAllHeld:
+            return None
+        return written, sorted(claimed, key=lambda r: (-r.priority, r.run_at, r.id))
+
+    async def _all_succeed_on_sqlite(
+        self, conn: AsyncConnection, now: datetime, completions: Sequence[TaskCompletion]
+    ) -> list[bool]:
+        """The fenced success of every entry, or :class:`_ClaimsNotAllHeld` (rolled back)."""
+        succeed = self._succeed_many_driver
+        if succeed is None:
+            assert self._lite is not None
+            succeed = DriverStatement(self._succeed_many_stmt(), self._lite.dialect)
+            self._succeed_many_driver = succeed
+        params = [
+            {
+                "b_id": c.lease.task_id,
+                "b_token": c.lease.processing_token,
+                "b_result": c.result_json,
+                "b_steps": c.steps_json,
+                "b_now": now,
+            }
+            for c in completions
+        ]
+        if await succeed.executemany(conn, params) != len(params):
+            raise _ClaimsNotAllHeld
+        return [True] * len(params)
 
     def _succeed_many_stmt(self) -> Any:
         stmt = self._succeed_many_cached
@@ -625,3 +653,29 @@ def _applied(completions: Sequence[TaskCompletion], written: set[tuple[int, str]
             seen.add(c.lease.task_id)
         out.append(ok)
     return out
+
+
+async def _claim_on_sqlite(
+    lite: SqliteTaskStatements,
+    conn: AsyncConnection,
+    now: datetime,
+    lane: str,
+    limit: int,
+    owner: str,
+    lease_ttl: timedelta,
+) -> list[BackgroundTaskRecord]:
+    """The rescue-and-claim statement on SQLite, inside the caller's transaction."""
+    params = {
+        "lane": lane,
+        "now": now,
+        "lim": limit,
+        # One random prefix per claim plus the row id: fresh and unique per row.
+        "prefix": uuid.uuid4().hex + "-",
+        # Exactly what TaskSql.plus writes on the other paths.
+        "expires": NEVER_EXPIRES
+        if lease_ttl >= _SATURATING_DELTA
+        else saturating_expiry(now, lease_ttl),
+        "owner": owner,
+    }
+    rows = await lite.claim.fetchall(conn, params)
+    return [record_from_row(row) for row in rows if row.status == _RUNNING]
