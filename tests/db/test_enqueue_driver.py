@@ -25,7 +25,7 @@ from aster_forge.db import (
 from aster_forge.tasks import EnqueueResult, NewTask
 
 from ..tasks._dispatch_support import REGISTRY, Job, Kind
-from ._pg_driver_support import wait_for_lock_wait
+from ._pg_driver_support import pg_engine, wait_for_lock_wait
 
 pytestmark = pytest.mark.postgres
 
@@ -33,15 +33,8 @@ pytestmark = pytest.mark.postgres
 @pytest.fixture
 async def one_connection(postgres_url: str) -> AsyncIterator[AsyncEngine]:
     """An engine whose pool has exactly one connection (a leak would starve it)."""
-    engine = create_async_engine(postgres_url, pool_size=1, max_overflow=0, pool_timeout=5)
-    await create_background_tasks_table(engine)
-    try:
+    async with pg_engine(postgres_url, pool_size=1, max_overflow=0, pool_timeout=5) as engine:
         yield engine
-    finally:
-        async with engine.begin() as conn:
-            await conn.execute(sa.text("DROP TABLE IF EXISTS background_tasks_lanes"))
-            await conn.execute(sa.text("DROP TABLE IF EXISTS background_tasks"))
-        await engine.dispose()
 
 
 def _task(name: str) -> NewTask:
@@ -69,9 +62,7 @@ async def test_a_burst_reuses_one_connection_and_returns_it_when_idle(
 
 
 async def test_concurrent_enqueues_share_the_pool_and_leak_nothing(postgres_url: str) -> None:
-    engine = create_async_engine(postgres_url, pool_size=3, max_overflow=0, pool_timeout=5)
-    try:
-        await create_background_tasks_table(engine)
+    async with pg_engine(postgres_url, pool_size=3, max_overflow=0, pool_timeout=5) as engine:
         store = BackgroundTaskDbStore(engine, registry=REGISTRY)
         results = await asyncio.gather(*(store.enqueue(_task(f"c{n}")) for n in range(60)))
         assert all(r.created for r in results)
@@ -83,11 +74,6 @@ async def test_concurrent_enqueues_share_the_pool_and_leak_nothing(postgres_url:
         await asyncio.sleep(0)
         assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
         assert await _count(engine) == 61
-    finally:
-        async with engine.begin() as conn:
-            await conn.execute(sa.text("DROP TABLE IF EXISTS background_tasks_lanes"))
-            await conn.execute(sa.text("DROP TABLE IF EXISTS background_tasks"))
-        await engine.dispose()
 
 
 async def test_disposing_the_engine_right_after_an_enqueue_leaks_no_connection(
@@ -173,16 +159,9 @@ async def test_a_connection_killed_mid_call_is_unavailable_and_never_reused(
 
 async def test_a_pool_that_closes_on_check_in_gets_each_connection_back(postgres_url: str) -> None:
     # NullPool closes a connection on check-in (I/O): nothing is held across calls.
-    engine = create_async_engine(postgres_url, poolclass=NullPool)
-    try:
-        await create_background_tasks_table(engine)
+    async with pg_engine(postgres_url, poolclass=NullPool) as engine:
         store = BackgroundTaskDbStore(engine, registry=REGISTRY)
         for n in range(5):
             assert (await store.enqueue(_task(f"null{n}"))).created
         assert await _count(engine) == 5
-    finally:
-        async with engine.begin() as conn:
-            await conn.execute(sa.text("DROP TABLE IF EXISTS background_tasks_lanes"))
-            await conn.execute(sa.text("DROP TABLE IF EXISTS background_tasks"))
-        await engine.dispose()
     gc.collect()  # a connection left open would warn (an error here)

@@ -18,16 +18,12 @@ from aster_forge.tasks import (
     BackgroundTaskRecord,
     NewTask,
     TaskCompletion,
-    TaskLease,
     TaskStatus,
 )
 
+from ._leases import lease_of
+
 _LONG = timedelta(minutes=10)
-
-
-def _lease_of(record: BackgroundTaskRecord) -> TaskLease:
-    assert record.processing_token is not None and record.lease_expires_at is not None
-    return TaskLease(record.id, record.processing_token, record.lease_expires_at)
 
 
 async def _store(engine: AsyncEngine, count: int) -> tuple[BackgroundTaskDbStore, list[int]]:
@@ -42,9 +38,9 @@ async def _store(engine: AsyncEngine, count: int) -> tuple[BackgroundTaskDbStore
 async def test_each_success_is_fenced_and_the_freed_slots_are_claimed(engine: AsyncEngine) -> None:
     store, ids = await _store(engine, 4)
     first = await store.claim_due_for_lane("media", 2, "w1", _LONG)
-    stale = replace(_lease_of(first[1]), processing_token="not-the-claim's-token")
+    stale = replace(lease_of(first[1]), processing_token="not-the-claim's-token")
     written, claimed = await store.mark_tasks_succeeded_and_claim(
-        [TaskCompletion(_lease_of(first[0]), '"done"', None), TaskCompletion(stale, None, None)],
+        [TaskCompletion(lease_of(first[0]), '"done"', None), TaskCompletion(stale, None, None)],
         "media",
         5,
         "w2",
@@ -73,7 +69,7 @@ async def test_a_row_written_in_the_batch_is_not_rescued_by_its_claim(engine: As
     async with engine.begin() as conn:
         await conn.execute(sa.update(t).where(t.c.id == record.id).values(lease_expires_at=past))
     written, claimed = await store.mark_tasks_succeeded_and_claim(
-        [TaskCompletion(_lease_of(record), None, None)], "media", 1, "w2", _LONG
+        [TaskCompletion(lease_of(record), None, None)], "media", 1, "w2", _LONG
     )
     assert (written, claimed) == ([True], [])
     row = await store.get_task(record.id)
@@ -88,7 +84,7 @@ async def test_a_paused_lane_is_not_claimed_but_the_successes_are_written(
     (record,) = await store.claim_due_for_lane("media", 1, "w1", _LONG)
     await store.pause_lane("media")
     written, claimed = await store.mark_tasks_succeeded_and_claim(
-        [TaskCompletion(_lease_of(record), None, None)], "media", 2, "w2", _LONG
+        [TaskCompletion(lease_of(record), None, None)], "media", 2, "w2", _LONG
     )
     assert (written, claimed) == ([True], [])
     await store.resume_lane("media")
@@ -115,7 +111,7 @@ async def test_together_on_postgresql_and_sqlite_and_stored_successes_are_report
     assert store.claims_with_success is (backend in ("postgres", "sqlite"))
     (result,) = await store.enqueue_many([NewTask("k", "media")])
     (record,) = await store.claim_due_for_lane("media", 1, "w1", _LONG)
-    completions = [TaskCompletion(_lease_of(record), None, None)]
+    completions = [TaskCompletion(lease_of(record), None, None)]
     if store.claims_with_success:
         return  # committed together: the claim cannot fail after the successes were stored
     written, claimed = await store.mark_tasks_succeeded_and_claim(

@@ -19,9 +19,7 @@ from aster_forge.db import (
 )
 from aster_forge.runtime import CancellationToken
 from aster_forge.tasks import (
-    BackgroundTaskRecord,
     NewTask,
-    TaskLease,
     TaskPruneReport,
     TaskRetention,
     TaskStatus,
@@ -30,12 +28,9 @@ from aster_forge.tasks import (
 )
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 
+from ._leases import lease_of
+
 _LONG = timedelta(minutes=10)
-
-
-def _lease_of(record: BackgroundTaskRecord) -> TaskLease:
-    assert record.processing_token is not None and record.lease_expires_at is not None
-    return TaskLease(record.id, record.processing_token, record.lease_expires_at)
 
 
 def _migrate(engine_conn: sa.Connection, step: object) -> None:
@@ -70,7 +65,7 @@ async def test_older_table_is_upgraded_by_the_migration_helper(engine: AsyncEngi
     await store.resume_lane("media")
     [claimed] = await store.claim_due_for_lane("media", 5, "w", _LONG)
     assert claimed.snooze_count == 0, "existing rows get the column default"
-    assert await store.mark_task_snoozed(_lease_of(claimed), delay=timedelta(0), steps_json=None)
+    assert await store.mark_task_snoozed(lease_of(claimed), delay=timedelta(0), steps_json=None)
     assert (await store.get_task(claimed.id)).snooze_count == 1  # type: ignore[union-attr]
 
 
@@ -83,8 +78,8 @@ async def test_retention_pass_prunes_in_batches_and_reports(
     await store.enqueue_many([NewTask("k", "bulk") for _ in range(7)])
     claimed = await store.claim_due_for_lane("bulk", 7, "w", _LONG)
     for record in claimed[:5]:
-        assert await store.mark_task_succeeded(_lease_of(record), None, None)
-    assert await store.mark_task_cancelled(_lease_of(claimed[5]), steps_json=None)
+        assert await store.mark_task_succeeded(lease_of(record), None, None)
+    assert await store.mark_task_cancelled(lease_of(claimed[5]), steps_json=None)
     retention = TaskRetention(
         succeeded=timedelta(0), failed=None, cancelled=timedelta(0), batch_size=2
     )
@@ -101,7 +96,7 @@ async def test_retention_loop_runs_each_interval_until_stopped() -> None:
     store = InMemoryTaskStore(clock)
     await store.enqueue(NewTask("k", "l"))
     [record] = await store.claim_due_for_lane("l", 1, "w", _LONG)
-    await store.mark_task_succeeded(_lease_of(record), None, None)
+    await store.mark_task_succeeded(lease_of(record), None, None)
     reports: list[TaskPruneReport] = []
     stop = CancellationToken()
 
