@@ -294,7 +294,7 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 "src/aster_forge/db/_tasks_enqueue_pg.py",
-                "    ON CONFLICT (dedupe_key) DO NOTHING\n",
+                "    ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING\n",
                 "",
             ),
         ),

@@ -16,6 +16,8 @@ from ._migrations import (
     alembic_drop_runtime_leases,
     alembic_drop_scheduled_tasks,
     alembic_drop_scheduled_tasks_cron_columns,
+    alembic_full_dedupe_index,
+    alembic_partial_dedupe_index,
     alembic_render_item,
 )
 from ._runtime_leases import (
@@ -87,6 +89,8 @@ __all__ = [
     "alembic_drop_runtime_leases",
     "alembic_drop_scheduled_tasks",
     "alembic_drop_scheduled_tasks_cron_columns",
+    "alembic_full_dedupe_index",
+    "alembic_partial_dedupe_index",
     "alembic_render_item",
     "background_tasks_table",
     "create_background_tasks_table",

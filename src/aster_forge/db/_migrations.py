@@ -209,3 +209,43 @@ def alembic_drop_background_task_controls(
     table, index = _finished_index(table_name)
     drop = _alter(table, "DROP COLUMN snooze_count")
     _run(operations, DropTable(lanes), DropIndex(index), drop)
+
+
+def _dedupe_indexes(table_name: str) -> tuple[sa.Index, sa.Index]:
+    """The key index as tables made before it was partial have it, and as it is now."""
+    name = f"ux_{table_name}_dedupe_key"
+    table = background_tasks_table(sa.MetaData(), table_name)
+    partial = next(index for index in table.indexes if index.name == name)
+    older = sa.Table(table_name, sa.MetaData(), sa.Column("dedupe_key", sa.Text()))
+    return sa.Index(name, older.c.dedupe_key, unique=True), partial
+
+
+def alembic_partial_dedupe_index(
+    op: _Operations | None = None, *, table_name: str = BACKGROUND_TASKS_TABLE
+) -> None:
+    """Make the dedupe key index partial (``WHERE dedupe_key IS NOT NULL``), from ``upgrade()``.
+
+    Tables made before the index was partial index every row's NULL key; the store
+    works on both, the partial index saves an index entry per row version of every
+    task without a key. PostgreSQL and SQLite only (MariaDB has no partial indexes:
+    nothing to do there). The index is dropped and built again, so run it when a short
+    write pause on the table is acceptable.
+
+    Args:
+        op: Alembic's ``Operations`` (default: ``alembic.op``).
+        table_name: The task table's name.
+    """
+    operations = _op(op)
+    if _backend(operations) in ("postgresql", "sqlite"):
+        full, partial = _dedupe_indexes(table_name)
+        _run(operations, DropIndex(full), CreateIndex(partial))
+
+
+def alembic_full_dedupe_index(
+    op: _Operations | None = None, *, table_name: str = BACKGROUND_TASKS_TABLE
+) -> None:
+    """Undo :func:`alembic_partial_dedupe_index` from an Alembic ``downgrade()``."""
+    operations = _op(op)
+    if _backend(operations) in ("postgresql", "sqlite"):
+        full, partial = _dedupe_indexes(table_name)
+        _run(operations, DropIndex(partial), CreateIndex(full))

@@ -1,11 +1,13 @@
 """PostgreSQL enqueue in one statement: insert-or-get on the dedupe key, and the NOTIFY.
 
 The statement takes the batch as arrays (``unnest``; one row or 5,000, the same
-prepared statement), inserts with ``ON CONFLICT (dedupe_key) DO NOTHING``, signals each
-lane that received a row with ``pg_notify`` (delivered by PostgreSQL at commit, so a
-rolled-back transaction wakes nobody), and returns the inserted rows plus the rows that
-already held a key. A key committed by a racing transaction after the statement's
-snapshot is neither inserted nor returned; the caller reads it in a second statement.
+prepared statement), inserts with ``ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT
+NULL DO NOTHING`` (the key index is partial; the full one of an older table is inferred
+alike), signals each lane that received a row with ``pg_notify`` (delivered by
+PostgreSQL at commit, so a rolled-back transaction wakes nobody), and returns the
+inserted rows plus the rows that already held a key. A key committed by a racing
+transaction after the statement's snapshot is neither inserted nor returned; the caller
+reads it in a second statement.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ _COLUMNS = """INSERT INTO {t} (kind, lane, status, payload_json, steps_json, att
 
 # Shared by both statements: a dedupe hit inserts nothing and is read back instead.
 _ON_CONFLICT = """
-    ON CONFLICT (dedupe_key) DO NOTHING
+    ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
     RETURNING {returning}
 )"""
 

@@ -76,7 +76,8 @@ def background_tasks_table(
     ``created_at``, ``updated_at``, ``started_at``, ``finished_at`` (aware UTC),
     ``snooze_count``.
 
-    Indexes: ``ux_<name>_dedupe_key`` (unique), ``ix_<name>_due`` on ``(lane, status,
+    Indexes: ``ux_<name>_dedupe_key`` (unique; partial ``WHERE dedupe_key IS NOT NULL``
+    on PostgreSQL and SQLite), ``ix_<name>_due`` on ``(lane, status,
     priority DESC, run_at, id)`` (partial ``WHERE status = 'pending'`` on PostgreSQL and
     SQLite) and ``ix_<name>_lease`` on ``(lane, status, lease_expires_at)`` (partial
     ``WHERE status = 'running'``) and ``ix_<name>_finished`` on ``(status, finished_at)``
@@ -136,7 +137,16 @@ def background_tasks_table(
         # Binary collation: dedupe keys and wire values compare exactly.
         mysql_collate="utf8mb4_bin",
     )
-    sa.Index(f"ux_{name}_dedupe_key", table.c.dedupe_key, unique=True)
+    # Only keyed rows are indexed: most tasks have no key, and a NULL entry would cost
+    # an index insert on every enqueue, claim and outcome write (each a new row version).
+    keyed = table.c.dedupe_key.isnot(None)
+    sa.Index(
+        f"ux_{name}_dedupe_key",
+        table.c.dedupe_key,
+        unique=True,
+        postgresql_where=keyed,
+        sqlite_where=keyed,
+    )
     pending = table.c.status == sa.literal_column("'pending'")
     running = table.c.status == sa.literal_column("'running'")
     sa.Index(
