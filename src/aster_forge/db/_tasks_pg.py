@@ -20,9 +20,16 @@ from sqlalchemy.dialects import postgresql
 from ..tasks import LEASE_EXPIRED_ERROR, TaskFailureReason, TaskStatus
 from ._tasks_table import CORE_COLUMNS
 
-__all__ = ["PgTaskStatements"]
+__all__ = ["LITERAL_LIMITS", "PgTaskStatements"]
 
 _RESCUE_BATCH = 500
+
+#: Claims of up to this many tasks carry their limit as a literal, one statement per
+#: limit: PostgreSQL then caches a generic plan for each. With the limit a parameter,
+#: its generic plan assumes a tenth of the lane is taken, costs more than a fresh plan,
+#: and PostgreSQL plans every call anew (planning took about half of the statement's
+#: server time). Larger claims share one statement with the limit as a parameter.
+LITERAL_LIMITS = 64
 
 _CLAIM = """
 WITH exp AS (
@@ -35,7 +42,7 @@ WITH exp AS (
     SELECT id, priority, run_at FROM {t}
     WHERE lane = :lane AND status = 'pending' AND run_at <= now()
       AND (SELECT open FROM open_lane)
-    ORDER BY priority DESC, run_at, id LIMIT :lim FOR UPDATE SKIP LOCKED
+    ORDER BY priority DESC, run_at, id LIMIT {limit} FOR UPDATE SKIP LOCKED
 ), cand AS (
     SELECT c.id FROM (
         SELECT id, priority, run_at FROM due
@@ -43,7 +50,7 @@ WITH exp AS (
         SELECT x.id, x.priority, x.run_at FROM {t} x JOIN exp ON x.id = exp.id
         WHERE NOT (x.cancel_requested OR x.attempt + 1 >= x.max_attempts)
           AND (SELECT open FROM open_lane)
-    ) c ORDER BY c.priority DESC, c.run_at, c.id LIMIT :lim
+    ) c ORDER BY c.priority DESC, c.run_at, c.id LIMIT {limit}
 ), target AS (
     SELECT id, true AS claim FROM cand
     UNION ALL
@@ -111,13 +118,18 @@ def _succeed_and_claim_sql(done: str, claim: str) -> str:
 
 
 class PgTaskStatements:
-    """The prebuilt claim, batched success and batched renewal statements for one table."""
+    """The prebuilt claim, batched success and batched renewal statements for one table.
+
+    :meth:`claim` and :meth:`succeed_and_claim` build their statement once per limit
+    up to :data:`LITERAL_LIMITS` (the limit a literal), and once for every larger limit
+    (the ``lim`` parameter).
+    """
 
     def __init__(self, table: sa.Table, lanes: sa.Table, dialect: Any) -> None:
         quote = dialect.identifier_preparer.format_table
-        cols = [table.c[name] for name in CORE_COLUMNS]
+        self._cols = [table.c[name] for name in CORE_COLUMNS]
         names = {"t": quote(table), "running": TaskStatus.RUNNING.value}
-        claim = functools.partial(
+        self._claim_sql = functools.partial(
             _CLAIM.format,
             **names,
             lanes=quote(lanes),
@@ -129,35 +141,9 @@ class PgTaskStatements:
             reason_expired=TaskFailureReason.LEASE_EXPIRED.value,
             returning=", ".join(f"t.{dialect.identifier_preparer.quote(n)}" for n in CORE_COLUMNS),
         )
-        sql = claim(exclude="")
-        claim_params = (
-            sa.bindparam("lane", type_=sa.Text()),
-            sa.bindparam("lim", type_=sa.Integer()),
-            sa.bindparam("lease_error", value=LEASE_EXPIRED_ERROR, type_=sa.Text()),
-            sa.bindparam("prefix", type_=sa.Text()),
-            sa.bindparam("ttl", type_=sa.Interval()),
-            sa.bindparam("owner", type_=sa.Text()),
-        )
-        self.claim = sa.text(sql).bindparams(*claim_params).columns(*cols)
-        combined = _succeed_and_claim_sql(
-            _DONE.format(**names, succeeded=TaskStatus.SUCCEEDED.value),
-            claim(exclude=_NOT_DONE),
-        )
-        self.succeed_and_claim = (
-            sa.text(combined)
-            .bindparams(
-                *claim_params,
-                sa.bindparam("ids", type_=postgresql.ARRAY(sa.BigInteger())),
-                sa.bindparam("tokens", type_=postgresql.ARRAY(sa.Text())),
-                sa.bindparam("results", type_=postgresql.ARRAY(sa.Text())),
-                sa.bindparam("steps", type_=postgresql.ARRAY(sa.Text())),
-            )
-            .columns(
-                sa.column("done_ids", postgresql.ARRAY(sa.BigInteger())),
-                sa.column("done_tokens", postgresql.ARRAY(sa.Text())),
-                *cols,
-            )
-        )
+        self._done_sql = _DONE.format(**names, succeeded=TaskStatus.SUCCEEDED.value)
+        self._claims: dict[int | None, Any] = {}
+        self._succeed_and_claims: dict[int | None, Any] = {}
         t = table
         running = TaskStatus.RUNNING.value
         done = (
@@ -204,3 +190,60 @@ class PgTaskStatements:
             )
             .returning(t.c.id, t.c.processing_token, t.c.lease_expires_at, t.c.cancel_requested)
         )
+
+    def claim(self, limit: int) -> Any:
+        """The lane's rescue-and-claim for claims of ``limit`` tasks."""
+        key = _key(limit)
+        statement = self._claims.get(key)
+        if statement is None:
+            sql = self._claim_sql(exclude="", limit=_limit_sql(key))
+            statement = self._claims[key] = (
+                sa.text(sql).bindparams(*_claim_params(key)).columns(*self._cols)
+            )
+        return statement
+
+    def succeed_and_claim(self, limit: int) -> Any:
+        """Successes written and up to ``limit`` tasks claimed, in one statement."""
+        key = _key(limit)
+        statement = self._succeed_and_claims.get(key)
+        if statement is None:
+            claim = self._claim_sql(exclude=_NOT_DONE, limit=_limit_sql(key))
+            statement = self._succeed_and_claims[key] = (
+                sa.text(_succeed_and_claim_sql(self._done_sql, claim))
+                .bindparams(
+                    *_claim_params(key),
+                    sa.bindparam("ids", type_=postgresql.ARRAY(sa.BigInteger())),
+                    sa.bindparam("tokens", type_=postgresql.ARRAY(sa.Text())),
+                    sa.bindparam("results", type_=postgresql.ARRAY(sa.Text())),
+                    sa.bindparam("steps", type_=postgresql.ARRAY(sa.Text())),
+                )
+                .columns(
+                    sa.column("done_ids", postgresql.ARRAY(sa.BigInteger())),
+                    sa.column("done_tokens", postgresql.ARRAY(sa.Text())),
+                    *self._cols,
+                )
+            )
+        return statement
+
+
+def _key(limit: int) -> int | None:
+    """The statement a claim of ``limit`` tasks uses: its literal limit, or ``None``."""
+    return limit if 0 < limit <= LITERAL_LIMITS else None
+
+
+def _limit_sql(key: int | None) -> str:
+    # An int from _key, never text from outside: safe to write into the SQL.
+    return ":lim" if key is None else str(int(key))
+
+
+def _claim_params(key: int | None) -> list[sa.BindParameter[Any]]:
+    params: list[sa.BindParameter[Any]] = [
+        sa.bindparam("lane", type_=sa.Text()),
+        sa.bindparam("lease_error", value=LEASE_EXPIRED_ERROR, type_=sa.Text()),
+        sa.bindparam("prefix", type_=sa.Text()),
+        sa.bindparam("ttl", type_=sa.Interval()),
+        sa.bindparam("owner", type_=sa.Text()),
+    ]
+    if key is None:
+        params.append(sa.bindparam("lim", type_=sa.Integer()))
+    return params

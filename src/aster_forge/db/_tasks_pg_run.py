@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,7 +24,7 @@ from ..tasks import BackgroundTaskRecord, TaskCompletion, TaskLease, TaskStatus
 from ._driver_hold import HeldDriverConnection
 from ._pg_driver import PgDriverStatement, reusable_after, utc_decoder
 from ._pg_records import PgRecordBuilder
-from ._tasks_pg import PgTaskStatements
+from ._tasks_pg import LITERAL_LIMITS, PgTaskStatements
 from ._tasks_sql import TaskSql
 from ._tasks_table import CORE_COLUMNS, record_from_row
 
@@ -64,24 +64,37 @@ class PgTaskRunner:
         self._sql = sql
         self._hold = hold
         self.driver = dialect.driver == "asyncpg" if driver is None else driver
-        hide = engine.sync_engine.hide_parameters
-
-        def both(statement: Any) -> _Statement:
-            return statement, PgDriverStatement(statement, dialect, hide_parameters=hide)
-
-        self._claim = both(statements.claim)
-        self._succeed_and_claim = both(statements.succeed_and_claim)
-        self._succeed_many = both(statements.succeed_many)
-        self._renew_many = both(statements.renew_many)
+        self._dialect = dialect
+        self._hide = engine.sync_engine.hide_parameters
+        self._statements = statements
+        # One compiled statement per limit the store was asked for (see LITERAL_LIMITS).
+        self._claims: dict[int | None, _Statement] = {}
+        self._succeed_and_claims: dict[int | None, _Statement] = {}
+        self._succeed_many = self._both(statements.succeed_many)
+        self._renew_many = self._both(statements.renew_many)
         self._utc = utc_decoder(dialect)
         self._builder = PgRecordBuilder(sql.table, dialect)
+
+    def _both(self, statement: Any) -> _Statement:
+        driver = PgDriverStatement(statement, self._dialect, hide_parameters=self._hide)
+        return statement, driver
+
+    def _for_limit(
+        self, cache: dict[int | None, _Statement], build: Callable[[int], Any], limit: int
+    ) -> _Statement:
+        key = limit if 0 < limit <= LITERAL_LIMITS else None  # larger ones share a statement
+        statement = cache.get(key)
+        if statement is None:
+            statement = cache[key] = self._both(build(limit))
+        return statement
 
     async def claim(
         self, lane: str, limit: int, owner: str, lease_ttl: timedelta
     ) -> list[BackgroundTaskRecord]:
         """The lane's rescue-and-claim; the claimed records in claim order."""
+        statement = self._for_limit(self._claims, self._statements.claim, limit)
         rows = await self._rows(
-            "claim tasks", self._claim, claim_params(lane, limit, owner, lease_ttl)
+            "claim tasks", statement, claim_params(lane, limit, owner, lease_ttl)
         )
         return self._claimed(rows)
 
@@ -99,7 +112,10 @@ class PgTaskRunner:
             The ``(id, token)`` pairs written, and the claimed records in claim order.
         """
         params = {**success_params(completions), **claim_params(lane, limit, owner, lease_ttl)}
-        rows = await self._rows("mark tasks succeeded and claim", self._succeed_and_claim, params)
+        statement = self._for_limit(
+            self._succeed_and_claims, self._statements.succeed_and_claim, limit
+        )
+        rows = await self._rows("mark tasks succeeded and claim", statement, params)
         # One row at least (a LEFT JOIN): the written pairs ride on every row.
         done = zip(rows[0][0] or (), rows[0][1] or (), strict=True)
         return {(int(i), str(token)) for i, token in done}, self._claimed(rows, offset=2)

@@ -1,0 +1,81 @@
+"""PostgreSQL claims: small limits are literals, so the server keeps one plan per limit.
+
+With the limit a parameter PostgreSQL re-plans the claim on every call (its generic
+plan assumes a tenth of the lane is taken); planning cost about half the statement's
+server time. Up to ``LITERAL_LIMITS`` each limit has its own statement, whose cached
+generic plan is used; larger limits share the parameterized statement. Both claim
+exactly what was asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from aster_forge.db import BackgroundTaskDbStore
+from aster_forge.db._tasks_pg import LITERAL_LIMITS
+from aster_forge.tasks import NewTask, TaskCompletion
+
+from ._leases import lease_of
+from ._pg_driver_support import pg_engine
+
+pytestmark = pytest.mark.postgres
+
+_TTL = timedelta(minutes=10)
+_PATHS = [pytest.param(True, id="driver"), pytest.param(False, id="sqlalchemy")]
+
+
+async def _plans(engine: AsyncEngine, limit: str) -> list[tuple[int, int]]:
+    """``(generic, custom)`` plan counts of this session's claims with ``limit``."""
+    await asyncio.sleep(0)  # the store hands its held connection back to the pool
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            sa.text(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                "WHERE statement LIKE '%FOR UPDATE SKIP LOCKED%' AND statement LIKE :limit"
+            ),
+            {"limit": f"%LIMIT {limit}%"},
+        )
+        return [(int(row[0]), int(row[1])) for row in rows]
+
+
+def _store(engine: AsyncEngine, *, driver: bool) -> BackgroundTaskDbStore:
+    store = BackgroundTaskDbStore(engine, notify=False)
+    assert store._pg_run is not None
+    store._pg_run.driver = driver
+    return store
+
+
+@pytest.mark.parametrize("driver", _PATHS)
+async def test_a_small_limit_reuses_a_cached_plan_and_claims_exactly(
+    postgres_url: str, driver: bool
+) -> None:
+    # One pooled connection: the plan counts read below are the store's session's.
+    async with pg_engine(postgres_url, pool_size=1, max_overflow=0) as engine:
+        store = _store(engine, driver=driver)
+        await store.enqueue_many([NewTask("k", "l") for _ in range(300)])
+        for _ in range(8):
+            assert len(await store.claim_due_for_lane("l", 3, "w", _TTL)) == 3
+        plans = await _plans(engine, "3 ")
+        assert plans and sum(generic for generic, _ in plans) >= 1, plans
+
+        big = LITERAL_LIMITS + 6
+        claimed = await store.claim_due_for_lane("l", big, "w", _TTL)
+        assert len(claimed) == big, "a limit above the literal ones is still exact"
+        assert not await _plans(engine, f"{big} "), "larger limits share one statement"
+        edge = await store.claim_due_for_lane("l", LITERAL_LIMITS, "w", _TTL)
+        assert len(edge) == LITERAL_LIMITS
+
+        # The success-and-claim takes the same limits.
+        done = [TaskCompletion(lease_of(record), None, None) for record in claimed[:5]]
+        written, refilled = await store.mark_tasks_succeeded_and_claim(done, "l", 5, "w", _TTL)
+        assert list(written) == [True] * 5 and len(refilled) == 5
+        done = [TaskCompletion(lease_of(record), None, None) for record in claimed[5:]]
+        left = 300 - 8 * 3 - big - LITERAL_LIMITS - 5
+        written, refilled = await store.mark_tasks_succeeded_and_claim(done, "l", big, "w", _TTL)
+        assert list(written) == [True] * (big - 5)
+        assert len(refilled) == min(big, left)
