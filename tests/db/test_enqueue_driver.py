@@ -1,8 +1,9 @@
 """PostgreSQL enqueue on the pooled asyncpg connection: reuse within a burst, nothing leaked.
 
 Back-to-back enqueues keep one connection checked out and return it as soon as the
-event loop runs with no enqueue using it; a cancelled or killed call discards its
-connection; an engine disposed in the middle of a burst gets nothing back.
+event loop runs with no enqueue using it (or, while a worker keeps it, once it lets
+go); a cancelled or killed call discards its connection; an engine disposed in the
+middle of a burst gets nothing back.
 """
 
 from __future__ import annotations
@@ -22,9 +23,15 @@ from aster_forge.db import (
     DatabaseUnavailableError,
     create_background_tasks_table,
 )
-from aster_forge.tasks import EnqueueResult, NewTask
+from aster_forge.tasks import (
+    ClaimedTaskExecutionConfig,
+    EnqueueResult,
+    NewTask,
+    TaskLaneConfig,
+    TaskWorker,
+)
 
-from ..tasks._dispatch_support import REGISTRY, Job, Kind
+from ..tasks._dispatch_support import REGISTRY, Harness, Job, Kind, Lane, until
 from ._pg_driver_support import pg_engine, wait_for_lock_wait
 
 pytestmark = pytest.mark.postgres
@@ -59,6 +66,55 @@ async def test_a_burst_reuses_one_connection_and_returns_it_when_idle(
     assert pool.checkedout() == 0, pool.status()  # type: ignore[attr-defined]
     # The single pooled connection is free for the product again.
     assert await _count(engine) == 50
+
+
+async def test_a_kept_connection_stays_out_until_let_go_and_is_shared_when_the_pool_is_out(
+    one_connection: AsyncEngine,
+) -> None:
+    engine = one_connection
+    store = BackgroundTaskDbStore(engine, registry=REGISTRY)
+    pool = engine.sync_engine.pool
+    let_go = store.keep_connection()  # as a worker does while it has tasks in flight
+    await store.enqueue(_task("first"))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert pool.checkedout() == 1, "kept across idle loop turns"  # type: ignore[attr-defined]
+    # The pool's only connection is the kept one: concurrent calls wait for it (a wait
+    # for the pool would time out), one after the other.
+    results = await asyncio.gather(*(store.enqueue(_task(f"c{n}")) for n in range(5)))
+    assert all(result.created for result in results)
+    let_go()
+    let_go()  # a second call does nothing
+    await asyncio.sleep(0)
+    assert pool.checkedout() == 0, pool.status()  # type: ignore[attr-defined]
+    assert await _count(engine) == 6
+
+
+async def test_a_busy_worker_keeps_one_connection_and_lets_go_once_idle(
+    one_connection: AsyncEngine,
+) -> None:
+    engine = one_connection
+    pool = engine.sync_engine.pool
+    store = BackgroundTaskDbStore(engine, registry=REGISTRY, notify=False)
+    harness = Harness()
+    harness.gate("a", "b")
+    worker = TaskWorker(
+        store,
+        lanes=[TaskLaneConfig(Lane.FALLBACK, 4), TaskLaneConfig(Lane.MEDIA, 1)],
+        execution=ClaimedTaskExecutionConfig(state=harness, registry=REGISTRY),
+    )
+    await store.enqueue_many([_task("a"), _task("b")])
+    await worker.drain()
+    await until(lambda: len(harness.started) == 2)
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert pool.checkedout() == 1, "kept while tasks are in flight"  # type: ignore[attr-defined]
+    harness.open("a", "b")
+    await worker.join()
+    assert worker.stats.total().succeeded == 2
+    await asyncio.sleep(0)
+    assert pool.checkedout() == 0, pool.status()  # type: ignore[attr-defined]
+    await worker.shutdown()
 
 
 async def test_concurrent_enqueues_share_the_pool_and_leak_nothing(postgres_url: str) -> None:

@@ -7,6 +7,10 @@ handler, a producer) keeps the connection it used for the next call and returns 
 to the pool as soon as the event loop runs while no call is using it: a burst reuses
 one connection, and an idle store holds none (nothing to close, nothing leaked).
 
+A busy worker sends a statement every millisecond or so with the loop running task
+bodies in between; it asks to :meth:`~HeldDriverConnection.keep` the connection while
+it has tasks in flight, and it goes back once the worker lets go.
+
 The connection goes back in a loop callback, synchronously, so it cannot do I/O:
 nothing was begun on it (the pool's reset is a no-op) and it goes back only into a
 queue pool with room for it. Otherwise it is terminated: when the pool is full (the
@@ -39,6 +43,18 @@ class HeldDriverConnection:
         self._pool: Pool | None = None
         self._busy = False
         self._release_scheduled = False
+        self._kept = 0
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def keep(self) -> None:
+        """Keep the held connection across idle loop turns until :meth:`let_go`."""
+        self._kept += 1
+
+    def let_go(self) -> None:
+        """Undo one :meth:`keep`; the connection goes back once the loop is idle."""
+        self._kept = max(self._kept - 1, 0)
+        if not self._kept:
+            self._schedule_release()
 
     async def acquire(self, operation: str) -> tuple[PoolProxiedConnection, bool]:
         """A connection for one call, and whether it is the held one (see :meth:`release`).
@@ -47,9 +63,14 @@ class HeldDriverConnection:
             DatabaseOperationError: (or a subclass) when no connection can be had.
         """
         held = self._held
-        if held is not None and not self._busy and self._sql.pool is self._pool:
-            self._busy = True
-            return held, True
+        if held is not None and self._sql.pool is self._pool:
+            if self._busy and self._kept and self._pool_is_out():
+                # Every pooled connection is out and this one stays ours: wait for it,
+                # not for the pool (it would not come back before the keep ends).
+                await self._wait_free(held)
+            if self._held is held and not self._busy:
+                self._busy = True
+                return held, True
         connection = await self._sql.checkout(operation)
         pool = self._sql.pool
         if (
@@ -61,25 +82,51 @@ class HeldDriverConnection:
             return connection, True
         return connection, False
 
+    def _pool_is_out(self) -> bool:
+        pool = self._pool
+        return isinstance(pool, QueuePool) and pool.checkedin() == 0
+
+    async def _wait_free(self, held: PoolProxiedConnection) -> None:
+        while self._busy and self._held is held:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+
+    def _wake_one(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.pop(0)
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
     async def release(self, connection: PoolProxiedConnection, held: bool, *, broken: bool) -> None:
         """End the call: a broken connection is discarded, a held one kept for the burst."""
         if not held:
             await self._sql.checkin(connection, invalidate=broken)
             return
         self._busy = False
+        self._wake_one()
         if broken:
             self._held = None
             await self._sql.checkin(connection, invalidate=True)
             return
-        if not self._release_scheduled:
+        if not self._kept:
+            self._schedule_release()
+
+    def _schedule_release(self) -> None:
+        if not self._release_scheduled and self._held is not None:
             self._release_scheduled = True
             asyncio.get_running_loop().call_soon(self._release_idle)
 
     def _release_idle(self) -> None:
         self._release_scheduled = False
         connection = self._held
-        if connection is None or self._busy:
-            return  # a call is using it: that call schedules the release again
+        if connection is None or self._busy or self._kept:
+            return  # in use (that call schedules the release again), or kept
         self._held = None
         pool = self._pool
         if (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -372,6 +372,30 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         return await self._fenced(
             "mark task succeeded", lease, self._success_values(result_json, steps_json)
         )
+
+    def keep_connection(self) -> Callable[[], None]:
+        """Keep the pooled connection of the driver-level statements until the callable.
+
+        A worker calls it while it has tasks in flight: its claims, batched successes
+        and renewals follow each other closely, with the loop running task bodies in
+        between, and each would otherwise check a connection out of the pool and back
+        in. Call the returned callable (once) to let go; the connection then goes back
+        as soon as the loop runs with no statement in flight. Nothing is kept where no
+        connection is held (SQLite, MariaDB, PostgreSQL drivers other than asyncpg).
+
+        Returns:
+            Lets go of this keep (a second call does nothing).
+        """
+        hold = self._driver_hold
+        hold.keep()
+        kept = [True]
+
+        def let_go() -> None:
+            if kept:
+                kept.clear()
+                hold.let_go()
+
+        return let_go
 
     @property
     def claims_with_success(self) -> bool:

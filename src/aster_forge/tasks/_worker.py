@@ -211,6 +211,11 @@ class TaskWorker(Generic[StateT]):
 
     def _attach(self, store: DispatchTaskStore[Any, Any]) -> None:
         self._store = store
+        # A store holding a pooled connection keeps it while tasks are in flight.
+        self._keep_connection: Callable[[], Callable[[], None]] | None = getattr(
+            store, "keep_connection", None
+        )
+        self._let_go: Callable[[], None] | None = None
         config = self.execution
         self._heartbeat = SharedTaskHeartbeat(
             store,
@@ -401,6 +406,8 @@ class TaskWorker(Generic[StateT]):
         )
         self._in_flight[lane] += 1
         self.stats.record_started(lane)
+        if not self._running and self._keep_connection is not None and self._let_go is None:
+            self._let_go = self._keep_connection()
         self._running[record.id] = (lane, execution)
         if self.stopping:
             execution.guard.token.cancel()  # claimed while stopping: released after its grace
@@ -430,6 +437,9 @@ class TaskWorker(Generic[StateT]):
         entry = self._running.pop(task_id, None)
         if entry is None:
             return  # already accounted (abandoned earlier)
+        if not self._running and self._let_go is not None:
+            self._let_go()
+            self._let_go = None
         lane = entry[0]
         if execution.abandoned:
             self._tasks = {t: e for t, e in self._tasks.items() if e is not execution}
