@@ -73,6 +73,7 @@ class SharedTaskHeartbeat:
         self._entries: dict[int, _Entry] = {}
         self._loops: set[asyncio.Task[None]] = set()
         self._idle: CancellationToken | None = None
+        self._idle_check = False
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -90,8 +91,24 @@ class SharedTaskHeartbeat:
             task.add_done_callback(self._loops.discard)
 
     def unregister(self, guard: TaskLeaseGuard) -> None:
-        """Stop renewing ``guard`` (results of a renewal in flight are ignored)."""
+        """Stop renewing ``guard`` (results of a renewal in flight are ignored).
+
+        The loop ends one loop turn after its last guard left, unless one registered
+        meanwhile: a worker's next tasks (claimed with the last ones' successes) start
+        in that turn and keep the loop instead of starting a new one.
+        """
         self._entries.pop(id(guard), None)
+        if not self._entries and self._idle is not None and not self._idle_check:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self._idle.cancel()  # no loop to wait a turn on
+                return
+            self._idle_check = True
+            loop.call_soon(self._end_if_idle)
+
+    def _end_if_idle(self) -> None:
+        self._idle_check = False
         if not self._entries and self._idle is not None:
             self._idle.cancel()
 
