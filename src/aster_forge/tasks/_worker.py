@@ -207,15 +207,14 @@ class TaskWorker(Generic[StateT]):
         self._next_lane = 0
         self._heartbeat: SharedTaskHeartbeat | None = None
         self._completions: TaskCompletionBatcher | None = None
+        self._keep_connection: Callable[[], Callable[[], None]] | None = None
+        self._let_go: Callable[[], None] | None = None
         self._stop.add_cancel_callback(self._stop_running)
 
     def _attach(self, store: DispatchTaskStore[Any, Any]) -> None:
         self._store = store
         # A store holding a pooled connection keeps it while tasks are in flight.
-        self._keep_connection: Callable[[], Callable[[], None]] | None = getattr(
-            store, "keep_connection", None
-        )
-        self._let_go: Callable[[], None] | None = None
+        self._keep_connection = getattr(store, "keep_connection", None)
         config = self.execution
         self._heartbeat = SharedTaskHeartbeat(
             store,
@@ -545,6 +544,10 @@ class TaskWorker(Generic[StateT]):
             await asyncio.gather(*(e.cancel() for e in executions))
             await asyncio.gather(*(e.settled() for e in executions))
             raise
+        finally:
+            if self._let_go is not None:  # nothing of ours runs on it any more
+                self._let_go()
+                self._let_go = None
 
     def __repr__(self) -> str:
         lanes = ", ".join(
