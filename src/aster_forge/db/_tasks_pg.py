@@ -20,7 +20,7 @@ from sqlalchemy.dialects import postgresql
 from ..tasks import LEASE_EXPIRED_ERROR, TaskFailureReason, TaskStatus
 from ._tasks_table import CORE_COLUMNS
 
-__all__ = ["LITERAL_LIMITS", "PgTaskStatements"]
+__all__ = ["LITERAL_LIMITS", "PgTaskStatements", "limit_key"]
 
 _RESCUE_BATCH = 500
 
@@ -193,7 +193,7 @@ class PgTaskStatements:
 
     def claim(self, limit: int) -> Any:
         """The lane's rescue-and-claim for claims of ``limit`` tasks."""
-        key = _key(limit)
+        key = limit_key(limit)
         statement = self._claims.get(key)
         if statement is None:
             sql = self._claim_sql(exclude="", limit=_limit_sql(key))
@@ -204,7 +204,7 @@ class PgTaskStatements:
 
     def succeed_and_claim(self, limit: int) -> Any:
         """Successes written and up to ``limit`` tasks claimed, in one statement."""
-        key = _key(limit)
+        key = limit_key(limit)
         statement = self._succeed_and_claims.get(key)
         if statement is None:
             claim = self._claim_sql(exclude=_NOT_DONE, limit=_limit_sql(key))
@@ -226,13 +226,13 @@ class PgTaskStatements:
         return statement
 
 
-def _key(limit: int) -> int | None:
+def limit_key(limit: int) -> int | None:
     """The statement a claim of ``limit`` tasks uses: its literal limit, or ``None``."""
     return limit if 0 < limit <= LITERAL_LIMITS else None
 
 
 def _limit_sql(key: int | None) -> str:
-    # An int from _key, never text from outside: safe to write into the SQL.
+    # An int from limit_key, never text from outside: safe to write into the SQL.
     return ":lim" if key is None else str(int(key))
 
 

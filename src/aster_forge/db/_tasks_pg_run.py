@@ -24,7 +24,7 @@ from ..tasks import BackgroundTaskRecord, TaskCompletion, TaskLease, TaskStatus
 from ._driver_hold import HeldDriverConnection
 from ._pg_driver import PgDriverStatement, reusable_after, utc_decoder
 from ._pg_records import PgRecordBuilder
-from ._tasks_pg import LITERAL_LIMITS, PgTaskStatements
+from ._tasks_pg import PgTaskStatements, limit_key
 from ._tasks_sql import TaskSql
 from ._tasks_table import CORE_COLUMNS, record_from_row
 
@@ -82,7 +82,7 @@ class PgTaskRunner:
     def _for_limit(
         self, cache: dict[int | None, _Statement], build: Callable[[int], Any], limit: int
     ) -> _Statement:
-        key = limit if 0 < limit <= LITERAL_LIMITS else None  # larger ones share a statement
+        key = limit_key(limit)  # larger limits share one statement
         statement = cache.get(key)
         if statement is None:
             statement = cache[key] = self._both(build(limit))
