@@ -44,7 +44,7 @@ class HeldDriverConnection:
         self._busy = False
         self._release_scheduled = False
         self._kept = 0
-        self._waiters: list[asyncio.Future[None]] = []
+        self._freed: asyncio.Event | None = None
 
     def keep(self) -> None:
         """Keep the held connection across idle loop turns until :meth:`let_go`."""
@@ -88,20 +88,9 @@ class HeldDriverConnection:
 
     async def _wait_free(self, held: PoolProxiedConnection) -> None:
         while self._busy and self._held is held:
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
-            try:
-                await waiter
-            finally:
-                if waiter in self._waiters:
-                    self._waiters.remove(waiter)
-
-    def _wake_one(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.pop(0)
-            if not waiter.done():
-                waiter.set_result(None)
-                return
+            if self._freed is None:
+                self._freed = asyncio.Event()  # made on the waiting loop, one per release
+            await self._freed.wait()
 
     async def release(self, connection: PoolProxiedConnection, held: bool, *, broken: bool) -> None:
         """End the call: a broken connection is discarded, a held one kept for the burst."""
@@ -109,7 +98,10 @@ class HeldDriverConnection:
             await self._sql.checkin(connection, invalidate=broken)
             return
         self._busy = False
-        self._wake_one()
+        if self._freed is not None:
+            # Callers waiting for it re-check; the first to run takes it.
+            self._freed.set()
+            self._freed = None
         if broken:
             self._held = None
             await self._sql.checkin(connection, invalidate=True)
