@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aster_forge.db import BackgroundTaskDbStore
 from aster_forge.db._tasks_enqueue_pg import PgEnqueueStatement
+from aster_forge.runtime import NEVER_EXPIRES
 from aster_forge.tasks import EnqueueResult, NewTask
 
 from ._pg_driver_support import assert_same, pg_engine, read_back, with_offset_codec
@@ -70,6 +71,39 @@ async def test_enqueued_and_existing_records_are_what_sqlalchemy_reads_back(
     assert [r.created for r in results] == [True, False, True, True, False]
     assert {r.record.id for r in results if not r.created} == {first.record.id}
     await _assert_read_back(engine, store, results)
+
+
+async def test_one_task_without_a_key_is_built_as_its_row_reads_back(
+    codec_engine: AsyncEngine,
+) -> None:
+    # The plain insert returns only the id and the times; the rest comes from the request.
+    engine = codec_engine
+    store = BackgroundTaskDbStore(engine)
+    soon = datetime.now(UTC) + timedelta(minutes=5)
+    tasks = [
+        NewTask("k", "media"),
+        NewTask("k", "media", payload_json='{"a": [1, 2]}', steps_json="[]", priority=-7),
+        NewTask("k", "media", run_at=soon, max_attempts=2),
+        NewTask("k", "media", delay=timedelta(hours=1)),
+    ]
+    results = [await store.enqueue(task) for task in tasks]
+    assert all(r.created for r in results)
+    await _assert_read_back(engine, store, results)
+    assert results[2].record.run_at == soon
+
+
+async def test_a_delay_past_the_calendar_saturates_on_both_one_task_statements(
+    postgres_url: str,
+) -> None:
+    # Default codec only: the +02:00 test codec cannot represent the year 9999 itself.
+    async with pg_engine(postgres_url) as engine:
+        store = BackgroundTaskDbStore(engine)
+        results = [
+            await store.enqueue(NewTask("k", "media", delay=timedelta.max, dedupe_key=key))
+            for key in (None, "far")
+        ]
+        assert [r.record.run_at for r in results] == [NEVER_EXPIRES, NEVER_EXPIRES]
+        await _assert_read_back(engine, store, results)
 
 
 def test_a_column_null_for_every_task_is_sent_as_no_values() -> None:

@@ -24,6 +24,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.pool import PoolProxiedConnection
 
 from .._errors import AsterForgeError
 from ..tasks import BackgroundTaskRecord, EnqueueResult, NewTask, TaskRegistry, TaskStatus
@@ -186,6 +187,16 @@ class TaskEnqueueMixin:
         """
         connection, held = await self._driver_hold.acquire(_OPERATION)
         driver: Any = connection.driver_connection
+        if len(tasks) == 1 and tasks[0].dedupe_key is None:
+            # One task without a key: nothing to resolve, a plain insert.
+            task = tasks[0]
+            try:
+                rows = await self._on_driver(driver, pg.unkeyed_sql, pg.unkeyed_arguments(task))
+            except BaseException as exc:
+                await self._release_after(connection, held, exc)
+                raise
+            await self._driver_hold.release(connection, held, broken=False)
+            return [EnqueueResult(pg.unkeyed_record(task, rows[0]), created=True)]
 
         async def fetch(pending: Sequence[NewTask]) -> _Rows:
             if len(pending) == 1:
@@ -200,14 +211,20 @@ class TaskEnqueueMixin:
         try:
             results = await self._enqueue_pg(tasks, fetch, read_keys)
         except BaseException as exc:
-            # A cancelled or lost connection is in an unknown state: never reuse it.
-            broken = isinstance(exc, asyncio.CancelledError) or is_driver_connection_error(
-                exc.__cause__ or exc
-            )
-            await asyncio.shield(self._driver_hold.release(connection, held, broken=broken))
+            await self._release_after(connection, held, exc)
             raise
         await self._driver_hold.release(connection, held, broken=False)
         return results
+
+    async def _release_after(
+        self, connection: PoolProxiedConnection, held: bool, exc: BaseException
+    ) -> None:
+        """Give the connection back after ``exc``; a cancelled or lost one is discarded."""
+        # Its state is unknown: never reuse it.
+        broken = isinstance(exc, asyncio.CancelledError) or is_driver_connection_error(
+            exc.__cause__ or exc
+        )
+        await asyncio.shield(self._driver_hold.release(connection, held, broken=broken))
 
     @staticmethod
     async def _on_driver(driver: Any, sql: str, args: Sequence[Any]) -> list[Any]:

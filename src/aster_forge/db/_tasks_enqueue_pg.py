@@ -1,6 +1,9 @@
 """PostgreSQL enqueue in one statement: insert-or-get on the dedupe key, and the NOTIFY.
 
-The statement takes the batch as arrays (``unnest``; one row or 5,000, the same
+One task without a dedupe key (a web request's enqueue) takes a plain ``INSERT``: no
+conflict can happen and no existing row can be read, so the server returns only what it
+decides (the id and the times) and the record is built from the request. The batch
+statement takes the batch as arrays (``unnest``; one row or 5,000, the same
 prepared statement), inserts with ``ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT
 NULL DO NOTHING`` (the key index is partial; the full one of an older table is inferred
 alike), signals each lane that received a row with ``pg_notify`` (delivered by
@@ -21,6 +24,7 @@ from sqlalchemy.dialects import postgresql
 
 from ..runtime import NEVER_EXPIRES
 from ..tasks import BackgroundTaskRecord, NewTask, TaskStatus
+from ._pg_driver import utc_decoder
 from ._pg_records import PgRecordBuilder
 from ._tasks_sql import _SATURATING_DELTA
 from ._tasks_table import CORE_COLUMNS
@@ -77,6 +81,13 @@ UNION ALL
 SELECT false AS created, {existing} FROM {t} AS e WHERE e.dedupe_key = $9::text
 """
 
+# One task without a key: nothing to resolve, one NOTIFY for the one row.
+_UNKEYED_SQL = """{columns}
+    VALUES ($1::text, $2::text, '{pending}', $3::text, $4::text, 0, $5::integer,
+            COALESCE($6::timestamptz, now() + $7::interval), $8::integer, NULL,
+            true, false, false, now(), now())
+RETURNING id, run_at, created_at, updated_at{notify}"""
+
 _WOKE = """, woke AS (
     SELECT count(pg_notify({channel}, l.lane)) AS n FROM (SELECT DISTINCT lane FROM ins) AS l
 )"""
@@ -89,9 +100,11 @@ class PgEnqueueStatement:
 
     ``statement`` runs through SQLAlchemy (in the product's transaction); ``sql`` with
     :meth:`arguments` (any batch), ``single_sql`` with :meth:`single_arguments` (one
-    task) and ``by_key_sql`` run on the asyncpg connection itself, each prepared once
-    and cached by asyncpg (the hot path: no per-call SQLAlchemy execution work), their
-    rows read by :meth:`split` and :meth:`records`.
+    task), ``unkeyed_sql`` with :meth:`unkeyed_arguments` (one task without a dedupe
+    key, read by :meth:`unkeyed_record`) and ``by_key_sql`` run on the asyncpg
+    connection itself, each prepared once and cached by asyncpg (the hot path: no
+    per-call SQLAlchemy execution work), their rows read by :meth:`split` and
+    :meth:`records`.
     """
 
     def __init__(self, table: sa.Table, dialect: Any, *, channel: str | None) -> None:
@@ -115,6 +128,9 @@ class PgEnqueueStatement:
         self.single_sql = _SINGLE_SQL.format(
             woke=_WOKE.format(channel="$10::text") if channel is not None else "", **parts
         )
+        self.unkeyed_sql = _UNKEYED_SQL.format(
+            notify=", pg_notify($9::text, lane)" if channel is not None else "", **parts
+        )
         self.by_key_sql = _BY_KEY_SQL.format(columns=", ".join(quoted), t=t)
         params: list[sa.BindParameter[Any]] = [
             sa.bindparam(name, type_=postgresql.ARRAY(type_)) for name, _, type_ in _INPUT
@@ -132,6 +148,7 @@ class PgEnqueueStatement:
         self._order = list(compiled.positiontup or ())
         self._channel = channel
         self._builder = PgRecordBuilder(table, dialect)
+        self._utc = utc_decoder(dialect)
 
     def split(
         self, rows: Sequence[Any]
@@ -149,11 +166,62 @@ class PgEnqueueStatement:
 
     def single_arguments(self, task: NewTask) -> list[Any]:
         """The positional arguments of :attr:`single_sql` for ``task``."""
+        args = self._values(task)
+        args.append(task.dedupe_key_text)
+        if self._channel is not None:
+            args.append(self._channel)
+        return args
+
+    def unkeyed_arguments(self, task: NewTask) -> list[Any]:
+        """The positional arguments of :attr:`unkeyed_sql` for ``task`` (no dedupe key)."""
+        args = self._values(task)
+        if self._channel is not None:
+            args.append(self._channel)
+        return args
+
+    def unkeyed_record(self, task: NewTask, row: Any) -> BackgroundTaskRecord:
+        """The record :attr:`unkeyed_sql` inserted for ``task``, from its one row.
+
+        The row holds what the server decided (id, due time, insert time); the rest is
+        what the statement wrote, so the record equals the row read back.
+        """
+        utc = self._utc
+        return BackgroundTaskRecord(
+            id=row[0],
+            kind=task.kind,
+            lane=task.lane,
+            status=TaskStatus.PENDING,
+            payload_json=task.payload_json,
+            result_json=None,
+            steps_json=task.steps_json,
+            attempt=0,
+            max_attempts=task.max_attempts,
+            run_at=utc(row[1]),
+            priority=task.priority,
+            processing_token=None,
+            lease_expires_at=None,
+            claimed_by=None,
+            dedupe_key=None,
+            last_error=None,
+            failure_reason=None,
+            manual_retry_allowed=True,
+            cancel_requested=False,
+            rescued=False,
+            created_at=utc(row[2]),
+            updated_at=utc(row[3]),
+            started_at=None,
+            finished_at=None,
+            snooze_count=0,
+        )
+
+    @staticmethod
+    def _values(task: NewTask) -> list[Any]:
+        """The parameters both one-task statements start with ($1 to $8)."""
         run_at, delay = task.run_at, task.delay
         if run_at is None and delay >= _SATURATING_DELTA:
             # Saturate in Python: the server never computes an out-of-range timestamp.
             run_at, delay = NEVER_EXPIRES, timedelta(0)
-        args = [
+        return [
             task.kind,
             task.lane,
             task.payload_json,
@@ -162,11 +230,7 @@ class PgEnqueueStatement:
             run_at,
             delay,
             task.priority,
-            task.dedupe_key_text,
         ]
-        if self._channel is not None:
-            args.append(self._channel)
-        return args
 
     def arguments(self, tasks: Sequence[NewTask]) -> list[Any]:
         """The positional arguments of :attr:`sql` for ``tasks``."""
