@@ -73,36 +73,39 @@ async def test_enqueued_and_existing_records_are_what_sqlalchemy_reads_back(
     await _assert_read_back(engine, store, results)
 
 
-async def test_one_task_without_a_key_is_built_as_its_row_reads_back(
+async def test_tasks_without_a_key_are_built_as_their_rows_read_back(
     codec_engine: AsyncEngine,
 ) -> None:
-    # The plain insert returns only the id and the times; the rest comes from the request.
+    # The plain insert returns only the ids and the times; the rest comes from the
+    # requests, matched to the rows in input order (one at a time, then as one batch).
     engine = codec_engine
     store = BackgroundTaskDbStore(engine)
     soon = datetime.now(UTC) + timedelta(minutes=5)
     tasks = [
-        NewTask("k", "media"),
+        NewTask("k", "media", payload_json="1"),
         NewTask("k", "media", payload_json='{"a": [1, 2]}', steps_json="[]", priority=-7),
-        NewTask("k", "media", run_at=soon, max_attempts=2),
-        NewTask("k", "media", delay=timedelta(hours=1)),
+        NewTask("k", "other", payload_json="3", run_at=soon, max_attempts=2),
+        NewTask("j", "media", payload_json="4", delay=timedelta(hours=1)),
     ]
-    results = [await store.enqueue(task) for task in tasks]
-    assert all(r.created for r in results)
-    await _assert_read_back(engine, store, results)
-    assert results[2].record.run_at == soon
+    one_by_one = [await store.enqueue(task) for task in tasks]
+    batch = await store.enqueue_many(tasks)
+    for results in (one_by_one, batch):
+        assert all(r.created for r in results)
+        assert [r.record.payload_json for r in results] == [t.payload_json for t in tasks]
+        assert results[2].record.run_at == soon
+        await _assert_read_back(engine, store, results)
 
 
-async def test_a_delay_past_the_calendar_saturates_on_both_one_task_statements(
+async def test_a_delay_past_the_calendar_saturates_on_every_enqueue_statement(
     postgres_url: str,
 ) -> None:
     # Default codec only: the +02:00 test codec cannot represent the year 9999 itself.
     async with pg_engine(postgres_url) as engine:
         store = BackgroundTaskDbStore(engine)
-        results = [
-            await store.enqueue(NewTask("k", "media", delay=timedelta.max, dedupe_key=key))
-            for key in (None, "far")
-        ]
-        assert [r.record.run_at for r in results] == [NEVER_EXPIRES, NEVER_EXPIRES]
+        far = [NewTask("k", "media", delay=timedelta.max, dedupe_key=key) for key in (None, "far")]
+        results = [await store.enqueue(task) for task in far]
+        results += await store.enqueue_many([far[0], far[0]])
+        assert [r.record.run_at for r in results] == [NEVER_EXPIRES] * 4
         await _assert_read_back(engine, store, results)
 
 

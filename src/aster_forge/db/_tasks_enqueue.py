@@ -187,16 +187,16 @@ class TaskEnqueueMixin:
         """
         connection, held = await self._driver_hold.acquire(_OPERATION)
         driver: Any = connection.driver_connection
-        if len(tasks) == 1 and tasks[0].dedupe_key is None:
-            # One task without a key: nothing to resolve, a plain insert.
-            task = tasks[0]
+        if all(task.dedupe_key is None for task in tasks):
+            # No key: nothing to resolve, a plain insert.
+            sql, args = pg.unkeyed(tasks)
             try:
-                rows = await self._on_driver(driver, pg.unkeyed_sql, pg.unkeyed_arguments(task))
+                records = pg.unkeyed_records(tasks, await self._on_driver(driver, sql, args))
             except BaseException as exc:
                 await self._release_after(connection, held, exc)
                 raise
             await self._driver_hold.release(connection, held, broken=False)
-            return [EnqueueResult(pg.unkeyed_record(task, rows[0]), created=True)]
+            return [EnqueueResult(record, created=True) for record in records]
 
         async def fetch(pending: Sequence[NewTask]) -> _Rows:
             if len(pending) == 1:

@@ -28,6 +28,7 @@ from ._pg_driver import utc_decoder
 from ._pg_records import PgRecordBuilder
 from ._tasks_sql import _SATURATING_DELTA
 from ._tasks_table import CORE_COLUMNS
+from .errors import DatabaseOperationError
 
 __all__ = ["PgEnqueueStatement"]
 
@@ -81,12 +82,32 @@ UNION ALL
 SELECT false AS created, {existing} FROM {t} AS e WHERE e.dedupe_key = $9::text
 """
 
-# One task without a key: nothing to resolve, one NOTIFY for the one row.
+# Tasks without a key: nothing to resolve. The server returns what it decides, in
+# insert order (the ids follow ``ord``: the sort feeds the insert); the first is one
+# task's statement (no arrays), the second a batch's.
+_UNKEYED_RETURNING = "RETURNING id, run_at, created_at, updated_at"
+
 _UNKEYED_SQL = """{columns}
     VALUES ($1::text, $2::text, '{pending}', $3::text, $4::text, 0, $5::integer,
             COALESCE($6::timestamptz, now() + $7::interval), $8::integer, NULL,
             true, false, false, now(), now())
-RETURNING id, run_at, created_at, updated_at{notify}"""
+{returning}{notify}"""
+
+_UNKEYED_MANY_SQL = """
+WITH ins AS (
+    {columns}
+    SELECT kind, lane, '{pending}', payload_json, steps_json, 0, max_attempts,
+           COALESCE(run_at, now() + delay), priority, NULL, true, false, false,
+           now(), now()
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::integer[],
+                $6::timestamptz[], $7::interval[], $8::integer[])
+         WITH ORDINALITY AS v(kind, lane, payload_json, steps_json, max_attempts, run_at,
+                              delay, priority, ord)
+    ORDER BY ord
+    {returning}, lane
+){woke}
+SELECT ins.id, ins.run_at, ins.created_at, ins.updated_at FROM ins{woke_join}
+"""
 
 _WOKE = """, woke AS (
     SELECT count(pg_notify({channel}, l.lane)) AS n FROM (SELECT DISTINCT lane FROM ins) AS l
@@ -100,8 +121,8 @@ class PgEnqueueStatement:
 
     ``statement`` runs through SQLAlchemy (in the product's transaction); ``sql`` with
     :meth:`arguments` (any batch), ``single_sql`` with :meth:`single_arguments` (one
-    task), ``unkeyed_sql`` with :meth:`unkeyed_arguments` (one task without a dedupe
-    key, read by :meth:`unkeyed_record`) and ``by_key_sql`` run on the asyncpg
+    task), :meth:`unkeyed` (tasks without a dedupe key, read by
+    :meth:`unkeyed_records`) and ``by_key_sql`` run on the asyncpg
     connection itself, each prepared once and cached by asyncpg (the hot path: no
     per-call SQLAlchemy execution work), their rows read by :meth:`split` and
     :meth:`records`.
@@ -128,8 +149,15 @@ class PgEnqueueStatement:
         self.single_sql = _SINGLE_SQL.format(
             woke=_WOKE.format(channel="$10::text") if channel is not None else "", **parts
         )
-        self.unkeyed_sql = _UNKEYED_SQL.format(
-            notify=", pg_notify($9::text, lane)" if channel is not None else "", **parts
+        self._unkeyed_sql = _UNKEYED_SQL.format(
+            returning=_UNKEYED_RETURNING,
+            notify=", pg_notify($9::text, lane)" if channel is not None else "",
+            **parts,
+        )
+        self._unkeyed_many_sql = _UNKEYED_MANY_SQL.format(
+            returning=_UNKEYED_RETURNING,
+            woke=_WOKE.format(channel="$9::text") if channel is not None else "",
+            **parts,
         )
         self.by_key_sql = _BY_KEY_SQL.format(columns=", ".join(quoted), t=t)
         params: list[sa.BindParameter[Any]] = [
@@ -172,47 +200,67 @@ class PgEnqueueStatement:
             args.append(self._channel)
         return args
 
-    def unkeyed_arguments(self, task: NewTask) -> list[Any]:
-        """The positional arguments of :attr:`unkeyed_sql` for ``task`` (no dedupe key)."""
-        args = self._values(task)
+    def unkeyed(self, tasks: Sequence[NewTask]) -> tuple[str, list[Any]]:
+        """The statement and positional arguments for ``tasks``, none with a dedupe key."""
+        if len(tasks) == 1:
+            args = self._values(tasks[0])
+            sql = self._unkeyed_sql
+        else:
+            params = self.parameters(tasks)
+            args = [params[name] for name, _, _ in _INPUT[:-1]]  # all but the key
+            sql = self._unkeyed_many_sql
         if self._channel is not None:
             args.append(self._channel)
-        return args
+        return sql, args
 
-    def unkeyed_record(self, task: NewTask, row: Any) -> BackgroundTaskRecord:
-        """The record :attr:`unkeyed_sql` inserted for ``task``, from its one row.
+    def unkeyed_records(
+        self, tasks: Sequence[NewTask], rows: Sequence[Any]
+    ) -> list[BackgroundTaskRecord]:
+        """The records :meth:`unkeyed` inserted for ``tasks``, from its rows.
 
-        The row holds what the server decided (id, due time, insert time); the rest is
-        what the statement wrote, so the record equals the row read back.
+        The rows hold what the server decided (id, due time, insert time), in insert
+        order; the rest is what the statement wrote, so each record equals its row
+        read back.
+
+        Raises:
+            DatabaseOperationError: When the rows do not match the tasks one to one.
         """
+        if len(rows) != len(tasks):
+            raise DatabaseOperationError(
+                f"enqueue tasks: {len(rows)} rows came back for {len(tasks)} tasks",
+                operation="enqueue tasks",
+            )
         utc = self._utc
-        return BackgroundTaskRecord(
-            id=row[0],
-            kind=task.kind,
-            lane=task.lane,
-            status=TaskStatus.PENDING,
-            payload_json=task.payload_json,
-            result_json=None,
-            steps_json=task.steps_json,
-            attempt=0,
-            max_attempts=task.max_attempts,
-            run_at=utc(row[1]),
-            priority=task.priority,
-            processing_token=None,
-            lease_expires_at=None,
-            claimed_by=None,
-            dedupe_key=None,
-            last_error=None,
-            failure_reason=None,
-            manual_retry_allowed=True,
-            cancel_requested=False,
-            rescued=False,
-            created_at=utc(row[2]),
-            updated_at=utc(row[3]),
-            started_at=None,
-            finished_at=None,
-            snooze_count=0,
-        )
+        return [
+            BackgroundTaskRecord(
+                id=row[0],
+                kind=task.kind,
+                lane=task.lane,
+                status=TaskStatus.PENDING,
+                payload_json=task.payload_json,
+                result_json=None,
+                steps_json=task.steps_json,
+                attempt=0,
+                max_attempts=task.max_attempts,
+                run_at=utc(row[1]),
+                priority=task.priority,
+                processing_token=None,
+                lease_expires_at=None,
+                claimed_by=None,
+                dedupe_key=None,
+                last_error=None,
+                failure_reason=None,
+                manual_retry_allowed=True,
+                cancel_requested=False,
+                rescued=False,
+                created_at=utc(row[2]),
+                updated_at=utc(row[3]),
+                started_at=None,
+                finished_at=None,
+                snooze_count=0,
+            )
+            for task, row in zip(tasks, rows, strict=True)
+        ]
 
     @staticmethod
     def _values(task: NewTask) -> list[Any]:
