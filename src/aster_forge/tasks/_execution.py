@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Coroutine, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -288,7 +289,9 @@ class ClaimedTaskExecution:
             coro = watch_blocking_steps(
                 coro,
                 threshold=config.blocking_step_threshold,
-                on_block=self._blocked,
+                # Not a bound method: the task's coroutine would hold its execution in a
+                # reference cycle, freed only by the garbage collector.
+                on_block=functools.partial(_log_blocked, self.task.id, self.task.kind),
                 clock=config.clock,
             )
         self._task = asyncio.create_task(coro, name=f"aster-forge:task-{self.task.id}")
@@ -512,17 +515,6 @@ class ClaimedTaskExecution:
         if self._on_finished is not None:
             self._on_finished(self)
 
-    def _blocked(self, seconds: float) -> None:
-        label = task_kind_label(self.task.kind)
-        logger.warning(
-            "task #%s (%s) blocked the event loop for %.3fs without yielding; await its I/O, "
-            "or make the body a plain def (run in a worker thread)",
-            self.task.id,
-            label,
-            seconds,
-            extra={"task_id": self.task.id, "task_kind": label, "blocked_seconds": seconds},
-        )
-
     def _failure(
         self, failure: TaskFailureClassification, erased: ErasedTaskSpec[Any]
     ) -> _Decision:
@@ -647,6 +639,18 @@ class ClaimedTaskExecution:
                 exc_info=True,
                 extra={"task_id": self.task.id},
             )
+
+
+def _log_blocked(task_id: int, kind: Any, seconds: float) -> None:
+    label = task_kind_label(kind)
+    logger.warning(
+        "task #%s (%s) blocked the event loop for %.3fs without yielding; await its I/O, "
+        "or make the body a plain def (run in a worker thread)",
+        task_id,
+        label,
+        seconds,
+        extra={"task_id": task_id, "task_kind": label, "blocked_seconds": seconds},
+    )
 
 
 async def run_claimed_task_with_store(
