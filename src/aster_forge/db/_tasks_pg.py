@@ -104,9 +104,14 @@ WITH done AS (
     RETURNING d.id, v.token
 )"""
 _NOT_DONE = "\n      AND id <> ALL(:ids)"
+# One row at least (the LEFT JOIN); the written pairs ride on the first row only (on
+# every row they would be sent and decoded once per claimed task).
 _DONE_RESULT = """
-SELECT (SELECT array_agg(id) FROM done) AS done_ids,
-       (SELECT array_agg(token) FROM done) AS done_tokens, c.*
+SELECT CASE WHEN row_number() OVER () = 1 THEN (SELECT array_agg(id) FROM done) END
+           AS done_ids,
+       CASE WHEN row_number() OVER () = 1 THEN (SELECT array_agg(token) FROM done) END
+           AS done_tokens,
+       c.*
 FROM (SELECT 1) AS one LEFT JOIN claimed AS c ON true
 """
 

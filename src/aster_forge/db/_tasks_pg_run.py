@@ -116,7 +116,7 @@ class PgTaskRunner:
             self._succeed_and_claims, self._statements.succeed_and_claim, limit
         )
         rows = await self._rows("mark tasks succeeded and claim", statement, params)
-        # One row at least (a LEFT JOIN): the written pairs ride on every row.
+        # One row at least (a LEFT JOIN): the written pairs ride on the first one.
         done = zip(rows[0][0] or (), rows[0][1] or (), strict=True)
         return {(int(i), str(token)) for i, token in done}, self._claimed(rows, offset=2)
 
