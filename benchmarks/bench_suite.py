@@ -1,4 +1,4 @@
-"""The side-by-side benchmark suite (issue 10): aster-forge, its peers and the raw limit.
+"""The side-by-side benchmark suite: aster-forge, its peers and the raw limit.
 
 Scenarios (every burn-down verifies each task completed exactly once, for every system):
 

@@ -1,4 +1,4 @@
-"""Batched renewal and success on every backend (issue 10): each entry fenced on its own."""
+"""Batched renewal and success on every backend: each entry fenced on its own."""
 
 from __future__ import annotations
 
@@ -21,8 +21,12 @@ async def store(engine: AsyncEngine) -> AsyncIterator[BackgroundTaskDbStore]:
     yield BackgroundTaskDbStore(engine, clock=ManualClock())
 
 
-async def _claimed(store: BackgroundTaskDbStore, count: int) -> list[TaskLease]:
-    await store.enqueue_many([NewTask("noop", "lane", payload_json=str(n)) for n in range(count)])
+async def _claimed(
+    store: BackgroundTaskDbStore, count: int, *, steps_json: str | None = None
+) -> list[TaskLease]:
+    await store.enqueue_many(
+        [NewTask("noop", "lane", payload_json=str(n), steps_json=steps_json) for n in range(count)]
+    )
     records = await store.claim_due_for_lane("lane", count, "w", TTL)
     assert len(records) == count
     leases = []
@@ -58,3 +62,21 @@ async def test_succeed_many_fences_each_entry_once(store: BackgroundTaskDbStore)
     other = await store.get_task(second.task_id)
     assert other is not None and other.status is TaskStatus.RUNNING
     assert await store.mark_tasks_succeeded_many([TaskCompletion(second, None, "[]")]) == [True]
+
+
+async def test_succeed_many_keeps_the_stored_steps_unless_given_and_writes_each_result(
+    store: BackgroundTaskDbStore,
+) -> None:
+    # A column that is None for the whole batch is sent as no values on PostgreSQL.
+    first, second, third = await _claimed(store, 3, steps_json='["stored"]')
+    written = await store.mark_tasks_succeeded_many(
+        [TaskCompletion(first, None, None), TaskCompletion(second, '"two"', None)]
+    )
+    assert written == [True, True]
+    assert await store.mark_tasks_succeeded_many([TaskCompletion(third, None, '["new"]')]) == [True]
+    rows = [await store.get_task(lease.task_id) for lease in (first, second, third)]
+    assert [(r.result_json, r.steps_json) for r in rows if r is not None] == [
+        (None, '["stored"]'),
+        ('"two"', '["stored"]'),
+        (None, '["new"]'),
+    ]

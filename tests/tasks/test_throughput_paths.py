@@ -1,4 +1,4 @@
-"""The batched hot path (issue 10): shared heartbeat, batched fenced successes, dispatcher."""
+"""The batched hot path: shared heartbeat, batched fenced successes, dispatcher."""
 
 from __future__ import annotations
 

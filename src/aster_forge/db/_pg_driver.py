@@ -25,7 +25,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 
 from ._time import UtcDateTime
 
-__all__ = ["PgDriverStatement", "reusable_after", "utc_decoder"]
+__all__ = ["PgDriverStatement", "reusable_after", "unless_all_null", "utc_decoder"]
 
 
 class PgDriverStatement:
@@ -135,3 +135,13 @@ def utc_decoder(dialect: Any) -> Any:
         return result
 
     return decode
+
+
+def unless_all_null(values: list[Any]) -> list[Any]:
+    """``values``, or no values at all when every one is ``None`` (an ``unnest`` argument).
+
+    A multi-argument ``unnest`` pads its shorter arrays with NULLs, so the rows are the
+    same, and the driver has nothing to check and encode per element (as it does even
+    for a NULL).
+    """
+    return [] if values.count(None) == len(values) else values

@@ -24,7 +24,7 @@ from sqlalchemy.dialects import postgresql
 
 from ..runtime import NEVER_EXPIRES
 from ..tasks import BackgroundTaskRecord, NewTask, TaskStatus
-from ._pg_driver import utc_decoder
+from ._pg_driver import unless_all_null, utc_decoder
 from ._pg_records import PgRecordBuilder
 from ._tasks_sql import _SATURATING_DELTA
 from ._tasks_table import CORE_COLUMNS
@@ -304,20 +304,11 @@ class PgEnqueueStatement:
             "kind": [task.kind for task in tasks],
             "lane": [task.lane for task in tasks],
             "payload_json": [task.payload_json for task in tasks],
-            "steps_json": _unless_all_null([task.steps_json for task in tasks]),
+            "steps_json": unless_all_null([task.steps_json for task in tasks]),
             "max_attempts": [task.max_attempts for task in tasks],
-            "run_at": _unless_all_null(run_ats),
+            "run_at": unless_all_null(run_ats),
             "delay": delays,
             "priority": [task.priority for task in tasks],
-            "dedupe_key": _unless_all_null(keys),
+            "dedupe_key": unless_all_null(keys),
             "keys": [key for key in keys if key is not None],
         }
-
-
-def _unless_all_null(values: list[Any]) -> list[Any]:
-    """``values``, or no values at all when every one is ``None``.
-
-    ``unnest`` pads its shorter arrays with NULLs, so the rows are the same, and the
-    driver has nothing to check and encode per element (as it does even for a NULL).
-    """
-    return [] if values.count(None) == len(values) else values

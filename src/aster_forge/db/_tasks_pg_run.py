@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..tasks import BackgroundTaskRecord, TaskCompletion, TaskLease, TaskStatus
 from ._driver_hold import HeldDriverConnection
-from ._pg_driver import PgDriverStatement, reusable_after, utc_decoder
+from ._pg_driver import PgDriverStatement, reusable_after, unless_all_null, utc_decoder
 from ._pg_records import PgRecordBuilder
 from ._tasks_pg import PgTaskStatements, limit_key
 from ._tasks_sql import TaskSql
@@ -198,6 +198,6 @@ def success_params(completions: Sequence[TaskCompletion]) -> dict[str, list[Any]
     return {
         "ids": [c.lease.task_id for c in completions],
         "tokens": [c.lease.processing_token for c in completions],
-        "results": [c.result_json for c in completions],
-        "steps": [c.steps_json for c in completions],
+        "results": unless_all_null([c.result_json for c in completions]),
+        "steps": unless_all_null([c.steps_json for c in completions]),
     }
