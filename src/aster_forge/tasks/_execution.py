@@ -250,8 +250,10 @@ class ClaimedTaskExecution:
             clock=config.clock,
             claimed_at=claimed_at,
         )
-        self.report: ClaimedTaskReport | None = None
+        self.outcome: ClaimedTaskOutcome | None = None
         """What the store applied, once the outcome was written (or refused)."""
+        self._ended: tuple[_Decision, bool, float] | None = None
+        self._built: ClaimedTaskReport | None = None
         self.abandoned = False
         """Whether the body ignored its cancellation and was left running (no write)."""
         self.detached = False
@@ -534,7 +536,10 @@ class ClaimedTaskExecution:
             written = await self._store_write(outcome, decision, steps_json)
         except Exception as exc:
             written = exc
-        return self._applied(outcome, decision, written)
+        self._applied(outcome, decision, written)
+        report = self.report
+        assert report is not None  # just recorded
+        return report
 
     def _written(self, written: bool | BaseException) -> None:
         """The batcher's answer for a detached success: report it and end the execution."""
@@ -545,7 +550,7 @@ class ClaimedTaskExecution:
 
     def _applied(
         self, outcome: ClaimedTaskOutcome, decision: _Decision, written: bool | BaseException
-    ) -> ClaimedTaskReport:
+    ) -> None:
         if isinstance(written, BaseException):
             logger.error(
                 "task #%s: storing the outcome failed; the task is rescued after its lease expires",
@@ -553,7 +558,8 @@ class ClaimedTaskExecution:
                 exc_info=written,
                 extra={"task_id": self.task.id},
             )
-            return self._report(ClaimedTaskOutcome.STORE_ERROR, decision, applied=False)
+            self._report(ClaimedTaskOutcome.STORE_ERROR, decision, applied=False)
+            return
         if not written and outcome is not ClaimedTaskOutcome.LEASE_LOST:
             self.guard.mark_lost()
             logger.info(
@@ -563,7 +569,7 @@ class ClaimedTaskExecution:
                 extra={"task_id": self.task.id},
             )
             outcome = ClaimedTaskOutcome.LEASE_LOST
-        return self._report(outcome, decision, applied=written)
+        self._report(outcome, decision, applied=written)
 
     @staticmethod
     def _steps_json(
@@ -574,22 +580,30 @@ class ClaimedTaskExecution:
             steps = mark_active_step_failed(steps, failure.message)
         return serialize_task_steps_json(steps) if steps else None
 
-    def _report(
-        self, outcome: ClaimedTaskOutcome, decision: _Decision, *, applied: bool
-    ) -> ClaimedTaskReport:
-        failure = decision.failure
-        applied = applied and outcome is not ClaimedTaskOutcome.LEASE_LOST
-        self.report = ClaimedTaskReport(
-            task_id=self.task.id,
-            kind=self.task.kind,
-            outcome=outcome,
-            attempt=self.attempt,
-            retry_class=failure.retry_class if failure is not None else None,
-            error=failure.message if failure is not None and applied else None,
-            retry_delay=decision.delay if applied else None,
-            duration=timedelta(seconds=max(self._config.clock.monotonic() - self._started, 0.0)),
-        )
-        return self.report
+    def _report(self, outcome: ClaimedTaskOutcome, decision: _Decision, *, applied: bool) -> None:
+        """Record what the store applied (:attr:`report` is built from it when read)."""
+        self.outcome = outcome
+        self._ended = (decision, applied, self._config.clock.monotonic())
+
+    @property
+    def report(self) -> ClaimedTaskReport | None:
+        """What the store applied, once the outcome was written (or refused)."""
+        # Built when first read: a worker needs only the outcome of a batched success.
+        if self._built is None and self._ended is not None and self.outcome is not None:
+            decision, applied, ended = self._ended
+            failure = decision.failure
+            applied = applied and self.outcome is not ClaimedTaskOutcome.LEASE_LOST
+            self._built = ClaimedTaskReport(
+                task_id=self.task.id,
+                kind=self.task.kind,
+                outcome=self.outcome,
+                attempt=self.attempt,
+                retry_class=failure.retry_class if failure is not None else None,
+                error=failure.message if failure is not None and applied else None,
+                retry_delay=decision.delay if applied else None,
+                duration=timedelta(seconds=max(ended - self._started, 0.0)),
+            )
+        return self._built
 
     async def _store_write(
         self, outcome: ClaimedTaskOutcome, decision: _Decision, steps_json: str | None

@@ -442,10 +442,8 @@ class TaskWorker(Generic[StateT]):
         lane = entry[0]
         if execution.abandoned:
             self._tasks = {t: e for t, e in self._tasks.items() if e is not execution}
-        report = execution.report
-        # Stats say what the store applied; no report means nothing was written.
-        outcome = report.outcome if report is not None else ClaimedTaskOutcome.STORE_ERROR
-        self.stats.record_outcome(lane, outcome)
+        # Stats say what the store applied; no outcome means nothing was written.
+        self.stats.record_outcome(lane, execution.outcome or ClaimedTaskOutcome.STORE_ERROR)
         if task_id in self._handed_over:
             self._handed_over.discard(task_id)  # its slot went to a task claimed with it
         else:
