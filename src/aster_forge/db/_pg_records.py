@@ -65,5 +65,5 @@ class PgRecordBuilder:
                 # asyncpg's own codec gives UTC already: skip the call for those.
                 if value is not None and value.tzinfo is not UTC:
                     values[index] = utc(value)
-            out.append(BackgroundTaskRecord(*values))
+            out.append(BackgroundTaskRecord.from_values(values))
         return out

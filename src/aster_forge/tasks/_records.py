@@ -12,7 +12,7 @@ import enum
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -345,6 +345,34 @@ class BackgroundTaskRecord:
     started_at: datetime | None
     finished_at: datetime | None
     snooze_count: int = 0
+
+    @staticmethod
+    def from_values(values: Sequence[Any]) -> BackgroundTaskRecord:
+        """A record from its field values in field order, as a row of the table holds them.
+
+        Equal to ``BackgroundTaskRecord(*values)``, built in about two thirds of the
+        time (stores build one per claimed or enqueued task): the record has no
+        ``__post_init__``, so its slots are set directly instead of through the frozen
+        ``__init__``'s ``object.__setattr__`` per field.
+
+        Raises:
+            TypeError: When ``values`` does not hold exactly one value per field.
+        """
+        if len(values) != len(_RECORD_SLOTS):
+            raise TypeError(
+                f"a task record has {len(_RECORD_SLOTS)} fields, got {len(values)} values"
+            )
+        record = _new_record(BackgroundTaskRecord)
+        for set_slot, value in zip(_RECORD_SLOTS, values, strict=True):
+            set_slot(record, value)
+        return record
+
+
+# The slot setters of every record field, in field order (see from_values).
+_RECORD_SLOTS = tuple(
+    getattr(BackgroundTaskRecord, spec.name).__set__ for spec in fields(BackgroundTaskRecord)
+)
+_new_record = object.__new__
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,37 @@
+"""Task records: the fast constructor stores share with the dataclass's own."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime
+
+import pytest
+
+from aster_forge.tasks import BackgroundTaskRecord, TaskFailureReason, TaskStatus
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+VALUES = (
+    7, "kind", "lane", TaskStatus.FAILED, '{"a": 1}', None, "[]", 2, 5, NOW, -3, None, None,
+    "owner", "key", "boom", TaskFailureReason.CANCELLED, True, False, True, NOW, NOW, NOW,
+    NOW, 4,
+)  # fmt: skip
+
+
+def test_from_values_equals_the_dataclass_constructor_field_by_field() -> None:
+    record = BackgroundTaskRecord.from_values(VALUES)
+    assert record == BackgroundTaskRecord(*VALUES)
+    assert dataclasses.astuple(record) == VALUES
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        record.status = TaskStatus.PENDING  # type: ignore[misc]
+
+
+def test_from_values_refuses_a_wrong_number_of_values() -> None:
+    with pytest.raises(TypeError, match="25 fields, got 24 values"):
+        BackgroundTaskRecord.from_values(VALUES[:-1])
+    with pytest.raises(TypeError, match="got 26 values"):
+        BackgroundTaskRecord.from_values((*VALUES, 0))
+
+
+def test_the_record_has_no_checks_from_values_would_skip() -> None:
+    # from_values sets the slots directly; a __post_init__ added later would be bypassed.
+    assert not hasattr(BackgroundTaskRecord, "__post_init__")
