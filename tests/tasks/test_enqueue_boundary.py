@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import math
 import traceback
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from pydantic import BaseModel
 
+from aster_forge import AsterForgeError
 from aster_forge.tasks import (
     ClaimedTaskOutcome,
     NewTask,
@@ -221,3 +222,47 @@ def test_text_checked_once_is_still_refused_when_it_changes() -> None:
     for n in range(_records._KNOWN_GOOD_LIMIT + 10):
         NewTask(f"kind-{n}", "fallback")
     assert len(_records._KNOWN_GOOD) <= _records._KNOWN_GOOD_LIMIT
+
+
+def test_registry_tasks_equal_the_same_request_built_by_hand() -> None:
+    # registry.new_task skips re-checking what it produced itself; the result is the same.
+    due = datetime(2027, 1, 1, tzinfo=UTC)
+    options = [
+        {},
+        {"run_at": due, "priority": -4, "max_attempts": 2, "dedupe_key": "k-1"},
+        {"delay": timedelta(minutes=3), "extra": {"tenant": "t"}},
+    ]
+    for option in options:
+        made = REGISTRY.new_task(Kind.REPORT, Job(name="n"), **option)  # type: ignore[arg-type]
+        by_hand = NewTask(
+            "report",
+            "fallback",
+            payload_json=made.payload_json,
+            steps_json=made.steps_json,
+            **{"max_attempts": 5, **option},  # type: ignore[arg-type]
+        )
+        assert made == by_hand
+        assert type(made.dedupe_key) is type(by_hand.dedupe_key)
+    assert REGISTRY.new_task(Kind.MAIL, Job(name="m")).steps_json is None
+
+
+@pytest.mark.parametrize(
+    ("option", "problem"),
+    [
+        ({"run_at": datetime(2027, 1, 1)}, "timezone-aware"),
+        ({"delay": timedelta(seconds=-1)}, "non-negative"),
+        ({"priority": 2**31}, "32-bit"),
+        ({"priority": True}, "priority must be an int"),
+        ({"max_attempts": 0}, "max_attempts"),
+        ({"dedupe_key": " "}, "dedupe key must not be empty"),
+    ],
+)
+def test_registry_tasks_check_the_options_as_new_task_does(
+    option: dict[str, object], problem: str
+) -> None:
+    with pytest.raises(AsterForgeError, match=problem) as by_registry:
+        REGISTRY.new_task(Kind.MAIL, Job(name="m"), **option)  # type: ignore[arg-type]
+    with pytest.raises(AsterForgeError) as by_hand:
+        NewTask("mail", "fallback", **option)  # type: ignore[arg-type]
+    assert type(by_registry.value) is type(by_hand.value)
+    assert str(by_registry.value) == str(by_hand.value)

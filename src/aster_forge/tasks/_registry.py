@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from ._dedupe import TaskDedupeKey
-from ._records import NewTask
+from ._records import _DEFAULT_MAX_ATTEMPTS, NewTask, encoded_new_task
 from ._retry import TaskErrorClassifier
 from ._spec import ErasedTaskSpec, TaskSpec, task_kind_label
 from .errors import TaskKindNotRegisteredError, TaskLaneMismatchError, TaskRegistryError
@@ -211,22 +211,23 @@ class TaskRegistry(Generic[StateT, KindT, LaneT]):
             raise TaskKindNotRegisteredError(str(wire))
         erased, lane = entry
         spec = erased.spec
-        options: dict[str, Any] = {}
-        if max_attempts is not None:
-            options["max_attempts"] = max_attempts
-        elif spec.retry_policy is not None:
-            options["max_attempts"] = spec.retry_policy.max_attempts  # the kind's own budget
-        return NewTask(
-            kind=wire,
-            lane=lane,
-            payload_json=spec.encode_payload(spec.validate_payload(payload)),
-            steps_json=erased.initial_steps_json(),
+        if max_attempts is None:
+            # The kind's own budget, else NewTask's default.
+            policy = spec.retry_policy
+            max_attempts = policy.max_attempts if policy is not None else _DEFAULT_MAX_ATTEMPTS
+        # The wire values are registered ones and the payload and steps our encoders'
+        # output (already checked): only the other fields are checked again.
+        return encoded_new_task(
+            wire,
+            lane,
+            spec.encode_payload(spec.validate_payload(payload)),
+            erased.initial_steps_json(),
             run_at=run_at,
             delay=delay,
             priority=priority,
+            max_attempts=max_attempts,
             dedupe_key=dedupe_key,
             extra=dict(extra) if extra is not None else {},
-            **options,
         )
 
     def check_new_task(self, task: NewTask) -> NewTask:
