@@ -8,7 +8,7 @@ import os
 import socket
 import uuid
 from collections.abc import Hashable, Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -293,18 +293,7 @@ class DispatchStats:
     @classmethod
     def combine(cls, parts: Iterable[DispatchStats]) -> DispatchStats:
         """Sum counters over ``parts``; maxima (latency max, queue lag) take the largest."""
-        items = list(parts)
-        values: dict[str, float | int] = {}
-        for spec in fields(cls):
-            name = spec.name
-            numbers = [getattr(item, name) for item in items]
-            if name in _MAXED:
-                values[name] = max(numbers, default=0.0)
-            elif name == "last_claim_latency_seconds":
-                values[name] = numbers[-1] if numbers else 0.0
-            else:
-                values[name] = sum(numbers)
-        return cls(**values)  # type: ignore[arg-type]
+        return cls(**_combined([asdict(part) for part in parts]))
 
 
 _MAXED = frozenset({"claim_latency_seconds_max", "queue_lag_seconds"})
@@ -321,6 +310,22 @@ _OUTCOME_FIELD = {
 
 
 _ZEROS = {spec.name: spec.default for spec in fields(DispatchStats)}
+
+
+def _combined(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The counters of ``parts`` combined (see :meth:`DispatchStats.combine`)."""
+    if len(parts) == 1:
+        return parts[0]
+    values: dict[str, Any] = {}
+    for name in _ZEROS:
+        numbers = [part[name] for part in parts]
+        if name in _MAXED:
+            values[name] = max(numbers, default=0.0)
+        elif name == "last_claim_latency_seconds":
+            values[name] = numbers[-1] if numbers else 0.0
+        else:
+            values[name] = sum(numbers)
+    return values
 
 
 class DispatchStatsRecorder:
@@ -391,7 +396,8 @@ class DispatchStatsRecorder:
 
     def total(self) -> DispatchStats:
         """The counters summed over every lane."""
-        return DispatchStats.combine(self.lanes().values())
+        # From the counters themselves: a metrics scrape or a poll calls this often.
+        return DispatchStats(**_combined(list(self._lanes.values())))
 
     def __repr__(self) -> str:
         return f"DispatchStatsRecorder(lanes={len(self._lanes)}, total={self.total()!r})"
