@@ -94,6 +94,11 @@ async def test_tasks_without_a_key_are_built_as_their_rows_read_back(
         assert [r.record.payload_json for r in results] == [t.payload_json for t in tasks]
         assert results[2].record.run_at == soon
         await _assert_read_back(engine, store, results)
+    # No delay and no priority anywhere: those columns are sent as no values.
+    plain = await store.enqueue_many([NewTask("k", "media", payload_json=str(n)) for n in range(3)])
+    await _assert_read_back(engine, store, plain)
+    assert {r.record.priority for r in plain} == {0}
+    assert all(r.record.run_at == r.record.created_at for r in plain)
 
 
 async def test_a_delay_past_the_calendar_saturates_on_every_enqueue_statement(

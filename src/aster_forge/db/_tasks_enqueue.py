@@ -196,7 +196,7 @@ class TaskEnqueueMixin:
                 await self._release_after(connection, held, exc)
                 raise
             await self._driver_hold.release(connection, held, broken=False)
-            return [EnqueueResult(record, created=True) for record in records]
+            return [EnqueueResult(record, True) for record in records]  # created
 
         async def fetch(pending: Sequence[NewTask]) -> _Rows:
             if len(pending) == 1:

@@ -97,8 +97,8 @@ _UNKEYED_MANY_SQL = """
 WITH ins AS (
     {columns}
     SELECT kind, lane, '{pending}', payload_json, steps_json, 0, max_attempts,
-           COALESCE(run_at, now() + delay), priority, NULL, true, false, false,
-           now(), now()
+           COALESCE(run_at, now() + delay, now()), COALESCE(priority, 0), NULL,
+           true, false, false, now(), now()
     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::integer[],
                 $6::timestamptz[], $7::interval[], $8::integer[])
          WITH ORDINALITY AS v(kind, lane, payload_json, steps_json, max_attempts, run_at,
@@ -207,6 +207,12 @@ class PgEnqueueStatement:
             sql = self._unkeyed_sql
         else:
             params = self.parameters(tasks)
+            # No delay and no priority (the usual batch) are sent as no values: the
+            # statement reads NULL as zero, and the driver checks and encodes nothing.
+            if not any(params["delay"]):
+                params["delay"] = []
+            if not any(params["priority"]):
+                params["priority"] = []
             args = [params[name] for name, _, _ in _INPUT[:-1]]  # all but the key
             sql = self._unkeyed_many_sql
         if self._channel is not None:
