@@ -85,7 +85,8 @@ SELECT false AS created, {existing} FROM {t} AS e WHERE e.dedupe_key = $9::text
 # Tasks without a key: nothing to resolve. The server returns what it decides, in
 # insert order (the ids follow ``ord``: the sort feeds the insert); the first is one
 # task's statement (no arrays), the second a batch's.
-_UNKEYED_RETURNING = "RETURNING id, run_at, created_at, updated_at"
+# created_at and updated_at are both now(): one value, sent once.
+_UNKEYED_RETURNING = "RETURNING id, run_at, created_at"
 
 _UNKEYED_SQL = """{columns}
     VALUES ($1::text, $2::text, '{pending}', $3::text, $4::text, 0, $5::integer,
@@ -106,7 +107,7 @@ WITH ins AS (
     ORDER BY ord
     {returning}, lane
 ){woke}
-SELECT ins.id, ins.run_at, ins.created_at, ins.updated_at FROM ins{woke_join}
+SELECT ins.id, ins.run_at, ins.created_at FROM ins{woke_join}
 """
 
 _WOKE = """, woke AS (
@@ -237,9 +238,11 @@ class PgEnqueueStatement:
                 operation="enqueue tasks",
             )
         utc, pending = self._utc, TaskStatus.PENDING
-        # In CORE_COLUMNS order, the record's field order.
-        return [
-            BackgroundTaskRecord.from_values(
+        records: list[BackgroundTaskRecord] = []
+        for task, row in zip(tasks, rows, strict=True):
+            created = utc(row[2])
+            # In CORE_COLUMNS order, the record's field order.
+            record = BackgroundTaskRecord.from_values(
                 (
                     row[0],  # id
                     task.kind,
@@ -261,15 +264,15 @@ class PgEnqueueStatement:
                     True,  # manual_retry_allowed
                     False,  # cancel_requested
                     False,  # rescued
-                    utc(row[2]),  # created_at
-                    utc(row[3]),  # updated_at
+                    created,  # created_at
+                    created,  # updated_at (the same now())
                     None,  # started_at
                     None,  # finished_at
                     0,  # snooze_count
                 )
             )
-            for task, row in zip(tasks, rows, strict=True)
-        ]
+            records.append(record)
+        return records
 
     @staticmethod
     def _values(task: NewTask) -> list[Any]:
