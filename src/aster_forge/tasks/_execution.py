@@ -584,6 +584,7 @@ class ClaimedTaskExecution:
         """Record what the store applied (:attr:`report` is built from it when read)."""
         self.outcome = outcome
         self._ended = (decision, applied, self._config.clock.monotonic())
+        self._built = None  # a later record replaces an earlier one
 
     @property
     def report(self) -> ClaimedTaskReport | None:
