@@ -24,8 +24,8 @@ from sqlalchemy.dialects import postgresql
 
 from ..runtime import NEVER_EXPIRES
 from ..tasks import BackgroundTaskRecord, NewTask, TaskStatus
-from ._pg_driver import unless_all_null, utc_decoder
-from ._pg_records import PgRecordBuilder
+from ._pg_driver import unless_all_null
+from ._pg_records import PgRecordBuilder, epoch_micros, returning_columns, utc_from_micros
 from ._tasks_sql import _SATURATING_DELTA
 from ._tasks_table import CORE_COLUMNS
 from .errors import DatabaseOperationError
@@ -86,7 +86,9 @@ SELECT false AS created, {existing} FROM {t} AS e WHERE e.dedupe_key = $9::text
 # insert order (the ids follow ``ord``: the sort feeds the insert); the first is one
 # task's statement (no arrays), the second a batch's.
 # created_at and updated_at are both now(): one value, sent once.
-_UNKEYED_RETURNING = "RETURNING id, run_at, created_at"
+_UNKEYED_RETURNING = (
+    f"RETURNING id, {epoch_micros('run_at')} AS run_at, {epoch_micros('created_at')} AS created_at"
+)
 
 _UNKEYED_SQL = """{columns}
     VALUES ($1::text, $2::text, '{pending}', $3::text, $4::text, 0, $5::integer,
@@ -133,34 +135,43 @@ class PgEnqueueStatement:
         prep = dialect.identifier_preparer
         quoted = [prep.quote(name) for name in CORE_COLUMNS]
         t = prep.format_table(table)
-        parts = {
-            "t": t,
-            "columns": _COLUMNS.format(t=t),
-            "pending": TaskStatus.PENDING.value,
-            "on_conflict": _ON_CONFLICT.format(returning=", ".join(quoted)),
-            "existing": ", ".join(f"e.{name}" for name in quoted),
-            "woke_join": " CROSS JOIN woke" if channel is not None else "",
-        }
-        sql = _SQL.format(
-            arrays=", ".join(f"CAST(:{name} AS {sql_type}[])" for name, sql_type, _ in _INPUT),
-            names=", ".join(name for name, _, _ in _INPUT),
-            woke=_WOKE.format(channel=":channel") if channel is not None else "",
-            **parts,
+
+        def parts(returning: str, existing: str) -> dict[str, str]:
+            return {
+                "t": t,
+                "columns": _COLUMNS.format(t=t),
+                "pending": TaskStatus.PENDING.value,
+                "on_conflict": _ON_CONFLICT.format(returning=returning),
+                "existing": existing,
+                "woke_join": " CROSS JOIN woke" if channel is not None else "",
+            }
+
+        # Through SQLAlchemy the rows are typed by the table's columns; on the driver
+        # the timestamps come as epoch microseconds (see returning_columns).
+        typed = parts(", ".join(quoted), ", ".join(f"e.{name}" for name in quoted))
+        raw = parts(
+            returning_columns(table, dialect, prep.quote(table.name)),
+            returning_columns(table, dialect, "e"),
         )
+        batch = {
+            "arrays": ", ".join(f"CAST(:{name} AS {sql_type}[])" for name, sql_type, _ in _INPUT),
+            "names": ", ".join(name for name, _, _ in _INPUT),
+            "woke": _WOKE.format(channel=":channel") if channel is not None else "",
+        }
         self.single_sql = _SINGLE_SQL.format(
-            woke=_WOKE.format(channel="$10::text") if channel is not None else "", **parts
+            woke=_WOKE.format(channel="$10::text") if channel is not None else "", **raw
         )
         self._unkeyed_sql = _UNKEYED_SQL.format(
             returning=_UNKEYED_RETURNING,
             notify=", pg_notify($9::text, lane)" if channel is not None else "",
-            **parts,
+            **raw,
         )
         self._unkeyed_many_sql = _UNKEYED_MANY_SQL.format(
             returning=_UNKEYED_RETURNING,
             woke=_WOKE.format(channel="$9::text") if channel is not None else "",
-            **parts,
+            **raw,
         )
-        self.by_key_sql = _BY_KEY_SQL.format(columns=", ".join(quoted), t=t)
+        self.by_key_sql = _BY_KEY_SQL.format(columns=returning_columns(table, dialect, t), t=t)
         params: list[sa.BindParameter[Any]] = [
             sa.bindparam(name, type_=postgresql.ARRAY(type_)) for name, _, type_ in _INPUT
         ]
@@ -170,14 +181,15 @@ class PgEnqueueStatement:
             params.append(sa.bindparam("channel", value=channel, type_=sa.Text()))
         cols = [table.c[name] for name in CORE_COLUMNS]
         self.statement = (
-            sa.text(sql).bindparams(*params).columns(sa.column("created", sa.Boolean()), *cols)
+            sa.text(_SQL.format(**batch, **typed))
+            .bindparams(*params)
+            .columns(sa.column("created", sa.Boolean()), *cols)
         )
-        compiled = self.statement.compile(dialect=dialect)
+        compiled = sa.text(_SQL.format(**batch, **raw)).bindparams(*params).compile(dialect=dialect)
         self.sql = str(compiled)
         self._order = list(compiled.positiontup or ())
         self._channel = channel
-        self._builder = PgRecordBuilder(table, dialect)
-        self._utc = utc_decoder(dialect)
+        self._builder = PgRecordBuilder(table)
 
     def split(
         self, rows: Sequence[Any]
@@ -237,10 +249,13 @@ class PgEnqueueStatement:
                 f"enqueue tasks: {len(rows)} rows came back for {len(tasks)} tasks",
                 operation="enqueue tasks",
             )
-        utc, pending = self._utc, TaskStatus.PENDING
+        pending = TaskStatus.PENDING
+        seen: dict[int, datetime] = {}
         records: list[BackgroundTaskRecord] = []
         for task, row in zip(tasks, rows, strict=True):
-            created = utc(row[2])
+            # One now() for the whole batch, and for every due-now task's run_at.
+            created = seen.get(row[2]) or seen.setdefault(row[2], utc_from_micros(row[2]))
+            run_at = seen.get(row[1]) or seen.setdefault(row[1], utc_from_micros(row[1]))
             # In CORE_COLUMNS order, the record's field order.
             record = BackgroundTaskRecord.from_values(
                 (
@@ -253,7 +268,7 @@ class PgEnqueueStatement:
                     task.steps_json,
                     0,  # attempt
                     task.max_attempts,
-                    utc(row[1]),  # run_at
+                    run_at,
                     task.priority,
                     None,  # processing_token
                     None,  # lease_expires_at

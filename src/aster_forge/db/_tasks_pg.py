@@ -18,7 +18,9 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 from ..tasks import LEASE_EXPIRED_ERROR, TaskFailureReason, TaskStatus
+from ._pg_records import returning_columns
 from ._tasks_table import CORE_COLUMNS
+from ._time import UtcDateTime
 
 __all__ = ["LITERAL_LIMITS", "PgTaskStatements", "limit_key"]
 
@@ -132,7 +134,13 @@ class PgTaskStatements:
 
     def __init__(self, table: sa.Table, lanes: sa.Table, dialect: Any) -> None:
         quote = dialect.identifier_preparer.format_table
-        self._cols = [table.c[name] for name in CORE_COLUMNS]
+        # The timestamps come as epoch microseconds (see returning_columns).
+        self._cols = [
+            sa.column(name, sa.BigInteger())
+            if isinstance(table.c[name].type, UtcDateTime)
+            else table.c[name]
+            for name in CORE_COLUMNS
+        ]
         names = {"t": quote(table), "running": TaskStatus.RUNNING.value}
         self._claim_sql = functools.partial(
             _CLAIM.format,
@@ -144,7 +152,7 @@ class PgTaskStatements:
             failed=TaskStatus.FAILED.value,
             reason_cancelled=TaskFailureReason.CANCELLED.value,
             reason_expired=TaskFailureReason.LEASE_EXPIRED.value,
-            returning=", ".join(f"t.{dialect.identifier_preparer.quote(n)}" for n in CORE_COLUMNS),
+            returning=returning_columns(table, dialect, "t"),
         )
         self._done_sql = _DONE.format(**names, succeeded=TaskStatus.SUCCEEDED.value)
         self._claims: dict[int | None, Any] = {}

@@ -26,7 +26,7 @@ from ._pg_driver import PgDriverStatement, reusable_after, unless_all_null, utc_
 from ._pg_records import PgRecordBuilder
 from ._tasks_pg import PgTaskStatements, limit_key
 from ._tasks_sql import TaskSql
-from ._tasks_table import CORE_COLUMNS, record_from_row
+from ._tasks_table import CORE_COLUMNS
 
 __all__ = ["PgTaskRunner"]
 
@@ -73,7 +73,7 @@ class PgTaskRunner:
         self._succeed_many = self._both(statements.succeed_many)
         self._renew_many = self._both(statements.renew_many)
         self._utc = utc_decoder(dialect)
-        self._builder = PgRecordBuilder(sql.table, dialect)
+        self._builder = PgRecordBuilder(sql.table)
 
     def _both(self, statement: Any) -> _Statement:
         driver = PgDriverStatement(statement, self._dialect, hide_parameters=self._hide)
@@ -143,11 +143,8 @@ class PgTaskRunner:
     def _claimed(self, rows: Sequence[Any], offset: int = 0) -> list[BackgroundTaskRecord]:
         # The claim also returns the rows it rescued without claiming them.
         status = offset + _STATUS
-        if self.driver:
-            running = (row for row in rows if row[status] == _RUNNING)
-            records = self._builder.records(running, offset)
-        else:
-            records = [record_from_row(row) for row in rows if row[status] == _RUNNING]
+        running = (row for row in rows if row[status] == _RUNNING)
+        records = self._builder.records(running, offset)
         records.sort(key=lambda r: (-r.priority, r.run_at, r.id))
         return records
 
