@@ -49,7 +49,7 @@ def _top(profile: cProfile.Profile, key: str) -> str:
 
 async def _one(url: str, count: int) -> tuple[_aster.BurnDown, _Profile]:
     profile = _Profile()
-    result = await _aster.burn_down(url, count, 10, profile=profile)
+    result = await _aster.burn_down(url, count, 10, profile=profile, count_round_trips=True)
     return result, profile
 
 
@@ -67,7 +67,7 @@ async def _run(count: int) -> str:
                     f"## {name}: 1 process x concurrency 10, N={count:,}",
                     "",
                     f"- {result.rate:,.0f} tasks/s under cProfile",
-                    f"- {result.round_trips_per_task:.2f} SQL round trips per task "
+                    f"- {result.round_trips_per_task or 0:.2f} SQL round trips per task "
                     "(statements + BEGIN/COMMIT of real transactions)",
                     f"- {result.tasks_per_claim:.1f} tasks per claim statement",
                     "",
