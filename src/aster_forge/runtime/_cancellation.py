@@ -31,9 +31,11 @@ class CancellationToken:
 
     def __init__(self) -> None:
         self._cancelled = False
-        self._waiters: list[asyncio.Future[None]] = []
+        # Each created when first needed: most tokens (one per task execution) never
+        # get a waiter or a child, and an empty container is one more object for the
+        # garbage collector to track while the task runs.
+        self._waiters: list[asyncio.Future[None]] | None = None
         self._callbacks: list[Callable[[], None]] | None = None
-        # Created with the first child: most tokens (one per task execution) never get one.
         self._children: weakref.WeakSet[CancellationToken] | None = None
 
     @property
@@ -50,7 +52,7 @@ class CancellationToken:
         if self._cancelled:
             return
         self._cancelled = True
-        waiters, self._waiters = self._waiters, []
+        waiters, self._waiters = self._waiters or (), None
         for waiter in waiters:
             if not waiter.done():
                 # The waiter may belong to a loop that is closed; set_result is still safe
@@ -103,11 +105,13 @@ class CancellationToken:
         if self._cancelled:
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self._waiters is None:
+            self._waiters = []
         self._waiters.append(waiter)
         try:
             await waiter
         finally:
-            if waiter in self._waiters:
+            if self._waiters is not None and waiter in self._waiters:
                 self._waiters.remove(waiter)
 
     async def sleep(self, seconds: float) -> bool:

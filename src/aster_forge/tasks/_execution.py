@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import Callable, Coroutine, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -291,9 +290,7 @@ class ClaimedTaskExecution:
             coro = watch_blocking_steps(
                 coro,
                 threshold=config.blocking_step_threshold,
-                # Not a bound method: the task's coroutine would hold its execution in a
-                # reference cycle, freed only by the garbage collector.
-                on_block=functools.partial(_log_blocked, self.task.id, self.task.kind),
+                on_block=_BlockedStepLog(self.task.id, self.task.kind),
                 clock=config.clock,
             )
         self._task = asyncio.create_task(coro, name=f"aster-forge:task-{self.task.id}")
@@ -656,16 +653,30 @@ class ClaimedTaskExecution:
             )
 
 
-def _log_blocked(task_id: int, kind: Any, seconds: float) -> None:
-    label = task_kind_label(kind)
-    logger.warning(
-        "task #%s (%s) blocked the event loop for %.3fs without yielding; await its I/O, "
-        "or make the body a plain def (run in a worker thread)",
-        task_id,
-        label,
-        seconds,
-        extra={"task_id": task_id, "task_kind": label, "blocked_seconds": seconds},
-    )
+class _BlockedStepLog:
+    """Logs a step of one task's body that held the event loop (``watch_blocking_steps``).
+
+    Not a bound method of the execution: the task's coroutine wrapper holds it, so the
+    execution would sit in a reference cycle freed only by the garbage collector. Not a
+    ``functools.partial`` either: that is two objects (its arguments' tuple) per task.
+    """
+
+    __slots__ = ("kind", "task_id")
+
+    def __init__(self, task_id: int, kind: Any) -> None:
+        self.task_id = task_id
+        self.kind = kind
+
+    def __call__(self, seconds: float) -> None:
+        label = task_kind_label(self.kind)
+        logger.warning(
+            "task #%s (%s) blocked the event loop for %.3fs without yielding; await its "
+            "I/O, or make the body a plain def (run in a worker thread)",
+            self.task_id,
+            label,
+            seconds,
+            extra={"task_id": self.task_id, "task_kind": label, "blocked_seconds": seconds},
+        )
 
 
 async def run_claimed_task_with_store(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
@@ -209,6 +210,12 @@ class TaskWorker(Generic[StateT]):
         self._completions: TaskCompletionBatcher | None = None
         self._keep_connection: Callable[[], Callable[[], None]] | None = None
         self._let_go: Callable[[], None] | None = None
+        # Bound once, and one copy of the context for the done callbacks (the run's, see
+        # run()): per execution, a bound method and a context copy are objects the
+        # garbage collector tracks while the task runs.
+        self._on_finished = self._finish
+        self._on_done = self._finished
+        self._callback_context = contextvars.copy_context()
         self._stop.add_cancel_callback(self._stop_running)
 
     def _attach(self, store: DispatchTaskStore[Any, Any]) -> None:
@@ -286,6 +293,7 @@ class TaskWorker(Generic[StateT]):
         """
         clock = clock or self.execution.clock
         backoff = DispatchBackoff(poll or self._poll)
+        self._callback_context = contextvars.copy_context()
         try:
             while not shutdown_token.cancelled and not self.stopping:
                 try:
@@ -401,7 +409,7 @@ class TaskWorker(Generic[StateT]):
             heartbeat=self._heartbeat,
             completions=self._completions,
             claimed_at=claimed_at,
-            on_finished=self._finish,
+            on_finished=self._on_finished,
         )
         self._in_flight[lane] += 1
         self.stats.record_started(lane)
@@ -412,7 +420,7 @@ class TaskWorker(Generic[StateT]):
             execution.guard.token.cancel()  # claimed while stopping: released after its grace
         task = execution.start()
         self._tasks[task] = execution
-        task.add_done_callback(self._finished)
+        task.add_done_callback(self._on_done, context=self._callback_context)
 
     def _stop_running(self) -> None:
         for _, execution in list(self._running.values()):
