@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from aster_forge._cli._worker import run_worker
+from aster_forge.runtime import AsterRuntime
 from aster_forge.tasks import TaskStatus
 
 from ..cli._support import CLI, REPO, cli_env, free_port
@@ -135,3 +139,21 @@ def test_worker_rejects_a_target_that_is_not_a_forge() -> None:
     )
     bad = _run("worker", TARGET, "--http", "nowhere", url="memory://")
     assert bad.returncode == 2 and "--http expects HOST:PORT" in bad.stderr
+
+
+async def test_the_worker_command_freezes_what_the_import_built_before_it_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Frozen objects are skipped by the garbage collector's full collections.
+    frozen_when_run: list[int] = []
+
+    async def run(self: AsterRuntime) -> None:
+        frozen_when_run.append(gc.get_freeze_count())
+
+    monkeypatch.setattr(AsterRuntime, "run", run)
+    assert gc.get_freeze_count() == 0
+    try:
+        assert await run_worker(TARGET, None, None) == 0
+    finally:
+        gc.unfreeze()
+    assert frozen_when_run and frozen_when_run[0] > 1000
