@@ -2,11 +2,13 @@
 
 Each round burns down N pre-enqueued no-op tasks with aster-forge, then with pgqueuer in
 its default configuration (``QueueManager.run(batch_size=C)``, no ``concurrency_limit``:
-what its users run), then with pgqueuer capped (``concurrency_limit=C``, the hard limit a
-lane's ``max_concurrency`` gives), on the same PostgreSQL database, every job checked to
-have run exactly once. Interleaving the systems makes their ratio meaningful on a shared
-machine; the load average is printed before and after. SQLite (aster-forge only) runs
-last at the same concurrencies.
+what its users run), once on asyncio's own event loop (``asyncio.run``, as aster-forge
+runs here) and once on uvloop (as its ``pgq run`` command runs a worker: pgqueuer
+depends on uvloop on Linux and its CLI picks it), then with pgqueuer capped
+(``concurrency_limit=C``, the hard limit a lane's ``max_concurrency`` gives), on the
+same PostgreSQL database, every job checked to have run exactly once. Interleaving the
+systems makes their ratio meaningful on a shared machine; the load average is printed
+before and after. SQLite (aster-forge only) runs last at the same concurrencies.
 
 Run: ``python -m benchmarks.head_to_head --count 5000 --rounds 3`` (``--concurrency``
 to choose, default 1 10 50).
@@ -23,15 +25,17 @@ from pathlib import Path
 from . import _aster, _peers
 from ._common import create_postgres_database, drop_postgres_database, load_average
 
-SYSTEMS = ("aster-forge", "pgqueuer (default)", "pgqueuer (concurrency_limit=C)")
+SYSTEMS = (
+    "aster-forge",
+    "pgqueuer (default)",
+    "pgqueuer (default, uvloop as `pgq run`)",
+    "pgqueuer (concurrency_limit=C)",
+)
 
 
 async def _round(url: str, count: int, concurrency: int) -> dict[str, float]:
     rates = {"aster-forge": (await _aster.burn_down(url, count, concurrency)).rate}
-    for label, scenario in (
-        ("pgqueuer (default)", "burn"),
-        ("pgqueuer (concurrency_limit=C)", "burn-capped"),
-    ):
+    for label, scenario in zip(SYSTEMS[1:], ("burn", "burn-uvloop", "burn-capped"), strict=True):
         result = await _peers.run_peer("pgqueuer", scenario, url, count, concurrency)
         rates[label] = float(result["rate"])
     return rates
@@ -46,8 +50,12 @@ async def run(count: int, rounds: int, concurrencies: list[int]) -> None:
     if url is None:
         raise SystemExit("PostgreSQL is not reachable (ASTER_FORGE_TEST_POSTGRES_URL)")
     print(f"load average at start {load_average():.2f}; N={count:,}, {rounds} rounds (medians)")
-    print("| PostgreSQL, 1 process | " + " | ".join(SYSTEMS) + " | vs default | vs capped |")
-    print("|---|" + "---:|" * (len(SYSTEMS) + 2))
+    print(
+        "| PostgreSQL, 1 process | "
+        + " | ".join(SYSTEMS)
+        + " | vs default | vs default on uvloop | vs capped |"
+    )
+    print("|---|" + "---:|" * (len(SYSTEMS) + 3))
     try:
         for concurrency in concurrencies:
             samples = [await _round(url, count, concurrency) for _ in range(rounds)]
@@ -56,7 +64,8 @@ async def run(count: int, rounds: int, concurrencies: list[int]) -> None:
             print(
                 f"| concurrency {concurrency} | "
                 + " | ".join(f"{med[name]:,.0f}/s" for name in SYSTEMS)
-                + f" | {ours / med[SYSTEMS[1]]:.2f}x | {ours / med[SYSTEMS[2]]:.2f}x |",
+                + "".join(f" | {ours / med[name]:.2f}x" for name in SYSTEMS[1:])
+                + " |",
                 flush=True,
             )
     finally:

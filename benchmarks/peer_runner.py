@@ -2,15 +2,20 @@
 """Peer systems under the same scenarios; runs inside ``benchmarks/.peers-venv`` only.
 
 Usage: ``python benchmarks/peer_runner.py SYSTEM SCENARIO DSN COUNT CONCURRENCY``
-with SYSTEM ``pgqueuer`` or ``procrastinate``, SCENARIO ``burn`` (drain COUNT
-pre-enqueued no-op jobs with the documented worker API, pgqueuer in its default
-configuration), ``burn-capped`` (pgqueuer with ``concurrency_limit=CONCURRENCY``),
-``bulk`` (enqueue COUNT jobs in chunks), ``single`` (pgqueuer: COUNT enqueues, one per
-call) or ``serve`` (pgqueuer: enqueue on command, see :func:`pgqueuer_serve`). Prints
-one JSON line: ``{"rate": ..., "checked": ...}``. Each burn
-verifies that every job ran exactly once (a counter in the job body) and that the
-queue ended empty / every job row succeeded. This file imports nothing from the
-project (the peers are not project dependencies).
+with SYSTEM ``pgqueuer`` or ``procrastinate``. SCENARIO is one of:
+
+- ``burn``: drain COUNT pre-enqueued no-op jobs with the documented worker API,
+  pgqueuer in its default configuration;
+- ``burn-uvloop``: the same on the event loop ``pgq run`` uses (uvloop);
+- ``burn-capped``: pgqueuer with ``concurrency_limit=CONCURRENCY``;
+- ``bulk``: enqueue COUNT jobs in chunks;
+- ``single``: pgqueuer, COUNT enqueues, one per call;
+- ``serve``: pgqueuer, enqueue on command (see :func:`pgqueuer_serve`).
+
+Prints one JSON line: ``{"rate": ..., "checked": ...}``. Each burn verifies that every
+job ran exactly once (a counter in the job body) and that the queue ended empty / every
+job row succeeded. This file imports nothing from the project (the peers are not
+project dependencies).
 """
 
 from __future__ import annotations
@@ -235,7 +240,7 @@ async def _main(argv: list[str]) -> dict[str, Any]:
         int(argv[5]),
     )
     if system == "pgqueuer":
-        if scenario == "burn":
+        if scenario in ("burn", "burn-uvloop"):
             return await pgqueuer_burn(dsn, count, concurrency)
         if scenario == "burn-capped":
             return await pgqueuer_burn(dsn, count, concurrency, capped=True)
@@ -253,4 +258,11 @@ if __name__ == "__main__":
     import logging
 
     logging.disable(logging.WARNING)
-    print(json.dumps(asyncio.run(_main(sys.argv))), flush=True)
+    if sys.argv[2] == "burn-uvloop":
+        # As `pgq run` runs a worker: pgqueuer's CLI picks uvloop (a dependency of
+        # pgqueuer on Linux) over asyncio's own loop.
+        from pgqueuer.adapters.cli.cli import asyncio_run
+
+        print(json.dumps(asyncio_run(_main(sys.argv))), flush=True)
+    else:
+        print(json.dumps(asyncio.run(_main(sys.argv))), flush=True)
