@@ -16,6 +16,7 @@ OPTIONAL = (
     "rich",
     "starlette",
     "uvicorn",
+    "uvloop",
 )
 
 _PROBE = """

@@ -55,7 +55,7 @@ def test_the_wheel_carries_the_mit_license(dist: Path) -> None:
 def test_published_extras_hold_no_developer_tools(dist: Path) -> None:
     message, _body, _names = wheel_metadata(dist)
     extras = set(message.get_all("Provides-Extra") or [])
-    assert {"postgres", "mysql", "web", "cli", "migrations", "all"} <= extras
+    assert {"postgres", "mysql", "web", "cli", "migrations", "uvloop", "all"} <= extras
     assert not extras & {"dev", "docs", "test"}
     required = {
         re.split(r"[\s;<>=!~\[]", requirement, maxsplit=1)[0].lower()

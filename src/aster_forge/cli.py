@@ -13,7 +13,7 @@ import asyncio
 import math
 import os
 import sys
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -127,9 +127,13 @@ class _CliGroup(click.Group):
             return super().invoke(ctx)
 
 
-def _run(coro: Coroutine[Any, Any, int]) -> int:
+def _run(
+    coro: Coroutine[Any, Any, int],
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
+) -> int:
     try:
-        return asyncio.run(coro)
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            return runner.run(coro)
     except CliError as exc:
         fail(exc)
         raise AssertionError("unreachable") from exc
@@ -230,12 +234,25 @@ def run_command(target: str) -> None:
     default=None,
     help=f"Bearer token for the admin API and dashboard (env {ADMIN_TOKEN_ENV}).",
 )
-def worker(target: str, http: str | None, admin_token: str | None) -> None:
+@click.option(
+    "--loop",
+    "loop",
+    type=click.Choice(["auto", "asyncio", "uvloop"]),
+    default="auto",
+    envvar="ASTER_FORGE_LOOP",
+    show_default=True,
+    help="Event loop: uvloop when installed (auto), asyncio's own, or uvloop.",
+)
+def worker(target: str, http: str | None, admin_token: str | None, loop: str) -> None:
     """Run a Forge's workers, scheduler and NOTIFY listener until SIGINT/SIGTERM."""
-    from aster_forge._cli._worker import run_worker
+    from aster_forge._cli._worker import EventLoopChoice, event_loop_factory, run_worker
 
+    try:
+        factory = event_loop_factory(EventLoopChoice(loop))
+    except CliError as exc:
+        fail(exc)
     sys.path.insert(0, os.getcwd())
-    sys.exit(_run(run_worker(target, http, admin_token or None)))
+    sys.exit(_run(run_worker(target, http, admin_token or None), factory))
 
 
 @cli.command()

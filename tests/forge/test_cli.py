@@ -6,15 +6,18 @@ import asyncio
 import gc
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import sqlalchemy as sa
+from click.testing import CliRunner
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from aster_forge._cli._worker import run_worker
+from aster_forge.cli import cli
 from aster_forge.runtime import AsterRuntime
 from aster_forge.tasks import TaskStatus
 
@@ -157,3 +160,36 @@ async def test_the_worker_command_freezes_what_the_import_built_before_it_runs(
     finally:
         gc.unfreeze()
     assert frozen_when_run and frozen_when_run[0] > 1000
+
+
+def _loop_of_a_worker_run(monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, str, str]:
+    """Run ``aster-forge worker TARGET *args`` in-process; exit code, loop module, stderr."""
+    loops: list[str] = []
+
+    async def run(self: AsterRuntime) -> None:
+        loops.append(type(asyncio.get_running_loop()).__module__)
+
+    monkeypatch.setattr(AsterRuntime, "run", run)
+    try:
+        result = CliRunner().invoke(cli, ["worker", TARGET, *args])
+    finally:
+        gc.unfreeze()
+    return result.exit_code, loops[0] if loops else "", result.stderr
+
+
+def test_the_worker_command_runs_on_uvloop_when_it_is_installed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert _loop_of_a_worker_run(monkeypatch)[:2] == (0, "uvloop")
+    assert _loop_of_a_worker_run(monkeypatch, "--loop", "uvloop")[:2] == (0, "uvloop")
+    assert _loop_of_a_worker_run(monkeypatch, "--loop", "asyncio")[:2] == (0, "asyncio.unix_events")
+
+
+def test_the_worker_command_without_uvloop_falls_back_or_says_what_is_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # import uvloop raises ImportError
+    assert _loop_of_a_worker_run(monkeypatch)[:2] == (0, "asyncio.unix_events")
+    code, loop, stderr = _loop_of_a_worker_run(monkeypatch, "--loop", "uvloop")
+    assert (code, loop) == (2, "")
+    assert stderr.strip() == "error: --loop uvloop needs uvloop: pip install 'aster-forge[uvloop]'"

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import enum
 import gc
+import importlib
+from collections.abc import Callable
 
 from aster_forge.forge import Forge
 from aster_forge.runtime import AsterRuntimeError
@@ -12,7 +16,45 @@ from ._output import console
 from ._reports import print_runtime_error, print_shutdown_report
 from ._run import load_object
 
-__all__ = ["load_forge", "parse_http_address", "run_forge_migrate", "run_worker"]
+__all__ = [
+    "EventLoopChoice",
+    "event_loop_factory",
+    "load_forge",
+    "parse_http_address",
+    "run_forge_migrate",
+    "run_worker",
+]
+
+
+class EventLoopChoice(enum.StrEnum):
+    """The worker command's ``--loop``: which event loop runs the workers."""
+
+    AUTO = "auto"
+    """uvloop when it is installed (the ``uvloop`` extra), else asyncio's own."""
+    ASYNCIO = "asyncio"
+    """asyncio's own event loop."""
+    UVLOOP = "uvloop"
+    """uvloop; an error when it is not installed."""
+
+
+def event_loop_factory(choice: EventLoopChoice) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The loop factory for ``choice`` (``None``: asyncio's own), as ``asyncio.Runner`` takes it.
+
+    Raises:
+        CliError: ``uvloop`` was asked for and is not installed.
+    """
+    if choice is EventLoopChoice.ASYNCIO:
+        return None
+    try:
+        uvloop = importlib.import_module("uvloop")
+    except ImportError:
+        if choice is EventLoopChoice.AUTO:
+            return None
+        raise CliError(
+            "--loop uvloop needs uvloop: pip install 'aster-forge[uvloop]'", EXIT_UNREACHABLE
+        ) from None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
 
 
 def load_forge(target: str) -> Forge:
