@@ -1,14 +1,21 @@
 """Scenario (a) against pgqueuer, interleaved round by round, as ratios of medians.
 
-Each round burns down N pre-enqueued no-op tasks with aster-forge, then with pgqueuer in
-its default configuration (``QueueManager.run(batch_size=C)``, no ``concurrency_limit``:
-what its users run), once on asyncio's own event loop (``asyncio.run``, as aster-forge
-runs here) and once on uvloop (as its ``pgq run`` command runs a worker: pgqueuer
-depends on uvloop on Linux and its CLI picks it), then with pgqueuer capped
-(``concurrency_limit=C``, the hard limit a lane's ``max_concurrency`` gives), on the
-same PostgreSQL database, every job checked to have run exactly once. Interleaving the
-systems makes their ratio meaningful on a shared machine; the load average is printed
-before and after. SQLite (aster-forge only) runs last at the same concurrencies.
+Each round burns down N pre-enqueued no-op tasks with aster-forge and with pgqueuer, on
+the same PostgreSQL database, every job checked to have run exactly once, each run in a
+fresh process:
+
+- aster-forge on asyncio's own event loop, and on uvloop (what ``aster-forge worker``
+  runs on when uvloop is installed: the ``uvloop`` extra, or uvicorn's standard one);
+- pgqueuer in its default configuration (``QueueManager.run(batch_size=C)``, no
+  ``concurrency_limit``: what its users run), on asyncio's loop and on uvloop (its
+  ``pgq run`` command runs workers on uvloop, a dependency of pgqueuer on Linux);
+- pgqueuer capped (``concurrency_limit=C``, the hard limit a lane's
+  ``max_concurrency`` gives), on asyncio's loop.
+
+The ratios compare like with like: aster-forge on asyncio against pgqueuer on asyncio
+(default and capped), and both on uvloop. Interleaving the systems makes their ratio
+meaningful on a shared machine; the load average is printed before and after. SQLite
+(aster-forge only, asyncio) runs last at the same concurrencies.
 
 Run: ``python -m benchmarks.head_to_head --count 5000 --rounds 3`` (``--concurrency``
 to choose, default 1 10 50).
@@ -18,24 +25,76 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 
-from . import _aster, _peers
+from . import _peers
 from ._common import create_postgres_database, drop_postgres_database, load_average
+
+HERE = Path(__file__).resolve().parent.parent
 
 SYSTEMS = (
     "aster-forge",
+    "aster-forge on uvloop",
     "pgqueuer (default)",
-    "pgqueuer (default, uvloop as `pgq run`)",
+    "pgqueuer (default) on uvloop, as `pgq run`",
     "pgqueuer (concurrency_limit=C)",
 )
+# (ours, theirs, column): each ratio compares runs on the same event loop.
+RATIOS = (
+    (SYSTEMS[0], SYSTEMS[2], "vs default"),
+    (SYSTEMS[1], SYSTEMS[3], "on uvloop: vs default on uvloop"),
+    (SYSTEMS[0], SYSTEMS[4], "vs capped"),
+)
+
+# One burn-down of aster-forge in a process of its own, on the chosen event loop.
+_CHILD = """
+import asyncio, json, sys
+from benchmarks import _aster
+
+async def main(url: str, count: int, concurrency: int) -> None:
+    result = await _aster.burn_down(url, count, concurrency)
+    print(json.dumps({"rate": result.rate}))
+
+url, count, concurrency, loop = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+if loop == "uvloop":
+    import uvloop
+
+    uvloop.run(main(url, count, concurrency))
+else:
+    asyncio.run(main(url, count, concurrency))
+"""
+
+
+async def _aster_rate(url: str, count: int, concurrency: int, loop: str) -> float:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _CHILD,
+        url,
+        str(count),
+        str(concurrency),
+        loop,
+        cwd=HERE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 900)
+    if process.returncode != 0:
+        tail = err.decode(errors="replace").strip().splitlines()[-3:]
+        raise SystemExit(f"aster-forge burn-down failed: {' | '.join(tail)}")
+    return float(json.loads(out.decode().strip().splitlines()[-1])["rate"])
 
 
 async def _round(url: str, count: int, concurrency: int) -> dict[str, float]:
-    rates = {"aster-forge": (await _aster.burn_down(url, count, concurrency)).rate}
-    for label, scenario in zip(SYSTEMS[1:], ("burn", "burn-uvloop", "burn-capped"), strict=True):
+    rates = {
+        SYSTEMS[0]: await _aster_rate(url, count, concurrency, "asyncio"),
+        SYSTEMS[1]: await _aster_rate(url, count, concurrency, "uvloop"),
+    }
+    for label, scenario in zip(SYSTEMS[2:], ("burn", "burn-uvloop", "burn-capped"), strict=True):
         result = await _peers.run_peer("pgqueuer", scenario, url, count, concurrency)
         rates[label] = float(result["rate"])
     return rates
@@ -53,18 +112,19 @@ async def run(count: int, rounds: int, concurrencies: list[int]) -> None:
     print(
         "| PostgreSQL, 1 process | "
         + " | ".join(SYSTEMS)
-        + " | vs default | vs default on uvloop | vs capped |"
+        + " | "
+        + " | ".join(column for _, _, column in RATIOS)
+        + " |"
     )
-    print("|---|" + "---:|" * (len(SYSTEMS) + 3))
+    print("|---|" + "---:|" * (len(SYSTEMS) + len(RATIOS)))
     try:
         for concurrency in concurrencies:
             samples = [await _round(url, count, concurrency) for _ in range(rounds)]
             med = {name: statistics.median(s[name] for s in samples) for name in SYSTEMS}
-            ours = med["aster-forge"]
             print(
                 f"| concurrency {concurrency} | "
                 + " | ".join(f"{med[name]:,.0f}/s" for name in SYSTEMS)
-                + "".join(f" | {ours / med[name]:.2f}x" for name in SYSTEMS[1:])
+                + "".join(f" | {med[ours] / med[theirs]:.2f}x" for ours, theirs, _ in RATIOS)
                 + " |",
                 flush=True,
             )
@@ -75,7 +135,7 @@ async def run(count: int, rounds: int, concurrencies: list[int]) -> None:
             rates = []
             for n in range(rounds):
                 sqlite = f"sqlite+aiosqlite:///{Path(tmp) / f'b{concurrency}-{n}.db'}"
-                rates.append((await _aster.burn_down(sqlite, count, concurrency)).rate)
+                rates.append(await _aster_rate(sqlite, count, concurrency, "asyncio"))
             print(f"SQLite, concurrency {concurrency}: {statistics.median(rates):,.0f}/s")
     print(f"load average at end {load_average():.2f}")
 
