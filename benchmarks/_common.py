@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import statistics
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -14,6 +17,28 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 DEFAULT_POSTGRES_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+
+
+# A burn-down of 5,000 tasks at concurrency 1 with pgqueuer capped takes about a minute.
+_PROCESS_SECONDS = 900
+
+
+async def json_of_process(*argv: str, what: str, cwd: Path | None = None) -> dict[str, Any]:
+    """Run ``argv``; the JSON object on the last line it printed.
+
+    Raises:
+        RuntimeError: It exited non-zero (the message names ``what`` and the last lines
+            of its stderr).
+    """
+    process = await asyncio.create_subprocess_exec(
+        *argv, cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(process.communicate(), _PROCESS_SECONDS)
+    if process.returncode != 0:
+        tail = err.decode(errors="replace").strip().splitlines()[-3:]
+        raise RuntimeError(f"{what} failed: {' | '.join(tail)}")
+    result: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
+    return result
 
 
 def postgres_base_url() -> str:

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ._common import asyncpg_dsn
+from ._common import asyncpg_dsn, json_of_process
 
 HERE = Path(__file__).resolve().parent
 VENV = HERE / ".peers-venv"
@@ -60,7 +60,7 @@ async def run_peer(
     system: str, scenario: str, url: str, count: int, concurrency: int
 ) -> dict[str, Any]:
     """Run one peer scenario in the peers' venv; the JSON it printed."""
-    process = await asyncio.create_subprocess_exec(
+    result = await json_of_process(
         str(_python()),
         str(HERE / "peer_runner.py"),
         system,
@@ -68,14 +68,8 @@ async def run_peer(
         asyncpg_dsn(url),
         str(count),
         str(concurrency),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+        what=f"{system} {scenario}",
     )
-    out, err = await asyncio.wait_for(process.communicate(), 900)
-    if process.returncode != 0:
-        tail = err.decode(errors="replace").strip().splitlines()[-3:]
-        raise RuntimeError(f"{system} {scenario} failed: {' | '.join(tail)}")
-    result: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
     if not result.get("checked"):
         raise SystemExit(f"{system} {scenario}: exactly-once check failed: {result}")
     return result

@@ -25,14 +25,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 from . import _peers
-from ._common import create_postgres_database, drop_postgres_database, load_average
+from ._common import (
+    create_postgres_database,
+    drop_postgres_database,
+    json_of_process,
+    load_average,
+)
 
 HERE = Path(__file__).resolve().parent.parent
 
@@ -70,7 +74,7 @@ else:
 
 
 async def _aster_rate(url: str, count: int, concurrency: int, loop: str) -> float:
-    process = await asyncio.create_subprocess_exec(
+    result = await json_of_process(
         sys.executable,
         "-c",
         _CHILD,
@@ -78,15 +82,10 @@ async def _aster_rate(url: str, count: int, concurrency: int, loop: str) -> floa
         str(count),
         str(concurrency),
         loop,
+        what="aster-forge burn-down",
         cwd=HERE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await asyncio.wait_for(process.communicate(), 900)
-    if process.returncode != 0:
-        tail = err.decode(errors="replace").strip().splitlines()[-3:]
-        raise SystemExit(f"aster-forge burn-down failed: {' | '.join(tail)}")
-    return float(json.loads(out.decode().strip().splitlines()[-1])["rate"])
+    return float(result["rate"])
 
 
 async def _round(url: str, count: int, concurrency: int) -> dict[str, float]:
