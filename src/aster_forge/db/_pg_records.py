@@ -26,7 +26,7 @@ from ..tasks import BackgroundTaskRecord, TaskFailureReason, TaskStatus
 from ._tasks_table import CORE_COLUMNS
 from ._time import UtcDateTime
 
-__all__ = ["PgRecordBuilder", "epoch_micros", "returning_columns", "utc_from_micros"]
+__all__ = ["PgRecordBuilder", "UtcStamps", "epoch_micros", "returning_columns", "utc_from_micros"]
 
 _STATUS = CORE_COLUMNS.index("status")
 _REASON = CORE_COLUMNS.index("failure_reason")
@@ -57,6 +57,20 @@ def epoch_micros(expression: str) -> str:
 def utc_from_micros(micros: int) -> datetime:
     """The aware UTC datetime ``micros`` microseconds after the Unix epoch."""
     return _EPOCH + timedelta(0, 0, micros)
+
+
+class UtcStamps(dict[int, datetime]):
+    """Epoch microseconds to aware UTC datetimes, each distinct value converted once.
+
+    One per call: ``stamps[micros]`` is a dict lookup, :func:`utc_from_micros` only for
+    a value not seen before.
+    """
+
+    __slots__ = ()
+
+    def __missing__(self, micros: int) -> datetime:
+        stamp = self[micros] = utc_from_micros(micros)
+        return stamp
 
 
 def returning_columns(table: sa.Table, dialect: Any, prefix: str) -> str:
@@ -95,7 +109,7 @@ class PgRecordBuilder:
     def records(self, rows: Iterable[Any], offset: int = 0) -> list[BackgroundTaskRecord]:
         """The records of ``rows`` (core columns from ``offset``), in order."""
         times, statuses = self._times, _STATUSES
-        seen: dict[int, datetime] = {}
+        stamps = UtcStamps()
         out: list[BackgroundTaskRecord] = []
         for row in rows:
             values = list(row[offset:] if offset else row)
@@ -107,9 +121,6 @@ class PgRecordBuilder:
             for index in times:
                 micros = values[index]
                 if micros is not None:
-                    stamp = seen.get(micros)
-                    if stamp is None:
-                        stamp = seen[micros] = _EPOCH + timedelta(0, 0, micros)
-                    values[index] = stamp
+                    values[index] = stamps[micros]
             out.append(BackgroundTaskRecord.from_values(values))
         return out

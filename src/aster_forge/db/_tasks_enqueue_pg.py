@@ -25,7 +25,7 @@ from sqlalchemy.dialects import postgresql
 from ..runtime import NEVER_EXPIRES
 from ..tasks import BackgroundTaskRecord, NewTask, TaskStatus
 from ._pg_driver import unless_all_null
-from ._pg_records import PgRecordBuilder, epoch_micros, returning_columns, utc_from_micros
+from ._pg_records import PgRecordBuilder, UtcStamps, epoch_micros, returning_columns
 from ._tasks_sql import _SATURATING_DELTA
 from ._tasks_table import CORE_COLUMNS
 from .errors import DatabaseOperationError
@@ -250,12 +250,12 @@ class PgEnqueueStatement:
                 operation="enqueue tasks",
             )
         pending = TaskStatus.PENDING
-        seen: dict[int, datetime] = {}
+        # One now() for the whole batch, and for every due-now task's run_at.
+        stamps = UtcStamps()
         records: list[BackgroundTaskRecord] = []
         for task, row in zip(tasks, rows, strict=True):
-            # One now() for the whole batch, and for every due-now task's run_at.
-            created = seen.get(row[2]) or seen.setdefault(row[2], utc_from_micros(row[2]))
-            run_at = seen.get(row[1]) or seen.setdefault(row[1], utc_from_micros(row[1]))
+            created = stamps[row[2]]
+            run_at = stamps[row[1]]
             # In CORE_COLUMNS order, the record's field order.
             record = BackgroundTaskRecord.from_values(
                 (
