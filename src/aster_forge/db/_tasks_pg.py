@@ -33,6 +33,10 @@ _RESCUE_BATCH = 500
 #: server time). Larger claims share one statement with the limit as a parameter.
 LITERAL_LIMITS = 64
 
+# The final UPDATE names its targets twice: joined (for the claim flag) and as an id
+# array, which lets PostgreSQL reach the rows through the primary key. Joined only, the
+# planner scanned the whole table for a table of a few thousand rows (most of the
+# statement's time); tests/db/test_pg_claim_plans.py checks the plan.
 _CLAIM = """
 WITH exp AS (
     SELECT id FROM {t}
@@ -81,7 +85,7 @@ UPDATE {t} AS t SET
     started_at = CASE WHEN target.claim THEN now() ELSE t.started_at END,
     updated_at = now()
 FROM target
-WHERE t.id = target.id
+WHERE t.id = target.id AND t.id = ANY(ARRAY(SELECT id FROM target))
 RETURNING {returning}
 """
 
