@@ -1,8 +1,9 @@
 """PostgreSQL claims: small limits are literals, so the server keeps one plan per limit.
 
-The claim writes its rows through the primary key: its target ids are also given as
-an array, so the planner does not join them against a scan of the whole table (with a
-few thousand rows it preferred that, and the scan took most of the statement's time).
+The claim, the fenced successes and the renewal find their rows through the primary key:
+their ids are also given as an array, so the planner does not join them against a scan
+of the whole table (the claim's plan did that for a table of a few thousand rows) or of
+every running task (the successes and the renewal, with many workers).
 
 With the limit a parameter PostgreSQL re-plans the claim on every call (its generic
 plan assumes a tenth of the lane is taken); planning cost about half the statement's
@@ -89,42 +90,79 @@ async def test_a_small_limit_reuses_a_cached_plan_and_claims_exactly(
         assert len(refilled) == min(big, left)
 
 
-def _scans(plan: dict[str, Any]) -> Iterator[tuple[str, str]]:
-    """``(node type, relation)`` of every node of an ``EXPLAIN (FORMAT JSON)`` plan."""
-    yield plan["Node Type"], plan.get("Relation Name", "")
+def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every node of an ``EXPLAIN (FORMAT JSON)`` plan."""
+    yield plan
     for child in plan.get("Plans", ()):
-        yield from _scans(child)
+        yield from _nodes(child)
 
 
-async def test_the_claims_write_their_rows_through_the_primary_key(postgres_url: str) -> None:
+async def _literals(driver: Any, sql: str, arguments: list[Any]) -> list[str]:
+    """``arguments`` as SQL literals of the types ``sql`` declares (for ``EXECUTE``)."""
+    prepared = await driver.prepare(sql)
+    literals = []
+    for parameter, argument in zip(prepared.get_parameters(), arguments, strict=True):
+        type_name = await driver.fetchval("SELECT format_type($1, NULL)", parameter.oid)
+        literals.append(
+            await driver.fetchval(f"SELECT quote_nullable(CAST($1 AS {type_name}))", argument)
+        )
+    return literals
+
+
+def _bounded(node: dict[str, Any]) -> bool:
+    """Whether a scan finds its rows by id or by lane (not all rows, or all running ones)."""
+    condition = node.get("Index Cond", "") + node.get("Recheck Cond", "")
+    return "id = " in condition or "(lane)" in condition
+
+
+async def test_the_hot_statements_find_their_rows_by_id_or_lane(postgres_url: str) -> None:
     async with pg_engine(postgres_url) as engine:
         store = _store(engine, driver=True)
         runner = store._pg_run
         assert runner is not None
         await store.enqueue_many([NewTask("k", "l") for _ in range(5000)])
+        # Another worker's 2,000 running tasks: a write must not read them all.
+        await store.claim_due_for_lane("l", 2000, "other", _TTL)
         async with engine.begin() as conn:
             await conn.execute(sa.text("ANALYZE background_tasks"))
         claimed = await store.claim_due_for_lane("l", 50, "w", _TTL)
         done = [TaskCompletion(lease_of(record), None, None) for record in claimed]
+        claim = claim_params("l", 50, "w", _TTL)
         statements = {
-            "claim": (
-                runner._for_limit(runner._claims, runner._statements.claim, 50),
-                claim_params("l", 50, "w", _TTL),
-            ),
+            "claim": (runner._for_limit(runner._claims, runner._statements.claim, 50), claim),
             "success and claim": (
                 runner._for_limit(
                     runner._succeed_and_claims, runner._statements.succeed_and_claim, 50
                 ),
-                {**success_params(done), **claim_params("l", 50, "w", _TTL)},
+                {**success_params(done), **claim},
+            ),
+            "success": (runner._succeed_many, success_params(done)),
+            "renewal": (
+                runner._renew_many,
+                {
+                    "ids": [c.lease.task_id for c in done],
+                    "tokens": [c.lease.processing_token for c in done],
+                    "ttl": _TTL,
+                },
             ),
         }
         async with engine.connect() as conn:
             driver: Any = (await conn.get_raw_connection()).driver_connection
-            for name, ((_, statement), params) in statements.items():
+            # The plan a busy worker runs: the statement's cached generic plan.
+            await driver.execute("SET plan_cache_mode = force_generic_plan")
+            for index, (name, ((_, statement), params)) in enumerate(statements.items()):
+                literals = await _literals(driver, statement.sql, statement.arguments(params))
+                await driver.execute(f"PREPARE plan_{index} AS {statement.sql}")
                 explained = await driver.fetchval(
-                    "EXPLAIN (FORMAT JSON) " + statement.sql, *statement.arguments(params)
+                    f"EXPLAIN (FORMAT JSON) EXECUTE plan_{index}({', '.join(literals)})"
                 )
                 # SQLAlchemy's connection decodes json itself; a bare one returns text.
                 plan = json.loads(explained) if isinstance(explained, str) else explained
-                scans = set(_scans(plan[0]["Plan"]))
-                assert ("Seq Scan", "background_tasks") not in scans, (name, scans)
+                nodes = list(_nodes(plan[0]["Plan"]))
+                scans = [
+                    node
+                    for node in nodes
+                    if node.get("Relation Name") == "background_tasks"
+                    and node["Node Type"] != "ModifyTable"
+                ]
+                assert scans and all(_bounded(node) for node in scans), (name, scans)
