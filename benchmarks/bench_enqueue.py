@@ -12,6 +12,9 @@ taking commands (``peer_runner.py pgqueuer serve``). One throwaway database:
   web requests): the store's connection goes back to the pool each time;
 - pgqueuer (its default configuration), one ``Queries.enqueue`` per call;
 - raw asyncpg, one prepared ``INSERT`` per call on one connection (the floor);
+- aster-forge's own one-task statement sent on a bare asyncpg connection, no library
+  code around it (what the statement costs the database and the driver: the most any
+  client-side work could reach; its rows have kind ``floor``);
 - bulk: aster-forge ``enqueue_many`` and pgqueuer ``enqueue`` in chunks of 5,000.
 
 Every system's row count is checked after each run. Results (medians over the rounds
@@ -73,13 +76,14 @@ def _task(n: int) -> NewTask:
     return NewTask(_aster.Kind.NOOP, _aster.Lane.DEFAULT, payload_json=str(n))
 
 
-async def _count(url: str) -> int:
+async def _count(url: str, *, floor: bool = False) -> int:
+    """Rows of aster-forge (or, with ``floor``, of :class:`FloorSystem`)."""
     engine = make_engine(url)
+    where = "kind = 'floor'" if floor else "kind <> 'floor'"
     try:
         async with engine.connect() as conn:
-            return int(
-                (await conn.execute(sa.text("SELECT count(*) FROM background_tasks"))).scalar_one()
-            )
+            query = sa.text(f"SELECT count(*) FROM background_tasks WHERE {where}")
+            return int((await conn.execute(query)).scalar_one())
     finally:
         await engine.dispose()
 
@@ -132,6 +136,43 @@ class AsterSystem:
         """Dispose of the engine; whether every task landed."""
         await self.engine.dispose()
         return await _count(self.url) == self.sent + 1
+
+
+class FloorSystem:
+    """aster-forge's one-task statement on a bare asyncpg connection (no library code)."""
+
+    def __init__(self, conn: Any, sql: str, args: list[Any]) -> None:
+        self.conn = conn
+        self.sql = sql
+        self.args = args
+        self.sent = 0
+
+    @classmethod
+    async def open(cls, url: str, store: BackgroundTaskDbStore) -> FloorSystem:
+        """Connect and warm the statement (the store's own, for one task without a key)."""
+        import asyncpg
+
+        pg: Any = getattr(store, "_pg_enqueue", None)
+        if pg is None:
+            raise SystemExit("bench_enqueue: the store has no PostgreSQL enqueue statement")
+        sql, args = pg.unkeyed([NewTask("floor", _aster.Lane.DEFAULT, payload_json="0")])
+        conn = await asyncpg.connect(asyncpg_dsn(url))
+        await conn.fetch(sql, *args)
+        return cls(conn, sql, args)
+
+    async def single(self, n: int) -> float:
+        """``n`` statements, one per call; seconds."""
+        started = time.perf_counter()
+        for _ in range(n):
+            await self.conn.fetch(self.sql, *self.args)
+        elapsed = time.perf_counter() - started
+        self.sent += n
+        return elapsed
+
+    async def close(self, url: str) -> bool:
+        """Close the connection; whether every row landed."""
+        await self.conn.close()
+        return await _count(url, floor=True) == self.sent + 1
 
 
 class RawSystem:
@@ -193,6 +234,7 @@ async def single_round(url: str, count: int, pgqueuer: bool) -> dict[str, float]
     await _aster.reset_table(url)
     aster = AsterSystem(url)
     raw = await RawSystem.open(url)
+    floor = await FloorSystem.open(url, aster.store)
     peer = await _peers.PeerServer.start("pgqueuer", url) if pgqueuer else None
     await aster.warm()
     jobs: dict[str, Callable[[int], Awaitable[float]]] = {
@@ -202,8 +244,9 @@ async def single_round(url: str, count: int, pgqueuer: bool) -> dict[str, float]
     if peer is not None:
         jobs["pgqueuer single"] = lambda n: peer.run("single", n)
     jobs["raw single"] = raw.single
+    jobs["aster statement, bare driver"] = floor.single
     rates = await _sliced(jobs, count, SINGLE_SLICE)
-    checks = [await aster.close(), await raw.close()]
+    checks = [await aster.close(), await raw.close(), await floor.close(url)]
     if peer is not None:
         checks.append(await peer.close())
     if not all(checks):
@@ -283,6 +326,10 @@ async def _run(label: str) -> list[str]:
         "(goal >= 1.5x)",
         f"- one enqueue per call vs raw INSERT: {ratio('aster single', 'raw single')} "
         "(goal >= 0.70x)",
+        "- the statement alone (bare driver, no library code) vs pgqueuer: "
+        f"{ratio('aster statement, bare driver', 'pgqueuer single')}; vs raw INSERT: "
+        f"{ratio('aster statement, bare driver', 'raw single')}; aster single vs it: "
+        f"{ratio('aster single', 'aster statement, bare driver')}",
         f"- bulk vs pgqueuer: {ratio('aster bulk', 'pgqueuer bulk')} (goal >= 1x)",
         "- idle loop between calls (each call checks a connection out; no reuse): "
         f"{ratio('aster single, idle loop', 'pgqueuer single')} vs pgqueuer, "

@@ -398,6 +398,16 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         return let_go
 
     @property
+    def success_writes_in_flight(self) -> int:
+        """How many batched success writes a worker may have in flight at once.
+
+        Two on PostgreSQL, each on its own connection: the worker runs the tasks one
+        statement brought while the database writes the other's. One elsewhere (SQLite
+        has one writer; MariaDB keeps the plain order).
+        """
+        return 2 if self._sql.backend is DatabaseBackend.POSTGRESQL else 1
+
+    @property
     def claims_with_success(self) -> bool:
         """Whether :meth:`mark_tasks_succeeded_and_claim` commits both at once.
 

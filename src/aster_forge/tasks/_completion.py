@@ -20,6 +20,11 @@ WrittenCallback = Callable[[bool | BaseException], None]
 
 DEFAULT_MAX_COMPLETION_BATCH = 128
 
+_Entry = tuple[TaskCompletion, "asyncio.Future[bool] | WrittenCallback"]
+
+#: The fewest successes a statement carries when it is sent beside another one.
+DEFAULT_MIN_SPLIT = 16
+
 
 def supports_batched_success(store: object) -> bool:
     """Whether ``store`` has ``mark_tasks_succeeded_many`` (the batcher's fast path)."""
@@ -40,12 +45,24 @@ class TaskCompletionBatcher:
     the wire): use :func:`asyncio.shield` and wait for the result. A caller that need not
     wait passes ``written`` instead and is called back once the statement returned.
 
+    With ``max_in_flight`` above one, a large batch is split and its parts written at
+    once (each part at least ``min_split`` entries), and a write of at least
+    ``min_split`` entries may start while another is in flight: the worker then runs
+    the tasks one statement brought while the database writes the other's, instead of
+    the two waiting for each other. Smaller batches still wait for the write in flight
+    (a statement per few tasks would cost the database more than the overlap gains).
+
     Args:
         store: A store with ``mark_tasks_succeeded_many`` (see
             :func:`supports_batched_success`).
         max_batch: The most entries per statement.
         write: What writes one batch (default ``store.mark_tasks_succeeded_many``; a
             worker passes one that also claims the freed slots).
+        max_in_flight: The most statements in flight at once.
+        min_split: The fewest entries of a statement sent beside another.
+
+    Raises:
+        ValueError: When ``max_batch``, ``max_in_flight`` or ``min_split`` is below 1.
     """
 
     def __init__(
@@ -54,16 +71,26 @@ class TaskCompletionBatcher:
         *,
         max_batch: int = DEFAULT_MAX_COMPLETION_BATCH,
         write: Callable[[list[TaskCompletion]], Awaitable[Sequence[bool]]] | None = None,
+        max_in_flight: int = 1,
+        min_split: int = DEFAULT_MIN_SPLIT,
     ) -> None:
-        if max_batch < 1:
-            raise ValueError("max_batch must be >= 1")
+        for name, value in (
+            ("max_batch", max_batch),
+            ("max_in_flight", max_in_flight),
+            ("min_split", min_split),
+        ):
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1")
         self._store: Any = store
         self._write: Callable[[list[TaskCompletion]], Awaitable[Sequence[bool]]] = (
             write or cast(Any, store).mark_tasks_succeeded_many
         )
         self._max_batch = max_batch
-        self._queue: list[tuple[TaskCompletion, asyncio.Future[bool] | WrittenCallback]] = []
-        self._flusher: asyncio.Task[None] | None = None
+        self._max_in_flight = max_in_flight
+        self._min_split = min_split
+        self._queue: list[_Entry] = []
+        self._writes: set[asyncio.Task[None]] = set()
+        self._scheduled: asyncio.Handle | None = None
         self.batches = 0
         """How many store calls were made (for measurements)."""
 
@@ -89,44 +116,60 @@ class TaskCompletionBatcher:
         self, completion: TaskCompletion, waiter: asyncio.Future[bool] | WrittenCallback
     ) -> None:
         self._queue.append((completion, waiter))
-        if self._flusher is None:
-            self._flusher = asyncio.create_task(self._flush(), name="aster-forge:task-completions")
+        if self._scheduled is None and len(self._writes) < self._max_in_flight:
+            # One loop turn lets tasks finishing in the same turn join the batch.
+            self._scheduled = asyncio.get_running_loop().call_soon(self._start_writes)
 
     async def join(self) -> None:
         """Wait until every queued write has been sent and answered."""
-        while self._flusher is not None:
-            await asyncio.gather(self._flusher, return_exceptions=True)
+        while self._writes or self._scheduled is not None:
+            if self._writes:
+                await asyncio.gather(*self._writes, return_exceptions=True)
+            else:
+                await asyncio.sleep(0)  # the scheduled start runs first
 
-    async def _flush(self) -> None:
+    def _start_writes(self) -> None:
+        """Send what is queued, as far as the statements in flight allow."""
+        self._scheduled = None
+        while self._queue and len(self._writes) < self._max_in_flight:
+            queued = len(self._queue)
+            if self._writes and queued < self._min_split:
+                return  # a small batch waits for the write in flight
+            parts = min(self._max_in_flight - len(self._writes), queued // self._min_split)
+            size = min(-(-queued // max(parts, 1)), self._max_batch)
+            batch = self._queue[:size]
+            del self._queue[:size]
+            self.batches += 1
+            write = asyncio.create_task(self._send(batch), name="aster-forge:task-completions")
+            self._writes.add(write)
+
+    async def _send(self, batch: list[_Entry]) -> None:
         try:
-            # One loop turn lets tasks finishing in the same turn join the first batch.
-            await asyncio.sleep(0)
-            while self._queue:
-                batch = self._queue[: self._max_batch]
-                del self._queue[: self._max_batch]
-                self.batches += 1
-                try:
-                    results = await self._write([c for c, _ in batch])
-                    if len(results) != len(batch):
-                        raise RuntimeError(
-                            f"mark_tasks_succeeded_many returned {len(results)} results "
-                            f"for {len(batch)} completions"
-                        )
-                except Exception as exc:
-                    for _, waiter in batch:
-                        _tell(waiter, exc)
-                    continue
-                except BaseException:
-                    # Cancelled mid-write: the outcome is unknown; tell every waiter.
-                    interrupted = RuntimeError("the batched success write was interrupted")
-                    for _, waiter in (*batch, *self._queue):
-                        _tell(waiter, interrupted)
-                    self._queue.clear()
-                    raise
-                for (_, waiter), ok in zip(batch, results, strict=True):
-                    _tell(waiter, bool(ok))
+            results = await self._write([c for c, _ in batch])
+            if len(results) != len(batch):
+                raise RuntimeError(
+                    f"mark_tasks_succeeded_many returned {len(results)} results "
+                    f"for {len(batch)} completions"
+                )
+        except Exception as exc:
+            for _, waiter in batch:
+                _tell(waiter, exc)
+        except BaseException:
+            # Cancelled mid-write: the outcome is unknown; tell every waiter.
+            interrupted = RuntimeError("the batched success write was interrupted")
+            for _, waiter in (*batch, *self._queue):
+                _tell(waiter, interrupted)
+            self._queue.clear()
+            raise
+        else:
+            for (_, waiter), ok in zip(batch, results, strict=True):
+                _tell(waiter, bool(ok))
         finally:
-            self._flusher = None
+            self._writes.discard(cast("asyncio.Task[None]", asyncio.current_task()))
+            if self._scheduled is not None:
+                self._scheduled.cancel()
+            # What queued meanwhile goes out at once (it already waited a round trip).
+            self._start_writes()
 
 
 def _tell(waiter: asyncio.Future[bool] | WrittenCallback, outcome: bool | BaseException) -> None:

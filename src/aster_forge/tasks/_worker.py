@@ -233,7 +233,10 @@ class TaskWorker(Generic[StateT]):
             # A store that claims in the success statement refills the freed slots there.
             refills = getattr(store, "claims_with_success", False) is True
             write = self._succeed_and_refill if refills else None
-            self._completions = TaskCompletionBatcher(store, write=write)
+            in_flight = getattr(store, "success_writes_in_flight", 1)
+            self._completions = TaskCompletionBatcher(
+                store, write=write, max_in_flight=in_flight if isinstance(in_flight, int) else 1
+            )
 
     @property
     def store(self) -> DispatchTaskStore[Any, Any]:

@@ -1,0 +1,117 @@
+"""Two success writes in flight: a large batch is split, small ones wait their turn.
+
+The store's batched success blocks on an event, so the test sees what is in flight at
+each moment (no sleeps, no timing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from aster_forge.tasks import TaskCompletion, TaskLease
+from aster_forge.tasks._completion import TaskCompletionBatcher
+from aster_forge.testing import InMemoryTaskStore, ManualClock
+
+from ._dispatch_support import LEASE_TTL, Kind, Lane, enqueue, new_task
+
+
+class GatedStore(InMemoryTaskStore):
+    """Each batched success waits for ``gate``; records the batches in flight."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(clock)
+        self.gate = asyncio.Event()
+        self.batches: list[int] = []
+        self.in_flight = 0
+        self.most_in_flight = 0
+
+    async def mark_tasks_succeeded_many(self, completions: Sequence[TaskCompletion]) -> list[bool]:
+        self.batches.append(len(completions))
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await self.gate.wait()
+            return await super().mark_tasks_succeeded_many(completions)
+        finally:
+            self.in_flight -= 1
+
+
+@pytest.fixture
+def store() -> GatedStore:
+    return GatedStore(ManualClock())
+
+
+async def _leases(store: GatedStore, count: int) -> list[TaskLease]:
+    await enqueue(store, *(new_task(Kind.MAIL, f"t{n}") for n in range(count)))
+    records = await store.claim_due_for_lane(Lane.FALLBACK, count, "w", LEASE_TTL)
+    leases = []
+    for record in records:
+        assert record.processing_token is not None and record.lease_expires_at is not None
+        leases.append(TaskLease(record.id, record.processing_token, record.lease_expires_at))
+    return leases
+
+
+async def _turns(n: int = 3) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+async def test_a_large_batch_goes_out_as_two_statements_at_once(store: GatedStore) -> None:
+    leases = await _leases(store, 10)
+    batcher = TaskCompletionBatcher(store, max_in_flight=2, min_split=4)
+    futures = [batcher.succeed(lease, None, None) for lease in leases]
+    await _turns()
+    assert store.batches == [5, 5] and store.in_flight == 2
+    store.gate.set()
+    assert await asyncio.gather(*futures) == [True] * 10
+    await batcher.join()
+
+
+async def test_a_small_batch_waits_for_the_write_in_flight(store: GatedStore) -> None:
+    leases = await _leases(store, 6)
+    batcher = TaskCompletionBatcher(store, max_in_flight=2, min_split=4)
+    first = batcher.succeed(leases[0], None, None)
+    await _turns()
+    assert store.batches == [1]
+    # Three more (fewer than min_split) while one write is in flight: they wait.
+    rest = [batcher.succeed(lease, None, None) for lease in leases[1:4]]
+    await _turns()
+    assert store.batches == [1] and store.in_flight == 1
+    # A fourth makes a batch worth a second statement: it goes out beside the first.
+    rest.append(batcher.succeed(leases[4], None, None))
+    await _turns()
+    assert store.batches == [1, 4] and store.in_flight == 2
+    store.gate.set()
+    assert await asyncio.gather(first, *rest) == [True] * 5
+    # Alone again: the next success is written at once, whatever its size.
+    store.gate.clear()
+    last = batcher.succeed(leases[5], None, None)
+    await _turns()
+    assert store.batches == [1, 4, 1]
+    store.gate.set()
+    assert await last is True
+    await batcher.join()
+    assert store.most_in_flight == 2
+
+
+async def test_one_write_in_flight_by_default(store: GatedStore) -> None:
+    leases = await _leases(store, 40)
+    batcher = TaskCompletionBatcher(store)
+    futures = [batcher.succeed(lease, None, None) for lease in leases[:35]]
+    await _turns()
+    futures += [batcher.succeed(lease, None, None) for lease in leases[35:]]
+    await _turns()
+    assert store.batches == [35] and store.in_flight == 1
+    store.gate.set()
+    assert await asyncio.gather(*futures) == [True] * 40
+    await batcher.join()
+    assert store.batches == [35, 5] and store.most_in_flight == 1
+
+
+async def test_the_limits_must_be_positive(store: GatedStore) -> None:
+    for name in ("max_batch", "max_in_flight", "min_split"):
+        with pytest.raises(ValueError, match=name):
+            TaskCompletionBatcher(store, **{name: 0})
