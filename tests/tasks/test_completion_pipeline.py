@@ -112,6 +112,9 @@ async def test_one_write_in_flight_by_default(store: GatedStore) -> None:
 
 
 async def test_the_limits_must_be_positive(store: GatedStore) -> None:
-    for name in ("max_batch", "max_in_flight", "min_split"):
-        with pytest.raises(ValueError, match=name):
-            TaskCompletionBatcher(store, **{name: 0})
+    with pytest.raises(ValueError, match="max_batch"):
+        TaskCompletionBatcher(store, max_batch=0)
+    with pytest.raises(ValueError, match="max_in_flight"):
+        TaskCompletionBatcher(store, max_in_flight=0)
+    with pytest.raises(ValueError, match="min_split"):
+        TaskCompletionBatcher(store, min_split=0)
