@@ -12,6 +12,7 @@ import asyncio
 import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
@@ -27,11 +28,13 @@ from aster_forge.tasks import (
     ClaimedTaskExecutionConfig,
     EnqueueResult,
     NewTask,
+    TaskCompletion,
     TaskLaneConfig,
     TaskWorker,
 )
 
 from ..tasks._dispatch_support import REGISTRY, Harness, Job, Kind, Lane, until
+from ._leases import lease_of
 from ._pg_driver_support import pg_engine, wait_for_lock_wait
 
 pytestmark = pytest.mark.postgres
@@ -88,6 +91,38 @@ async def test_a_kept_connection_stays_out_until_let_go_and_is_shared_when_the_p
     await asyncio.sleep(0)
     assert pool.checkedout() == 0, pool.status()  # type: ignore[attr-defined]
     assert await _count(engine) == 6
+
+
+async def test_success_writes_queue_on_the_kept_connection_while_others_are_idle(
+    postgres_url: str,
+) -> None:
+    async with pg_engine(postgres_url, pool_size=4, max_overflow=0) as engine:
+        store = BackgroundTaskDbStore(engine, registry=REGISTRY, notify=False)
+        # Idle connections in the pool: a second call could take one of them.
+        opened = [await engine.connect() for _ in range(3)]
+        for conn in opened:
+            await conn.close()
+        pool = engine.sync_engine.pool
+        await store.enqueue_many([_task(f"t{n}") for n in range(6)])
+        let_go = store.keep_connection()
+        claimed = await store.claim_due_for_lane(Lane.FALLBACK.value, 6, "w", timedelta(minutes=5))
+        checkouts: list[object] = []
+        sa.event.listen(pool, "checkout", lambda *args: checkouts.append(args))
+        batches = [claimed[:3], claimed[3:]]
+        written = await asyncio.gather(
+            *(
+                store.mark_tasks_succeeded_many(
+                    [TaskCompletion(lease_of(record), None, None) for record in batch]
+                )
+                for batch in batches
+            )
+        )
+        assert written == [[True] * 3, [True] * 3]
+        assert checkouts == [], "both went out on the kept connection, one after the other"
+        # Other calls still take an idle pooled connection instead of waiting.
+        await asyncio.gather(store.enqueue(_task("x")), store.enqueue(_task("y")))
+        assert len(checkouts) == 1
+        let_go()
 
 
 async def test_a_busy_worker_keeps_one_connection_and_lets_go_once_idle(

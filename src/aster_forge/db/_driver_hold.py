@@ -56,17 +56,26 @@ class HeldDriverConnection:
         if not self._kept:
             self._schedule_release()
 
-    async def acquire(self, operation: str) -> tuple[PoolProxiedConnection, bool]:
+    async def acquire(
+        self, operation: str, *, queue: bool = False
+    ) -> tuple[PoolProxiedConnection, bool]:
         """A connection for one call, and whether it is the held one (see :meth:`release`).
+
+        Args:
+            operation: What the connection is for (named in errors).
+            queue: While the connection is kept and busy, wait for it rather than take
+                another one from the pool (a worker's second success write goes out
+                on its connection the moment the first returns).
 
         Raises:
             DatabaseOperationError: (or a subclass) when no connection can be had.
         """
         held = self._held
         if held is not None and self._sql.pool is self._pool:
-            if self._busy and self._kept and self._pool_is_out():
-                # Every pooled connection is out and this one stays ours: wait for it,
-                # not for the pool (it would not come back before the keep ends).
+            if self._busy and self._kept and (queue or self._pool_is_out()):
+                # Asked to queue, or every pooled connection is out and this one stays
+                # ours: wait for it, not for the pool (it would not come back before
+                # the keep ends).
                 await self._wait_free(held)
             if self._held is held and not self._busy:
                 self._busy = True

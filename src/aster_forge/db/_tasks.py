@@ -401,7 +401,8 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
     def success_writes_in_flight(self) -> int:
         """How many batched success writes a worker may have in flight at once.
 
-        Two on PostgreSQL, each on its own connection: the worker runs the tasks one
+        Two on PostgreSQL: with asyncpg the second waits on the worker's connection
+        and goes out the moment the first returns, so the worker runs the tasks one
         statement brought while the database writes the other's. One elsewhere (SQLite
         has one writer; MariaDB keeps the plain order).
         """

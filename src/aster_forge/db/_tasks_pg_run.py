@@ -115,7 +115,7 @@ class PgTaskRunner:
         statement = self._for_limit(
             self._succeed_and_claims, self._statements.succeed_and_claim, limit
         )
-        rows = await self._rows("mark tasks succeeded and claim", statement, params)
+        rows = await self._rows("mark tasks succeeded and claim", statement, params, queue=True)
         # One row at least (a LEFT JOIN): the written pairs ride on the first one.
         done = zip(rows[0][0] or (), rows[0][1] or (), strict=True)
         return {(int(i), str(token)) for i, token in done}, self._claimed(rows, offset=2)
@@ -123,7 +123,7 @@ class PgTaskRunner:
     async def succeed_many(self, completions: Sequence[TaskCompletion]) -> set[tuple[int, str]]:
         """The fenced successes in one statement; the ``(id, token)`` pairs written."""
         rows = await self._rows(
-            "mark tasks succeeded", self._succeed_many, success_params(completions)
+            "mark tasks succeeded", self._succeed_many, success_params(completions), queue=True
         )
         return {(int(row[0]), str(row[1])) for row in rows}
 
@@ -149,8 +149,14 @@ class PgTaskRunner:
         return records
 
     async def _rows(
-        self, operation: str, statement: _Statement, params: dict[str, Any]
+        self,
+        operation: str,
+        statement: _Statement,
+        params: dict[str, Any],
+        *,
+        queue: bool = False,
     ) -> Sequence[Any]:
+        """Run ``statement`` (``queue``: see :meth:`HeldDriverConnection.acquire`)."""
         stmt, driver = statement
         if not self.driver:
 
@@ -161,7 +167,7 @@ class PgTaskRunner:
 
         async def once() -> list[Any]:
             arguments = driver.arguments(params)
-            connection, held = await self._hold.acquire(operation)
+            connection, held = await self._hold.acquire(operation, queue=queue)
             try:
                 records = await driver.fetch(connection, arguments)
             except BaseException as exc:
