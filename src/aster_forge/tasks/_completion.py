@@ -89,8 +89,8 @@ class TaskCompletionBatcher:
         self._max_in_flight = max_in_flight
         self._min_split = min_split
         self._queue: list[_Entry] = []
-        self._writes: set[asyncio.Task[None]] = set()
-        self._scheduled: asyncio.Handle | None = None
+        self._writers: set[asyncio.Task[None]] = set()
+        self._gathering = False
         self.batches = 0
         """How many store calls were made (for measurements)."""
 
@@ -116,32 +116,56 @@ class TaskCompletionBatcher:
         self, completion: TaskCompletion, waiter: asyncio.Future[bool] | WrittenCallback
     ) -> None:
         self._queue.append((completion, waiter))
-        if self._scheduled is None and len(self._writes) < self._max_in_flight:
-            # One loop turn lets tasks finishing in the same turn join the batch.
-            self._scheduled = asyncio.get_running_loop().call_soon(self._start_writes)
+        if self._gathering:
+            return  # a writer takes the batch after this loop turn
+        if not self._writers:
+            self._gathering = True
+            self._spawn()
+        elif len(self._writers) < self._max_in_flight and len(self._queue) >= self._min_split:
+            self._spawn()  # worth a statement beside the one in flight
+
+    def _spawn(self) -> None:
+        writer = asyncio.create_task(self._flush(), name="aster-forge:task-completions")
+        self._writers.add(writer)
 
     async def join(self) -> None:
         """Wait until every queued write has been sent and answered."""
-        while self._writes or self._scheduled is not None:
-            if self._writes:
-                await asyncio.gather(*self._writes, return_exceptions=True)
-            else:
-                await asyncio.sleep(0)  # the scheduled start runs first
+        while self._writers:
+            await asyncio.gather(*self._writers, return_exceptions=True)
 
-    def _start_writes(self) -> None:
-        """Send what is queued, as far as the statements in flight allow."""
-        self._scheduled = None
-        while self._queue and len(self._writes) < self._max_in_flight:
-            queued = len(self._queue)
-            if self._writes and queued < self._min_split:
-                return  # a small batch waits for the write in flight
-            parts = min(self._max_in_flight - len(self._writes), queued // self._min_split)
-            size = min(-(-queued // max(parts, 1)), self._max_batch)
-            batch = self._queue[:size]
-            del self._queue[:size]
-            self.batches += 1
-            write = asyncio.create_task(self._send(batch), name="aster-forge:task-completions")
-            self._writes.add(write)
+    def _take(self) -> list[_Entry]:
+        """The next batch for the calling writer (empty: nothing it should send)."""
+        queued = len(self._queue)
+        others = len(self._writers) - 1
+        if not queued or (others and queued < self._min_split):
+            return []  # a small batch waits for the write in flight (its writer takes it)
+        # Split what is queued among the writers that may still start, each part at
+        # least min_split entries; the rest goes to a writer started for it.
+        parts = min(self._max_in_flight - others, queued // self._min_split)
+        size = min(-(-queued // max(parts, 1)), self._max_batch)
+        batch = self._queue[:size]
+        del self._queue[:size]
+        if len(self._queue) >= self._min_split and len(self._writers) < self._max_in_flight:
+            self._spawn()
+        self.batches += 1
+        return batch
+
+    async def _flush(self) -> None:
+        me = cast("asyncio.Task[None]", asyncio.current_task())
+        gathering = self._gathering  # only the first writer of a burst gathers
+        try:
+            if gathering:
+                # One loop turn lets tasks finishing in the same turn join the batch.
+                await asyncio.sleep(0)
+                gathering = self._gathering = False
+            # What queued while a write was in flight goes out at once (it waited a
+            # round trip already).
+            while batch := self._take():
+                await self._send(batch)
+        finally:
+            if gathering:
+                self._gathering = False  # cancelled while gathering
+            self._writers.discard(me)
 
     async def _send(self, batch: list[_Entry]) -> None:
         try:
@@ -164,12 +188,6 @@ class TaskCompletionBatcher:
         else:
             for (_, waiter), ok in zip(batch, results, strict=True):
                 _tell(waiter, bool(ok))
-        finally:
-            self._writes.discard(cast("asyncio.Task[None]", asyncio.current_task()))
-            if self._scheduled is not None:
-                self._scheduled.cancel()
-            # What queued meanwhile goes out at once (it already waited a round trip).
-            self._start_writes()
 
 
 def _tell(waiter: asyncio.Future[bool] | WrittenCallback, outcome: bool | BaseException) -> None:
