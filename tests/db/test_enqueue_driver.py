@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
@@ -24,7 +24,9 @@ from aster_forge.db import (
     DatabaseUnavailableError,
     create_background_tasks_table,
 )
+from aster_forge.runtime import CancellationToken
 from aster_forge.tasks import (
+    BackgroundTaskRecord,
     ClaimedTaskExecutionConfig,
     EnqueueResult,
     NewTask,
@@ -256,3 +258,62 @@ async def test_a_pool_that_closes_on_check_in_gets_each_connection_back(postgres
             assert (await store.enqueue(_task(f"null{n}"))).created
         assert await _count(engine) == 5
     gc.collect()  # a connection left open would warn (an error here)
+
+
+class _RecordingStore(BackgroundTaskDbStore):
+    """Records the size of every success-and-claim; ``done`` once ``total`` were written."""
+
+    def __init__(self, engine: AsyncEngine, total: int) -> None:
+        super().__init__(engine, registry=REGISTRY, notify=False)
+        self.batches: list[int] = []
+        self.total = total
+        self.written = 0
+        self.done = asyncio.Event()
+
+    async def mark_tasks_succeeded_and_claim(
+        self,
+        completions: Sequence[TaskCompletion],
+        lane: str,
+        limit: int,
+        owner: str,
+        lease_ttl: timedelta,
+    ) -> tuple[list[bool], list[BackgroundTaskRecord]]:
+        self.batches.append(len(completions))
+        results = await super().mark_tasks_succeeded_and_claim(
+            completions, lane, limit, owner, lease_ttl
+        )
+        self.written += sum(results[0])
+        if self.written >= self.total:
+            self.done.set()
+        return results
+
+
+async def test_two_success_statements_in_flight_keep_the_lane_limit(postgres_url: str) -> None:
+    async with pg_engine(postgres_url) as engine:
+        total, limit = 400, 40
+        store = _RecordingStore(engine, total)
+        assert store.success_writes_in_flight == 2
+        await store.enqueue_many([_task(f"t{n}") for n in range(total)])
+        harness = Harness()
+
+        async def overlap(_ctx: object, _payload: Job) -> None:
+            for _ in range(3):  # yield, so the bodies of one batch run side by side
+                await asyncio.sleep(0)
+
+        harness.actions = {f"t{n}": overlap for n in range(total)}
+        token = CancellationToken()
+        worker = TaskWorker(
+            store,
+            lanes=[TaskLaneConfig(Lane.FALLBACK, limit), TaskLaneConfig(Lane.MEDIA, 1)],
+            execution=ClaimedTaskExecutionConfig(state=harness, registry=REGISTRY),
+        )
+        running = asyncio.create_task(worker.run(token), name="test-worker")
+        await asyncio.wait_for(store.done.wait(), 60)
+        token.cancel()
+        await running
+        assert sorted(harness.started) == sorted(f"t{n}" for n in range(total)), "each once"
+        assert harness.max_running[Lane.FALLBACK.value] <= limit
+        assert any(16 <= size < limit for size in store.batches), store.batches
+        async with engine.connect() as conn:
+            query = sa.text("SELECT count(*) FROM background_tasks WHERE status = 'succeeded'")
+            assert (await conn.execute(query)).scalar_one() == total
