@@ -127,6 +127,71 @@ async def test_success_writes_queue_on_the_kept_connection_while_others_are_idle
         let_go()
 
 
+async def test_the_call_waiting_for_the_kept_connection_goes_first_once_it_is_free(
+    one_connection: AsyncEngine,
+) -> None:
+    # A worker's queued success statement must go out before the call that held the
+    # connection processes its rows; else the database idles while the worker works.
+    store = BackgroundTaskDbStore(one_connection, registry=REGISTRY, notify=False)
+    hold = store._driver_hold
+    let_go = store.keep_connection()
+    order: list[str] = []
+    first, held = await hold.acquire("first")
+
+    async def second() -> None:
+        connection, second_held = await hold.acquire("second", queue=True)
+        order.append("second has the connection")
+        await hold.release(connection, second_held, broken=False)
+
+    waiting = asyncio.create_task(second())
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert order == [], "waits while the connection is busy"
+    await hold.release(first, held, broken=False)
+    order.append("first resumed")
+    await waiting
+    assert order == ["second has the connection", "first resumed"]
+    let_go()
+
+
+async def test_a_cancel_while_handing_the_connection_over_keeps_the_finished_call(
+    one_connection: AsyncEngine,
+) -> None:
+    # The first call's statement has returned: a cancellation in the hand-over turn is
+    # raised at its next await, after its rows reached the caller.
+    store = BackgroundTaskDbStore(one_connection, registry=REGISTRY, notify=False)
+    hold = store._driver_hold
+    let_go = store.keep_connection()
+    steps: list[str] = []
+    first_task: asyncio.Task[None] | None = None
+    ready = asyncio.Event()
+
+    async def first() -> None:
+        connection, held = await hold.acquire("first")
+        ready.set()
+        await asyncio.sleep(0.01)  # the statement in flight
+        await hold.release(connection, held, broken=False)
+        steps.append("rows reached the caller")
+        await asyncio.sleep(0)
+        steps.append("not reached: cancelled at this await")
+
+    async def second() -> None:
+        await ready.wait()
+        connection, held = await hold.acquire("second", queue=True)
+        assert first_task is not None
+        first_task.cancel()  # lands in the first call's hand-over turn
+        steps.append("second has the connection")
+        await hold.release(connection, held, broken=False)
+
+    first_task = asyncio.create_task(first())
+    second_task = asyncio.create_task(second())
+    await asyncio.gather(first_task, second_task, return_exceptions=True)
+    assert first_task.cancelled()
+    assert steps == ["second has the connection", "rows reached the caller"]
+    assert not second_task.cancelled() and second_task.exception() is None
+    let_go()
+
+
 async def test_a_busy_worker_keeps_one_connection_and_lets_go_once_idle(
     one_connection: AsyncEngine,
 ) -> None:
