@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import pickle
 from datetime import UTC, datetime
 
 import pytest
 
-from aster_forge.tasks import BackgroundTaskRecord, TaskFailureReason, TaskStatus
+from aster_forge.tasks import BackgroundTaskRecord, EnqueueResult, TaskFailureReason, TaskStatus
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 VALUES = (
@@ -35,3 +37,36 @@ def test_from_values_refuses_a_wrong_number_of_values() -> None:
 def test_the_record_has_no_checks_from_values_would_skip() -> None:
     # from_values sets the slots directly; a __post_init__ added later would be bypassed.
     assert not hasattr(BackgroundTaskRecord, "__post_init__")
+
+
+def test_a_deferred_enqueue_result_builds_its_record_once_and_equals_the_eager_one() -> None:
+    built: list[BackgroundTaskRecord] = []
+
+    def build() -> BackgroundTaskRecord:
+        record = BackgroundTaskRecord.from_values(VALUES)
+        built.append(record)
+        return record
+
+    eager = EnqueueResult(BackgroundTaskRecord(*VALUES), True)
+    deferred = EnqueueResult.deferred(build, True)
+    assert built == [], "nothing is built before the record is read"
+    assert deferred == eager and hash(deferred) == hash(eager)
+    assert deferred.record is deferred.record
+    assert len(built) == 1
+    assert deferred != EnqueueResult(BackgroundTaskRecord(*VALUES), False)
+    assert repr(deferred) == repr(eager)
+    match deferred:
+        case EnqueueResult(record, created):
+            assert record.id == 7 and created
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        deferred.created = False  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del deferred.created
+
+
+def test_an_unread_deferred_result_pickles_and_copies_as_its_record() -> None:
+    # What would build the record (a driver row) is never pickled or shared.
+    deferred = EnqueueResult.deferred(lambda: BackgroundTaskRecord(*VALUES), False)
+    restored = pickle.loads(pickle.dumps(deferred))
+    assert restored == deferred and restored.record == BackgroundTaskRecord(*VALUES)
+    assert copy.copy(deferred) == deferred

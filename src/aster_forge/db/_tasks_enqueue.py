@@ -191,12 +191,12 @@ class TaskEnqueueMixin:
             # No key: nothing to resolve, a plain insert.
             sql, args = pg.unkeyed(tasks)
             try:
-                records = pg.unkeyed_records(tasks, await self._on_driver(driver, sql, args))
+                results = pg.unkeyed_results(tasks, await self._on_driver(driver, sql, args))
             except BaseException as exc:
                 await self._release_after(connection, held, exc)
                 raise
             await self._driver_hold.release(connection, held, broken=False)
-            return [EnqueueResult(record, True) for record in records]  # created
+            return results
 
         async def fetch(pending: Sequence[NewTask]) -> _Rows:
             if len(pending) == 1:

@@ -15,6 +15,7 @@ reads it in a second statement.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,7 +24,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 from ..runtime import NEVER_EXPIRES
-from ..tasks import BackgroundTaskRecord, NewTask, TaskStatus
+from ..tasks import BackgroundTaskRecord, EnqueueResult, NewTask, TaskStatus
 from ._pg_driver import unless_all_null
 from ._pg_records import PgRecordBuilder, UtcStamps, epoch_micros, returning_columns
 from ._tasks_sql import _SATURATING_DELTA
@@ -125,7 +126,7 @@ class PgEnqueueStatement:
     ``statement`` runs through SQLAlchemy (in the product's transaction); ``sql`` with
     :meth:`arguments` (any batch), ``single_sql`` with :meth:`single_arguments` (one
     task), :meth:`unkeyed` (tasks without a dedupe key, read by
-    :meth:`unkeyed_records`) and ``by_key_sql`` run on the asyncpg
+    :meth:`unkeyed_results`) and ``by_key_sql`` run on the asyncpg
     connection itself, each prepared once and cached by asyncpg (the hot path: no
     per-call SQLAlchemy execution work), their rows read by :meth:`split` and
     :meth:`records`.
@@ -232,14 +233,13 @@ class PgEnqueueStatement:
             args.append(self._channel)
         return sql, args
 
-    def unkeyed_records(
-        self, tasks: Sequence[NewTask], rows: Sequence[Any]
-    ) -> list[BackgroundTaskRecord]:
-        """The records :meth:`unkeyed` inserted for ``tasks``, from its rows.
+    def unkeyed_results(self, tasks: Sequence[NewTask], rows: Sequence[Any]) -> list[EnqueueResult]:
+        """The results of :meth:`unkeyed` for ``tasks``, from its rows.
 
         The rows hold what the server decided (id, due time, insert time), in insert
-        order; the rest is what the statement wrote, so each record equals its row
-        read back.
+        order; the rest is what the statement wrote, so each record equals its row read
+        back. Each record is built when it is first read (:meth:`EnqueueResult.deferred`):
+        most callers only enqueue.
 
         Raises:
             DatabaseOperationError: When the rows do not match the tasks one to one.
@@ -249,45 +249,13 @@ class PgEnqueueStatement:
                 f"enqueue tasks: {len(rows)} rows came back for {len(tasks)} tasks",
                 operation="enqueue tasks",
             )
-        pending = TaskStatus.PENDING
         # One now() for the whole batch, and for every due-now task's run_at.
         stamps = UtcStamps()
-        records: list[BackgroundTaskRecord] = []
-        for task, row in zip(tasks, rows, strict=True):
-            created = stamps[row[2]]
-            run_at = stamps[row[1]]
-            # In CORE_COLUMNS order, the record's field order.
-            record = BackgroundTaskRecord.from_values(
-                (
-                    row[0],  # id
-                    task.kind,
-                    task.lane,
-                    pending,
-                    task.payload_json,
-                    None,  # result_json
-                    task.steps_json,
-                    0,  # attempt
-                    task.max_attempts,
-                    run_at,
-                    task.priority,
-                    None,  # processing_token
-                    None,  # lease_expires_at
-                    None,  # claimed_by
-                    None,  # dedupe_key
-                    None,  # last_error
-                    None,  # failure_reason
-                    True,  # manual_retry_allowed
-                    False,  # cancel_requested
-                    False,  # rescued
-                    created,  # created_at
-                    created,  # updated_at (the same now())
-                    None,  # started_at
-                    None,  # finished_at
-                    0,  # snooze_count
-                )
-            )
-            records.append(record)
-        return records
+        deferred = EnqueueResult.deferred
+        return [
+            deferred(functools.partial(_unkeyed_record, task, row, stamps), True)  # created
+            for task, row in zip(tasks, rows, strict=True)
+        ]
 
     @staticmethod
     def _values(task: NewTask) -> list[Any]:
@@ -338,3 +306,38 @@ class PgEnqueueStatement:
             "dedupe_key": unless_all_null(keys),
             "keys": [key for key in keys if key is not None],
         }
+
+
+def _unkeyed_record(task: NewTask, row: Any, stamps: UtcStamps) -> BackgroundTaskRecord:
+    """The record the plain insert stored for ``task`` (``row``: id, run_at, created_at)."""
+    created = stamps[row[2]]
+    # In CORE_COLUMNS order, the record's field order.
+    return BackgroundTaskRecord.from_values(
+        (
+            row[0],  # id
+            task.kind,
+            task.lane,
+            TaskStatus.PENDING,
+            task.payload_json,
+            None,  # result_json
+            task.steps_json,
+            0,  # attempt
+            task.max_attempts,
+            stamps[row[1]],  # run_at
+            task.priority,
+            None,  # processing_token
+            None,  # lease_expires_at
+            None,  # claimed_by
+            None,  # dedupe_key
+            None,  # last_error
+            None,  # failure_reason
+            True,  # manual_retry_allowed
+            False,  # cancel_requested
+            False,  # rescued
+            created,  # created_at
+            created,  # updated_at (the same now())
+            None,  # started_at
+            None,  # finished_at
+            0,  # snooze_count
+        )
+    )

@@ -11,8 +11,8 @@ from __future__ import annotations
 import enum
 import json
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import FrozenInstanceError, dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -418,17 +418,78 @@ _RECORD_SLOTS = tuple(
 )
 
 
-@dataclass(frozen=True, slots=True)
 class EnqueueResult:
-    """What an enqueue returned.
+    """What an enqueue returned: an immutable value, equal by its record and flag.
 
-    Attributes:
+    A store may leave the record to be built when it is first read
+    (:meth:`deferred`): a caller that only enqueues pays no decoding for it. Read, it is
+    the same record either way.
+
+    Args:
         record: The stored row (the existing one on a dedupe hit).
         created: ``False`` when the dedupe key matched an existing row.
     """
 
-    record: BackgroundTaskRecord
-    created: bool
+    __slots__ = ("_build", "_created", "_record")
+    __match_args__ = ("record", "created")
+
+    _record: BackgroundTaskRecord | None
+    _build: Callable[[], BackgroundTaskRecord] | None
+    _created: bool
+
+    def __init__(self, record: BackgroundTaskRecord, created: bool) -> None:
+        _set = object.__setattr__
+        _set(self, "_record", record)
+        _set(self, "_build", None)
+        _set(self, "_created", created)
+
+    @classmethod
+    def deferred(cls, build: Callable[[], BackgroundTaskRecord], created: bool) -> EnqueueResult:
+        """A result whose record ``build()`` makes when :attr:`record` is first read."""
+        result = cls.__new__(cls)
+        _set = object.__setattr__
+        _set(result, "_record", None)
+        _set(result, "_build", build)
+        _set(result, "_created", created)
+        return result
+
+    @property
+    def created(self) -> bool:
+        """``False`` when the dedupe key matched an existing row."""
+        return self._created
+
+    @property
+    def record(self) -> BackgroundTaskRecord:
+        """The stored row (the existing one on a dedupe hit)."""
+        record = self._record
+        if record is None:
+            assert self._build is not None  # one of the two is always set
+            record = self._build()
+            object.__setattr__(self, "_record", record)
+            object.__setattr__(self, "_build", None)  # the row it was built from goes
+        return record
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, EnqueueResult)
+        return self.created == other.created and self.record == other.record
+
+    def __hash__(self) -> int:
+        return hash((self.record, self.created))
+
+    def __repr__(self) -> str:
+        return f"EnqueueResult(record={self.record!r}, created={self.created!r})"
+
+    def __reduce__(self) -> tuple[type[EnqueueResult], tuple[BackgroundTaskRecord, bool]]:
+        # Pickled and copied as the record it holds, never as what would build it.
+        return EnqueueResult, (self.record, self.created)
 
 
 @dataclass(frozen=True, slots=True)
