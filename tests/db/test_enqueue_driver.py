@@ -24,6 +24,7 @@ from aster_forge.db import (
     DatabaseUnavailableError,
     create_background_tasks_table,
 )
+from aster_forge.db._driver_hold import HeldDriverConnection
 from aster_forge.runtime import CancellationToken
 from aster_forge.tasks import (
     BackgroundTaskRecord,
@@ -127,14 +128,21 @@ async def test_success_writes_queue_on_the_kept_connection_while_others_are_idle
         let_go()
 
 
+@pytest.fixture
+async def kept_hold(one_connection: AsyncEngine) -> AsyncIterator[HeldDriverConnection]:
+    """A store's held connection, kept as a busy worker keeps it."""
+    store = BackgroundTaskDbStore(one_connection, registry=REGISTRY, notify=False)
+    let_go = store.keep_connection()
+    yield store._driver_hold
+    let_go()
+
+
 async def test_the_call_waiting_for_the_kept_connection_goes_first_once_it_is_free(
-    one_connection: AsyncEngine,
+    kept_hold: HeldDriverConnection,
 ) -> None:
     # A worker's queued success statement must go out before the call that held the
     # connection processes its rows; else the database idles while the worker works.
-    store = BackgroundTaskDbStore(one_connection, registry=REGISTRY, notify=False)
-    hold = store._driver_hold
-    let_go = store.keep_connection()
+    hold = kept_hold
     order: list[str] = []
     first, held = await hold.acquire("first")
 
@@ -151,17 +159,14 @@ async def test_the_call_waiting_for_the_kept_connection_goes_first_once_it_is_fr
     order.append("first resumed")
     await waiting
     assert order == ["second has the connection", "first resumed"]
-    let_go()
 
 
 async def test_a_cancel_while_handing_the_connection_over_keeps_the_finished_call(
-    one_connection: AsyncEngine,
+    kept_hold: HeldDriverConnection,
 ) -> None:
     # The first call's statement has returned: a cancellation in the hand-over turn is
     # raised at its next await, after its rows reached the caller.
-    store = BackgroundTaskDbStore(one_connection, registry=REGISTRY, notify=False)
-    hold = store._driver_hold
-    let_go = store.keep_connection()
+    hold = kept_hold
     steps: list[str] = []
     first_task: asyncio.Task[None] | None = None
     ready = asyncio.Event()
@@ -189,7 +194,6 @@ async def test_a_cancel_while_handing_the_connection_over_keeps_the_finished_cal
     assert first_task.cancelled()
     assert steps == ["second has the connection", "rows reached the caller"]
     assert not second_task.cancelled() and second_task.exception() is None
-    let_go()
 
 
 async def test_a_busy_worker_keeps_one_connection_and_lets_go_once_idle(
