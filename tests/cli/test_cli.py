@@ -219,6 +219,7 @@ def test_health_errors() -> None:
     unreachable = invoke("health", "--url", f"http://127.0.0.1:{free_port()}", "--timeout", "2")
     assert_one_line_error(unreachable, 2, "cannot reach")
     assert_one_line_error(invoke("health", "--url", "ftp://x"), 2, "invalid service URL")
+    assert_one_line_error(invoke("health", "--url", "http://[::1"), 2, "invalid service URL")
 
 
 def test_demo_refuses_a_busy_port(tmp_path: Path) -> None:

@@ -39,9 +39,13 @@ async def fetch_health(
     Raises:
         CliError: Bad URL, unreachable service, 401, or a body that is not a report.
     """
-    parts = urlsplit(base_url)
+    invalid = CliError(f"invalid service URL {base_url!r} (expected http://host:port)", 2)
+    try:
+        parts = urlsplit(base_url)
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        raise invalid from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise CliError(f"invalid service URL {base_url!r} (expected http://host:port)", 2)
+        raise invalid
     url = base_url.rstrip("/") + SCOPE_PATHS[scope]
     try:
         status, body = await asyncio.to_thread(_get, url, token, timeout_seconds)
