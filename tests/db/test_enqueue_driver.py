@@ -196,6 +196,46 @@ async def test_a_cancel_while_handing_the_connection_over_keeps_the_finished_cal
     assert not second_task.cancelled() and second_task.exception() is None
 
 
+async def test_an_enqueue_on_the_kept_connection_hands_it_to_the_queued_call_first(
+    one_connection: AsyncEngine, postgres_url: str
+) -> None:
+    # The one-task enqueue takes the kept connection without awaiting (take/free): a
+    # worker's success write queued behind it still goes out before the enqueue returns.
+    store = BackgroundTaskDbStore(one_connection, registry=REGISTRY, notify=False)
+    let_go = store.keep_connection()
+    hold = store._driver_hold
+    await store.enqueue(_task("warm"))
+    order: list[str] = []
+    admin = create_async_engine(postgres_url)
+    try:
+        async with admin.connect() as conn:
+            await conn.execute(sa.text("LOCK TABLE background_tasks IN EXCLUSIVE MODE"))
+
+            async def enqueue() -> None:
+                assert (await store.enqueue(_task("held"))).created
+                order.append("enqueue returned")
+
+            async def queued() -> None:
+                connection, held = await hold.acquire("success", queue=True)
+                order.append("queued call has the connection")
+                await hold.release(connection, held, broken=False)
+
+            enqueuing = asyncio.create_task(enqueue())
+            await wait_for_lock_wait(conn, "the enqueue")
+            assert hold.take() is None, "busy: the enqueue has it"
+            waiting = asyncio.create_task(queued())
+            for _ in range(3):
+                await asyncio.sleep(0)
+            assert order == []
+            await conn.rollback()  # the enqueue's insert goes through
+            await asyncio.gather(enqueuing, waiting)
+    finally:
+        await admin.dispose()
+    assert order == ["queued call has the connection", "enqueue returned"]
+    let_go()
+    assert await _count(one_connection) == 2
+
+
 async def test_a_busy_worker_keeps_one_connection_and_lets_go_once_idle(
     one_connection: AsyncEngine,
 ) -> None:

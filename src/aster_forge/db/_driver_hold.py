@@ -27,7 +27,7 @@ from sqlalchemy.pool import Pool, PoolProxiedConnection, QueuePool
 
 from ._tasks_sql import TaskSql
 
-__all__ = ["HeldDriverConnection"]
+__all__ = ["HeldDriverConnection", "hand_over"]
 
 
 class HeldDriverConnection:
@@ -45,6 +45,9 @@ class HeldDriverConnection:
         self._release_scheduled = False
         self._kept = 0
         self._freed: asyncio.Event | None = None
+        # The held connection's loop (asyncpg connections are bound to theirs): the idle
+        # release is scheduled on it without asking asyncio for the running loop per call.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def keep(self) -> None:
         """Keep the held connection across idle loop turns until :meth:`let_go`."""
@@ -55,6 +58,18 @@ class HeldDriverConnection:
         self._kept = max(self._kept - 1, 0)
         if not self._kept:
             self._schedule_release()
+
+    def take(self) -> PoolProxiedConnection | None:
+        """The held connection when it is free, marked busy (no await); else ``None``.
+
+        The next call of a burst takes it here; ``None`` means :meth:`acquire`. End the
+        call with :meth:`free` (or :meth:`release` with ``held=True``).
+        """
+        held = self._held
+        if held is None or self._busy or self._sql.pool is not self._pool:
+            return None
+        self._busy = True
+        return held
 
     async def acquire(
         self, operation: str, *, queue: bool = False
@@ -88,6 +103,7 @@ class HeldDriverConnection:
             and not (pool.dispatch.checkin or pool.dispatch.reset)
         ):
             self._held, self._pool, self._busy = connection, pool, True
+            self._loop = asyncio.get_running_loop()
             return connection, True
         return connection, False
 
@@ -105,30 +121,43 @@ class HeldDriverConnection:
         """End the call: a broken connection is discarded, a held one kept for the burst.
 
         When another call waits for the held connection, it runs first: its statement
-        goes out before this call's rows are processed (see :func:`_hand_over`).
+        goes out before this call's rows are processed (see :func:`hand_over`).
         """
         if not held:
             await self._sql.checkin(connection, invalidate=broken)
-            return
-        self._busy = False
-        waited = self._freed is not None
-        if self._freed is not None:
-            # Callers waiting for it re-check; the first to run takes it.
-            self._freed.set()
-            self._freed = None
-        if broken:
+        elif broken:
+            self._wake_waiters()
             self._held = None
             await self._sql.checkin(connection, invalidate=True)
-            return
+        elif self.free():
+            await hand_over()
+
+    def free(self) -> bool:
+        """End a call on the held connection that left it usable (the sync :meth:`release`).
+
+        Returns:
+            Whether another call waits for the connection: the caller then awaits
+            :func:`hand_over` before processing its rows, so that call goes first.
+        """
+        waited = self._wake_waiters()
         if not self._kept:
             self._schedule_release()
-        if waited:
-            await _hand_over()
+        return waited
+
+    def _wake_waiters(self) -> bool:
+        self._busy = False
+        freed = self._freed
+        if freed is None:
+            return False
+        # Callers waiting for it re-check; the first to run takes it.
+        freed.set()
+        self._freed = None
+        return True
 
     def _schedule_release(self) -> None:
-        if not self._release_scheduled and self._held is not None:
+        if not self._release_scheduled and self._held is not None and self._loop is not None:
             self._release_scheduled = True
-            asyncio.get_running_loop().call_soon(self._release_idle)
+            self._loop.call_soon(self._release_idle)
 
     def _release_idle(self) -> None:
         self._release_scheduled = False
@@ -148,7 +177,7 @@ class HeldDriverConnection:
             connection.invalidate()
 
 
-async def _hand_over() -> None:
+async def hand_over() -> None:
     """One loop turn, in which the call that waited for the connection sends its statement.
 
     Without it the waiting call ran only after this call's caller had processed its rows

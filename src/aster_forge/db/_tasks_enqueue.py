@@ -28,7 +28,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 
 from .._errors import AsterForgeError
 from ..tasks import BackgroundTaskRecord, EnqueueResult, NewTask, TaskRegistry, TaskStatus
-from ._driver_hold import HeldDriverConnection
+from ._driver_hold import HeldDriverConnection, hand_over
 from ._tasks_enqueue_pg import PgEnqueueStatement
 from ._tasks_sql import _SATURATING_DELTA, TaskSql
 from ._tasks_table import CORE_COLUMNS, record_from_row
@@ -74,7 +74,20 @@ class TaskEnqueueMixin:
 
         See :meth:`enqueue_many` (``connection=`` joins the product's transaction).
         """
-        return (await self.enqueue_many([task], connection=connection))[0]
+        pg = self._pg_enqueue
+        if (
+            pg is None
+            or connection is not None
+            or not isinstance(task, NewTask)
+            or task.extra
+            or task.dedupe_key is not None
+        ):
+            return (await self.enqueue_many([task], connection=connection))[0]
+        # A web request's enqueue: one task, no key, the store's own connection.
+        registry = self._registry
+        if registry is not None:
+            task = registry.check_new_task(task)
+        return await self._insert_one(pg, task)
 
     async def enqueue_many(
         self,
@@ -215,6 +228,31 @@ class TaskEnqueueMixin:
             raise
         await self._driver_hold.release(connection, held, broken=False)
         return results
+
+    async def _insert_one(self, pg: PgEnqueueStatement, task: NewTask) -> EnqueueResult:
+        """:meth:`_enqueue_on_driver` for one task without a key, in as few steps."""
+        hold = self._driver_hold
+        connection = hold.take()
+        held = True
+        if connection is None:
+            connection, held = await hold.acquire(_OPERATION)
+        sql, args = pg.insert_one(task)
+        driver: Any = connection.driver_connection
+        try:
+            try:
+                rows = await driver.fetch(sql, *args)
+            except (asyncio.CancelledError, AsterForgeError):
+                raise
+            except Exception as exc:
+                raise translate_driver_error(exc, _OPERATION) from exc
+        except BaseException as exc:
+            await self._release_after(connection, held, exc)
+            raise
+        if not held:
+            await self._sql.checkin(connection, invalidate=False)
+        elif hold.free():
+            await hand_over()
+        return pg.inserted(task, rows)
 
     async def _release_after(
         self, connection: PoolProxiedConnection, held: bool, exc: BaseException

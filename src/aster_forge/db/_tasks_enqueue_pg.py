@@ -214,24 +214,28 @@ class PgEnqueueStatement:
             args.append(self._channel)
         return args
 
+    def insert_one(self, task: NewTask) -> tuple[str, list[Any]]:
+        """The statement and positional arguments for one ``task`` without a dedupe key."""
+        args = self._values(task)
+        if self._channel is not None:
+            args.append(self._channel)
+        return self._unkeyed_sql, args
+
     def unkeyed(self, tasks: Sequence[NewTask]) -> tuple[str, list[Any]]:
         """The statement and positional arguments for ``tasks``, none with a dedupe key."""
         if len(tasks) == 1:
-            args = self._values(tasks[0])
-            sql = self._unkeyed_sql
-        else:
-            params = self.parameters(tasks)
-            # No delay and no priority (the usual batch) are sent as no values: the
-            # statement reads NULL as zero, and the driver checks and encodes nothing.
-            if not any(params["delay"]):
-                params["delay"] = []
-            if not any(params["priority"]):
-                params["priority"] = []
-            args = [params[name] for name, _, _ in _INPUT[:-1]]  # all but the key
-            sql = self._unkeyed_many_sql
+            return self.insert_one(tasks[0])
+        params = self.parameters(tasks)
+        # No delay and no priority (the usual batch) are sent as no values: the
+        # statement reads NULL as zero, and the driver checks and encodes nothing.
+        if not any(params["delay"]):
+            params["delay"] = []
+        if not any(params["priority"]):
+            params["priority"] = []
+        args: list[Any] = [params[name] for name, _, _ in _INPUT[:-1]]  # all but the key
         if self._channel is not None:
             args.append(self._channel)
-        return sql, args
+        return self._unkeyed_many_sql, args
 
     def unkeyed_results(self, tasks: Sequence[NewTask], rows: Sequence[Any]) -> list[EnqueueResult]:
         """The results of :meth:`unkeyed` for ``tasks``, from its rows.
@@ -245,10 +249,7 @@ class PgEnqueueStatement:
             DatabaseOperationError: When the rows do not match the tasks one to one.
         """
         if len(rows) != len(tasks):
-            raise DatabaseOperationError(
-                f"enqueue tasks: {len(rows)} rows came back for {len(tasks)} tasks",
-                operation="enqueue tasks",
-            )
+            raise _row_count_error(len(rows), len(tasks))
         # One now() for the whole batch, and for every due-now task's run_at.
         stamps = UtcStamps()
         deferred = EnqueueResult.deferred
@@ -256,6 +257,18 @@ class PgEnqueueStatement:
             deferred(functools.partial(_unkeyed_record, task, row, stamps), True)  # created
             for task, row in zip(tasks, rows, strict=True)
         ]
+
+    @staticmethod
+    def inserted(task: NewTask, rows: Sequence[Any]) -> EnqueueResult:
+        """The result of :meth:`insert_one` for ``task``, from its rows (see above).
+
+        Raises:
+            DatabaseOperationError: When not exactly one row came back.
+        """
+        if len(rows) != 1:
+            raise _row_count_error(len(rows), 1)
+        build = functools.partial(_unkeyed_record, task, rows[0], UtcStamps())
+        return EnqueueResult.deferred(build, True)
 
     @staticmethod
     def _values(task: NewTask) -> list[Any]:
@@ -306,6 +319,12 @@ class PgEnqueueStatement:
             "dedupe_key": unless_all_null(keys),
             "keys": [key for key in keys if key is not None],
         }
+
+
+def _row_count_error(rows: int, tasks: int) -> DatabaseOperationError:
+    return DatabaseOperationError(
+        f"enqueue tasks: {rows} rows came back for {tasks} tasks", operation="enqueue tasks"
+    )
 
 
 def _unkeyed_record(task: NewTask, row: Any, stamps: UtcStamps) -> BackgroundTaskRecord:

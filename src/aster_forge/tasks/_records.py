@@ -295,7 +295,17 @@ class NewTask:
 _NO_DELAY = timedelta(0)
 # Records and requests built field by field skip their frozen __init__ (see the users).
 _new_record = object.__new__
-_NEW_TASK_SLOTS = tuple(getattr(NewTask, spec.name).__set__ for spec in fields(NewTask))
+_SLOT_SETTERS = {spec.name: getattr(NewTask, spec.name).__set__ for spec in fields(NewTask)}
+_set_kind = _SLOT_SETTERS["kind"]
+_set_lane = _SLOT_SETTERS["lane"]
+_set_payload_json = _SLOT_SETTERS["payload_json"]
+_set_steps_json = _SLOT_SETTERS["steps_json"]
+_set_run_at = _SLOT_SETTERS["run_at"]
+_set_delay = _SLOT_SETTERS["delay"]
+_set_priority = _SLOT_SETTERS["priority"]
+_set_max_attempts = _SLOT_SETTERS["max_attempts"]
+_set_dedupe_key = _SLOT_SETTERS["dedupe_key"]
+_set_extra = _SLOT_SETTERS["extra"]
 
 
 def encoded_new_task(
@@ -322,9 +332,17 @@ def encoded_new_task(
         TaskEnqueueValueError: When another field is invalid.
     """
     task = _new_record(NewTask)
-    values = (kind, lane, payload_json, steps_json, run_at, delay, priority, max_attempts)
-    for set_slot, value in zip(_NEW_TASK_SLOTS, (*values, dedupe_key, extra), strict=True):
-        set_slot(task, value)
+    # One slot setter call per field (a loop over them costs twice as much).
+    _set_kind(task, kind)
+    _set_lane(task, lane)
+    _set_payload_json(task, payload_json)
+    _set_steps_json(task, steps_json)
+    _set_run_at(task, run_at)
+    _set_delay(task, delay)
+    _set_priority(task, priority)
+    _set_max_attempts(task, max_attempts)
+    _set_dedupe_key(task, dedupe_key)
+    _set_extra(task, extra)
     task._check_options()
     return task
 

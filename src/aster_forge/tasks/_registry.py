@@ -73,8 +73,8 @@ class TaskRegistry(Generic[StateT, KindT, LaneT]):
         self._lanes: dict[LaneT, list[KindT]] = {}
         self._erased: dict[KindT, ErasedTaskSpec[StateT]] = {}
         self._lane_of: dict[KindT, LaneT] = {}
-        # wire value -> (erased spec, lane wire value), for enqueue.
-        self._by_wire: dict[str, tuple[ErasedTaskSpec[StateT], str]] = {}
+        # wire value -> (erased spec, lane wire value, the wire value), for enqueue.
+        self._by_wire: dict[str, tuple[ErasedTaskSpec[StateT], str, str]] = {}
         self._frozen = False
 
     @property
@@ -164,7 +164,7 @@ class TaskRegistry(Generic[StateT, KindT, LaneT]):
                 self._lane_of[kind] = lane
         for kind, erased in self._erased.items():
             if isinstance(kind.value, str) and isinstance(self._lane_of[kind].value, str):
-                self._by_wire[kind.value] = (erased, self._lane_of[kind].value)
+                self._by_wire[kind.value] = (erased, self._lane_of[kind].value, kind.value)
         self._frozen = True
         return self
 
@@ -205,11 +205,14 @@ class TaskRegistry(Generic[StateT, KindT, LaneT]):
             TaskRegistryError: When the registry is not validated.
         """
         self._check_frozen()
-        wire = kind.value if isinstance(kind, enum.Enum) else kind
-        entry = self._by_wire.get(wire) if isinstance(wire, str) else None
+        # A str-valued enum member equals (and hashes as) its value: no .value lookup.
+        entry = self._by_wire.get(kind) if isinstance(kind, str) else None
         if entry is None:
-            raise TaskKindNotRegisteredError(str(wire))
-        erased, lane = entry
+            wire = kind.value if isinstance(kind, enum.Enum) else kind
+            entry = self._by_wire.get(wire) if isinstance(wire, str) else None
+            if entry is None:
+                raise TaskKindNotRegisteredError(str(wire))
+        erased, lane, wire = entry
         spec = erased.spec
         if max_attempts is None:
             # The kind's own budget, else NewTask's default.
@@ -245,7 +248,7 @@ class TaskRegistry(Generic[StateT, KindT, LaneT]):
         entry = self._by_wire.get(task.kind)
         if entry is None:
             raise TaskKindNotRegisteredError(task.kind)
-        erased, lane = entry
+        erased, lane, _ = entry
         if task.lane != lane:
             raise TaskLaneMismatchError(task.kind, task.lane, lane)
         if task.steps_json is None and erased.steps:
