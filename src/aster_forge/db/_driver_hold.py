@@ -126,7 +126,7 @@ class HeldDriverConnection:
         if not held:
             await self._sql.checkin(connection, invalidate=broken)
         elif broken:
-            self._wake_waiters()
+            self._mark_free()
             self._held = None
             await self._sql.checkin(connection, invalidate=True)
         elif self.free():
@@ -139,12 +139,12 @@ class HeldDriverConnection:
             Whether another call waits for the connection: the caller then awaits
             :func:`hand_over` before processing its rows, so that call goes first.
         """
-        waited = self._wake_waiters()
+        waited = self._mark_free()
         if not self._kept:
             self._schedule_release()
         return waited
 
-    def _wake_waiters(self) -> bool:
+    def _mark_free(self) -> bool:
         self._busy = False
         freed = self._freed
         if freed is None:

@@ -237,20 +237,14 @@ class TaskEnqueueMixin:
         if connection is None:
             connection, held = await hold.acquire(_OPERATION)
         sql, args = pg.insert_one(task)
-        driver: Any = connection.driver_connection
         try:
-            try:
-                rows = await driver.fetch(sql, *args)
-            except (asyncio.CancelledError, AsterForgeError):
-                raise
-            except Exception as exc:
-                raise translate_driver_error(exc, _OPERATION) from exc
+            rows = await self._on_driver(connection.driver_connection, sql, args)
         except BaseException as exc:
             await self._release_after(connection, held, exc)
             raise
         if not held:
-            await self._sql.checkin(connection, invalidate=False)
-        elif hold.free():
+            await hold.release(connection, held, broken=False)
+        elif hold.free():  # the held connection's release, without a coroutine
             await hand_over()
         return pg.inserted(task, rows)
 
