@@ -15,6 +15,9 @@ taking commands (``peer_runner.py pgqueuer serve``). One throwaway database:
 - aster-forge's own one-task statement sent on a bare asyncpg connection, no library
   code around it (what the statement costs the database and the driver: the most any
   client-side work could reach; its rows have kind ``floor``);
+- the same task row inserted with nothing returned and no NOTIFY (what one task row
+  costs the database at the least; its rows have kind ``bare``): no task id comes back,
+  so no enqueue could be cheaper than this;
 - bulk: aster-forge ``enqueue_many`` and pgqueuer ``enqueue`` in chunks of 5,000.
 
 Every system's row count is checked after each run. Results (medians over the rounds
@@ -52,6 +55,8 @@ from ._common import (
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CHUNK = 5000
+FLOOR = "floor"
+BARE = "bare"
 SINGLE_SLICE = 100
 
 
@@ -76,10 +81,10 @@ def _task(n: int) -> NewTask:
     return NewTask(_aster.Kind.NOOP, _aster.Lane.DEFAULT, payload_json=str(n))
 
 
-async def _count(url: str, *, floor: bool = False) -> int:
-    """Rows of aster-forge (or, with ``floor``, of :class:`FloorSystem`)."""
+async def _count(url: str, *, kind: str | None = None) -> int:
+    """Rows of aster-forge (or, with ``kind``, of that :class:`FloorSystem`)."""
     engine = make_engine(url)
-    where = "kind = 'floor'" if floor else "kind <> 'floor'"
+    where = f"kind = '{kind}'" if kind else f"kind NOT IN ('{FLOOR}', '{BARE}')"
     try:
         async with engine.connect() as conn:
             query = sa.text(f"SELECT count(*) FROM background_tasks WHERE {where}")
@@ -141,24 +146,35 @@ class AsterSystem:
 class FloorSystem:
     """aster-forge's one-task statement on a bare asyncpg connection (no library code)."""
 
-    def __init__(self, conn: Any, sql: str, args: list[Any]) -> None:
+    def __init__(self, conn: Any, sql: str, args: list[Any], kind: str) -> None:
         self.conn = conn
         self.sql = sql
         self.args = args
+        self.kind = kind
         self.sent = 0
 
     @classmethod
-    async def open(cls, url: str, store: BackgroundTaskDbStore) -> FloorSystem:
-        """Connect and warm the statement (the store's own, for one task without a key)."""
+    async def open(
+        cls, url: str, store: BackgroundTaskDbStore, *, bare: bool = False
+    ) -> FloorSystem:
+        """Connect and warm the statement (the store's own, for one task without a key).
+
+        With ``bare``, the statement ends before its ``RETURNING`` (which also holds the
+        NOTIFY): the task row is inserted and nothing comes back.
+        """
         import asyncpg
 
         pg: Any = getattr(store, "_pg_enqueue", None)
         if pg is None:
             raise SystemExit("bench_enqueue: the store has no PostgreSQL enqueue statement")
-        sql, args = pg.unkeyed([NewTask("floor", _aster.Lane.DEFAULT, payload_json="0")])
+        kind = BARE if bare else FLOOR
+        sql, args = pg.unkeyed([NewTask(kind, _aster.Lane.DEFAULT, payload_json="0")])
+        if bare:
+            sql = sql.split("RETURNING", 1)[0]
+            args = args[: sql.count("$")]  # the NOTIFY's channel is no longer sent
         conn = await asyncpg.connect(asyncpg_dsn(url))
         await conn.fetch(sql, *args)
-        return cls(conn, sql, args)
+        return cls(conn, sql, args, kind)
 
     async def single(self, n: int) -> float:
         """``n`` statements, one per call; seconds."""
@@ -172,7 +188,7 @@ class FloorSystem:
     async def close(self, url: str) -> bool:
         """Close the connection; whether every row landed."""
         await self.conn.close()
-        return await _count(url, floor=True) == self.sent + 1
+        return await _count(url, kind=self.kind) == self.sent + 1
 
 
 class RawSystem:
@@ -235,6 +251,7 @@ async def single_round(url: str, count: int, pgqueuer: bool) -> dict[str, float]
     aster = AsterSystem(url)
     raw = await RawSystem.open(url)
     floor = await FloorSystem.open(url, aster.store)
+    bare = await FloorSystem.open(url, aster.store, bare=True)
     peer = await _peers.PeerServer.start("pgqueuer", url) if pgqueuer else None
     await aster.warm()
     jobs: dict[str, Callable[[int], Awaitable[float]]] = {
@@ -245,8 +262,14 @@ async def single_round(url: str, count: int, pgqueuer: bool) -> dict[str, float]
         jobs["pgqueuer single"] = lambda n: peer.run("single", n)
     jobs["raw single"] = raw.single
     jobs["aster statement, bare driver"] = floor.single
+    jobs["task row INSERT, nothing returned"] = bare.single
     rates = await _sliced(jobs, count, SINGLE_SLICE)
-    checks = [await aster.close(), await raw.close(), await floor.close(url)]
+    checks = [
+        await aster.close(),
+        await raw.close(),
+        await floor.close(url),
+        await bare.close(url),
+    ]
     if peer is not None:
         checks.append(await peer.close())
     if not all(checks):
@@ -330,6 +353,10 @@ async def _run(label: str) -> list[str]:
         f"{ratio('aster statement, bare driver', 'pgqueuer single')}; vs raw INSERT: "
         f"{ratio('aster statement, bare driver', 'raw single')}; aster single vs it: "
         f"{ratio('aster single', 'aster statement, bare driver')}",
+        "- a task row inserted with nothing returned and no NOTIFY (no enqueue that "
+        "returns the task id can cost less): "
+        f"{ratio('task row INSERT, nothing returned', 'pgqueuer single')} vs pgqueuer, "
+        f"{ratio('task row INSERT, nothing returned', 'raw single')} vs raw INSERT",
         f"- bulk vs pgqueuer: {ratio('aster bulk', 'pgqueuer bulk')} (goal >= 1x)",
         "- idle loop between calls (each call checks a connection out; no reuse): "
         f"{ratio('aster single, idle loop', 'pgqueuer single')} vs pgqueuer, "
