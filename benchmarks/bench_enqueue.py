@@ -18,7 +18,10 @@ taking commands (``peer_runner.py pgqueuer serve``). One throwaway database:
 - the same task row inserted with nothing returned and no NOTIFY (what one task row
   costs the database at the least; its rows have kind ``bare``): no task id comes back,
   so no enqueue could be cheaper than this;
-- bulk: aster-forge ``enqueue_many`` and pgqueuer ``enqueue`` in chunks of 5,000.
+- bulk: aster-forge ``enqueue_many`` and pgqueuer ``enqueue`` in chunks of 5,000;
+- one enqueue per call again (aster-forge, pgqueuer, raw ``INSERT``) while another
+  process ``LISTEN``s on both NOTIFY channels, as a waiting worker does in production:
+  each system's NOTIFY is then delivered, which it is not when nobody listens.
 
 Every system's row count is checked after each run. Results (medians over the rounds
 and the per-round ratios) go to ``benchmarks/results/<date>-enqueue.md``.
@@ -34,6 +37,7 @@ import datetime as dt
 import inspect
 import os
 import statistics
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -41,7 +45,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from aster_forge.db import BackgroundTaskDbStore
+from aster_forge.db import DEFAULT_TASK_NOTIFY_CHANNEL, BackgroundTaskDbStore
 from aster_forge.tasks import NewTask
 
 from . import _aster, _peers
@@ -57,6 +61,26 @@ RESULTS = Path(__file__).resolve().parent / "results"
 CHUNK = 5000
 FLOOR = "floor"
 BARE = "bare"
+PGQUEUER_CHANNEL = "ch_pgqueuer"
+
+# A waiting worker's session: LISTENs on the given channels until its stdin closes,
+# then prints how many notifications arrived.
+_LISTENER = """
+import asyncio, sys
+import asyncpg
+
+async def main() -> None:
+    conn = await asyncpg.connect(sys.argv[1])
+    got = [0]
+    for channel in sys.argv[2:]:
+        await conn.add_listener(channel, lambda *_: got.__setitem__(0, got[0] + 1))
+    print("ready", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    await conn.close()
+    print(got[0], flush=True)
+
+asyncio.run(main())
+"""
 SINGLE_SLICE = 100
 
 
@@ -277,6 +301,60 @@ async def single_round(url: str, count: int, pgqueuer: bool) -> dict[str, float]
     return rates
 
 
+class Listener:
+    """Another process ``LISTEN``ing on aster-forge's and pgqueuer's channels."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+
+    @classmethod
+    async def start(cls, url: str) -> Listener:
+        """Start it and wait until it listens."""
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            _LISTENER,
+            asyncpg_dsn(url),
+            DEFAULT_TASK_NOTIFY_CHANNEL,
+            PGQUEUER_CHANNEL,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert process.stdout is not None
+        if (await process.stdout.readline()).strip() != b"ready":
+            raise SystemExit("bench_enqueue: the listener did not start")
+        return cls(process)
+
+    async def stop(self) -> int:
+        """Stop it; how many notifications it received."""
+        out, _ = await asyncio.wait_for(self.process.communicate(b""), 60)
+        return int(out.decode().strip().splitlines()[-1])
+
+
+async def listened_round(url: str, count: int, pgqueuer: bool) -> dict[str, float]:
+    """One enqueue per call with another session listening on both channels."""
+    await _aster.reset_table(url)
+    aster = AsterSystem(url)
+    raw = await RawSystem.open(url)
+    peer = await _peers.PeerServer.start("pgqueuer", url) if pgqueuer else None
+    await aster.warm()
+    listener = await Listener.start(url)
+    jobs: dict[str, Callable[[int], Awaitable[float]]] = {"aster single, listened": aster.single}
+    if peer is not None:
+        jobs["pgqueuer single, listened"] = lambda n: peer.run("single", n)
+    jobs["raw single, listened"] = raw.single
+    try:
+        rates = await _sliced(jobs, count, SINGLE_SLICE)
+    finally:
+        notified = await listener.stop()
+    checks = [await aster.close(), await raw.close()]
+    if peer is not None:
+        checks.append(await peer.close())
+    if not all(checks) or not notified:
+        raise SystemExit(f"listened enqueue: row count mismatch {checks}, {notified} notified")
+    return rates
+
+
 async def bulk_round(url: str, count: int, pgqueuer: bool) -> dict[str, float]:
     """``enqueue_many`` beside pgqueuer's list enqueue, one chunk each in turn."""
     await _aster.reset_table(url)
@@ -312,6 +390,7 @@ async def _run(label: str) -> list[str]:
             print(f"== enqueue round {round_no}/{rounds}", flush=True)
             rates = await single_round(url, single_n, problem is None)
             rates.update(await bulk_round(url, bulk_n, problem is None))
+            rates.update(await listened_round(url, single_n, problem is None))
             for name, rate in rates.items():
                 figures.setdefault(name, []).append(rate)
                 print(f"  {name:<24} {rate:>10,.0f}/s", flush=True)
@@ -358,6 +437,9 @@ async def _run(label: str) -> list[str]:
         f"{ratio('task row INSERT, nothing returned', 'pgqueuer single')} vs pgqueuer, "
         f"{ratio('task row INSERT, nothing returned', 'raw single')} vs raw INSERT",
         f"- bulk vs pgqueuer: {ratio('aster bulk', 'pgqueuer bulk')} (goal >= 1x)",
+        "- one enqueue per call with a session listening on both channels: "
+        f"{ratio('aster single, listened', 'pgqueuer single, listened')} vs pgqueuer, "
+        f"{ratio('aster single, listened', 'raw single, listened')} vs raw INSERT",
         "- idle loop between calls (each call checks a connection out; no reuse): "
         f"{ratio('aster single, idle loop', 'pgqueuer single')} vs pgqueuer, "
         f"{ratio('aster single, idle loop', 'raw single')} vs raw INSERT",
