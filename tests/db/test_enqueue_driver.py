@@ -68,6 +68,7 @@ async def test_a_burst_reuses_one_connection_and_returns_it_when_idle(
     pool = engine.sync_engine.pool
     ids = [(await store.enqueue(_task(f"n{n}"))).record.id for n in range(50)]
     assert len(set(ids)) == 50
+    await store.flush_notifications()  # the burst's trailing NOTIFY has its own statement
     await asyncio.sleep(0)  # one loop iteration with no enqueue running
     assert pool.checkedout() == 0, pool.status()  # type: ignore[attr-defined]
     # The single pooled connection is free for the product again.
@@ -91,6 +92,7 @@ async def test_a_kept_connection_stays_out_until_let_go_and_is_shared_when_the_p
     assert all(result.created for result in results)
     let_go()
     let_go()  # a second call does nothing
+    await store.flush_notifications()
     await asyncio.sleep(0)
     assert pool.checkedout() == 0, pool.status()  # type: ignore[attr-defined]
     assert await _count(engine) == 6
@@ -273,6 +275,7 @@ async def test_concurrent_enqueues_share_the_pool_and_leak_nothing(postgres_url:
         hits = await asyncio.gather(*(store.enqueue(dedupe) for _ in range(10)))
         assert sum(r.created for r in hits) == 1
         assert len({r.record.id for r in hits}) == 1
+        await store.flush_notifications()
         await asyncio.sleep(0)
         assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
         assert await _count(engine) == 61

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -17,8 +18,9 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
 from aster_forge import Forge, ForgePayloadError, TaskExecutionContext
+from aster_forge.db import BackgroundTaskNotificationListener
 from aster_forge.forge import ForgeWorkerSettings
-from aster_forge.runtime import AsterRuntime
+from aster_forge.runtime import AsterRuntime, CancellationToken
 from aster_forge.tasks import (
     ClassifiedTaskError,
     DispatchPollConfig,
@@ -27,6 +29,7 @@ from aster_forge.tasks import (
     TaskStatus,
 )
 
+from ..conftest import drop_all_tables
 from ._bodies import Thumbnail, ThumbnailResult
 
 _FAST = ForgeWorkerSettings(
@@ -239,3 +242,45 @@ async def test_forge_component_runs_under_a_products_asterruntime(forge_url: str
     order = [phase.component for phase in report.phases]
     assert order.index("background_tasks") < order.index("database")
     await forge.aclose()
+
+
+@pytest.mark.postgres
+async def test_aclose_sends_a_bursts_trailing_notify_before_the_pool_closes(
+    postgres_url: str,
+) -> None:
+    forge = _forge(postgres_url)
+    lane = f"burst_{uuid.uuid4().hex[:8]}"
+    forge.lane(lane, concurrency=1)
+
+    @forge.task(lane=lane)
+    async def thumbnail(ctx: TaskExecutionContext, payload: Thumbnail) -> None:
+        del ctx, payload
+
+    await forge.backend.create_tables()
+    heard: list[str] = []
+    changed = asyncio.Event()
+
+    def on_notify(payload: str | None) -> None:
+        if payload == lane:
+            heard.append(payload)
+            changed.set()
+
+    listener = BackgroundTaskNotificationListener(postgres_url, on_notify=on_notify)
+    token = CancellationToken()
+    run = asyncio.create_task(listener.run(token), name="listener")
+    try:
+        await asyncio.wait_for(listener.wait_connected(), 10)
+        for n in range(3):  # within one window: the first notifies, two are quiet
+            await thumbnail.enqueue(Thumbnail(file_id=n))
+        await forge.aclose()
+        async with asyncio.timeout(10):
+            while len(heard) < 2:
+                changed.clear()
+                await changed.wait()
+    finally:
+        token.cancel()
+        await run
+        assert forge.backend.engine is not None
+        await drop_all_tables(forge.backend.engine)
+        await forge.aclose()
+    assert heard == [lane, lane]

@@ -17,6 +17,7 @@ from ..tasks import (
     BackgroundTaskRecord,
     TaskCompletion,
     TaskFailureReason,
+    TaskInvalidValueError,
     TaskLease,
     TaskRegistry,
     TaskRegistryError,
@@ -26,6 +27,7 @@ from ..tasks import (
     check_ttl,
 )
 from ._driver_hold import HeldDriverConnection
+from ._notify_limiter import DEFAULT_NOTIFY_WINDOW, NotifyLimiter
 from ._task_lanes import TaskLaneMixin, lane_open_predicate
 from ._tasks_admin import TaskAdminMixin
 from ._tasks_control import TaskControlMixin
@@ -82,6 +84,12 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         clock: The time source on SQLite (PostgreSQL/MariaDB use the server clock).
         notify: On PostgreSQL, ``NOTIFY`` the channel in the enqueue transaction.
         notify_channel: The channel name.
+        notify_window: One-task enqueues of a lane NOTIFY at most once per window:
+            the first carries the NOTIFY, later ones within the window insert
+            quietly, and one NOTIFY follows the window (sent after their commits; see
+            :meth:`flush_notifications`). A listening worker then wakes once per burst
+            instead of once per task. ``timedelta(0)`` notifies on every enqueue.
+            Batches and enqueues in the product's transaction always notify.
         registry: A validated :class:`~aster_forge.tasks.TaskRegistry`: every enqueued
             task is checked against it (kind registered, lane the kind's own; the
             spec's steps filled in when ``steps_json`` is absent) and a bad batch is
@@ -97,10 +105,13 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         clock: Clock | None = None,
         notify: bool = True,
         notify_channel: str = DEFAULT_TASK_NOTIFY_CHANNEL,
+        notify_window: timedelta = DEFAULT_NOTIFY_WINDOW,
         registry: TaskRegistry[Any, Any, Any] | None = None,
     ) -> None:
         if registry is not None and not registry.validated:
             raise TaskRegistryError("task registry is not validated; call validate() first")
+        if notify_window < timedelta(0):
+            raise TaskInvalidValueError(f"notify_window must not be negative: {notify_window}")
         self._registry = registry
         self._table = table if table is not None else background_tasks_table(sa.MetaData())
         self._lanes = task_lanes_table(self._table)
@@ -127,6 +138,13 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             else None
         )
         self._driver_hold = HeldDriverConnection(self._sql)
+        # Real time, not the store's clock: it paces wake-ups, not task due times.
+        window = notify_window.total_seconds()
+        self._notify_limiter = (
+            NotifyLimiter(window, self._notify_lane, SystemClock())
+            if self._pg_enqueue is not None and self._notify and window > 0
+            else None
+        )
         self._pg_run = (
             PgTaskRunner(self._pg, engine, self._sql, self._driver_hold)
             if self._pg is not None

@@ -29,6 +29,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 from .._errors import AsterForgeError
 from ..tasks import BackgroundTaskRecord, EnqueueResult, NewTask, TaskRegistry, TaskStatus
 from ._driver_hold import HeldDriverConnection, hand_over
+from ._notify_limiter import NotifyLimiter
 from ._tasks_enqueue_pg import PgEnqueueStatement
 from ._tasks_sql import _SATURATING_DELTA, TaskSql
 from ._tasks_table import CORE_COLUMNS, record_from_row
@@ -45,6 +46,7 @@ _KEY_CHUNK = 500
 _DEDUPE_RACE_ATTEMPTS = 8
 _PENDING = TaskStatus.PENDING.value
 _OPERATION = "enqueue tasks"
+_NOTIFY_SQL = "SELECT pg_notify($1::text, $2::text)"
 _ID = attrgetter("id")
 _CORE = frozenset(CORE_COLUMNS)
 
@@ -64,6 +66,8 @@ class TaskEnqueueMixin:
     _registry: TaskRegistry[Any, Any, Any] | None
     _pg_enqueue: PgEnqueueStatement | None
     _driver_hold: HeldDriverConnection
+    _notify_limiter: NotifyLimiter | None
+    _quiet_pool: object = None
 
     # -- enqueue ----------------------------------------------------------------------
 
@@ -236,17 +240,48 @@ class TaskEnqueueMixin:
         held = True
         if connection is None:
             connection, held = await hold.acquire(_OPERATION)
-        sql, args = pg.insert_one(task)
+        limiter = self._notify_limiter
+        lane = str(task.lane)
+        notify = limiter is None or limiter.take(lane)
+        sql, args = pg.insert_one(task, notify=notify)
         try:
             rows = await self._on_driver(connection.driver_connection, sql, args)
         except BaseException as exc:
             await self._release_after(connection, held, exc)
             raise
+        if not notify:
+            assert limiter is not None  # only a limiter leaves the NOTIFY out
+            self._quiet_pool = self._sql.pool
+            limiter.inserted_quietly(lane)
         if not held:
             await hold.release(connection, held, broken=False)
         elif hold.free():  # the held connection's release, without a coroutine
             await hand_over()
         return pg.inserted(task, rows)
+
+    async def flush_notifications(self) -> None:
+        """Wait until the NOTIFY that follows this store's quiet enqueues was sent.
+
+        One-task enqueues within ``notify_window`` of a lane's last NOTIFY insert
+        without one; a NOTIFY follows at the window's end. A process that exits right
+        after enqueueing awaits this so a waiting worker is woken at once rather than
+        at its next poll.
+        """
+        if self._notify_limiter is not None:
+            await self._notify_limiter.join()
+
+    async def _notify_lane(self, lane: str) -> None:
+        """``lane``'s NOTIFY in a statement of its own (after quiet enqueues)."""
+        if self._sql.pool is not self._quiet_pool:
+            return  # the engine was disposed since: its owner is shutting down
+        hold = self._driver_hold
+        connection, held = await hold.acquire("notify")
+        try:
+            await self._on_driver(connection.driver_connection, _NOTIFY_SQL, [self._channel, lane])
+        except BaseException as exc:
+            await self._release_after(connection, held, exc)
+            raise
+        await hold.release(connection, held, broken=False)
 
     async def _release_after(
         self, connection: PoolProxiedConnection, held: bool, exc: BaseException

@@ -167,6 +167,10 @@ class PgEnqueueStatement:
             notify=", pg_notify($9::text, lane)" if channel is not None else "",
             **raw,
         )
+        # A one-task insert whose NOTIFY another enqueue carries (see NotifyLimiter).
+        self._unkeyed_quiet_sql = _UNKEYED_SQL.format(
+            returning=_UNKEYED_RETURNING, notify="", **raw
+        )
         self._unkeyed_many_sql = _UNKEYED_MANY_SQL.format(
             returning=_UNKEYED_RETURNING,
             woke=_WOKE.format(channel="$9::text") if channel is not None else "",
@@ -214,11 +218,15 @@ class PgEnqueueStatement:
             args.append(self._channel)
         return args
 
-    def insert_one(self, task: NewTask) -> tuple[str, list[Any]]:
-        """The statement and positional arguments for one ``task`` without a dedupe key."""
+    def insert_one(self, task: NewTask, *, notify: bool = True) -> tuple[str, list[Any]]:
+        """The statement and positional arguments for one ``task`` without a dedupe key.
+
+        With ``notify=False`` the statement leaves the NOTIFY out.
+        """
         args = self._values(task)
-        if self._channel is not None:
-            args.append(self._channel)
+        if self._channel is None or not notify:
+            return self._unkeyed_quiet_sql, args
+        args.append(self._channel)
         return self._unkeyed_sql, args
 
     def unkeyed(self, tasks: Sequence[NewTask]) -> tuple[str, list[Any]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -84,7 +85,8 @@ class ForgeBackend:
             return
         self.url = normalize_database_url(url)
         self.engine = _open_engine(self.url)
-        self.task_store = BackgroundTaskDbStore(self.engine, table=self.tasks_table)
+        self._db_store = BackgroundTaskDbStore(self.engine, table=self.tasks_table)
+        self.task_store = self._db_store
         self.scheduled_store = ScheduledTaskDbStore(self.engine)
         self.lease_store = RuntimeLeaseDbStore(self.engine)
 
@@ -113,7 +115,10 @@ class ForgeBackend:
             return self.task_store
         if self._sync_store is None:
             engine = _open_engine(self.url, poolclass=NullPool)
-            self._sync_store = BackgroundTaskDbStore(engine, table=self.tasks_table)
+            # Each call's loop ends with it: no NOTIFY may be left to follow the window.
+            self._sync_store = BackgroundTaskDbStore(
+                engine, table=self.tasks_table, notify_window=timedelta(0)
+            )
         return self._sync_store
 
     async def create_tables(self) -> None:
@@ -126,4 +131,6 @@ class ForgeBackend:
     async def dispose(self) -> None:
         """Close the engine's pooled connections (the engine stays usable)."""
         if self.engine is not None:
+            # Quiet enqueues' NOTIFY goes out before the pool closes: a worker wakes now.
+            await self._db_store.flush_notifications()
             await self.engine.dispose()
