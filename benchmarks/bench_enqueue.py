@@ -20,8 +20,11 @@ taking commands (``peer_runner.py pgqueuer serve``). One throwaway database:
   so no enqueue could be cheaper than this;
 - bulk: aster-forge ``enqueue_many`` and pgqueuer ``enqueue`` in chunks of 5,000;
 - one enqueue per call again (aster-forge, pgqueuer, raw ``INSERT``) while another
-  process ``LISTEN``s on both NOTIFY channels, as a waiting worker does in production:
-  each system's NOTIFY is then delivered, which it is not when nobody listens.
+  process (``BENCH_ENQUEUE_LISTENERS=N``: N processes, one per worker instance)
+  ``LISTEN``s on both NOTIFY channels, as a waiting worker does in production:
+  each system's NOTIFY is then delivered, which it is not when nobody listens; beside
+  them an aster-forge store with ``notify_window=timedelta(0)``, every enqueue carrying
+  its own NOTIFY (what the default window of one NOTIFY per lane per 5 ms saves).
 
 Every system's row count is checked after each run. Results (medians over the rounds
 and the per-round ratios) go to ``benchmarks/results/<date>-enqueue.md``.
@@ -91,10 +94,15 @@ def _sizes() -> tuple[int, int, int]:
     return 2_000, 50_000, 3
 
 
-def _store(engine: Any) -> BackgroundTaskDbStore:
-    if "registry" in inspect.signature(BackgroundTaskDbStore).parameters:
-        return BackgroundTaskDbStore(engine, registry=_aster.REGISTRY)
-    return BackgroundTaskDbStore(engine)
+def _store(engine: Any, *, notify_each: bool = False) -> BackgroundTaskDbStore:
+    """The store as a product builds it; ``notify_each``: every enqueue NOTIFYs."""
+    parameters = inspect.signature(BackgroundTaskDbStore).parameters
+    options: dict[str, Any] = {}
+    if "registry" in parameters:
+        options["registry"] = _aster.REGISTRY
+    if notify_each and "notify_window" in parameters:
+        options["notify_window"] = dt.timedelta(0)
+    return BackgroundTaskDbStore(engine, **options)
 
 
 def _task(n: int) -> NewTask:
@@ -120,10 +128,10 @@ async def _count(url: str, *, kind: str | None = None) -> int:
 class AsterSystem:
     """aster-forge on its own engine: a store with the registry (every task validated)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, notify_each: bool = False) -> None:
         self.url = url
         self.engine = make_engine(url)
-        self.store = _store(self.engine)
+        self.store = _store(self.engine, notify_each=notify_each)
         self.sent = 0
 
     async def warm(self) -> None:
@@ -161,10 +169,13 @@ class AsterSystem:
         self.sent += n
         return elapsed
 
-    async def close(self) -> bool:
-        """Dispose of the engine; whether every task landed."""
+    async def close(self, *, others: int = 0) -> bool:
+        """Dispose of the engine; whether every task landed (``others``: other stores')."""
+        flush = getattr(self.store, "flush_notifications", None)
+        if flush is not None:
+            await flush()
         await self.engine.dispose()
-        return await _count(self.url) == self.sent + 1
+        return await _count(self.url) == self.sent + 1 + others
 
 
 class FloorSystem:
@@ -301,6 +312,10 @@ async def single_round(url: str, count: int, pgqueuer: bool) -> dict[str, float]
     return rates
 
 
+#: Worker processes listening (``BENCH_ENQUEUE_LISTENERS``): each NOTIFY reaches every one.
+LISTENERS = int(os.environ.get("BENCH_ENQUEUE_LISTENERS", "1"))
+
+
 class Listener:
     """Another process ``LISTEN``ing on aster-forge's and pgqueuer's channels."""
 
@@ -335,19 +350,26 @@ async def listened_round(url: str, count: int, pgqueuer: bool) -> dict[str, floa
     """One enqueue per call with another session listening on both channels."""
     await _aster.reset_table(url)
     aster = AsterSystem(url)
+    # Every enqueue carrying its own NOTIFY (no window): what the window saves.
+    each = AsterSystem(url, notify_each=True)
     raw = await RawSystem.open(url)
     peer = await _peers.PeerServer.start("pgqueuer", url) if pgqueuer else None
     await aster.warm()
-    listener = await Listener.start(url)
-    jobs: dict[str, Callable[[int], Awaitable[float]]] = {"aster single, listened": aster.single}
+    await each.warm()
+    listeners = [await Listener.start(url) for _ in range(LISTENERS)]
+    jobs: dict[str, Callable[[int], Awaitable[float]]] = {
+        "aster single, listened": aster.single,
+        "aster single, listened, NOTIFY each": each.single,
+    }
     if peer is not None:
         jobs["pgqueuer single, listened"] = lambda n: peer.run("single", n)
     jobs["raw single, listened"] = raw.single
     try:
         rates = await _sliced(jobs, count, SINGLE_SLICE)
     finally:
-        notified = await listener.stop()
-    checks = [await aster.close(), await raw.close()]
+        notified = min([await listener.stop() for listener in listeners])
+    await each.close()
+    checks = [await aster.close(others=each.sent + 1), await raw.close()]
     if peer is not None:
         checks.append(await peer.close())
     if not all(checks) or not notified:
@@ -437,9 +459,13 @@ async def _run(label: str) -> list[str]:
         f"{ratio('task row INSERT, nothing returned', 'pgqueuer single')} vs pgqueuer, "
         f"{ratio('task row INSERT, nothing returned', 'raw single')} vs raw INSERT",
         f"- bulk vs pgqueuer: {ratio('aster bulk', 'pgqueuer bulk')} (goal >= 1x)",
-        "- one enqueue per call with a session listening on both channels: "
+        f"- one enqueue per call with {LISTENERS} process(es) listening on both channels: "
         f"{ratio('aster single, listened', 'pgqueuer single, listened')} vs pgqueuer, "
-        f"{ratio('aster single, listened', 'raw single, listened')} vs raw INSERT",
+        f"{ratio('aster single, listened', 'raw single, listened')} vs raw INSERT; "
+        "every enqueue carrying its own NOTIFY (no window) vs pgqueuer: "
+        f"{ratio('aster single, listened, NOTIFY each', 'pgqueuer single, listened')}; "
+        "the window's gain: "
+        f"{ratio('aster single, listened', 'aster single, listened, NOTIFY each')}",
         "- idle loop between calls (each call checks a connection out; no reuse): "
         f"{ratio('aster single, idle loop', 'pgqueuer single')} vs pgqueuer, "
         f"{ratio('aster single, idle loop', 'raw single')} vs raw INSERT",
