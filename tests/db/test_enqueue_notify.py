@@ -66,11 +66,19 @@ async def listened(postgres_url: str) -> AsyncIterator[tuple[str, Heard]]:
         await run
 
 
-async def test_a_burst_notifies_once_then_once_more_after_its_last_commit(
+@pytest.fixture
+def windowed(
     engine: AsyncEngine, listened: tuple[str, Heard]
-) -> None:
+) -> tuple[BackgroundTaskDbStore, Heard]:
+    """A store with a wide window on the listened channel, and what was heard."""
     channel, heard = listened
-    store = BackgroundTaskDbStore(engine, notify_channel=channel, notify_window=WINDOW)
+    return BackgroundTaskDbStore(engine, notify_channel=channel, notify_window=WINDOW), heard
+
+
+async def test_a_burst_notifies_once_then_once_more_after_its_last_commit(
+    windowed: tuple[BackgroundTaskDbStore, Heard],
+) -> None:
+    store, heard = windowed
     await store.enqueue(NewTask("k", "burst"))
     await heard.until(1)
     for _ in range(9):
@@ -82,10 +90,9 @@ async def test_a_burst_notifies_once_then_once_more_after_its_last_commit(
 
 
 async def test_lanes_have_windows_of_their_own_and_batches_always_notify(
-    engine: AsyncEngine, listened: tuple[str, Heard]
+    windowed: tuple[BackgroundTaskDbStore, Heard],
 ) -> None:
-    channel, heard = listened
-    store = BackgroundTaskDbStore(engine, notify_channel=channel, notify_window=WINDOW)
+    store, heard = windowed
     await store.enqueue(NewTask("k", "a"))
     await store.enqueue(NewTask("k", "b"))
     await heard.until(2)
