@@ -270,7 +270,9 @@ async def test_aclose_sends_a_bursts_trailing_notify_before_the_pool_closes(
     run = asyncio.create_task(listener.run(token), name="listener")
     try:
         await asyncio.wait_for(listener.wait_connected(), 10)
-        for n in range(3):  # within one window: the first notifies, two are quiet
+        # Within one window (5 ms) the first notifies and the others are quiet; on a
+        # slow machine the burst may span windows and notify more often, never less.
+        for n in range(3):
             await thumbnail.enqueue(Thumbnail(file_id=n))
         await forge.aclose()
         async with asyncio.timeout(10):
@@ -283,4 +285,4 @@ async def test_aclose_sends_a_bursts_trailing_notify_before_the_pool_closes(
         assert forge.backend.engine is not None
         await drop_all_tables(forge.backend.engine)
         await forge.aclose()
-    assert heard == [lane, lane]
+    assert len(heard) >= 2 and set(heard) == {lane}
