@@ -41,47 +41,83 @@ def _limiter(sender: Sender, clock: ManualClock, window: float = WINDOW) -> Noti
 async def test_the_first_enqueue_of_a_window_notifies_and_the_rest_insert_quietly() -> None:
     clock, sender = ManualClock(), Sender()
     limiter = _limiter(sender, clock)
-    assert limiter.take("a") is True
-    assert [limiter.take("a") for _ in range(3)] == [False, False, False]
-    assert limiter.take("b") is True  # lanes are independent
+    assert limiter.take("a") is not None
+    assert [limiter.take("a") for _ in range(3)] == [None, None, None]
+    assert limiter.take("b") is not None  # lanes are independent
     await clock.advance(WINDOW)
-    assert limiter.take("a") is True  # a new window
+    assert limiter.take("a") is not None  # a new window
     assert sender.sent == []  # nothing was inserted quietly
 
 
-async def test_quiet_inserts_get_one_notify_after_the_window_not_before() -> None:
+async def _quiet(limiter: NotifyLimiter, lane: str = "a") -> None:
+    """One quiet insert of ``lane``, committed."""
+    assert limiter.take(lane) is None
+    limiter.inserted_quietly(lane)
+
+
+async def test_quiet_inserts_nobody_announces_get_one_notify_a_window_later() -> None:
     clock, sender = ManualClock(), Sender()
     limiter = _limiter(sender, clock)
-    assert limiter.take("a")
+    assert limiter.take("a") is not None
     for _ in range(3):
-        assert not limiter.take("a")
-        limiter.inserted_quietly("a")
+        await _quiet(limiter)
     await clock.wait_for_sleepers()
-    await clock.advance(WINDOW / 2)
-    assert sender.sent == []
-    await clock.advance(WINDOW / 2)
+    await clock.advance(WINDOW)
+    assert sender.sent == []  # waiting one more window for an enqueue to carry it
+    await clock.wait_for_sleepers()
+    await clock.advance(WINDOW)
     await limiter.join()
     assert sender.sent == ["a"]  # one NOTIFY for the three quiet inserts
     # The trailing NOTIFY opened a window of its own.
-    assert not limiter.take("a")
+    assert limiter.take("a") is None
+
+
+async def test_an_enqueue_issued_after_the_quiet_commits_announces_them() -> None:
+    clock, sender = ManualClock(), Sender()
+    limiter = _limiter(sender, clock)
+    first = limiter.take("a")
+    assert first is not None
+    limiter.carried("a", first)
+    await _quiet(limiter)
+    await _quiet(limiter)
+    await clock.wait_for_sleepers()
+    await clock.advance(WINDOW)
+    ticket = limiter.take("a")  # the stream goes on past the window
+    assert ticket is not None
+    limiter.carried("a", ticket)
+    await limiter.join()
+    assert sender.sent == []  # no statement of its own
+
+
+async def test_an_enqueue_issued_before_a_quiet_commit_does_not_announce_it() -> None:
+    clock, sender = ManualClock(), Sender()
+    limiter = _limiter(sender, clock)
+    assert limiter.take("a") is not None
+    await _quiet(limiter)
+    await clock.wait_for_sleepers()
+    await clock.advance(WINDOW)
+    ticket = limiter.take("a")
+    assert ticket is not None
+    limiter.inserted_quietly("a")  # a concurrent quiet insert commits after it was sent
+    limiter.carried("a", ticket)
+    await clock.wait_for_sleepers()
+    await clock.advance(WINDOW)
+    await limiter.join()
+    assert sender.sent == ["a"]
 
 
 async def test_a_quiet_commit_while_the_trailing_notify_is_on_the_wire_arms_another() -> None:
     clock, sender = ManualClock(), Sender()
     sender.release = asyncio.Event()
     limiter = _limiter(sender, clock)
-    assert limiter.take("a")
-    assert not limiter.take("a")
-    limiter.inserted_quietly("a")
-    await clock.wait_for_sleepers()
-    await clock.advance(WINDOW)
+    assert limiter.take("a") is not None
+    await _quiet(limiter)
+    await _past_both_windows(clock)
     await sender.started.wait()
     # This commit may land after the NOTIFY in flight was read: it needs its own.
-    assert not limiter.take("a")
-    limiter.inserted_quietly("a")
+    await _quiet(limiter)
     sender.release.set()
-    await clock.wait_for_sleepers()
-    await clock.advance(WINDOW)
+    await _past_both_windows(clock)
     await limiter.join()
     assert sender.sent == ["a", "a"]
 
@@ -91,9 +127,8 @@ async def test_join_waits_for_a_notify_being_sent() -> None:
     sender.release = asyncio.Event()
     limiter = _limiter(sender, clock)
     limiter.take("a")
-    limiter.inserted_quietly("a")
-    await clock.wait_for_sleepers()
-    await clock.advance(WINDOW)
+    await _quiet(limiter)
+    await _past_both_windows(clock)
     await sender.started.wait()
     joined = asyncio.create_task(limiter.join(), name="join")
     await asyncio.sleep(0)
@@ -110,18 +145,22 @@ async def test_a_failed_trailing_notify_is_logged_and_the_next_window_still_work
     sender.error = ConnectionError("down")
     limiter = _limiter(sender, clock)
     limiter.take("a")
-    limiter.inserted_quietly("a")
-    await clock.wait_for_sleepers()
+    await _quiet(limiter)
     with caplog.at_level(logging.WARNING, logger="aster_forge.db.notify"):
-        await clock.advance(WINDOW)
+        await _past_both_windows(clock)
         await limiter.join()
     assert "trailing enqueue NOTIFY failed (ConnectionError)" in caplog.text
     sender.error = None
-    await clock.advance(WINDOW)
-    assert limiter.take("a")
-    assert not limiter.take("a")
-    limiter.inserted_quietly("a")
-    await clock.wait_for_sleepers()
-    await clock.advance(WINDOW)
+    await clock.advance(2 * WINDOW)
+    assert limiter.take("a") is not None
+    await _quiet(limiter)
+    await _past_both_windows(clock)
     await limiter.join()
     assert sender.sent == ["a"]
+
+
+async def _past_both_windows(clock: ManualClock) -> None:
+    """Past the window and the one more window a trailing NOTIFY waits for a carrier."""
+    for _ in range(2):
+        await clock.wait_for_sleepers()
+        await clock.advance(WINDOW)

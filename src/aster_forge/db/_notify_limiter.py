@@ -1,13 +1,14 @@
 """At most one enqueue NOTIFY per lane per window, and never a task left unannounced.
 
-A worker that ``LISTEN``s makes every ``pg_notify`` cost the server a signal, a queue
-read and a message, and the worker a wake-up: on a small machine about a sixth of a
-one-task enqueue (``benchmarks/results/2026-12-02-tenth-session.md``). In a burst,
-all but the first are redundant: the woken worker claims until nothing is due. So the
-first enqueue of a lane in a window carries the NOTIFY, the rest of the window's
-enqueues insert quietly, and one NOTIFY follows the window's end, sent after every
-quiet insert had committed: a worker whose last claim came back empty just before a
-quiet commit is woken within the window, not at its next poll.
+Every ``pg_notify`` reaches every session that ``LISTEN``s, that is every worker
+process: the server signals each, each reads the queue and sends a message, each
+worker's loop wakes. In a burst all but the first are redundant (the woken worker claims
+until nothing is due). So the first enqueue of a lane in a window carries the NOTIFY and
+the rest of the window's enqueues insert quietly. Their commits must still be announced
+by a NOTIFY delivered after them, or a worker whose last claim came back empty just
+before one sleeps until its next poll: either a later enqueue, issued after them,
+carries it (in a stream, the first one after the window), or, when none has within one
+more window, a trailing ``pg_notify`` of its own does.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
-from ..runtime import Clock
+from ..runtime import Clock, race
 
 __all__ = ["DEFAULT_NOTIFY_WINDOW", "NotifyLimiter"]
 
@@ -41,24 +42,40 @@ class NotifyLimiter:
         self._send = send
         self._clock = clock
         self._sent_at: dict[str, float] = {}
+        # Quiet commits per lane, and how many of them a committed NOTIFY announced.
+        self._quiet: dict[str, int] = {}
+        self._announced: dict[str, int] = {}
+        self._covering: dict[str, asyncio.Future[None]] = {}
         self._trailing: dict[str, asyncio.Task[None]] = {}
         self._running: set[asyncio.Task[None]] = set()
 
-    def take(self, lane: str) -> bool:
+    def take(self, lane: str) -> int | None:
         """Whether this enqueue's statement carries ``lane``'s NOTIFY (then counted sent).
 
-        An enqueue told ``False`` calls :meth:`inserted_quietly` once its insert
-        committed.
+        Returns:
+            ``None``: insert quietly, then call :meth:`inserted_quietly` once committed.
+            Otherwise a ticket: the statement carries the NOTIFY; pass the ticket to
+            :meth:`carried` once it committed.
         """
         now = self._clock.monotonic()
         sent = self._sent_at.get(lane)
         if sent is not None and now - sent < self._window:
-            return False
+            return None
         self._sent_at[lane] = now
-        return True
+        # Issued after these quiet commits, so its NOTIFY is delivered after them.
+        return self._quiet.get(lane, 0)
+
+    def carried(self, lane: str, ticket: int) -> None:
+        """A statement that carried ``lane``'s NOTIFY committed (``ticket`` from :meth:`take`)."""
+        if ticket > self._announced.get(lane, 0):
+            self._announced[lane] = ticket
+            covering = self._covering.get(lane)
+            if covering is not None and not covering.done():
+                covering.set_result(None)
 
     def inserted_quietly(self, lane: str) -> None:
         """A quiet insert of ``lane`` committed: make sure a NOTIFY follows it."""
+        self._quiet[lane] = self._quiet.get(lane, 0) + 1
         loop = asyncio.get_running_loop()
         armed = self._trailing.get(lane)
         if armed is not None and armed.get_loop() is loop:
@@ -74,15 +91,29 @@ class NotifyLimiter:
         while mine := [task for task in self._running if task.get_loop() is loop]:
             await asyncio.gather(*mine, return_exceptions=True)
 
+    def _covered(self, lane: str) -> bool:
+        return self._announced.get(lane, 0) >= self._quiet.get(lane, 0)
+
     async def _trail(self, lane: str) -> None:
+        clock = self._clock
         try:
-            delay = self._sent_at[lane] + self._window - self._clock.monotonic()
-            await self._clock.sleep(delay)
+            await clock.sleep(self._sent_at[lane] + self._window - clock.monotonic())
+            if not self._covered(lane):
+                # In a stream, the next enqueue carries the NOTIFY (the window is over)
+                # and announces these commits: wait one more window for it rather than
+                # send a statement of our own.
+                covering = self._covering[lane] = asyncio.get_running_loop().create_future()
+                try:
+                    await race(covering, seconds=self._window, clock=clock, cancel_loser=True)
+                finally:
+                    del self._covering[lane]
         finally:
             # From here on a quiet commit arms a new trailing NOTIFY: this one may be
             # on the wire before that commit.
             del self._trailing[lane]
-        self._sent_at[lane] = self._clock.monotonic()
+        if self._covered(lane):
+            return
+        self._sent_at[lane] = clock.monotonic()
         await self._send(lane)
 
     def _done(self, task: asyncio.Task[None]) -> None:

@@ -242,17 +242,19 @@ class TaskEnqueueMixin:
             connection, held = await hold.acquire(_OPERATION)
         limiter = self._notify_limiter
         lane = str(task.lane)
-        notify = limiter is None or limiter.take(lane)
-        sql, args = pg.insert_one(task, notify=notify)
+        ticket = limiter.take(lane) if limiter is not None else 0
+        sql, args = pg.insert_one(task, notify=ticket is not None)
         try:
             rows = await self._on_driver(connection.driver_connection, sql, args)
         except BaseException as exc:
             await self._release_after(connection, held, exc)
             raise
-        if not notify:
-            assert limiter is not None  # only a limiter leaves the NOTIFY out
-            self._quiet_pool = self._sql.pool
-            limiter.inserted_quietly(lane)
+        if limiter is not None:
+            if ticket is None:
+                self._quiet_pool = self._sql.pool
+                limiter.inserted_quietly(lane)
+            else:
+                limiter.carried(lane, ticket)
         if not held:
             await hold.release(connection, held, broken=False)
         elif hold.free():  # the held connection's release, without a coroutine
