@@ -86,9 +86,11 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         notify_channel: The channel name.
         notify_window: One-task enqueues of a lane NOTIFY at most once per window:
             the first carries the NOTIFY, later ones within the window insert
-            quietly, and one NOTIFY follows the window (sent after their commits; see
-            :meth:`flush_notifications`). A listening worker then wakes once per burst
-            instead of once per task. ``timedelta(0)`` notifies on every enqueue.
+            quietly and are announced after their commits, by the first enqueue
+            after the window or, when none follows within one more window, by a
+            NOTIFY of the store's own (see :meth:`flush_notifications`). A listening
+            worker then wakes once per window instead of once per task.
+            ``timedelta(0)`` notifies on every enqueue.
             Batches and enqueues in the product's transaction always notify.
         registry: A validated :class:`~aster_forge.tasks.TaskRegistry`: every enqueued
             task is checked against it (kind registered, lane the kind's own; the

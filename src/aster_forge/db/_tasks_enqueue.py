@@ -265,9 +265,9 @@ class TaskEnqueueMixin:
         """Wait until the NOTIFY that follows this store's quiet enqueues was sent.
 
         One-task enqueues within ``notify_window`` of a lane's last NOTIFY insert
-        without one; a NOTIFY follows at the window's end. A process that exits right
-        after enqueueing awaits this so a waiting worker is woken at once rather than
-        at its next poll.
+        without one; a later enqueue, or a NOTIFY of the store's own up to two windows
+        later, announces them. A process that exits right after enqueueing awaits this
+        so a waiting worker is woken rather than left to its next poll.
         """
         if self._notify_limiter is not None:
             await self._notify_limiter.join()
