@@ -252,7 +252,6 @@ class ClaimedTaskExecution:
         self.outcome: ClaimedTaskOutcome | None = None
         """What the store applied, once the outcome was written (or refused)."""
         self._ended: tuple[_Decision, bool, float] | None = None
-        self._built: ClaimedTaskReport | None = None
         self.abandoned = False
         """Whether the body ignored its cancellation and was left running (no write)."""
         self.detached = False
@@ -509,7 +508,7 @@ class ClaimedTaskExecution:
         )
         self._heartbeat.unregister(self.guard)
         abandon_task(task)
-        self._report(ClaimedTaskOutcome.LEASE_LOST, _LOST, applied=False)
+        self._record(ClaimedTaskOutcome.LEASE_LOST, _LOST, False)
         self._settle()
         if self._on_finished is not None:
             self._on_finished(self)
@@ -533,40 +532,43 @@ class ClaimedTaskExecution:
             written = await self._store_write(outcome, decision, steps_json)
         except Exception as exc:
             written = exc
-        self._applied(outcome, decision, written)
+        self._record(outcome, decision, written)
         report = self.report
         assert report is not None  # just recorded
         return report
 
     def _written(self, written: bool | BaseException) -> None:
-        """The batcher's answer for a detached success: report it and end the execution."""
-        self._applied(ClaimedTaskOutcome.SUCCEEDED, _SUCCESS, written)
+        """The batcher's answer for a detached success: record it and end the execution."""
+        self._record(ClaimedTaskOutcome.SUCCEEDED, _SUCCESS, written)
         self._heartbeat.unregister(self.guard)
         if self._on_finished is not None:
             self._on_finished(self)
 
-    def _applied(
+    def _record(
         self, outcome: ClaimedTaskOutcome, decision: _Decision, written: bool | BaseException
     ) -> None:
+        """The one place what the store applied is recorded (a refused write: lease lost)."""
+        task_id = self.task.id
         if isinstance(written, BaseException):
             logger.error(
                 "task #%s: storing the outcome failed; the task is rescued after its lease expires",
-                self.task.id,
+                task_id,
                 exc_info=written,
-                extra={"task_id": self.task.id},
+                extra={"task_id": task_id},
             )
-            self._report(ClaimedTaskOutcome.STORE_ERROR, decision, applied=False)
-            return
-        if not written and outcome is not ClaimedTaskOutcome.LEASE_LOST:
+            outcome, written = ClaimedTaskOutcome.STORE_ERROR, False
+        elif not written and outcome is not ClaimedTaskOutcome.LEASE_LOST:
             self.guard.mark_lost()
             logger.info(
                 "task #%s: the %s write was refused (lease lost); nothing was written",
-                self.task.id,
+                task_id,
                 outcome.value,
-                extra={"task_id": self.task.id},
+                extra={"task_id": task_id},
             )
             outcome = ClaimedTaskOutcome.LEASE_LOST
-        self._report(outcome, decision, applied=written)
+        self.outcome = outcome
+        applied = written and outcome is not ClaimedTaskOutcome.LEASE_LOST
+        self._ended = (decision, applied, self._config.clock.monotonic())
 
     @staticmethod
     def _steps_json(
@@ -577,31 +579,24 @@ class ClaimedTaskExecution:
             steps = mark_active_step_failed(steps, failure.message)
         return serialize_task_steps_json(steps) if steps else None
 
-    def _report(self, outcome: ClaimedTaskOutcome, decision: _Decision, *, applied: bool) -> None:
-        """Record what the store applied (:attr:`report` is built from it when read)."""
-        self.outcome = outcome
-        self._ended = (decision, applied, self._config.clock.monotonic())
-        self._built = None  # a later record replaces an earlier one
-
     @property
     def report(self) -> ClaimedTaskReport | None:
         """What the store applied, once the outcome was written (or refused)."""
-        # Built when first read: a worker needs only the outcome of a batched success.
-        if self._built is None and self._ended is not None and self.outcome is not None:
-            decision, applied, ended = self._ended
-            failure = decision.failure
-            applied = applied and self.outcome is not ClaimedTaskOutcome.LEASE_LOST
-            self._built = ClaimedTaskReport(
-                task_id=self.task.id,
-                kind=self.task.kind,
-                outcome=self.outcome,
-                attempt=self.attempt,
-                retry_class=failure.retry_class if failure is not None else None,
-                error=failure.message if failure is not None and applied else None,
-                retry_delay=decision.delay if applied else None,
-                duration=timedelta(seconds=max(ended - self._started, 0.0)),
-            )
-        return self._built
+        # Built when read: a worker needs only the outcome of a batched success.
+        if self._ended is None or self.outcome is None:
+            return None
+        decision, applied, ended = self._ended
+        failure = decision.failure
+        return ClaimedTaskReport(
+            task_id=self.task.id,
+            kind=self.task.kind,
+            outcome=self.outcome,
+            attempt=self.attempt,
+            retry_class=failure.retry_class if failure is not None else None,
+            error=failure.message if failure is not None and applied else None,
+            retry_delay=decision.delay if applied else None,
+            duration=timedelta(seconds=max(ended - self._started, 0.0)),
+        )
 
     async def _store_write(
         self, outcome: ClaimedTaskOutcome, decision: _Decision, steps_json: str | None
