@@ -273,16 +273,7 @@ class DispatchStats:
     @property
     def finished(self) -> int:
         """Executions that ended, whatever the outcome."""
-        return (
-            self.succeeded
-            + self.retried
-            + self.failed_permanently
-            + self.lease_lost
-            + self.released_on_shutdown
-            + self.store_errors
-            + self.cancelled
-            + self.snoozed
-        )
+        return sum(getattr(self, name) for name in _OUTCOME_FIELD.values())
 
     @property
     def claim_latency_seconds_mean(self) -> float:

@@ -684,14 +684,10 @@ async def run_claimed_task_with_store(
     """Run one claimed task through its whole lifecycle (the seed's single-task entry point).
 
     One :class:`ClaimedTaskExecution` with a heartbeat engine of its own writes exactly
-    one fenced outcome: success (only while the lease holds; a lost lease writes
-    nothing); retry (a RETRYABLE failure with attempts left: pending after the policy's
-    delay, attempt counted, active step marked failed); failed (PERMANENT or MANUAL, or
-    no attempts left); release (the worker is stopping: pending now, attempt not
-    counted). Unclassified exceptions are RETRYABLE with a fixed message naming the
-    exception type (traceback in the log only). Once the context is cancelled the body
-    gets one ``shutdown_grace`` on the injected clock, is then cancelled, and is
-    abandoned (no write) if it ignores that. A cancelled caller still gets the release
+    one fenced outcome (see its contract): success; retry (RETRYABLE with attempts left:
+    pending after the policy's delay, attempt counted); failed (PERMANENT or MANUAL, or
+    no attempts left); cancelled; snoozed; release when the worker stops (attempt not
+    counted). A lost lease writes nothing; a cancelled caller still gets the release
     written (shielded). The temp dir is removed after every outcome.
 
     Args:
