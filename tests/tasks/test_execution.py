@@ -211,6 +211,30 @@ async def test_unclassified_exception_is_retryable_with_fixed_text(
     assert logged and isinstance(logged[0].exc_info[1], RuntimeError)  # type: ignore[index]
 
 
+async def test_a_body_cancelling_itself_is_retried_not_released(
+    store: InMemoryTaskStore, clock: ManualClock
+) -> None:
+    # Nobody asked it to stop (no shutdown, no operator cancel, lease held): a
+    # CancelledError out of the body is the body's own failure, retried with an attempt
+    # counted, not a shutdown release.
+    harness = Harness()
+
+    async def self_cancelling(ctx: TaskExecutionContext, job: Job) -> int:
+        raise asyncio.CancelledError
+
+    harness.actions["c"] = self_cancelling
+    (task_id,) = await enqueue(store, new_task(Kind.MAIL, "c"))
+    result = await run_claimed_task_with_store(
+        store, await claim_one(store, Lane.FALLBACK), make_config(harness, clock)
+    )
+    assert result.outcome is ClaimedTaskOutcome.RETRIED
+    assert result.retry_class is TaskRetryClass.RETRYABLE
+    row = await store.get_task(task_id)
+    assert row is not None
+    assert (row.status, row.attempt) == (TaskStatus.PENDING, 1)
+    assert row.last_error == "Task was cancelled unexpectedly"
+
+
 async def test_product_classifier_from_config(store: InMemoryTaskStore, clock: ManualClock) -> None:
     harness = Harness()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
@@ -20,7 +21,7 @@ WrittenCallback = Callable[[bool | BaseException], None]
 
 DEFAULT_MAX_COMPLETION_BATCH = 128
 
-_Entry = tuple[TaskCompletion, "asyncio.Future[bool] | WrittenCallback"]
+_Entry = tuple[TaskCompletion, WrittenCallback]
 
 #: The fewest successes a statement carries when it is sent beside another one.
 DEFAULT_MIN_SPLIT = 16
@@ -99,7 +100,7 @@ class TaskCompletionBatcher:
     ) -> asyncio.Future[bool]:
         """Queue a fenced success write; the future resolves once it was written or refused."""
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._queue_entry(TaskCompletion(lease, result_json, steps_json), future)
+        self.succeed_then(lease, result_json, steps_json, functools.partial(_resolve, future))
         return future
 
     def succeed_then(
@@ -110,12 +111,7 @@ class TaskCompletionBatcher:
         written: WrittenCallback,
     ) -> None:
         """Queue a fenced success write; ``written`` is called once the statement returned."""
-        self._queue_entry(TaskCompletion(lease, result_json, steps_json), written)
-
-    def _queue_entry(
-        self, completion: TaskCompletion, waiter: asyncio.Future[bool] | WrittenCallback
-    ) -> None:
-        self._queue.append((completion, waiter))
+        self._queue.append((TaskCompletion(lease, result_json, steps_json), written))
         if self._gathering:
             return  # a writer takes the batch after this loop turn
         if not self._writers:
@@ -190,14 +186,16 @@ class TaskCompletionBatcher:
                 _tell(waiter, bool(ok))
 
 
-def _tell(waiter: asyncio.Future[bool] | WrittenCallback, outcome: bool | BaseException) -> None:
-    if isinstance(waiter, asyncio.Future):
-        if not waiter.done():
-            if isinstance(outcome, BaseException):
-                waiter.set_exception(outcome)
-            else:
-                waiter.set_result(outcome)
+def _resolve(future: asyncio.Future[bool], outcome: bool | BaseException) -> None:
+    if future.done():
         return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
+
+
+def _tell(waiter: WrittenCallback, outcome: bool | BaseException) -> None:
     try:
         waiter(outcome)
     except Exception:

@@ -332,21 +332,22 @@ class ClaimedTaskExecution:
             if self.abandoned:
                 assert self.report is not None  # written when it was abandoned
                 return self.report
-            if self._completions is not None and decision.outcome is ClaimedTaskOutcome.SUCCEEDED:
-                if detach and not (ctx is not None and ctx.temp_dir_created):
-                    # No need to wait: the batcher calls back once the statement returned.
-                    self.detached = True
-                    steps_json = self._steps_json(ctx, None)
-                    self._completions.succeed_then(
-                        guard.lease, decision.result_json, steps_json, self._written
-                    )
-                    return None
-                # The batcher owns the write and _write waits for it even when cancelled.
-                report = await self._write(decision, ctx)
-            else:
-                report = await shielded(
-                    self._write(decision, ctx), name=f"aster-forge:task-outcome-{task.id}"
+            if (
+                detach
+                and self._completions is not None
+                and decision.outcome is ClaimedTaskOutcome.SUCCEEDED
+                and not (ctx is not None and ctx.temp_dir_created)
+            ):
+                # No need to wait: the batcher calls back once the statement returned.
+                self.detached = True
+                steps_json = self._steps_json(ctx, None)
+                self._completions.succeed_then(
+                    guard.lease, decision.result_json, steps_json, self._written
                 )
+                return None
+            report = await shielded(
+                self._write(decision, ctx), name=f"aster-forge:task-outcome-{task.id}"
+            )
             if decision.reraise is not None:
                 raise decision.reraise
             return report
@@ -386,18 +387,9 @@ class ClaimedTaskExecution:
             return _LOST  # the stray body ended after all: still nothing to write
         if cancelled and (self._caller_cancelled or (self._task and self._task.cancelling())):
             raise asyncio.CancelledError  # the caller was cancelled (the body has stopped)
-        if exc is None:
-            if guard.lease_lost:
-                return _LOST
-            if not cancelled:
-                return _Decision(ClaimedTaskOutcome.SUCCEEDED, result_json=result)
-            if guard.cancel_requested:
-                return _Decision(ClaimedTaskOutcome.CANCELLED)
-            if guard.token.cancelled:
-                return _Decision(ClaimedTaskOutcome.RELEASED)
-            failure = TaskFailureClassification(TaskRetryClass.RETRYABLE, UNEXPECTED_CANCEL_MESSAGE)
-            return self._failure(failure, erased)
-        termination = config.lease_control_of(exc)
+        if exc is None and not cancelled and not guard.lease_lost:
+            return _Decision(ClaimedTaskOutcome.SUCCEEDED, result_json=result)
+        termination = config.lease_control_of(exc) if exc is not None else None
         if guard.lease_lost or termination in (
             TaskLeaseTermination.LOST,
             TaskLeaseTermination.RENEWAL_TIMED_OUT,
@@ -407,7 +399,7 @@ class ClaimedTaskExecution:
             return _LOST
         if isinstance(exc, KeyboardInterrupt | SystemExit):
             return _Decision(ClaimedTaskOutcome.RELEASED, reraise=exc)
-        if not isinstance(exc, Exception):
+        if exc is not None and not isinstance(exc, Exception):
             raise exc
         if guard.cancel_requested or termination is TaskLeaseTermination.CANCEL_REQUESTED:
             # The body stopped because an operator cancelled it: not a product failure.
@@ -415,6 +407,9 @@ class ClaimedTaskExecution:
         if guard.token.cancelled or termination is TaskLeaseTermination.SHUTDOWN_REQUESTED:
             # Whatever the body raised while the worker was stopping is not a product failure.
             return _Decision(ClaimedTaskOutcome.RELEASED)
+        if exc is None:  # the body cancelled itself although nobody asked it to stop
+            failure = TaskFailureClassification(TaskRetryClass.RETRYABLE, UNEXPECTED_CANCEL_MESSAGE)
+            return self._failure(failure, erased)
         if isinstance(exc, TaskSnooze):
             over = snooze_failure(task, exc, config.max_snoozes)
             if over is not None:
@@ -605,8 +600,7 @@ class ClaimedTaskExecution:
         store, lease, failure = self._store, self.guard.lease, decision.failure
         match outcome:
             case ClaimedTaskOutcome.SUCCEEDED if self._completions is not None:
-                future = self._completions.succeed(lease, decision.result_json, steps_json)
-                return await shielded(future)
+                return await self._completions.succeed(lease, decision.result_json, steps_json)
             case ClaimedTaskOutcome.SUCCEEDED:
                 return await store.mark_task_succeeded(lease, decision.result_json, steps_json)
             case ClaimedTaskOutcome.RELEASED:
