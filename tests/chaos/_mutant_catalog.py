@@ -379,15 +379,15 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
             Edit(
                 EXECUTION,
-                "                report = await shielded(\n"
-                "                    self._write(decision, ctx), "
+                "            report = await shielded(\n"
+                "                self._write(decision, ctx), "
                 'name=f"aster-forge:task-outcome-{task.id}"\n'
-                "                )\n",
-                "                report = await (\n"
-                "                    self._write(decision, ctx)\n"
-                "                    if decision.outcome is ClaimedTaskOutcome.RELEASED\n"
-                "                    else shielded(self._write(decision, ctx))\n"
-                "                )\n",
+                "            )\n",
+                "            report = await (\n"
+                "                self._write(decision, ctx)\n"
+                "                if decision.outcome is ClaimedTaskOutcome.RELEASED\n"
+                "                else shielded(self._write(decision, ctx))\n"
+                "            )\n",
             ),
         ),
         (SHUTDOWN_MID_RELEASE, "tests/tasks/test_execution.py"),
