@@ -11,8 +11,10 @@ import pytest
 
 from aster_forge.runtime import CancellationToken
 from aster_forge.tasks import (
+    ClaimedTaskExecution,
     ClaimedTaskOutcome,
     ClassifiedTaskError,
+    SharedTaskHeartbeat,
     TaskExecutionContext,
     TaskInvalidValueError,
     TaskLeaseLostError,
@@ -371,6 +373,50 @@ async def test_shutdown_releases_without_counting_an_attempt(
     assert row.processing_token is None
 
 
+class _Fatal(BaseException):
+    """Neither an Exception nor a cancellation: the process is going down."""
+
+
+@pytest.mark.parametrize(
+    ("raised", "status"),
+    [
+        # The interpreter is exiting: release the task (no attempt counted), then exit.
+        (SystemExit, TaskStatus.PENDING),
+        (KeyboardInterrupt, TaskStatus.PENDING),
+        # Unknown to the worker: nothing is written (the lease lapses, as in a crash).
+        (_Fatal, TaskStatus.RUNNING),
+    ],
+    ids=["system-exit", "keyboard-interrupt", "other-base-exception"],
+)
+def test_a_body_raising_a_base_exception_propagates_it(
+    raised: type[BaseException], status: TaskStatus
+) -> None:
+    # asyncio re-raises SystemExit and KeyboardInterrupt out of the event loop, so each
+    # run gets a loop of its own. A fresh exception per run: one kept by the parameters
+    # would keep its traceback's frames (and the execution) alive after the test.
+    clock = ManualClock()
+    store = InMemoryTaskStore(clock)
+    harness = Harness()
+
+    async def exiting(ctx: TaskExecutionContext, job: Job) -> int:
+        raise raised
+
+    harness.actions["x"] = exiting
+
+    async def run() -> None:
+        (task_id,) = await enqueue(store, new_task(Kind.MAIL, "x"))
+        ids.append(task_id)
+        record = await claim_one(store, Lane.FALLBACK)
+        await run_claimed_task_with_store(store, record, make_config(harness, clock))
+
+    ids: list[int] = []
+    with pytest.raises(raised):
+        asyncio.run(run())
+    row = asyncio.run(store.get_task(ids[0]))
+    assert row is not None
+    assert (row.status, row.attempt, row.last_error) == (status, 0, None)
+
+
 async def test_shutdown_grace_then_uncooperative_body_is_cancelled(
     store: InMemoryTaskStore, clock: ManualClock
 ) -> None:
@@ -469,6 +515,33 @@ async def test_unknown_kind_fails_permanently(store: InMemoryTaskStore, clock: M
     assert report.outcome is ClaimedTaskOutcome.FAILED
     row = await store.get_task(task_id)
     assert row is not None and "retired-kind" in (row.last_error or "")
+
+
+async def test_an_execution_run_inline_writes_its_outcome(
+    store: InMemoryTaskStore, clock: ManualClock
+) -> None:
+    # ClaimedTaskExecution.run() in the caller's own task, with a heartbeat engine the
+    # caller owns: the lease is renewed while the body runs and the engine ends after.
+    harness = Harness()
+    harness.gate("inline")
+    (task_id,) = await enqueue(store, new_task(Kind.MAIL, "inline"))
+    heartbeat = SharedTaskHeartbeat(store, clock, LEASE_TTL)
+    record = await claim_one(store, Lane.FALLBACK)
+    execution = ClaimedTaskExecution(
+        store, record, make_config(harness, clock), heartbeat=heartbeat
+    )
+    run = asyncio.create_task(execution.run(), name="test-inline-run")
+    await until(lambda: "inline" in harness.started)
+    in_body, renewing = execution.in_body, len(heartbeat)
+    assert (in_body, renewing) == (True, 1)
+    harness.gates["inline"].set()
+    report = await run
+    assert (report.task_id, report.outcome) == (task_id, ClaimedTaskOutcome.SUCCEEDED)
+    assert execution.outcome is ClaimedTaskOutcome.SUCCEEDED and not execution.in_body
+    assert len(heartbeat) == 0
+    await heartbeat.join()
+    row = await store.get_task(task_id)
+    assert row is not None and row.status is TaskStatus.SUCCEEDED
 
 
 async def test_batch_runs_concurrently_and_reports_in_order(

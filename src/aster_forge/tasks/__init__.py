@@ -24,7 +24,7 @@ from ._catalog import (
     legacy_runtime_task_display_name,
 )
 from ._context import TaskExecutionContext
-from ._heartbeat import run_task_heartbeat, task_heartbeat_interval
+from ._heartbeat import SharedTaskHeartbeat, run_task_heartbeat, task_heartbeat_interval
 from ._lease import TaskLease, TaskLeaseGuard, TaskLeaseTermination, task_lease_termination_of
 from ._registry import TaskRegistry
 from ._retry import (
@@ -313,6 +313,7 @@ __all__ = [
     "ScheduledTaskRunStatus",
     "ScheduledTaskStore",
     "ScheduledTaskValueError",
+    "SharedTaskHeartbeat",
     "TASK_TEMP_DIR_SCOPE",
     "TaskAdminStore",
     "TaskBulkResult",
