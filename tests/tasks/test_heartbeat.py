@@ -10,6 +10,7 @@ import pytest
 
 from aster_forge.runtime import CancellationToken
 from aster_forge.tasks import (
+    SharedTaskHeartbeat,
     TaskLease,
     TaskLeaseGuard,
     TaskLeaseTermination,
@@ -18,6 +19,7 @@ from aster_forge.tasks import (
 )
 from aster_forge.testing import ManualClock
 
+from ._dispatch_support import until
 from .fakes import FakeHeartbeatStore
 
 TTL = timedelta(seconds=30)
@@ -184,3 +186,41 @@ async def test_late_wake_is_logged(caplog: pytest.LogCaptureFixture) -> None:
     assert store.calls == 2 and not guard.lease_lost
     stop.cancel()
     await loop
+
+
+async def test_one_tick_renews_every_lease_and_a_refusal_stops_only_its_own() -> None:
+    # A store with only the seed's single renewal: the engine renews the leases due in
+    # one tick concurrently, one call each; the lease another claim took over is lost,
+    # the other one lives on.
+    clock = ManualClock()
+    store = FakeHeartbeatStore(clock, owner_token="tok")
+    kept = TaskLeaseGuard(TaskLease(1, "tok", clock.now() + TTL), TTL, clock=clock)
+    taken = TaskLeaseGuard(TaskLease(2, "stale", clock.now() + TTL), TTL, clock=clock)
+    engine = SharedTaskHeartbeat(store, clock, TTL)
+    engine.register(kept)
+    engine.register(taken)
+    await clock.wait_for_sleepers(1)
+    await clock.advance(10)
+    await until(lambda: len(engine) == 1)
+    assert store.calls == 2
+    assert taken.termination is TaskLeaseTermination.LOST and taken.token.cancelled
+    assert kept.termination is None and kept.deadline == clock.monotonic() + 30
+    await clock.wait_for_sleepers(1)
+    await clock.advance(10)
+    assert store.calls == 3  # only the kept lease is renewed from now on
+    engine.unregister(kept)
+    await engine.join()
+
+
+async def test_a_lease_lost_elsewhere_is_not_renewed_again() -> None:
+    # A fenced step update found the lease lost: the next tick drops it unrenewed.
+    clock = ManualClock()
+    store, guard = _setup(clock)
+    engine = SharedTaskHeartbeat(store, clock, TTL)
+    engine.register(guard)
+    await clock.wait_for_sleepers(1)
+    guard.mark_lost()
+    await clock.advance(10)
+    await until(lambda: len(engine) == 0)
+    assert store.calls == 0
+    await engine.join()  # nothing left to renew: the loop ended by itself
