@@ -118,3 +118,42 @@ async def test_the_limits_must_be_positive(store: GatedStore) -> None:
         TaskCompletionBatcher(store, max_in_flight=0)
     with pytest.raises(ValueError, match="min_split"):
         TaskCompletionBatcher(store, min_split=0)
+
+
+async def test_a_write_answering_for_the_wrong_count_fails_its_whole_batch(
+    store: GatedStore,
+) -> None:
+    # A store's batched success must answer once per entry; otherwise no entry's answer
+    # can be trusted, and every waiter of that statement sees the error.
+    leases = await _leases(store, 3)
+
+    async def short(completions: list[TaskCompletion]) -> Sequence[bool]:
+        return [True] * (len(completions) - 1)
+
+    batcher = TaskCompletionBatcher(store, write=short)
+    futures = [batcher.succeed(lease, None, None) for lease in leases]
+    results = await asyncio.gather(*futures, return_exceptions=True)
+    assert all(isinstance(result, RuntimeError) for result in results)
+    assert "returned 2 results for 3 completions" in str(results[0])
+    await batcher.join()
+
+
+async def test_a_write_cancelled_mid_flight_tells_every_waiter(store: GatedStore) -> None:
+    # Cancelled (the loop is closing): nobody knows whether the statement committed, so
+    # the entry on the wire and those queued behind it are all told, none left waiting.
+    leases = await _leases(store, 3)
+    batcher = TaskCompletionBatcher(store)
+    told: list[bool | BaseException] = []
+    first = batcher.succeed(leases[0], None, None)
+    await _turns()
+    assert store.in_flight == 1
+    queued = batcher.succeed(leases[1], None, None)
+    batcher.succeed_then(leases[2], None, None, told.append)
+    (writer,) = batcher._writers
+    writer.cancel()
+    await batcher.join()
+    for future in (first, queued):
+        with pytest.raises(RuntimeError, match="interrupted"):
+            await future
+    assert len(told) == 1 and isinstance(told[0], RuntimeError)
+    assert store.in_flight == 0 and not batcher._queue

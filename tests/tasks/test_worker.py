@@ -249,3 +249,51 @@ async def test_finished_executions_are_freed_without_the_garbage_collector() -> 
     finally:
         gc.enable()
     assert left == []
+
+
+class _HeldClaimStore(InMemoryTaskStore):
+    """Its claims wait for ``gate``: a claim can be in flight when the worker stops."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(clock)
+        self.gate = asyncio.Event()
+        self.claiming = asyncio.Event()
+
+    async def claim_due_for_lane(  # type: ignore[override]
+        self, lane: object, limit: int, owner: str, lease_ttl: timedelta
+    ) -> list[object]:
+        self.claiming.set()
+        await self.gate.wait()
+        return list(await super().claim_due_for_lane(lane, limit, owner, lease_ttl))  # type: ignore[arg-type]
+
+
+async def test_shutdown_waits_for_a_claim_on_the_wire_and_releases_what_it_brings() -> None:
+    # The claim was on the wire when the stop came (a drain beside the shutdown): the
+    # shutdown waits for it, and the task it brings starts with its context already
+    # cancelled and is released, written before the shutdown returns.
+    clock = ManualClock()
+    store, harness = _HeldClaimStore(clock), Harness()
+
+    async def cooperative(ctx: TaskExecutionContext, job: Job) -> int:
+        await ctx.sleep(3600)  # raises the shutdown error at once: the context is cancelled
+        return 0
+
+    harness.actions["late"] = cooperative
+    (task_id,) = await enqueue(store, new_task(Kind.RENDER, "late"))
+    worker = _worker(store, harness, clock)  # the drain claims the media lane first
+    draining = asyncio.create_task(worker.drain(), name="test-drain")
+    await store.claiming.wait()
+    stopping = asyncio.create_task(worker.shutdown(), name="test-shutdown")
+    await until(lambda: worker.stopping)
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert not stopping.done(), "the shutdown waits for the claim on the wire"
+    store.gate.set()
+    await stopping
+    assert draining.done()
+    assert harness.started == ["late"]
+    row = await store.get_task(task_id)
+    assert row is not None
+    assert (row.status, row.attempt, row.processing_token) == (TaskStatus.PENDING, 0, None)
+    total = worker.stats.total()
+    assert (total.claimed, total.released_on_shutdown, total.in_flight) == (1, 1, 0)

@@ -203,6 +203,9 @@ class TaskWorker(Generic[StateT]):
         self._reserved: dict[Hashable, int] = dict.fromkeys(names, 0)
         self._saturated: set[Hashable] = set()
         self._handed_over: set[int] = set()
+        # Claim round trips on the wire: join() waits for them and for what they bring.
+        self._claiming = 0
+        self._landed: asyncio.Event | None = None
         self._running: dict[int, tuple[Hashable, ClaimedTaskExecution]] = {}
         self._tasks: dict[asyncio.Task[Any], ClaimedTaskExecution] = {}
         self._next_lane = 0
@@ -371,37 +374,47 @@ class TaskWorker(Generic[StateT]):
         if requested <= 0 or self.stopping:
             return 0, 0
         self._reserved[lane] += requested
+        self._claiming += 1
         clock = self.execution.clock
         claimed_at = clock.monotonic()
         try:
-            records = list(
-                await claim_due_for_lane(
-                    self._store,
+            try:
+                records = list(
+                    await claim_due_for_lane(
+                        self._store,
+                        lane,
+                        requested,
+                        self.owner,
+                        self.execution.lease_ttl,
+                        stats=self.stats,
+                        clock=clock,
+                    )
+                )
+            finally:
+                self._reserved[lane] -= requested
+            if len(records) > requested:
+                logger.error(
+                    "the store returned %s tasks for lane %r although %s were asked; "
+                    "releasing the extra ones",
+                    len(records),
                     lane,
                     requested,
-                    self.owner,
-                    self.execution.lease_ttl,
-                    stats=self.stats,
-                    clock=clock,
                 )
-            )
+                await self._release_extra(records[requested:])
+                records = records[:requested]
+            for record in records:
+                self._start(lane, record, claimed_at)
         finally:
-            self._reserved[lane] -= requested
-        if len(records) > requested:
-            logger.error(
-                "the store returned %s tasks for lane %r although %s were asked; releasing "
-                "the extra ones",
-                len(records),
-                lane,
-                requested,
-            )
-            await self._release_extra(records[requested:])
-            records = records[:requested]
-        for record in records:
-            self._start(lane, record, claimed_at)
+            self._claim_landed()
         if self.free_slots(lane) == 0:
             self._saturated.add(lane)
         return len(records), requested
+
+    def _claim_landed(self) -> None:
+        self._claiming -= 1
+        if not self._claiming and self._landed is not None:
+            self._landed.set()
+            self._landed = None
 
     def _start(self, lane: Hashable, record: Any, claimed_at: float) -> None:
         assert self._heartbeat is not None  # attached: claims need the store
@@ -527,12 +540,23 @@ class TaskWorker(Generic[StateT]):
                 logger.exception("releasing over-claimed task #%s failed", record.id)
 
     async def join(self) -> None:
-        """Wait until every execution this worker started has finished (or was abandoned)."""
-        while self._tasks:
-            await asyncio.gather(*(e.settled() for e in list(self._tasks.values())))
-            await asyncio.sleep(0)  # the finished tasks' callbacks free their slots
-        if self._completions is not None:
-            await self._completions.join()
+        """Wait until every execution this worker started has finished (or was abandoned).
+
+        A claim on the wire (a drain running beside this call) is waited for, and so
+        are the tasks it brings, and those a success statement claimed with it.
+        """
+        while True:
+            while self._tasks:
+                await asyncio.gather(*(e.settled() for e in list(self._tasks.values())))
+                await asyncio.sleep(0)  # the finished tasks' callbacks free their slots
+            if self._claiming:
+                self._landed = self._landed or asyncio.Event()
+                await self._landed.wait()
+                continue
+            if self._completions is not None:
+                await self._completions.join()
+            if not self._tasks and not self._claiming:
+                break
         if self._heartbeat is not None:
             await self._heartbeat.join()
 
