@@ -95,9 +95,11 @@ async def race(
     if future is not None and future.done():
         return RaceWinner.DONE
     helpers: dict[asyncio.Future[Any], RaceWinner] = {}
-    if token is not None and token.cancelled:
-        winner = RaceWinner.TOKEN
-    else:
+    winner: RaceWinner | None = None
+    try:
+        if token is not None and token.cancelled:
+            winner = RaceWinner.TOKEN
+            return winner
         if seconds is not None:
             sleeper = asyncio.create_task(
                 (clock or SystemClock()).sleep(seconds), name=f"{name}-deadline"
@@ -108,21 +110,18 @@ async def race(
         waiting = {*helpers, *((future,) if future is not None else ())}
         try:
             await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            if owned and future is not None:
-                future.cancel()
-                await asyncio.gather(future, return_exceptions=True)
-            raise
         finally:
             for helper in helpers:
                 helper.cancel()
             # Join every helper so none outlives the call, even when we are cancelled.
             await asyncio.gather(*helpers, return_exceptions=True)
         winner = _winner(future, helpers)
-    if winner is not RaceWinner.DONE and owned and future is not None:
-        future.cancel()
-        await asyncio.gather(future, return_exceptions=True)
-    return winner
+        return winner
+    finally:
+        # Lost, cancelled, or the clock raised: what the race owns does not outlive it.
+        if winner is not RaceWinner.DONE and owned and future is not None:
+            future.cancel()
+            await asyncio.gather(future, return_exceptions=True)
 
 
 async def _awaited(awaitable: Awaitable[Any]) -> Any:
