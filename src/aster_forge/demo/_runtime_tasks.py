@@ -89,9 +89,7 @@ async def _health_check(state: DemoState) -> tuple[str, int]:
     if report.status() is HealthStatus.UNHEALTHY:
         # The failing components go into the failure record; the next firing retries.
         raise ClassifiedTaskError(f"Unhealthy: {report.issue_summary()}", TaskRetryClass.RETRYABLE)
-    return f"{report.status().as_str()} ({len(report.components)} components)", len(
-        report.components
-    )
+    return f"{report.status().value} ({len(report.components)} components)", len(report.components)
 
 
 async def _sweep(state: DemoState, min_age: timedelta) -> tuple[str, int]:

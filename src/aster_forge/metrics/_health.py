@@ -22,7 +22,7 @@ from ..runtime import HealthComponentReport, HealthStatus
 
 __all__ = ["PrometheusHealthMetricsRecorder"]
 
-_STATUSES = tuple(s.as_str() for s in HealthStatus)
+_STATUSES = tuple(s.value for s in HealthStatus)
 
 
 class PrometheusHealthMetricsRecorder:
@@ -85,7 +85,7 @@ class PrometheusHealthMetricsRecorder:
     ) -> None:
         """Set the aggregate status and run duration for ``scope``."""
         self._report_status.labels(scope).set(status.metric_value())
-        current = status.as_str()
+        current = status.value
         for other in _STATUSES:
             if other != current:
                 _remove(self._report_duration, scope, other)
@@ -97,7 +97,7 @@ class PrometheusHealthMetricsRecorder:
         """Set one component's status and check duration for ``scope``."""
         name = component.name
         self._component_status.labels(scope, name).set(component.status.metric_value())
-        current = component.status.as_str()
+        current = component.status.value
         for other in _STATUSES:
             if other != current:
                 _remove(self._component_duration, scope, name, other)

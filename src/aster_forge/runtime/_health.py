@@ -341,7 +341,7 @@ class SystemHealthReport:
             scope: The scope the report was run for (``"readiness"``, ``"diagnostics"`` ...).
             recorder: Any :class:`~aster_forge.runtime.HealthMetricsRecorder`.
         """
-        label = scope if isinstance(scope, str) else scope.as_str()
+        label = scope if isinstance(scope, str) else scope.value
         recorder.record_health_report(label, self.status(), self.duration_seconds())
         for component in self.components:
             recorder.record_health_component(label, component, component.duration_seconds())

@@ -49,11 +49,11 @@ def _check_int(kind: HealthComponentDetailKind, value: object, low: int, high: i
     # bool is an int subclass in Python; refusing it keeps True from becoming 1.
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidHealthDetailError(
-            f"{kind.as_str()} detail value must be an int, got {type(value).__name__}"
+            f"{kind.value} detail value must be an int, got {type(value).__name__}"
         )
     if not low <= value <= high:
         raise InvalidHealthDetailError(
-            f"{kind.as_str()} detail value {value} is outside the range [{low}, {high}]"
+            f"{kind.value} detail value {value} is outside the range [{low}, {high}]"
         )
     return value
 

@@ -305,8 +305,8 @@ class AsterRuntime:
         if self._signals_received == 1:
             logger.warning(
                 "received %s; shutting down (send it again to force exit)",
-                label.as_str(),
-                extra={"signal": label.as_str()},
+                label.value,
+                extra={"signal": label.value},
             )
             self._token.cancel()
             return
@@ -318,7 +318,7 @@ class AsterRuntime:
         self._force(label)
 
     def _force(self, label: TerminationSignal) -> None:
-        logger.error("received %s again; forcing exit", label.as_str())
+        logger.error("received %s again; forcing exit", label.value)
         self._force_exit(label)
 
     def _cancel_tokens(self) -> None:

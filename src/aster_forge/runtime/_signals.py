@@ -151,7 +151,7 @@ async def wait_for_termination_signal() -> TerminationSignal:
         label = await received
     finally:
         installation.restore()
-    logger.info("received termination signal %s", label.as_str(), extra={"signal": label.as_str()})
+    logger.info("received termination signal %s", label.value, extra={"signal": label.value})
     return label
 
 
@@ -193,8 +193,8 @@ class TerminationSignalHandler:
             self.first_signal = label
             logger.warning(
                 "received %s; shutting down (send it again to force exit)",
-                label.as_str(),
-                extra={"signal": label.as_str()},
+                label.value,
+                extra={"signal": label.value},
             )
             self._token.cancel()
             return
@@ -207,8 +207,8 @@ class TerminationSignalHandler:
             self.signals_received += 1
         logger.error(
             "received %s again during shutdown; forcing exit",
-            label.as_str(),
-            extra={"signal": label.as_str()},
+            label.value,
+            extra={"signal": label.value},
         )
         self._force_exit(label)
 

@@ -118,7 +118,7 @@ class _AdminApi:
         scope = HealthCheckScope.parse(parse_query(HealthQuery, request.query_params).scope)
         shutdown = None if self.sources.runtime is None else self.sources.runtime.shutdown_token
         report = await health_report(scope, resolve_health_runner(source), shutdown)
-        return ok({"scope": scope.as_str(), **report.to_json_dict()})
+        return ok({"scope": scope.value, **report.to_json_dict()})
 
     async def openapi(self, request: Request) -> Response:
         return ok(openapi_document(self.sources.title, auth=self.guard.enabled))

@@ -189,7 +189,7 @@ async def health_report(
         report = await run(scope)
     except Exception:
         # The registry maps check failures itself; this is the runner breaking.
-        logger.exception("health run for scope %s failed", scope.as_str())
+        logger.exception("health run for scope %s failed", scope.value)
         return _synthetic(_RUN_FAILED_COMPONENT, _RUN_FAILED_MESSAGE)
     if recorder is not None and scope in _RECORDED:
         report.record_metrics(scope, recorder)
@@ -231,7 +231,7 @@ def health_routes(
         if scope is HealthCheckScope.DIAGNOSTICS:
             endpoint = guard.protect(endpoint)
         routes.append(
-            Route(HEALTH_PATHS[scope], endpoint, methods=["GET"], name=f"health_{scope.as_str()}")
+            Route(HEALTH_PATHS[scope], endpoint, methods=["GET"], name=f"health_{scope.value}")
         )
     return routes
 
