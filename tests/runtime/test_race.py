@@ -73,19 +73,19 @@ async def test_the_token_wins_and_a_future_passed_in_is_left_running() -> None:
     future.set_result(1)
 
 
+async def _until_cancelled(started: asyncio.Event, cancelled: asyncio.Event) -> None:
+    started.set()
+    try:
+        await asyncio.Event().wait()
+    except asyncio.CancelledError:
+        cancelled.set()
+        raise
+
+
 async def test_cancel_loser_cancels_and_joins_a_losing_task() -> None:
     clock = ManualClock()
     started, cancelled = asyncio.Event(), asyncio.Event()
-
-    async def slow() -> None:
-        started.set()
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-
-    task = asyncio.create_task(slow(), name="test-loser")
+    task = asyncio.create_task(_until_cancelled(started, cancelled), name="test-loser")
     await started.wait()
     racing = asyncio.create_task(
         race(task, seconds=1, clock=clock, cancel_loser=True), name="test-race"
@@ -98,16 +98,8 @@ async def test_cancel_loser_cancels_and_joins_a_losing_task() -> None:
 
 async def test_a_cancelled_caller_cancels_what_the_race_owns() -> None:
     started, cancelled = asyncio.Event(), asyncio.Event()
-
-    async def owned() -> None:
-        started.set()
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-
-    racing = asyncio.create_task(race(owned(), name="t-owned"), name="test-race")
+    owned = _until_cancelled(started, cancelled)
+    racing = asyncio.create_task(race(owned, name="t-owned"), name="test-race")
     await started.wait()
     racing.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 from datetime import timedelta
@@ -12,7 +13,9 @@ import pytest
 from aster_forge.runtime import CancellationToken
 from aster_forge.tasks import (
     ClaimedTaskExecution,
+    ClaimedTaskExecutionConfig,
     ClaimedTaskOutcome,
+    ClaimedTaskReport,
     ClassifiedTaskError,
     SharedTaskHeartbeat,
     TaskExecutionContext,
@@ -40,6 +43,13 @@ from ._dispatch_support import (
     new_task,
     until,
 )
+
+
+async def _run_once(
+    store: InMemoryTaskStore, config: ClaimedTaskExecutionConfig[Harness]
+) -> ClaimedTaskReport:
+    """Claim the one due fallback-lane task and run it to its stored outcome."""
+    return await run_claimed_task_with_store(store, await claim_one(store, Lane.FALLBACK), config)
 
 
 @pytest.fixture
@@ -99,7 +109,7 @@ async def test_retryable_failure_goes_back_to_pending_with_policy_delay(
     harness.actions["f"] = flaky
     (task_id,) = await enqueue(store, new_task(Kind.MAIL, "f"))
     config = make_config(harness, clock)
-    first = await run_claimed_task_with_store(store, await claim_one(store, Lane.FALLBACK), config)
+    first = await _run_once(store, config)
     assert first.outcome is ClaimedTaskOutcome.RETRIED
     assert first.retry_delay == timedelta(seconds=5)
     row = await store.get_task(task_id)
@@ -109,7 +119,7 @@ async def test_retryable_failure_goes_back_to_pending_with_policy_delay(
     # Not due yet: nothing to claim until the delay passed.
     assert await store.claim_due_for_lane(Lane.FALLBACK, 1, "o", LEASE_TTL) == []
     await clock.advance(5)
-    second = await run_claimed_task_with_store(store, await claim_one(store, Lane.FALLBACK), config)
+    second = await _run_once(store, config)
     assert second.attempt == 2
     assert second.retry_delay == timedelta(seconds=15)
 
@@ -149,9 +159,7 @@ async def test_permanent_failure_marks_the_active_step_failed(
 
     harness.actions["p"] = broken
     (task_id,) = await enqueue(store, new_task(Kind.REPORT, "p"))
-    result = await run_claimed_task_with_store(
-        store, await claim_one(store, Lane.FALLBACK), make_config(harness, clock)
-    )
+    result = await _run_once(store, make_config(harness, clock))
     assert result.outcome is ClaimedTaskOutcome.FAILED
     assert result.retry_class is TaskRetryClass.PERMANENT
     row = await store.get_task(task_id)
@@ -179,9 +187,7 @@ async def test_manual_failure_is_final_but_manually_retryable(
 
     harness.actions["m"] = quota
     (task_id,) = await enqueue(store, new_task(Kind.MAIL, "m"))
-    result = await run_claimed_task_with_store(
-        store, await claim_one(store, Lane.FALLBACK), make_config(harness, clock)
-    )
+    result = await _run_once(store, make_config(harness, clock))
     assert result.outcome is ClaimedTaskOutcome.FAILED
     row = await store.get_task(task_id)
     assert row is not None
@@ -199,9 +205,7 @@ async def test_unclassified_exception_is_retryable_with_fixed_text(
     harness.actions["u"] = leaky
     (task_id,) = await enqueue(store, new_task(Kind.MAIL, "u"))
     with caplog.at_level(logging.WARNING, logger="aster_forge.tasks.execution"):
-        result = await run_claimed_task_with_store(
-            store, await claim_one(store, Lane.FALLBACK), make_config(harness, clock)
-        )
+        result = await _run_once(store, make_config(harness, clock))
     assert result.outcome is ClaimedTaskOutcome.RETRIED
     assert result.retry_class is TaskRetryClass.RETRYABLE
     row = await store.get_task(task_id)
@@ -226,9 +230,7 @@ async def test_a_body_cancelling_itself_is_retried_not_released(
 
     harness.actions["c"] = self_cancelling
     (task_id,) = await enqueue(store, new_task(Kind.MAIL, "c"))
-    result = await run_claimed_task_with_store(
-        store, await claim_one(store, Lane.FALLBACK), make_config(harness, clock)
-    )
+    result = await _run_once(store, make_config(harness, clock))
     assert result.outcome is ClaimedTaskOutcome.RETRIED
     assert result.retry_class is TaskRetryClass.RETRYABLE
     row = await store.get_task(task_id)
@@ -254,7 +256,7 @@ async def test_product_classifier_from_config(store: InMemoryTaskStore, clock: M
 
     (task_id,) = await enqueue(store, new_task(Kind.MAIL, "x"))
     config = make_config(harness, clock, error_classifier=classify)
-    result = await run_claimed_task_with_store(store, await claim_one(store, Lane.FALLBACK), config)
+    result = await _run_once(store, config)
     assert result.outcome is ClaimedTaskOutcome.FAILED
     row = await store.get_task(task_id)
     assert row is not None and row.last_error == "Source file is gone"
@@ -338,9 +340,7 @@ async def test_lease_lost_error_from_body_writes_nothing(
 
     harness.actions["w"] = wrapped
     (task_id,) = await enqueue(store, new_task(Kind.MAIL, "w"))
-    report = await run_claimed_task_with_store(
-        store, await claim_one(store, Lane.FALLBACK), make_config(harness, clock)
-    )
+    report = await _run_once(store, make_config(harness, clock))
     assert report.outcome is ClaimedTaskOutcome.LEASE_LOST
     row = await store.get_task(task_id)
     assert row is not None and row.status is TaskStatus.RUNNING and row.last_error is None
@@ -360,7 +360,7 @@ async def test_shutdown_releases_without_counting_an_attempt(
     shutdown = CancellationToken()
     config = make_config(harness, clock, shutdown_token=shutdown)
     run = asyncio.create_task(
-        run_claimed_task_with_store(store, await claim_one(store, Lane.FALLBACK), config),
+        _run_once(store, config),
         name="test-run",
     )
     await until(lambda: "c" in harness.started)
@@ -404,14 +404,21 @@ def test_a_body_raising_a_base_exception_propagates_it(
     harness.actions["x"] = exiting
 
     async def run() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _loop, context: reported.append(context["exception"]))
         (task_id,) = await enqueue(store, new_task(Kind.MAIL, "x"))
         ids.append(task_id)
         record = await claim_one(store, Lane.FALLBACK)
         await run_claimed_task_with_store(store, record, make_config(harness, clock))
 
     ids: list[int] = []
+    reported: list[BaseException] = []
     with pytest.raises(raised):
         asyncio.run(run())
+    # The loop stopped on the exception, so nobody read it from the execution's task:
+    # that is the one thing reported when the task is collected.
+    gc.collect()
+    assert all(isinstance(error, raised) for error in reported)
     row = asyncio.run(store.get_task(ids[0]))
     assert row is not None
     assert (row.status, row.attempt, row.last_error) == (status, 0, None)
@@ -428,7 +435,7 @@ async def test_shutdown_grace_then_uncooperative_body_is_cancelled(
         harness, clock, shutdown_token=shutdown, shutdown_grace=timedelta(seconds=5)
     )
     run = asyncio.create_task(
-        run_claimed_task_with_store(store, await claim_one(store, Lane.FALLBACK), config),
+        _run_once(store, config),
         name="test-run",
     )
     await until(lambda: "stubborn" in harness.started)
@@ -450,9 +457,7 @@ async def test_caller_cancellation_releases_then_reraises(
     harness.gate("g")
     (task_id,) = await enqueue(store, new_task(Kind.MAIL, "g"))
     run = asyncio.create_task(
-        run_claimed_task_with_store(
-            store, await claim_one(store, Lane.FALLBACK), make_config(harness, clock)
-        ),
+        _run_once(store, make_config(harness, clock)),
         name="test-run",
     )
     await until(lambda: "g" in harness.started)
