@@ -11,11 +11,27 @@ from collections.abc import Sequence
 
 import pytest
 
-from aster_forge.tasks import TaskCompletion, TaskLease
+from aster_forge.tasks import (
+    ClaimedTaskExecution,
+    ClaimedTaskOutcome,
+    SharedTaskHeartbeat,
+    TaskCompletion,
+    TaskLease,
+    TaskStatus,
+)
 from aster_forge.tasks._completion import TaskCompletionBatcher
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 
-from ._dispatch_support import LEASE_TTL, Kind, Lane, enqueue, new_task
+from ._dispatch_support import (
+    LEASE_TTL,
+    Harness,
+    Kind,
+    Lane,
+    enqueue,
+    make_config,
+    new_task,
+    until,
+)
 
 
 class GatedStore(InMemoryTaskStore):
@@ -157,3 +173,34 @@ async def test_a_write_cancelled_mid_flight_tells_every_waiter(store: GatedStore
             await future
     assert len(told) == 1 and isinstance(told[0], RuntimeError)
     assert store.in_flight == 0 and not batcher._queue
+
+
+async def test_a_success_waiting_on_the_batcher_is_recorded_when_its_run_is_cancelled(
+    store: GatedStore,
+) -> None:
+    # The run waits for its batched success (not detached: no on_finished) and is
+    # cancelled meanwhile: the write still lands, and the execution records what the
+    # store applied before the cancellation propagates.
+    clock = store.clock
+    assert isinstance(clock, ManualClock)
+    harness = Harness()
+    (task_id,) = await enqueue(store, new_task(Kind.MAIL, "quick"))
+    (record,) = await store.claim_due_for_lane(Lane.FALLBACK, 1, "w", LEASE_TTL)
+    heartbeat = SharedTaskHeartbeat(store, clock, LEASE_TTL)
+    batcher = TaskCompletionBatcher(store)
+    execution = ClaimedTaskExecution(
+        store, record, make_config(harness, clock), heartbeat=heartbeat, completions=batcher
+    )
+    run = execution.start()
+    await until(lambda: store.in_flight == 1)
+    run.cancel()
+    await _turns()
+    assert not run.done(), "the run waits for the write on the wire"
+    store.gate.set()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    assert execution.outcome is ClaimedTaskOutcome.SUCCEEDED
+    row = await store.get_task(task_id)
+    assert row is not None and row.status is TaskStatus.SUCCEEDED
+    await batcher.join()
+    await heartbeat.join()
