@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from aster_forge import Forge, ForgeStateError
 from aster_forge.db import normalize_database_url
 from aster_forge.runtime import AsterRuntime
-from aster_forge.tasks import BackgroundTaskStore, EnqueueResult, ScheduledTaskStore, TaskDispatcher
+from aster_forge.tasks import BackgroundTaskStore, EnqueueResult, ScheduledTaskStore, TaskWorker
 
 from ._forge import DEMO_NAME, DemoSchedule, build_demo_forge
 from ._seed import seed_demo_tasks
@@ -125,8 +125,8 @@ class DemoApp:
         return self.forge.backend.scheduled_store
 
     @property
-    def dispatcher(self) -> TaskDispatcher[Forge]:
-        """The running dispatcher (the live view's lane counters).
+    def dispatcher(self) -> TaskWorker[Forge]:
+        """The running task worker (the live view's lane counters).
 
         Raises:
             ForgeStateError: The workers are not running.

@@ -32,9 +32,9 @@ from ..tasks import (
     EnqueueResult,
     NewTask,
     TaskCodecError,
-    TaskDispatcher,
     TaskLaneState,
     TaskPayloadError,
+    TaskWorker,
 )
 from ._backend import ForgeBackend
 from ._declarations import ForgeDeclarations, check_name
@@ -252,8 +252,8 @@ class Forge(ForgeDeclarations):
         if worker in self._workers:
             self._workers.remove(worker)
 
-    def current_dispatcher(self) -> TaskDispatcher[Forge] | None:
-        """The dispatcher of the worker running in this process, if any."""
+    def current_dispatcher(self) -> TaskWorker[Forge] | None:
+        """The task worker running in this process, if any."""
         return self._workers[-1].dispatcher if self._workers else None
 
     def _wake_workers(self) -> None:

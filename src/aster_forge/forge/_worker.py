@@ -1,6 +1,6 @@
 """``ForgeWorker``: one run of a forge's workers, assembled from the primitives.
 
-The dispatcher and its poll loop (``TaskDispatcher`` + ``run_dispatch_worker``), the
+The task worker (``TaskWorker``: claims, runs and writes each task's outcome), the
 PostgreSQL NOTIFY listener (``listen_for_task_notifications``), the leased scheduler
 (``LeasedScheduledRuntimeConfig``) and the database and resources lifecycles, as
 ``AsterRuntime`` components. Nothing here claims, leases, heartbeats or schedules.
@@ -41,11 +41,10 @@ from ..tasks import (
     LeasedScheduledRuntimeConfig,
     ScheduledTaskOutcome,
     ScheduledTaskRun,
-    TaskDispatcher,
     TaskLaneConfig,
     TaskRetryPolicy,
     TaskTempDirs,
-    run_dispatch_worker,
+    TaskWorker,
 )
 
 if TYPE_CHECKING:
@@ -128,12 +127,13 @@ class ForgeWorker:
         registry = forge.registry
         settings = forge.worker_settings
         self._settings = settings
-        self.dispatcher: TaskDispatcher[Forge] = TaskDispatcher(
-            [
+        self.dispatcher: TaskWorker[Forge] = TaskWorker(
+            forge.backend.task_store,
+            lanes=[
                 TaskLaneConfig(registry.lane_type(lane), limit)
                 for lane, limit in forge.lanes.items()
             ],
-            ClaimedTaskExecutionConfig(
+            execution=ClaimedTaskExecutionConfig(
                 state=forge,
                 registry=registry,
                 lease_ttl=settings.task_lease_ttl,
@@ -141,6 +141,7 @@ class ForgeWorker:
                 shutdown_grace=settings.shutdown_grace,
                 temp_dirs=None if settings.temp_root is None else TaskTempDirs(settings.temp_root),
             ),
+            poll=settings.poll,
             owner=forge.instance_id,
         )
         self.started = asyncio.Event()
@@ -152,9 +153,7 @@ class ForgeWorker:
         self.dispatcher.wake()
 
     async def _dispatch(self, token: CancellationToken) -> None:
-        await run_dispatch_worker(
-            self._forge.backend.task_store, self.dispatcher, token, poll=self._settings.poll
-        )
+        await self.dispatcher.run(token)
 
     async def _listen(self, token: CancellationToken) -> None:
         engine = self._forge.backend.engine

@@ -13,7 +13,7 @@ from ..tasks import (
     DispatchStats,
     ScheduledTaskStore,
     TaskAdminStore,
-    TaskDispatcher,
+    TaskWorker,
 )
 from ._health import HealthSource
 from ._leases import RuntimeLeaseSource
@@ -24,9 +24,9 @@ __all__ = ["AdminSources", "DispatcherSource", "LaneLimits"]
 LaneLimits = Mapping[Any, int] | Callable[[], Mapping[Any, int]]
 """Lane concurrency limits: a mapping (lane or wire value -> limit) or a callable."""
 
-DispatcherSource = TaskDispatcher[Any] | Callable[[], TaskDispatcher[Any] | None]
-"""A dispatcher, or a callable returning the current one (``None`` while this
-instance holds no runtime lease and so runs no dispatcher)."""
+DispatcherSource = TaskWorker[Any] | Callable[[], TaskWorker[Any] | None]
+"""A task worker (a seed ``TaskDispatcher`` is one), or a callable returning the current
+one (``None`` while this instance holds no runtime lease and so runs no worker)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,10 +93,10 @@ class AdminSources:
             "overview": isinstance(self.task_store, TaskAdminStore),
         }
 
-    def current_dispatcher(self) -> TaskDispatcher[Any] | None:
+    def current_dispatcher(self) -> TaskWorker[Any] | None:
         """Return the dispatcher (calling the factory), or ``None``."""
         source = self.dispatcher
-        if source is None or isinstance(source, TaskDispatcher):
+        if source is None or isinstance(source, TaskWorker):
             return source
         return source()
 
