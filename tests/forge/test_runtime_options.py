@@ -16,7 +16,12 @@ import pytest
 from aster_forge import Forge, ForgeDeclarationError, TaskExecutionContext
 from aster_forge.db import RuntimeLeaseDbStore
 from aster_forge.forge import ForgeWorkerSettings
-from aster_forge.runtime import HealthCheckScope, HealthComponentReport, HealthStatus
+from aster_forge.runtime import (
+    HealthCheckScope,
+    HealthComponentReport,
+    HealthStatus,
+    SystemHealthReport,
+)
 from aster_forge.tasks import DispatchPollConfig, TaskStatus
 
 _POLL = DispatchPollConfig(
@@ -139,3 +144,48 @@ async def test_resource_health_checks_run_with_the_forge_and_see_the_state() -> 
         diagnostics = await forge.run_health(HealthCheckScope.DIAGNOSTICS)
         statuses = {c.name: c.status for c in diagnostics.components}
         assert statuses["cache"] is HealthStatus.DEGRADED
+
+
+async def test_the_worker_reports_unhealthy_while_every_claim_fails() -> None:
+    # A store the worker cannot claim from: readiness says so (and names no payload),
+    # and says healthy again once a claim goes through.
+    forge = Forge("memory://", settings=ForgeWorkerSettings(poll=_POLL))
+
+    @forge.task
+    async def noop() -> None:
+        return None
+
+    store = forge.backend.task_store
+    healthy_claim = store.claim_due_for_lane
+    failing = {"on": True}
+    failed, claimed = asyncio.Event(), asyncio.Event()
+
+    async def claim(*args: object, **kwargs: object) -> object:
+        # The worker records the claim's outcome in the step that sees it return, before
+        # a waiter woken by these events runs.
+        if failing["on"]:
+            failed.set()
+            raise ConnectionError("db down")
+        records = await healthy_claim(*args, **kwargs)  # type: ignore[arg-type]
+        claimed.set()
+        return records
+
+    store.claim_due_for_lane = claim  # type: ignore[method-assign, assignment]
+    async with forge.running():
+        worker = forge.current_dispatcher()
+        assert worker is not None
+        async with asyncio.timeout(10):
+            await failed.wait()
+
+        def background(report: SystemHealthReport) -> tuple[HealthStatus, str]:
+            (component,) = [c for c in report.components if c.name == "background_tasks"]
+            return component.status, component.message
+
+        ready = await forge.run_health(HealthCheckScope.READINESS)
+        assert background(ready) == (HealthStatus.UNHEALTHY, "claims fail")
+        failing["on"] = False
+        worker.wake()
+        async with asyncio.timeout(10):
+            await claimed.wait()
+        ready = await forge.run_health(HealthCheckScope.READINESS)
+        assert background(ready) == (HealthStatus.HEALTHY, "dispatching")
