@@ -324,7 +324,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
     ) -> TaskLease | None:
         # The new expiry and the operator's cancel flag come back with the renewal.
         t = self._table
-        if self._sql.backend.value == "mysql":
+        if self._sql.backend is DatabaseBackend.MYSQL:
             if (await conn.execute(stmt)).rowcount != 1:
                 return None
             query = sa.select(t.c.lease_expires_at, t.c.cancel_requested).where(
