@@ -204,3 +204,25 @@ async def test_a_success_waiting_on_the_batcher_is_recorded_when_its_run_is_canc
     assert row is not None and row.status is TaskStatus.SUCCEEDED
     await batcher.join()
     await heartbeat.join()
+
+
+async def test_a_writer_cancelled_before_it_ran_leaves_no_success_stranded(
+    store: GatedStore,
+) -> None:
+    # Cancelled before its first step (as the loop's teardown does), a writer runs none
+    # of its own cleanup: its waiter is told, and the next success gets a writer of its
+    # own instead of queueing behind the dead one forever.
+    store.gate.set()
+    leases = await _leases(store, 2)
+    batcher = TaskCompletionBatcher(store)
+    first = batcher.succeed(leases[0], None, None)
+    (writer,) = batcher._writers
+    writer.cancel()
+    await _turns()
+    with pytest.raises(RuntimeError, match="interrupted"):
+        await first
+    second = batcher.succeed(leases[1], None, None)
+    async with asyncio.timeout(5):
+        assert await second is True
+        await batcher.join()
+    assert store.batches == [1]

@@ -123,6 +123,26 @@ class TaskCompletionBatcher:
     def _spawn(self) -> None:
         writer = asyncio.create_task(self._flush(), name="aster-forge:task-completions")
         self._writers.add(writer)
+        writer.add_done_callback(self._never_ran)
+
+    def _never_ran(self, writer: asyncio.Task[None]) -> None:
+        """A writer cancelled before its first step (the loop is closing) ran no cleanup.
+
+        Left in place it would keep the burst "gathering" and itself "in flight": every
+        later success would queue for a writer that never comes, and :meth:`join` would
+        wait for it forever. Its queue is told the write was interrupted, as on a
+        cancellation mid-write.
+        """
+        if writer not in self._writers:
+            return  # it ran: its own cleanup did all this
+        self._writers.discard(writer)
+        if self._writers:
+            return  # another writer takes the queue
+        self._gathering = False
+        interrupted = RuntimeError("the batched success write was interrupted")
+        queued, self._queue = self._queue, []
+        for _, waiter in queued:
+            _tell(waiter, interrupted)
 
     async def join(self) -> None:
         """Wait until every queued write has been sent and answered."""
