@@ -11,6 +11,7 @@ import pytest
 from aster_forge.runtime import CancellationToken
 from aster_forge.tasks import (
     BackgroundTaskRecord,
+    SharedTaskHeartbeat,
     TaskCompletion,
     TaskDispatcher,
     TaskLaneConfig,
@@ -18,9 +19,9 @@ from aster_forge.tasks import (
     TaskLeaseGuard,
     TaskStatus,
     drain_dispatcher,
+    task_heartbeat_interval,
 )
 from aster_forge.tasks._completion import TaskCompletionBatcher, supports_batched_success
-from aster_forge.tasks._heartbeat import SharedTaskHeartbeat, task_heartbeat_interval
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 
 from ._dispatch_support import (

@@ -139,10 +139,7 @@ class TaskCompletionBatcher:
         if self._writers:
             return  # another writer takes the queue
         self._gathering = False
-        interrupted = RuntimeError("the batched success write was interrupted")
-        queued, self._queue = self._queue, []
-        for _, waiter in queued:
-            _tell(waiter, interrupted)
+        self._interrupt([])
 
     async def join(self) -> None:
         """Wait until every queued write has been sent and answered."""
@@ -196,14 +193,18 @@ class TaskCompletionBatcher:
                 _tell(waiter, exc)
         except BaseException:
             # Cancelled mid-write: the outcome is unknown; tell every waiter.
-            interrupted = RuntimeError("the batched success write was interrupted")
-            for _, waiter in (*batch, *self._queue):
-                _tell(waiter, interrupted)
-            self._queue.clear()
+            self._interrupt(batch)
             raise
         else:
             for (_, waiter), ok in zip(batch, results, strict=True):
                 _tell(waiter, bool(ok))
+
+    def _interrupt(self, batch: list[_Entry]) -> None:
+        """Tell ``batch`` and everything queued that the write was interrupted; empty the queue."""
+        interrupted = RuntimeError("the batched success write was interrupted")
+        queued, self._queue = self._queue, []
+        for _, waiter in (*batch, *queued):
+            _tell(waiter, interrupted)
 
 
 def _resolve(future: asyncio.Future[bool], outcome: bool | BaseException) -> None:
