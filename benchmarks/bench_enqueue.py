@@ -15,6 +15,9 @@ taking commands (``peer_runner.py pgqueuer serve``). One throwaway database:
 - aster-forge's own one-task statement sent on a bare asyncpg connection, no library
   code around it (what the statement costs the database and the driver: the most any
   client-side work could reach; its rows have kind ``floor``);
+- the same statement with ``registry.new_task`` run before each send (the payload
+  validated and encoded, the task discarded): what building the task costs in place,
+  between round trips, where it runs slower than in a loop of its own;
 - the same task row inserted with nothing returned and no NOTIFY (what one task row
   costs the database at the least; its rows have kind ``bare``): no task id comes back,
   so no enqueue could be cheaper than this;
@@ -181,21 +184,25 @@ class AsterSystem:
 class FloorSystem:
     """aster-forge's one-task statement on a bare asyncpg connection (no library code)."""
 
-    def __init__(self, conn: Any, sql: str, args: list[Any], kind: str) -> None:
+    def __init__(
+        self, conn: Any, sql: str, args: list[Any], kind: str, *, build: bool = False
+    ) -> None:
         self.conn = conn
         self.sql = sql
         self.args = args
         self.kind = kind
+        self.build = build
         self.sent = 0
 
     @classmethod
     async def open(
-        cls, url: str, store: BackgroundTaskDbStore, *, bare: bool = False
+        cls, url: str, store: BackgroundTaskDbStore, *, bare: bool = False, build: bool = False
     ) -> FloorSystem:
         """Connect and warm the statement (the store's own, for one task without a key).
 
         With ``bare``, the statement ends before its ``RETURNING`` (which also holds the
-        NOTIFY): the task row is inserted and nothing comes back.
+        NOTIFY): the task row is inserted and nothing comes back. With ``build``, each
+        call first builds a task with ``registry.new_task`` (and discards it).
         """
         import asyncpg
 
@@ -209,21 +216,28 @@ class FloorSystem:
             args = args[: sql.count("$")]  # the NOTIFY's channel is no longer sent
         conn = await asyncpg.connect(asyncpg_dsn(url))
         await conn.fetch(sql, *args)
-        return cls(conn, sql, args, kind)
+        return cls(conn, sql, args, kind, build=build)
 
     async def single(self, n: int) -> float:
         """``n`` statements, one per call; seconds."""
         started = time.perf_counter()
+        if self.build:
+            for i in range(self.sent, self.sent + n):
+                _task(i)
+                await self.conn.fetch(self.sql, *self.args)
+            elapsed = time.perf_counter() - started
+            self.sent += n
+            return elapsed
         for _ in range(n):
             await self.conn.fetch(self.sql, *self.args)
         elapsed = time.perf_counter() - started
         self.sent += n
         return elapsed
 
-    async def close(self, url: str) -> bool:
-        """Close the connection; whether every row landed."""
+    async def close(self, url: str, *, others: int = 0) -> bool:
+        """Close the connection; whether every row landed (``others``: same kind's)."""
         await self.conn.close()
-        return await _count(url, kind=self.kind) == self.sent + 1
+        return await _count(url, kind=self.kind) == self.sent + 1 + others
 
 
 class RawSystem:
@@ -287,6 +301,7 @@ async def single_round(url: str, count: int, pgqueuer: bool) -> dict[str, float]
     each = AsterSystem(url, notify_each=True)
     raw = await RawSystem.open(url)
     floor = await FloorSystem.open(url, aster.store)
+    built = await FloorSystem.open(url, aster.store, build=True)
     bare = await FloorSystem.open(url, aster.store, bare=True)
     peer = await _peers.PeerServer.start("pgqueuer", url) if pgqueuer else None
     await aster.warm()
@@ -300,13 +315,16 @@ async def single_round(url: str, count: int, pgqueuer: bool) -> dict[str, float]
         jobs["pgqueuer single"] = lambda n: peer.run("single", n)
     jobs["raw single"] = raw.single
     jobs["aster statement, bare driver"] = floor.single
+    jobs["aster statement + new_task, bare driver"] = built.single
     jobs["task row INSERT, nothing returned"] = bare.single
     rates = await _sliced(jobs, count, SINGLE_SLICE)
     await each.close()
     checks = [
         await aster.close(others=each.sent + 1),
         await raw.close(),
-        await floor.close(url),
+        # Both send the statement of kind FLOOR: each count includes the other's rows.
+        await floor.close(url, others=built.sent + 1),
+        await built.close(url, others=floor.sent + 1),
         await bare.close(url),
     ]
     if peer is not None:
@@ -399,6 +417,13 @@ async def bulk_round(url: str, count: int, pgqueuer: bool) -> dict[str, float]:
     return rates
 
 
+def _cost(a: str, b: str, med: dict[str, float]) -> str:
+    """How much longer one call of ``a`` takes than one of ``b`` (from the medians)."""
+    if a not in med or b not in med:
+        return "n/a"
+    return f"{(1 / med[a] - 1 / med[b]) * 1e6:.0f} us"
+
+
 def _median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
@@ -459,6 +484,10 @@ async def _run(label: str) -> list[str]:
         f"{ratio('aster statement, bare driver', 'pgqueuer single')}; vs raw INSERT: "
         f"{ratio('aster statement, bare driver', 'raw single')}; aster single vs it: "
         f"{ratio('aster single', 'aster statement, bare driver')}",
+        "- the statement with `registry.new_task` before each send vs the statement alone: "
+        f"{ratio('aster statement + new_task, bare driver', 'aster statement, bare driver')}"
+        f" ({_cost('aster statement + new_task, bare driver', 'aster statement, bare driver', med)}"
+        " per call in place)",
         "- a task row inserted with nothing returned and no NOTIFY (no enqueue that "
         "returns the task id can cost less): "
         f"{ratio('task row INSERT, nothing returned', 'pgqueuer single')} vs pgqueuer, "
