@@ -7,6 +7,7 @@ import threading
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -175,6 +176,35 @@ async def test_a_payload_that_fails_validation_names_task_and_field_and_writes_n
     with pytest.raises(ForgePayloadError, match="'thumbnail'") as not_a_payload:
         await task.enqueue(object())
     assert not_a_payload.value.fields == ("<root>",)
+    store = forge.backend.task_store
+    assert isinstance(store, InMemoryTaskStore)
+    assert store.all_tasks() == []
+
+
+async def test_a_payload_that_validates_but_does_not_encode_is_a_payload_error() -> None:
+    forge = _memory()
+
+    class Opaque:
+        def __repr__(self) -> str:
+            return "Opaque(secret-value)"
+
+    @forge.task
+    async def anything(payload: dict[str, Any]) -> None:
+        return None
+
+    # An Any field accepts the object; only the JSON encoding refuses it.
+    with pytest.raises(ForgePayloadError) as caught:
+        await anything.enqueue({"blob": Opaque()})
+    error = caught.value
+    assert error.task == "anything"
+    assert error.fields == ()
+    assert "'anything'" in str(error) and "does not encode as JSON" in str(error)
+    assert "secret-value" not in str(error)  # never the value, nor in the chain
+    chained = error.__cause__
+    assert chained is not None and "secret-value" not in str(chained)
+    assert chained.__cause__ is None
+    with pytest.raises(ForgePayloadError):
+        await anything.enqueue_many([{"ok": 1}, {"blob": Opaque()}])
     store = forge.backend.task_store
     assert isinstance(store, InMemoryTaskStore)
     assert store.all_tasks() == []
