@@ -73,6 +73,7 @@ def test_a_task_on_an_undeclared_lane_is_an_error() -> None:
         ({"timeout": timedelta(0)}, "timeout"),
         ({"steps": [("load", "Load"), ("load", "Again")]}, "step key is declared twice"),
         ({"name": " spaced"}, "task name"),
+        ({"steps": [("load", "Load", "extra")]}, r"steps are \(key, title\) pairs"),
     ],
 )
 def test_bad_task_options_are_errors(options: dict[str, object], message: str) -> None:
@@ -103,6 +104,47 @@ def test_body_signatures_the_forge_cannot_read_are_errors() -> None:
         forge.task(four)
     with pytest.raises(ForgeDeclarationError, match="TaskExecutionContext"):
         forge.task(two_without_ctx)
+
+
+def test_bodies_that_are_not_functions_or_whose_annotations_do_not_resolve_are_errors() -> None:
+    forge = _memory()
+
+    async def unresolvable(payload: NoSuchType) -> None:  # type: ignore[name-defined]  # noqa: F821
+        return None
+
+    with pytest.raises(ForgeDeclarationError, match="the body is not callable"):
+        forge.task(name="not_a_function")(42)  # type: ignore[arg-type]
+    with pytest.raises(ForgeDeclarationError, match="cannot resolve its annotations"):
+        forge.task(unresolvable)
+    assert forge.tasks == ()
+
+
+def test_resources_and_health_check_declaration_errors() -> None:
+    forge = _memory()
+    with pytest.raises(ForgeDeclarationError, match="async generator function"):
+        forge.resources(42)  # type: ignore[arg-type]
+
+    @forge.resources
+    async def resources() -> AsyncIterator[Shop]:
+        yield Shop(prefix="p")
+
+    with pytest.raises(ForgeDeclarationError, match="resources are declared twice"):
+        forge.resources(resources)
+
+    async def check(state: object) -> None:
+        return None
+
+    with pytest.raises(ForgeDeclarationError, match="timeout must be positive"):
+        forge.health_check("cache", timeout=timedelta(0))(check)
+    forge.health_check("cache")(check)
+    with pytest.raises(ForgeDeclarationError, match="health check 'cache' is declared twice"):
+        forge.health_check("cache")(check)
+    assert [declared.name for declared in forge.health_checks] == ["cache"]
+
+
+def test_a_forge_without_tasks_has_no_registry() -> None:
+    with pytest.raises(ForgeStateError, match="declares no task"):
+        _ = _memory().registry
 
 
 def test_periodic_declaration_errors() -> None:
