@@ -386,6 +386,37 @@ async def test_resources_open_before_the_workers_and_close_after() -> None:
     assert record is not None and record.result_json == '"from-resources"'
 
 
+async def test_cancelling_the_host_during_startup_closes_the_resources_and_leaves_no_task() -> None:
+    forge = _memory()
+    forge.task(_noop)
+    opening = asyncio.Event()
+    closed: list[str] = []
+
+    @forge.resources
+    async def resources() -> AsyncIterator[Shop]:
+        opening.set()
+        try:
+            await asyncio.Event().wait()  # a resource that never answers
+            yield Shop(prefix="never")
+        finally:
+            closed.append("cleanup")
+
+    async def host() -> None:
+        async with forge.running():
+            raise AssertionError("startup cannot have finished")
+
+    hosting = asyncio.create_task(host(), name="host")
+    await opening.wait()
+    hosting.cancel()
+    # The bound only keeps a broken shutdown from hanging the suite.
+    done, _ = await asyncio.wait({hosting}, timeout=10)
+    assert done == {hosting} and hosting.cancelled()
+    assert closed == ["cleanup"]
+    mine = [t for t in asyncio.all_tasks() if t.get_name().startswith("aster-forge:")]
+    assert mine == []
+    assert forge.state_or_none is None
+
+
 async def test_a_periodic_job_is_a_task_with_a_schedule_taking_time_or_state() -> None:
     forge = Forge("memory://", state=Shop(prefix="shop"))
     seen: list[object] = []
