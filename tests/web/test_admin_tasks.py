@@ -310,3 +310,26 @@ async def test_allowed_hosts_are_configurable(store: BackgroundTaskStore) -> Non
     assert other.status_code == loopback.status_code == 403
     with pytest.raises(TypeError, match="allowed_hosts"):
         admin_app(AdminSources(), allowed_hosts="localhost")
+
+
+async def test_host_matching_refuses_malformed_and_look_alike_hosts(
+    store: BackgroundTaskStore,
+) -> None:
+    default = admin_app(AdminSources(task_store=store))
+    async with client(default) as http:
+        ipv6 = await http.get("/api/tasks", headers={"Host": "[::1]:8000"})
+        sub = await http.get("/api/tasks", headers={"Host": "ops.localhost"})
+        malformed = await http.get("/api/tasks", headers={"Host": "[::1"})
+        look_alike = await http.get("/api/tasks", headers={"Host": "evillocalhost"})
+    assert ipv6.status_code == sub.status_code == 200
+    assert malformed.status_code == look_alike.status_code == 403
+    assert malformed.json()["error"] == "host_not_allowed"
+    suffixed = admin_app(AdminSources(task_store=store), allowed_hosts=["*.corp"])
+    async with client(suffixed) as http:
+        bare = await http.get("/api/tasks", headers={"Host": "corp"})
+        glued = await http.get("/api/tasks", headers={"Host": "evilcorp"})
+    assert bare.status_code == glued.status_code == 403
+    anything = admin_app(AdminSources(task_store=store), allowed_hosts=["*"])
+    async with client(anything) as http:
+        evil = await http.get("/api/tasks", headers={"Host": "evil.example"})
+    assert evil.status_code == 200
