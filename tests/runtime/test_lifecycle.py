@@ -465,3 +465,27 @@ async def test_run_outside_the_main_thread_is_a_clear_signal_error() -> None:
 
     await asyncio.to_thread(worker)
     assert len(errors) == 1 and isinstance(errors[0], RuntimeSignalError)
+
+
+async def test_a_stop_hook_that_raises_is_logged_and_the_runtime_still_stops(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    token = CancellationToken()
+
+    async def serve() -> str:
+        await token.wait()  # the service ends once the runtime cancels its token
+        return "stopped"
+
+    async def stop() -> None:
+        raise ProductError("the stop hook broke")
+
+    builder = AsterRuntime.builder().install_signal_handlers(False)
+    runtime = builder.component(
+        RuntimeServiceComponent("svc", Kind.CORE, serve(), token, stop)
+    ).build()
+    runtime.request_stop()
+    with caplog.at_level("ERROR", logger="aster_forge.runtime"):
+        assert await runtime.run() == "stopped"
+    (logged,) = [r for r in caplog.records if "stop hook" in r.getMessage()]
+    assert "svc" in logged.getMessage() and "ProductError" in logged.getMessage()
+    assert "the stop hook broke" not in logged.getMessage()  # the type, not the text
