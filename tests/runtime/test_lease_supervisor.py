@@ -39,6 +39,7 @@ class Groups:
         self.stopped: list[float] = []
         self.tokens: list[CancellationToken] = []
         self.fail_start = False
+        self.fail_stop = False
         self.changed = asyncio.Event()
 
     @property
@@ -57,6 +58,8 @@ class Groups:
         assert self.tokens[handle - 1].cancelled, "the group token is cancelled before stop"
         self.stopped.append(self.clock.monotonic())
         self.changed.set()
+        if self.fail_stop:
+            raise RuntimeError("group failed to stop")
 
 
 class ScriptedStore(InMemoryRuntimeLeaseStore):
@@ -71,6 +74,7 @@ class ScriptedStore(InMemoryRuntimeLeaseStore):
         self.renew_error: Exception | None = None
         self.renew_lost = False
         self.renew_hangs = False
+        self.release_error: Exception | None = None
 
     async def try_acquire(
         self, lease_id: str, owner_id: str, ttl: timedelta
@@ -92,6 +96,8 @@ class ScriptedStore(InMemoryRuntimeLeaseStore):
 
     async def release(self, lease_id: str, owner_id: str) -> bool:
         self.releases += 1
+        if self.release_error is not None:
+            raise self.release_error
         return await super().release(lease_id, owner_id)
 
 
@@ -133,6 +139,37 @@ async def test_holder_starts_group_renews_and_releases_on_shutdown() -> None:
     await task
     assert groups.running == 0 and groups.tokens[0].is_cancelled()
     assert store.holder("product.background") is None and store.releases == 1
+
+
+async def test_a_failed_release_is_logged_and_the_lease_left_to_expire(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = ManualClock()
+    store, groups, token = ScriptedStore(clock), Groups(clock), CancellationToken()
+    store.release_error = ConnectionError("database gone")
+    task = spawn(store, groups, token, clock)
+    await until(lambda: groups.running == 1)
+    token.cancel()
+    with caplog.at_level(logging.WARNING, logger="aster_forge.runtime"):
+        await task  # the failure is not raised to the caller
+    assert groups.running == 0 and store.releases == 1
+    assert store.holder("product.background") == "owner-a"  # until its TTL runs out
+    assert any("expires by TTL" in record.getMessage() for record in caplog.records)
+
+
+async def test_a_group_whose_stop_raises_is_logged_and_the_lease_still_released(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = ManualClock()
+    store, groups, token = ScriptedStore(clock), Groups(clock), CancellationToken()
+    groups.fail_stop = True
+    task = spawn(store, groups, token, clock)
+    await until(lambda: groups.running == 1)
+    token.cancel()
+    with caplog.at_level(logging.ERROR, logger="aster_forge.runtime"):
+        await task
+    assert store.releases == 1 and store.holder("product.background") is None
+    assert any("stopping the group raised" in r.getMessage() for r in caplog.records)
 
 
 async def test_standby_retries_every_standby_interval_then_takes_over() -> None:
