@@ -333,3 +333,34 @@ async def test_host_matching_refuses_malformed_and_look_alike_hosts(
     async with client(anything) as http:
         evil = await http.get("/api/tasks", headers={"Host": "evil.example"})
     assert evil.status_code == 200
+
+
+class SeedOnlyStore:
+    """A product's own task store with the seed's listing only (no operator queries)."""
+
+    def __init__(self, inner: BackgroundTaskStore) -> None:
+        self._inner = inner
+
+    async def list_tasks(self, **filters: Any) -> Any:
+        return await self._inner.list_tasks(**filters)
+
+    async def get_task(self, task_id: int) -> Any:
+        return await self._inner.get_task(task_id)
+
+
+async def test_a_store_without_operator_queries_lists_and_refuses_search_filters(
+    store: BackgroundTaskStore,
+) -> None:
+    ids = await seed_tasks(store)
+    plain: Any = SeedOnlyStore(store)
+    async with client(admin_app(AdminSources(task_store=plain))) as http:
+        failed = await http.get("/api/tasks", params={"status": "failed"})
+        search = await http.get("/api/tasks", params={"dedupe_key": "k"})
+        newer = await http.get("/api/tasks", params={"after_id": 1})
+        counts = await http.get("/api/tasks/counts")
+    assert failed.status_code == 200
+    assert {t["id"] for t in failed.json()["items"]} == {ids["failed"], ids["failed_final"]}
+    assert failed.json()["prev_after_id"] is None
+    assert search.status_code == newer.status_code == 400
+    assert "only status, kind and lane filters" in search.json()["message"]
+    assert counts.status_code == 404 and counts.json()["error"] == "not_configured"
