@@ -9,10 +9,12 @@ middle of a burst gets nothing back.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -21,6 +23,7 @@ from sqlalchemy.pool import NullPool
 
 from aster_forge.db import (
     BackgroundTaskDbStore,
+    DatabaseOperationError,
     DatabaseUnavailableError,
     create_background_tasks_table,
 )
@@ -304,6 +307,84 @@ async def test_disposing_the_engine_right_after_an_enqueue_leaks_no_connection(
         await engine.dispose()
     await asyncio.sleep(0)
     gc.collect()
+
+
+async def test_an_enqueue_the_server_refused_keeps_its_connection(
+    one_connection: AsyncEngine,
+) -> None:
+    # The server answered with an error: asyncpg synchronized the session, so the
+    # connection is idle and stays the burst's (only an unknown session is discarded).
+    engine = one_connection
+    async with engine.begin() as conn:
+        await conn.execute(sa.text(_REFUSE_FUNCTION))
+        await conn.execute(sa.text(_REFUSE_TRIGGER))
+    store = BackgroundTaskDbStore(engine, registry=REGISTRY, notify=False)
+    let_go = store.keep_connection()
+    try:
+        await store.enqueue(_task("warm"))
+        hold = store._driver_hold
+        kept = hold.take()
+        assert kept is not None
+        hold.free()
+        with pytest.raises(DatabaseOperationError) as caught:
+            await store.enqueue(_task("refused"))
+        assert caught.value.operation == "enqueue tasks"
+        assert hold.take() is kept, "the answered session is reused"
+        hold.free()
+        assert (await store.enqueue(_task("after"))).created
+    finally:
+        let_go()
+        await asyncio.sleep(0)
+        async with engine.begin() as conn:
+            await conn.execute(sa.text("DROP TRIGGER IF EXISTS af_refuse ON background_tasks"))
+            await conn.execute(sa.text("DROP FUNCTION IF EXISTS af_refuse()"))
+
+
+_REFUSE_FUNCTION = """
+CREATE FUNCTION af_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'refused by the test trigger'; END $$
+"""
+_REFUSE_TRIGGER = """
+CREATE TRIGGER af_refuse BEFORE INSERT ON background_tasks FOR EACH ROW
+WHEN (NEW.payload_json LIKE '%refused%') EXECUTE FUNCTION af_refuse()
+"""
+
+
+async def _closed_on_the_wire(call: Coroutine[Any, Any, object]) -> None:
+    """Run ``call`` until its statement is on the wire, then close it (``GeneratorExit``).
+
+    That is what happens to a task still pending when its event loop is closed without
+    cancelling it (pytest-asyncio's loop at a test's end, a host that closes its loop):
+    the coroutine is closed when collected, and nothing can be awaited any more.
+    """
+    on_the_wire = call.send(None)
+    assert isinstance(on_the_wire, asyncio.Future), "suspended on the driver's answer"
+    call.close()  # RuntimeError('coroutine ignored GeneratorExit') if it awaited its release
+    with contextlib.suppress(Exception):  # the terminated connection's answer, never read
+        await on_the_wire
+
+
+@pytest.mark.parametrize("call", ["enqueue", "claim"])
+async def test_a_call_closed_mid_statement_terminates_its_connection(
+    one_connection: AsyncEngine, call: str
+) -> None:
+    engine = one_connection
+    store = BackgroundTaskDbStore(engine, registry=REGISTRY, notify=False)
+    await store.enqueue(_task("ready"))
+    let_go = store.keep_connection()
+    await store.enqueue(_task("warm"))  # held and free: the next call takes it, no await first
+    pool = engine.sync_engine.pool
+    if call == "enqueue":
+        await _closed_on_the_wire(store.enqueue(_task("closed")))
+    else:
+        lease = timedelta(minutes=5)
+        await _closed_on_the_wire(store.claim_due_for_lane(Lane.FALLBACK.value, 1, "w", lease))
+    # Its session is unknown: never handed to another call nor back to the pool.
+    assert store._driver_hold.take() is None
+    let_go()
+    await asyncio.sleep(0)
+    assert pool.checkedout() == 0, pool.status()  # type: ignore[attr-defined]
+    assert (await store.enqueue(_task("after"))).created  # on a new connection
 
 
 @asynccontextmanager

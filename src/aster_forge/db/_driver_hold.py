@@ -25,6 +25,7 @@ import asyncio
 
 from sqlalchemy.pool import Pool, PoolProxiedConnection, QueuePool
 
+from ._pg_driver import reusable_after
 from ._tasks_sql import TaskSql
 
 __all__ = ["HeldDriverConnection", "hand_over"]
@@ -131,6 +132,29 @@ class HeldDriverConnection:
             await self._sql.checkin(connection, invalidate=True)
         elif self.free():
             await hand_over()
+
+    async def release_after(
+        self, connection: PoolProxiedConnection, held: bool, exc: BaseException
+    ) -> None:
+        """End a call that raised ``exc``: the connection is reused only if the server answered.
+
+        Any other failure (a cancellation, a timeout, a client-side error, a lost
+        connection) leaves the session unknown: the connection is discarded. The
+        release is shielded, so a second cancellation cannot leave it checked out.
+        When ``exc`` is not an error (``GeneratorExit``: the coroutine is being closed,
+        as when its event loop was closed under it) nothing may be awaited: the
+        connection is terminated on the spot and forgotten.
+        """
+        if not isinstance(exc, Exception | asyncio.CancelledError):
+            if held:
+                self._mark_free()
+                self._held = None
+            # Outside a greenlet, invalidating terminates the connection without I/O to
+            # await (SQLAlchemy logs a failure to terminate it: its loop may be closed).
+            connection.invalidate()
+            return
+        broken = not reusable_after(exc)
+        await asyncio.shield(self.release(connection, held, broken=broken))
 
     def free(self) -> bool:
         """End a call on the held connection that left it usable (the sync :meth:`release`).

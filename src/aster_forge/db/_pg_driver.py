@@ -23,6 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.pool import PoolProxiedConnection
 
+from .._errors import AsterForgeError
 from ._time import UtcDateTime
 
 __all__ = ["PgDriverStatement", "reusable_after", "unless_all_null", "utc_decoder"]
@@ -105,17 +106,24 @@ class PgDriverStatement:
 
 
 def reusable_after(exc: BaseException) -> bool:
-    """Whether the connection a :class:`PgDriverStatement` failed on is idle and reusable.
+    """Whether the connection a driver-level statement failed on is idle and reusable.
 
     Only when the server answered with an error (asyncpg then synchronizes the
-    session). asyncpg sends a new statement's ``Parse`` without a ``Sync``: when it
-    then fails on the client (an argument it cannot encode), the server holds the
-    statement's implicit transaction, and its locks, until the next message. A
-    timeout, a cancellation or a lost connection leaves the session unknown too.
+    session), whether SQLAlchemy wrapped the asyncpg error (a
+    :class:`PgDriverStatement`) or the store translated it (an enqueue). asyncpg sends
+    a new statement's ``Parse`` without a ``Sync``: when it then fails on the client
+    (an argument it cannot encode), the server holds the statement's implicit
+    transaction, and its locks, until the next message. A timeout, a cancellation or a
+    lost connection leaves the session unknown too.
     """
-    if not isinstance(exc, sa.exc.DBAPIError) or exc.connection_invalidated:
+    if isinstance(exc, sa.exc.DBAPIError):
+        if exc.connection_invalidated:
+            return False
+        driver_error = None if exc.orig is None else exc.orig.__cause__
+    elif isinstance(exc, AsterForgeError):
+        driver_error = exc.__cause__
+    else:
         return False
-    driver_error = None if exc.orig is None else exc.orig.__cause__
     return getattr(driver_error, "severity", None) is not None
 
 

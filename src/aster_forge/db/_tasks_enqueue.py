@@ -24,7 +24,6 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-from sqlalchemy.pool import PoolProxiedConnection
 
 from .._errors import AsterForgeError
 from ..tasks import BackgroundTaskRecord, EnqueueResult, NewTask, TaskRegistry, TaskStatus
@@ -34,7 +33,7 @@ from ._tasks_enqueue_pg import PgEnqueueStatement
 from ._tasks_sql import _SATURATING_DELTA, TaskSql
 from ._tasks_table import CORE_COLUMNS, record_from_row
 from ._time import DatabaseBackend, UtcDateTime
-from ._translate import is_driver_connection_error, translate_db_error, translate_driver_error
+from ._translate import translate_db_error, translate_driver_error
 from .errors import DatabaseIntegrityError, DatabaseOperationError, UnsupportedDatabaseBackendError
 
 __all__ = ["DEFAULT_TASK_NOTIFY_CHANNEL", "TaskEnqueueMixin"]
@@ -210,7 +209,7 @@ class TaskEnqueueMixin:
             try:
                 results = pg.unkeyed_results(tasks, await self._on_driver(driver, sql, args))
             except BaseException as exc:
-                await self._release_after(connection, held, exc)
+                await self._driver_hold.release_after(connection, held, exc)
                 raise
             await self._driver_hold.release(connection, held, broken=False)
             return results
@@ -228,7 +227,7 @@ class TaskEnqueueMixin:
         try:
             results = await self._enqueue_pg(tasks, fetch, read_keys)
         except BaseException as exc:
-            await self._release_after(connection, held, exc)
+            await self._driver_hold.release_after(connection, held, exc)
             raise
         await self._driver_hold.release(connection, held, broken=False)
         return results
@@ -247,7 +246,7 @@ class TaskEnqueueMixin:
         try:
             rows = await self._on_driver(connection.driver_connection, sql, args)
         except BaseException as exc:
-            await self._release_after(connection, held, exc)
+            await self._driver_hold.release_after(connection, held, exc)
             raise
         if limiter is not None:
             if ticket is None:
@@ -281,19 +280,9 @@ class TaskEnqueueMixin:
         try:
             await self._on_driver(connection.driver_connection, _NOTIFY_SQL, [self._channel, lane])
         except BaseException as exc:
-            await self._release_after(connection, held, exc)
+            await self._driver_hold.release_after(connection, held, exc)
             raise
         await hold.release(connection, held, broken=False)
-
-    async def _release_after(
-        self, connection: PoolProxiedConnection, held: bool, exc: BaseException
-    ) -> None:
-        """Give the connection back after ``exc``; a cancelled or lost one is discarded."""
-        # Its state is unknown: never reuse it.
-        broken = isinstance(exc, asyncio.CancelledError) or is_driver_connection_error(
-            exc.__cause__ or exc
-        )
-        await asyncio.shield(self._driver_hold.release(connection, held, broken=broken))
 
     @staticmethod
     async def _on_driver(driver: Any, sql: str, args: Sequence[Any]) -> list[Any]:

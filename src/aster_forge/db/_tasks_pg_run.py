@@ -12,7 +12,6 @@ other PostgreSQL drivers keep.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
@@ -22,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..tasks import BackgroundTaskRecord, TaskCompletion, TaskLease, TaskStatus
 from ._driver_hold import HeldDriverConnection
-from ._pg_driver import PgDriverStatement, reusable_after, unless_all_null, utc_decoder
+from ._pg_driver import PgDriverStatement, unless_all_null, utc_decoder
 from ._pg_records import PgRecordBuilder
 from ._tasks_pg import PgTaskStatements, limit_key
 from ._tasks_sql import TaskSql
@@ -171,8 +170,7 @@ class PgTaskRunner:
             try:
                 records = await driver.fetch(connection, arguments)
             except BaseException as exc:
-                broken = not reusable_after(exc)
-                await asyncio.shield(self._hold.release(connection, held, broken=broken))
+                await self._hold.release_after(connection, held, exc)
                 raise
             await self._hold.release(connection, held, broken=False)
             return records
