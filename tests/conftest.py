@@ -14,8 +14,9 @@ import inspect
 import os
 import uuid
 import warnings
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import MetaData, text
@@ -143,3 +144,41 @@ def _close_idle_event_loop(request: pytest.FixtureRequest) -> None:
             return
     if not loop.is_running() and not loop.is_closed():
         loop.close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(
+    fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest
+) -> Generator[None, object, object]:
+    """End what a test left running before pytest-asyncio closes the test's loop."""
+    result = yield
+    if fixturedef.argname == "event_loop" and isinstance(result, asyncio.AbstractEventLoop):
+        loop = result
+        # Registered after the fixture's own teardown: runs before it closes the loop.
+        fixturedef.addfinalizer(lambda: _end_leftover_tasks(loop))
+    return result
+
+
+def _end_leftover_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel the loop's pending tasks and wait for them, as ``asyncio.run`` does.
+
+    pytest-asyncio closes a test's loop with them still pending. One with a statement
+    on the wire (a store's trailing NOTIFY, say) is then closed by the garbage collector
+    in some later test, its connection never closed: a ResourceWarning, and an error,
+    in whichever test happens to collect it.
+    """
+    if loop.is_closed():
+        return
+
+    async def end() -> None:
+        # Again while cancelling one starts others (a shielded release).
+        for _ in range(10):
+            current = asyncio.current_task()
+            left = [t for t in asyncio.all_tasks() if t is not current and not t.done()]
+            if not left:
+                return
+            for task in left:
+                task.cancel()
+            await asyncio.wait(left, timeout=10)
+
+    loop.run_until_complete(end())
