@@ -407,6 +407,20 @@ MUTANTS: tuple[Mutant, ...] = (
         (TAKEN_OVER + "[batched-success-postgres]", "tests/tasks/test_heartbeat.py"),
     ),
     Mutant(
+        "closed-call-awaits-release",
+        "a driver call closed mid-statement (its loop closed under it) awaits its release",
+        (
+            Edit(
+                "src/aster_forge/db/_driver_hold.py",
+                "        if not isinstance(exc, Exception | asyncio.CancelledError):\n",
+                "        if not isinstance(exc, BaseException):\n",
+            ),
+        ),
+        (
+            "tests/db/test_enqueue_driver.py::test_a_call_closed_mid_statement_terminates_its_connection",
+        ),
+    ),
+    Mutant(
         "heartbeat-refusal-retried",
         "the heartbeat treats a refused renewal as a transient error and retries it",
         (
