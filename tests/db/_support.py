@@ -1,4 +1,4 @@
-"""Helpers shared by the issue-5 database tests."""
+"""Helpers shared by the database tests (tables, clocks, cleanup)."""
 
 from __future__ import annotations
 

@@ -101,7 +101,7 @@ class TaskAdminMixin(TaskAdminQueryMixin):
             stmt = (
                 sa.update(t)
                 .where(t.c.id == task_id, t.c.status.in_(_TERMINAL_RETRYABLE))
-                .values(**self._retry_values(now[0], run_at))
+                .values(**self._retry_values(now.expr, run_at))
             )
             if not force:
                 stmt = stmt.where(self._retry_allowed())
@@ -193,7 +193,7 @@ class TaskAdminMixin(TaskAdminQueryMixin):
                 eligible += len(group)
                 if group and not dry_run:
                     await conn.execute(
-                        sa.update(t).where(t.c.id.in_(group), condition).values(**values(now[0]))
+                        sa.update(t).where(t.c.id.in_(group), condition).values(**values(now.expr))
                     )
                     changed += group
             return TaskBulkResult(len(ids), eligible, tuple(sorted(changed, reverse=True)))
@@ -243,14 +243,14 @@ class TaskAdminMixin(TaskAdminQueryMixin):
             cancelled = await conn.execute(
                 sa.update(t)
                 .where(t.c.id == task_id, t.c.status == TaskStatus.PENDING.value)
-                .values(**self._cancel_values(now[0]))
+                .values(**self._cancel_values(now.expr))
             )
             if cancelled.rowcount == 1:
                 return TaskCancelOutcome.CANCELLED
             flagged = await conn.execute(
                 sa.update(t)
                 .where(t.c.id == task_id, t.c.status == TaskStatus.RUNNING.value)
-                .values(cancel_requested=True, updated_at=now[0])
+                .values(cancel_requested=True, updated_at=now.expr)
             )
             if flagged.rowcount == 1:
                 return TaskCancelOutcome.CANCEL_REQUESTED

@@ -45,7 +45,7 @@ class TaskControlMixin:
             "processing_token": None,
             "lease_expires_at": None,
             "rescued": False,
-            "finished_at": lambda now: now[0],
+            "finished_at": lambda now: now.expr,
         }
         return await self._fenced("mark task cancelled", lease, values)
 
@@ -59,7 +59,7 @@ class TaskControlMixin:
         values: dict[str, Any] = {
             "status": sa.case((cancel, _CANCELLED), else_=TaskStatus.PENDING.value),
             "run_at": lambda now: sa.case((cancel, t.c.run_at), else_=self._sql.plus(now, delay)),
-            "finished_at": lambda now: sa.case((cancel, now[0]), else_=sa.null()),
+            "finished_at": lambda now: sa.case((cancel, now.expr), else_=sa.null()),
             "failure_reason": sa.case(
                 (cancel, TaskFailureReason.CANCELLED.value), else_=t.c.failure_reason
             ),

@@ -172,14 +172,13 @@ class TaskSql:
         value = await database_now(conn, self.clock)
         return DbNow(sa.literal(value, UtcDateTime()), value)
 
-    def plus(self, now: tuple[Any, datetime | None], delta: timedelta) -> Any:
-        """``now + delta`` as SQL (``now`` a :class:`DbNow`), saturated to ``NEVER_EXPIRES``."""
+    def plus(self, now: DbNow, delta: timedelta) -> Any:
+        """``now + delta`` as SQL, saturated to ``NEVER_EXPIRES``."""
         if delta >= _SATURATING_DELTA:
             return sa.literal(NEVER_EXPIRES, UtcDateTime())
-        expr, value = now
-        if value is None:
-            return expr + sa.literal(delta, sa.Interval())
-        return sa.literal(saturating_expiry(value, delta), UtcDateTime())
+        if now.value is None:
+            return now.expr + sa.literal(delta, sa.Interval())
+        return sa.literal(saturating_expiry(now.value, delta), UtcDateTime())
 
     def fence(self, lease: TaskLease) -> Any:
         """The predicate every write after a claim carries: id, token and RUNNING."""
