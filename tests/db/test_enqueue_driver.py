@@ -105,7 +105,10 @@ async def test_success_writes_queue_on_the_kept_connection_while_others_are_idle
     postgres_url: str,
 ) -> None:
     async with pg_engine(postgres_url, pool_size=4, max_overflow=0) as engine:
-        store = BackgroundTaskDbStore(engine, registry=REGISTRY, notify=False)
+        # Each enqueue its own statement: what is checked is the hold, not the coalescer.
+        store = BackgroundTaskDbStore(
+            engine, registry=REGISTRY, notify=False, coalesce_enqueues=False
+        )
         # Idle connections in the pool: a second call could take one of them.
         opened = [await engine.connect() for _ in range(3)]
         for conn in opened:

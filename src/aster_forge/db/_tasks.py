@@ -27,6 +27,7 @@ from ..tasks import (
     check_ttl,
 )
 from ._driver_hold import HeldDriverConnection
+from ._enqueue_coalescer import EnqueueCoalescer
 from ._notify_limiter import DEFAULT_NOTIFY_WINDOW, NotifyLimiter
 from ._task_lanes import TaskLaneMixin, lane_open_predicate
 from ._tasks_admin import TaskAdminMixin
@@ -97,6 +98,12 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             spec's steps filled in when ``steps_json`` is absent) and a bad batch is
             refused whole, before any I/O. Without one, any kind and lane are stored
             as given (a kind no worker runs stays pending).
+        coalesce_enqueues: Concurrent :meth:`enqueue` calls (outside a product's
+            transaction) share statements: a call that finds none in flight is sent at
+            once; calls arriving meanwhile go out together in one statement and one
+            commit when it returns, each with its own result. A batch the database
+            refuses whole is sent again one task per statement, so a refused row fails
+            only its own caller; an unknown outcome is never sent again.
     """
 
     def __init__(
@@ -109,6 +116,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         notify_channel: str = DEFAULT_TASK_NOTIFY_CHANNEL,
         notify_window: timedelta = DEFAULT_NOTIFY_WINDOW,
         registry: TaskRegistry[Any, Any, Any] | None = None,
+        coalesce_enqueues: bool = True,
     ) -> None:
         if registry is not None and not registry.validated:
             raise TaskRegistryError("task registry is not validated; call validate() first")
@@ -145,6 +153,11 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         self._notify_limiter = (
             NotifyLimiter(window, self._notify_lane, SystemClock())
             if self._pg_enqueue is not None and self._notify and window > 0
+            else None
+        )
+        self._coalescer = (
+            EnqueueCoalescer(self._enqueue_one, self._enqueue_checked)
+            if coalesce_enqueues
             else None
         )
         self._pg_run = (

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime
 from operator import attrgetter
 from typing import Any
 
@@ -28,9 +27,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from .._errors import AsterForgeError
 from ..tasks import BackgroundTaskRecord, EnqueueResult, NewTask, TaskRegistry, TaskStatus
 from ._driver_hold import HeldDriverConnection, hand_over
+from ._enqueue_coalescer import EnqueueCoalescer
 from ._notify_limiter import NotifyLimiter
 from ._tasks_enqueue_pg import PgEnqueueStatement
-from ._tasks_sql import _SATURATING_DELTA, TaskSql
+from ._tasks_sql import _SATURATING_DELTA, DbNow, TaskSql
 from ._tasks_table import CORE_COLUMNS, record_from_row
 from ._time import DatabaseBackend, UtcDateTime
 from ._translate import translate_db_error, translate_driver_error
@@ -66,6 +66,7 @@ class TaskEnqueueMixin:
     _pg_enqueue: PgEnqueueStatement | None
     _driver_hold: HeldDriverConnection
     _notify_limiter: NotifyLimiter | None
+    _coalescer: EnqueueCoalescer | None
     _quiet_pool: object = None
 
     # -- enqueue ----------------------------------------------------------------------
@@ -76,21 +77,29 @@ class TaskEnqueueMixin:
         """Insert ``task`` or return the row already holding its dedupe key.
 
         See :meth:`enqueue_many` (``connection=`` joins the product's transaction).
+        Without ``connection``, concurrent calls share statements (see
+        :class:`BackgroundTaskDbStore`'s ``coalesce_enqueues``).
         """
-        pg = self._pg_enqueue
-        if (
-            pg is None
-            or connection is not None
-            or not isinstance(task, NewTask)
-            or task.extra
-            or task.dedupe_key is not None
-        ):
+        if connection is not None:
             return (await self.enqueue_many([task], connection=connection))[0]
-        # A web request's enqueue: one task, no key, the store's own connection.
         registry = self._registry
-        if registry is not None:
-            task = registry.check_new_task(task)
-        return await self._insert_one(pg, task)
+        if isinstance(task, NewTask) and not task.extra:
+            # A web request's enqueue: the registry check alone, before it can queue.
+            if registry is not None:
+                task = registry.check_new_task(task)
+        else:
+            (task,) = self._checked([task])
+        coalescer = self._coalescer
+        if coalescer is None:
+            return await self._enqueue_one(task)
+        return await coalescer.enqueue(task)
+
+    async def _enqueue_one(self, task: NewTask) -> EnqueueResult:
+        """One checked task in a statement of its own, on the store's connection."""
+        pg = self._pg_enqueue
+        if pg is not None and not task.extra and task.dedupe_key is None:
+            return await self._insert_one(pg, task)
+        return (await self._enqueue_checked([task]))[0]
 
     async def enqueue_many(
         self,
@@ -122,6 +131,10 @@ class TaskEnqueueMixin:
             return []
         if connection is not None:
             return await self._enqueue_in(connection, tasks)
+        return await self._enqueue_checked(tasks)
+
+    async def _enqueue_checked(self, tasks: Sequence[NewTask]) -> list[EnqueueResult]:
+        """Checked tasks atomically, in a transaction of the store's own."""
         pg = self._pg_enqueue
         if pg is not None and not any(task.extra for task in tasks):
             return await self._enqueue_on_driver(pg, tasks)
@@ -261,13 +274,15 @@ class TaskEnqueueMixin:
         return pg.inserted(task, rows)
 
     async def flush_notifications(self) -> None:
-        """Wait until the NOTIFY that follows this store's quiet enqueues was sent.
+        """Wait until queued enqueues were written and the NOTIFY that follows them sent.
 
         One-task enqueues within ``notify_window`` of a lane's last NOTIFY insert
         without one; a later enqueue, or a NOTIFY of the store's own up to two windows
         later, announces them. A process that exits right after enqueueing awaits this
         so a waiting worker is woken rather than left to its next poll.
         """
+        if self._coalescer is not None:
+            await self._coalescer.join()
         if self._notify_limiter is not None:
             await self._notify_limiter.join()
 
@@ -418,16 +433,13 @@ class TaskEnqueueMixin:
                 results.append(EnqueueResult(by_key[task.dedupe_key_text or ""], created=False))
         return results
 
-    def _insert(
-        self, now: tuple[Any, datetime | None], tasks: Sequence[NewTask]
-    ) -> tuple[Any, list[dict[str, Any]]]:
+    def _insert(self, now: DbNow, tasks: Sequence[NewTask]) -> tuple[Any, list[dict[str, Any]]]:
         t = self._table
-        now_expr, now_value = now
         params: list[dict[str, Any]] = []
         extra_names = sorted({name for task in tasks for name in task.extra})
         for task in tasks:
             run_at = task.run_at
-            if run_at is None and (now_value is not None or task.delay >= _SATURATING_DELTA):
+            if run_at is None and (now.value is not None or task.delay >= _SATURATING_DELTA):
                 run_at = self._sql.plus(now, task.delay).value
             row: dict[str, Any] = {
                 "kind": task.kind,
@@ -451,7 +463,7 @@ class TaskEnqueueMixin:
         if self._sql.is_postgres:
             run_at_expr: Any = sa.func.coalesce(
                 sa.bindparam("p_run_at", type_=UtcDateTime()),
-                now_expr + sa.bindparam("p_delay", type_=sa.Interval()),
+                now.expr + sa.bindparam("p_delay", type_=sa.Interval()),
             )
         else:
             run_at_expr = sa.bindparam("p_run_at", type_=UtcDateTime())
@@ -459,7 +471,7 @@ class TaskEnqueueMixin:
                 del row["p_delay"]
         stmt = (
             sa.insert(t)
-            .values(run_at=run_at_expr, created_at=now_expr, updated_at=now_expr)
+            .values(run_at=run_at_expr, created_at=now.expr, updated_at=now.expr)
             .returning(*self._cols, sort_by_parameter_order=self._sql.backend.value != "sqlite")
         )
         return stmt, params

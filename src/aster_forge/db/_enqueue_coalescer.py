@@ -1,0 +1,169 @@
+"""Concurrent one-task enqueues share statements: a busy web service commits in batches.
+
+Each enqueue outside the product's transaction is its own statement and its own commit:
+the commit's flush to disk, not the row, is what it costs. A service whose requests
+enqueue concurrently would make every caller wait for a connection and a commit of its
+own. Instead, a caller that finds no enqueue in flight sends its task at once, exactly
+as it would alone (no timer, no added latency); callers that arrive while a statement is
+in flight queue, and go out together in one ``enqueue_many`` (one statement, one commit)
+the moment it returns. Under load a batch holds what arrived during one round trip.
+
+Each caller still gets its own outcome: its task is checked before it queues (a bad
+task is refused to its caller alone); a batch the database refused as a whole, with
+nothing written (a value or a constraint it rejected), is sent again one task per
+statement, so only the caller whose row the database refuses sees the error. An error
+that leaves the outcome unknown (the connection broke, a timeout) is raised to every
+caller of the batch and nothing is sent again: nothing is replayed blindly. A caller
+cancelled while queued is left out of its batch (nothing is written for it); one
+cancelled while its batch is on the wire does not stop the statement for the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+
+from ..tasks import EnqueueResult, NewTask
+from .errors import DatabaseDataError, DatabaseIntegrityError, DatabaseOperationError
+
+__all__ = ["DEFAULT_ENQUEUE_BATCH", "EnqueueCoalescer"]
+
+#: The most queued tasks one statement carries.
+DEFAULT_ENQUEUE_BATCH = 500
+
+_OPERATION = "enqueue tasks"
+
+#: Errors for which the database answered and rolled the whole batch back.
+_REFUSED = (DatabaseDataError, DatabaseIntegrityError)
+
+_Entry = tuple[NewTask, "asyncio.Future[EnqueueResult]"]
+
+
+class EnqueueCoalescer:
+    """Sends one task at once when nothing is in flight, else queues it for the next batch.
+
+    Args:
+        one: Enqueues one checked task (the single-task statement).
+        many: Enqueues checked tasks atomically, results in input order.
+        max_batch: The most tasks one batch statement carries.
+
+    Raises:
+        ValueError: When ``max_batch`` is below 1.
+    """
+
+    def __init__(
+        self,
+        one: Callable[[NewTask], Awaitable[EnqueueResult]],
+        many: Callable[[Sequence[NewTask]], Awaitable[list[EnqueueResult]]],
+        *,
+        max_batch: int = DEFAULT_ENQUEUE_BATCH,
+    ) -> None:
+        if max_batch < 1:
+            raise ValueError("max_batch must be >= 1")
+        self._one = one
+        self._many = many
+        self._max_batch = max_batch
+        self._busy = False
+        self._queue: list[_Entry] = []
+        self._writer: asyncio.Task[None] | None = None
+        self.batches = 0
+        """How many batch statements were sent (for measurements and tests)."""
+
+    async def enqueue(self, task: NewTask) -> EnqueueResult:
+        """Enqueue ``task`` (already checked) alone, or with the callers queued beside it."""
+        if not self._busy:
+            self._busy = True
+            try:
+                return await self._one(task)
+            finally:
+                self._next()
+        future: asyncio.Future[EnqueueResult] = asyncio.get_running_loop().create_future()
+        self._queue.append((task, future))
+        return await future  # cancelled while queued: the writer leaves it out
+
+    async def join(self) -> None:
+        """Wait until every queued task has been sent and answered."""
+        while (writer := self._writer) is not None:
+            await asyncio.wait({writer})
+
+    def _next(self) -> None:
+        """The statement in flight returned: send what queued meanwhile, or go idle."""
+        if not self._queue:
+            self._busy = False
+            return
+        writer = asyncio.get_running_loop().create_task(
+            self._drain(), name="aster-forge:enqueue-batch"
+        )
+        self._writer = writer
+        writer.add_done_callback(self._writer_done)
+
+    async def _drain(self) -> None:
+        try:
+            while self._queue:
+                batch = [entry for entry in self._queue[: self._max_batch] if not entry[1].done()]
+                del self._queue[: self._max_batch]
+                if batch:
+                    await self._send(batch)
+                    # One loop turn: the callers just answered run first, and a caller
+                    # that enqueues again joins the next batch instead of going alone.
+                    await asyncio.sleep(0)
+        finally:
+            self._busy = False
+
+    def _writer_done(self, writer: asyncio.Task[None]) -> None:
+        # A writer cancelled before its first step ran no ``finally``: its queue would
+        # wait for a statement that never comes.
+        if self._writer is writer:
+            self._writer = None
+        if self._queue and writer.cancelled():
+            self._busy = False
+            queued, self._queue = self._queue, []
+            _settle(queued, _not_sent())
+
+    async def _send(self, batch: list[_Entry]) -> None:
+        tasks = [task for task, _ in batch]
+        try:
+            if len(tasks) == 1:
+                results = [await self._one(tasks[0])]
+            else:
+                self.batches += 1
+                results = await self._many(tasks)
+        except _REFUSED as exc:
+            if len(batch) == 1:
+                _settle(batch, exc)
+                return
+            # Nothing of the batch was written: each task alone finds its own outcome
+            # (a caller cancelled meanwhile is left out, as if cancelled while queued).
+            for entry in batch:
+                if not entry[1].done():
+                    await self._send([entry])
+            return
+        except Exception as exc:
+            _settle(batch, exc)  # the outcome is unknown: never sent again
+            return
+        except BaseException:
+            _settle(batch, _interrupted())
+            raise
+        for (_, future), result in zip(batch, results, strict=True):
+            if not future.done():
+                future.set_result(result)
+
+
+def _interrupted() -> DatabaseOperationError:
+    return DatabaseOperationError(
+        "the batched enqueue was interrupted (its writer was cancelled); its outcome is unknown",
+        operation=_OPERATION,
+    )
+
+
+def _not_sent() -> DatabaseOperationError:
+    return DatabaseOperationError(
+        "the enqueue was not sent: the batch writer was cancelled first; nothing was written",
+        operation=_OPERATION,
+    )
+
+
+def _settle(entries: list[_Entry], error: BaseException) -> None:
+    for _, future in entries:
+        if not future.done():
+            future.set_exception(error)
