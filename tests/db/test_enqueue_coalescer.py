@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -291,6 +292,28 @@ async def test_join_waits_for_the_queued_batch() -> None:
     await db.answer()
     await joined
     await asyncio.gather(*calls)
+
+
+async def test_a_call_from_another_event_loop_goes_alone() -> None:
+    # A store shared with a thread that runs its own loop (``enqueue_sync``): its call
+    # cannot wait on this loop's batch, whose answer could never reach it.
+    db = Database()
+
+    async def one(task: NewTask) -> EnqueueResult:
+        if threading.current_thread() is threading.main_thread():
+            return await db.one(task)
+        return _result(task, 99)
+
+    coalescer = EnqueueCoalescer(one, db.many)
+    (a,) = _start(coalescer, "a")
+    await asyncio.sleep(0)  # a is in flight: this loop's coalescer is busy
+    # The bound only keeps a regression from hanging the thread (and the run) forever.
+    call = asyncio.wait_for(coalescer.enqueue(_task("b")), timeout=10)
+    other = await asyncio.to_thread(asyncio.run, call)
+    assert _name(other) == "b"
+    assert db.statements == [["a"]]
+    await db.answer()
+    assert _name(await a) == "a"
 
 
 def test_max_batch_must_be_positive() -> None:

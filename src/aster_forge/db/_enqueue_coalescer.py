@@ -64,6 +64,7 @@ class EnqueueCoalescer:
         self._many = many
         self._max_batch = max_batch
         self._busy = False
+        self._loop: asyncio.AbstractEventLoop | None = None  # the busy period's loop
         self._queue: list[_Entry] = []
         self._writer: asyncio.Task[None] | None = None
         self.batches = 0
@@ -71,13 +72,19 @@ class EnqueueCoalescer:
 
     async def enqueue(self, task: NewTask) -> EnqueueResult:
         """Enqueue ``task`` (already checked) alone, or with the callers queued beside it."""
+        loop = asyncio.get_running_loop()
+        if self._busy and loop is not self._loop:
+            # A store shared with another thread's event loop: a future of this loop
+            # cannot be answered from that one, so this call goes alone.
+            return await self._one(task)
         if not self._busy:
             self._busy = True
+            self._loop = loop
             try:
                 return await self._one(task)
             finally:
                 self._next()
-        future: asyncio.Future[EnqueueResult] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[EnqueueResult] = loop.create_future()
         self._queue.append((task, future))
         return await future  # cancelled while queued: the writer leaves it out
 

@@ -115,9 +115,13 @@ class ForgeBackend:
             return self.task_store
         if self._sync_store is None:
             engine = _open_engine(self.url, poolclass=NullPool)
-            # Each call's loop ends with it: no NOTIFY may be left to follow the window.
+            # Each call's loop ends with it: no NOTIFY may be left to follow the window,
+            # and no enqueue may wait for a batch on another thread's loop.
             self._sync_store = BackgroundTaskDbStore(
-                engine, table=self.tasks_table, notify_window=timedelta(0)
+                engine,
+                table=self.tasks_table,
+                notify_window=timedelta(0),
+                coalesce_enqueues=False,
             )
         return self._sync_store
 
