@@ -10,7 +10,10 @@ with SYSTEM ``pgqueuer`` or ``procrastinate``. SCENARIO is one of:
 - ``burn-capped``: pgqueuer with ``concurrency_limit=CONCURRENCY``;
 - ``bulk``: enqueue COUNT jobs in chunks;
 - ``single``: pgqueuer, COUNT enqueues, one per call;
-- ``serve``: pgqueuer, enqueue on command (see :func:`pgqueuer_serve`).
+- ``serve``: pgqueuer, enqueue on command (see :func:`pgqueuer_serve`);
+- ``concurrent``: pgqueuer, COUNT enqueues from CONCURRENCY concurrent callers on its
+  default one-connection driver; ``concurrent-pool``: the same on ``AsyncpgPoolDriver``
+  over asyncpg's default pool.
 
 Prints one JSON line: ``{"rate": ..., "checked": ...}``. Each burn verifies that every
 job ran exactly once (a counter in the job body) and that the queue ended empty / every
@@ -130,6 +133,35 @@ async def pgqueuer_bulk(dsn: str, count: int) -> dict[str, Any]:
     return {"rate": rate, "checked": True}
 
 
+async def pgqueuer_concurrent(
+    dsn: str, count: int, concurrency: int, *, pool: bool
+) -> dict[str, Any]:
+    """``count`` enqueues, one per call, from ``concurrency`` concurrent callers."""
+    import asyncpg
+    from pgqueuer import AsyncpgPoolDriver, Queries
+
+    conn, queries = await _pgq_fresh(dsn)
+    pooled = await asyncpg.create_pool(dsn) if pool else None
+    if pooled is not None:
+        queries = Queries(AsyncpgPoolDriver(pooled))
+
+    async def caller(first: int) -> None:
+        for n in range(first, count, concurrency):
+            await queries.enqueue("noop", str(n).encode(), 0)
+
+    try:
+        await queries.enqueue("noop", b"warm", 0)
+        started = time.perf_counter()
+        await asyncio.gather(*(caller(first) for first in range(concurrency)))
+        rate = count / (time.perf_counter() - started)
+        rows = await conn.fetchval("SELECT count(*) FROM pgqueuer")
+    finally:
+        if pooled is not None:
+            await pooled.close()
+        await conn.close()
+    return {"rate": rate, "checked": rows == count + 1}
+
+
 async def pgqueuer_serve(dsn: str) -> dict[str, Any]:
     """Enqueue on command, for time-sliced interleaving with other systems.
 
@@ -246,6 +278,10 @@ async def _main(argv: list[str]) -> dict[str, Any]:
             return await pgqueuer_burn(dsn, count, concurrency, capped=True)
         if scenario == "single":
             return await pgqueuer_single(dsn, count)
+        if scenario in ("concurrent", "concurrent-pool"):
+            return await pgqueuer_concurrent(
+                dsn, count, concurrency, pool=scenario == "concurrent-pool"
+            )
         if scenario == "serve":
             return await pgqueuer_serve(dsn)
         return await pgqueuer_bulk(dsn, count)
