@@ -64,6 +64,9 @@ LEASE_CONFORMANCE = "tests/db/test_lease_conformance.py"
 SCHEDULED_CONFORMANCE = "tests/db/test_scheduled_conformance.py"
 
 ENQUEUE = "src/aster_forge/db/_tasks_enqueue.py"
+COALESCER = "src/aster_forge/db/_enqueue_coalescer.py"
+COALESCER_UNIT = "tests/db/test_enqueue_coalescer.py"
+COALESCING = "tests/db/test_enqueue_coalescing.py"
 EXECUTION = "src/aster_forge/tasks/_execution.py"
 HEARTBEAT = "src/aster_forge/tasks/_heartbeat.py"
 # The one place the heartbeat engine handles a renewal the store refused (fence failed).
@@ -419,6 +422,43 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             "tests/db/test_enqueue_driver.py::test_a_call_closed_mid_statement_terminates_its_connection",
         ),
+    ),
+    Mutant(
+        "coalesce-refusal-fails-the-batch",
+        "a row the database refuses fails every caller whose task shared its statement",
+        (
+            Edit(
+                COALESCER,
+                "            if len(batch) == 1:\n                _settle(batch, exc)",
+                "            if batch:\n                _settle(batch, exc)",
+            ),
+        ),
+        (
+            COALESCING + "::test_a_row_the_database_refuses_fails_only_its_own_caller",
+            COALESCER_UNIT,
+        ),
+    ),
+    Mutant(
+        "coalesce-unknown-outcome-replayed",
+        "a batch whose outcome is unknown (the connection broke) is sent again",
+        (
+            Edit(
+                COALESCER, "        except _REFUSED as exc:\n", "        except Exception as exc:\n"
+            ),
+        ),
+        (COALESCER_UNIT,),
+    ),
+    Mutant(
+        "coalesce-writes-a-cancelled-caller",
+        "a caller cancelled while its task waited for the next batch still has it written",
+        (
+            Edit(
+                COALESCER,
+                "[entry for entry in self._queue[: self._max_batch] if not entry[1].done()]",
+                "list(self._queue[: self._max_batch])",
+            ),
+        ),
+        (COALESCING + "::test_a_caller_cancelled_while_queued_writes_nothing", COALESCER_UNIT),
     ),
     Mutant(
         "heartbeat-refusal-retried",
