@@ -186,6 +186,7 @@ async def test_an_unknown_outcome_fails_the_whole_batch_and_is_never_sent_again(
     await db.answer()
     db.lose_connection = True
     await db.answer()
+    assert all(call.done() for call in calls)  # answered at once: nothing is sent again
     outcomes = await asyncio.gather(*calls, return_exceptions=True)
     assert isinstance(outcomes[0], EnqueueResult)
     assert all(isinstance(o, DatabaseUnavailableError) for o in outcomes[1:])
