@@ -67,6 +67,7 @@ ENQUEUE = "src/aster_forge/db/_tasks_enqueue.py"
 COALESCER = "src/aster_forge/db/_enqueue_coalescer.py"
 COALESCER_UNIT = "tests/db/test_enqueue_coalescer.py"
 COALESCING = "tests/db/test_enqueue_coalescing.py"
+ENQUEUE_FAULTS = "tests/chaos/test_enqueue_faults.py::test_enqueue_faults_short"
 EXECUTION = "src/aster_forge/tasks/_execution.py"
 HEARTBEAT = "src/aster_forge/tasks/_heartbeat.py"
 # The one place the heartbeat engine handles a renewal the store refused (fence failed).
@@ -437,6 +438,18 @@ MUTANTS: tuple[Mutant, ...] = (
             COALESCING + "::test_a_row_the_database_refuses_fails_only_its_own_caller",
             COALESCER_UNIT,
         ),
+    ),
+    Mutant(
+        "coalesce-results-misrouted",
+        "a batch's results reach the wrong callers (each is told another task's id)",
+        (
+            Edit(
+                COALESCER,
+                "zip(batch, results, strict=True)",
+                "zip(batch, results[::-1], strict=True)",
+            ),
+        ),
+        (ENQUEUE_FAULTS, COALESCING),
     ),
     Mutant(
         "coalesce-unknown-outcome-replayed",
