@@ -99,6 +99,32 @@ async def test_a_row_the_database_refuses_fails_only_its_own_caller(engine: Asyn
     assert await _stored(store) == [0, 1, 3, 4]
 
 
+async def test_a_caller_without_a_product_column_gets_its_default(engine: AsyncEngine) -> None:
+    # Callers naming different `extra` columns share a batch: each row still gets the
+    # column's default where its own task named no value, never another's NULL.
+    column = sa.Column("note", sa.String(20), server_default="unset")
+    table = background_tasks_table(sa.MetaData(), "tasks_with_default", column)
+    async with engine.begin() as conn:
+        await conn.run_sync(table.metadata.create_all)
+    store = BackgroundTaskDbStore(engine, table=table, clock=ManualClock())
+    extras = [{}, {"note": "given"}, {}, {"note": "other"}, {}]
+    await asyncio.gather(*(store.enqueue(_task(n, extra=e)) for n, e in enumerate(extras)))
+    assert _batches(store) >= 1
+    await store.enqueue_many([_task(10, extra={"note": "many"}), _task(11)])
+    async with engine.connect() as conn:
+        rows = (await conn.execute(sa.select(table.c.payload_json, table.c.note))).all()
+    notes = {json.loads(payload): note for payload, note in rows}
+    assert notes == {
+        0: "unset",
+        1: "given",
+        2: "unset",
+        3: "other",
+        4: "unset",
+        10: "many",
+        11: "unset",
+    }
+
+
 async def test_a_caller_cancelled_while_queued_writes_nothing(task_engine: AsyncEngine) -> None:
     store = BackgroundTaskDbStore(task_engine, clock=ManualClock())
     first, queued, last = (asyncio.create_task(store.enqueue(_task(n))) for n in range(3))

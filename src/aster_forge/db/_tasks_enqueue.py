@@ -404,22 +404,28 @@ class TaskEnqueueMixin:
         created: dict[int, BackgroundTaskRecord] = {}
         if inserts:
             now = await self._sql.now(conn)
-            stmt, params = self._insert(now, [tasks[i] for i in inserts])
-            inserted = (await conn.execute(stmt, params)).all()
-            if self._sql.backend is DatabaseBackend.SQLITE:
-                # Inserted in VALUES order by the single writer: ids ascend with the
-                # input. Checked below; SQLAlchemy's ordered RETURNING would fall back
-                # to one statement per row on SQLite.
-                inserted = sorted(inserted, key=lambda row: int(row._mapping["id"]))
-            for index, row in zip(inserts, inserted, strict=True):
-                record = record_from_row(row)
-                task = tasks[index]
-                if (record.payload_json, record.dedupe_key) != (
-                    task.payload_json,
-                    task.dedupe_key_text,
-                ):
-                    raise RuntimeError("inserted rows came back out of input order")
-                created[index] = record
+            # One statement per set of `extra` columns: a task that gives no value for a
+            # product column gets the column's default, not a NULL another task's forced.
+            shapes: dict[frozenset[str], list[int]] = {}
+            for index in inserts:
+                shapes.setdefault(frozenset(tasks[index].extra), []).append(index)
+            for group in shapes.values():
+                stmt, params = self._insert(now, [tasks[i] for i in group])
+                inserted = (await conn.execute(stmt, params)).all()
+                if self._sql.backend is DatabaseBackend.SQLITE:
+                    # Inserted in VALUES order by the single writer: ids ascend with the
+                    # input. Checked below; SQLAlchemy's ordered RETURNING would fall back
+                    # to one statement per row on SQLite.
+                    inserted = sorted(inserted, key=lambda row: int(row._mapping["id"]))
+                for index, row in zip(group, inserted, strict=True):
+                    record = record_from_row(row)
+                    task = tasks[index]
+                    if (record.payload_json, record.dedupe_key) != (
+                        task.payload_json,
+                        task.dedupe_key_text,
+                    ):
+                        raise RuntimeError("inserted rows came back out of input order")
+                    created[index] = record
             if self._notify:
                 for lane in sorted({tasks[i].lane for i in inserts}):
                     await conn.execute(sa.select(sa.func.pg_notify(self._channel, lane)))
@@ -436,8 +442,7 @@ class TaskEnqueueMixin:
     def _insert(self, now: DbNow, tasks: Sequence[NewTask]) -> tuple[Any, list[dict[str, Any]]]:
         t = self._table
         params: list[dict[str, Any]] = []
-        extra_names = sorted({name for task in tasks for name in task.extra})
-        for task in tasks:
+        for task in tasks:  # every one names the same extra columns (see _enqueue)
             run_at = task.run_at
             if run_at is None and (now.value is not None or task.delay >= _SATURATING_DELTA):
                 run_at = self._sql.plus(now, task.delay).value
@@ -457,8 +462,7 @@ class TaskEnqueueMixin:
                 "cancel_requested": False,
                 "rescued": False,
             }
-            for name in extra_names:
-                row[name] = task.extra.get(name, None)
+            row.update(task.extra)
             params.append(row)
         if self._sql.is_postgres:
             run_at_expr: Any = sa.func.coalesce(
