@@ -144,6 +144,17 @@ async def test_a_batch_is_capped_and_the_rest_follows_at_once() -> None:
     assert db.statements == [["a"], ["b", "c"], ["d", "e"]]
 
 
+async def test_a_batch_is_capped_by_its_text_and_a_large_task_goes_alone() -> None:
+    db = Database()
+    coalescer = EnqueueCoalescer(db.one, db.many, max_batch_chars=10)
+    calls = _start(coalescer, "a", "b", "c", "d", "e" * 20, "f")
+    for _ in range(4):
+        await db.answer()
+    await asyncio.gather(*calls)
+    # Each payload is 3 characters ('"b"'): three fit in 10; the 22-character one alone.
+    assert db.statements == [["a"], ["b", "c", "d"], ["e" * 20], ["f"]]
+
+
 async def test_a_caller_answered_from_a_batch_that_enqueues_again_joins_the_next_batch() -> None:
     db = Database()
     coalescer = EnqueueCoalescer(db.one, db.many)
@@ -321,3 +332,5 @@ def test_max_batch_must_be_positive() -> None:
     db = Database()
     with pytest.raises(ValueError, match="max_batch"):
         EnqueueCoalescer(db.one, db.many, max_batch=0)
+    with pytest.raises(ValueError, match="max_batch_chars"):
+        EnqueueCoalescer(db.one, db.many, max_batch_chars=0)

@@ -26,10 +26,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from ..tasks import EnqueueResult, NewTask
 from .errors import DatabaseDataError, DatabaseIntegrityError, DatabaseOperationError
 
-__all__ = ["DEFAULT_ENQUEUE_BATCH", "EnqueueCoalescer"]
+__all__ = ["DEFAULT_ENQUEUE_BATCH", "DEFAULT_ENQUEUE_BATCH_CHARS", "EnqueueCoalescer"]
 
 #: The most queued tasks one statement carries.
 DEFAULT_ENQUEUE_BATCH = 500
+
+#: About the most payload and steps text one batch statement carries: far below any
+#: server's packet limit (MariaDB's ``max_allowed_packet`` is 16 MiB by default), so
+#: large payloads that go through alone are never refused for sharing a statement.
+DEFAULT_ENQUEUE_BATCH_CHARS = 1 << 20
 
 _OPERATION = "enqueue tasks"
 
@@ -46,9 +51,11 @@ class EnqueueCoalescer:
         one: Enqueues one checked task (the single-task statement).
         many: Enqueues checked tasks atomically, results in input order.
         max_batch: The most tasks one batch statement carries.
+        max_batch_chars: About the most payload and steps text one batch carries (a
+            task larger than this still goes, in a batch of its own).
 
     Raises:
-        ValueError: When ``max_batch`` is below 1.
+        ValueError: When ``max_batch`` or ``max_batch_chars`` is below 1.
     """
 
     def __init__(
@@ -57,12 +64,16 @@ class EnqueueCoalescer:
         many: Callable[[Sequence[NewTask]], Awaitable[list[EnqueueResult]]],
         *,
         max_batch: int = DEFAULT_ENQUEUE_BATCH,
+        max_batch_chars: int = DEFAULT_ENQUEUE_BATCH_CHARS,
     ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
+        if max_batch_chars < 1:
+            raise ValueError("max_batch_chars must be >= 1")
         self._one = one
         self._many = many
         self._max_batch = max_batch
+        self._max_batch_chars = max_batch_chars
         self._busy = False
         self._loop: asyncio.AbstractEventLoop | None = None  # the busy period's loop
         self._queue: list[_Entry] = []
@@ -107,8 +118,7 @@ class EnqueueCoalescer:
     async def _drain(self) -> None:
         try:
             while self._queue:
-                batch = [entry for entry in self._queue[: self._max_batch] if not entry[1].done()]
-                del self._queue[: self._max_batch]
+                batch = self._take()
                 if batch:
                     await self._send(batch)
                     # One loop turn: the callers just answered run first, and a caller
@@ -116,6 +126,22 @@ class EnqueueCoalescer:
                     await asyncio.sleep(0)
         finally:
             self._busy = False
+
+    def _take(self) -> list[_Entry]:
+        """The next batch: the oldest live entries, within both limits (at least one)."""
+        batch: list[_Entry] = []
+        chars = taken = 0
+        for entry in self._queue:
+            task, future = entry
+            size = len(task.payload_json) + len(task.steps_json or "")
+            if len(batch) == self._max_batch or (batch and chars + size > self._max_batch_chars):
+                break
+            taken += 1
+            if not future.done():  # a caller cancelled while queued is left out
+                batch.append(entry)
+                chars += size
+        del self._queue[:taken]
+        return batch
 
     def _writer_done(self, writer: asyncio.Task[None]) -> None:
         # A writer cancelled before its first step ran no ``finally``: its queue would
