@@ -17,6 +17,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 DEFAULT_POSTGRES_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+DEFAULT_MYSQL_URL = "mysql+aiomysql://root@127.0.0.1:3306/test"
 
 
 # A burn-down of 5,000 tasks at concurrency 1 with pgqueuer capped takes about a minute.
@@ -72,20 +73,43 @@ def make_engine(url: str, *, pool_size: int = 20) -> AsyncEngine:
     return create_async_engine(url, pool_size=pool_size, max_overflow=5)
 
 
-async def create_postgres_database(prefix: str = "af_bench") -> str | None:
-    """Create a throwaway database; ``None`` when the server is unreachable."""
-    base = postgres_base_url()
+def mysql_base_url() -> str:
+    """The MariaDB server the benchmarks create their throwaway databases on."""
+    return os.environ.get("ASTER_FORGE_TEST_MYSQL_URL", DEFAULT_MYSQL_URL)
+
+
+async def _create_database(base: str, quoted: str, what: str, prefix: str) -> str | None:
     name = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     admin = create_async_engine(base, isolation_level="AUTOCOMMIT")
     try:
         async with admin.connect() as conn:
-            await conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    except Exception as exc:  # unreachable server: skip PostgreSQL
-        print(f"PostgreSQL skipped ({type(exc).__name__}: {exc})", flush=True)
+            await conn.execute(sa.text(f"CREATE DATABASE {quoted.format(name)}"))
+    except Exception as exc:  # unreachable server: skip this backend
+        print(f"{what} skipped ({type(exc).__name__}: {exc})", flush=True)
         return None
     finally:
         await admin.dispose()
     return make_url(base).set(database=name).render_as_string(hide_password=False)
+
+
+async def create_postgres_database(prefix: str = "af_bench") -> str | None:
+    """Create a throwaway database; ``None`` when the server is unreachable."""
+    return await _create_database(postgres_base_url(), '"{}"', "PostgreSQL", prefix)
+
+
+async def create_mysql_database(prefix: str = "af_bench") -> str | None:
+    """Create a throwaway MariaDB database; ``None`` when the server is unreachable."""
+    return await _create_database(mysql_base_url(), "`{}`", "MariaDB", prefix)
+
+
+async def drop_mysql_database(url: str) -> None:
+    """Drop a database made by :func:`create_mysql_database`."""
+    admin = create_async_engine(mysql_base_url(), isolation_level="AUTOCOMMIT")
+    try:
+        async with admin.connect() as conn:
+            await conn.execute(sa.text(f"DROP DATABASE IF EXISTS `{make_url(url).database}`"))
+    finally:
+        await admin.dispose()
 
 
 async def drop_postgres_database(url: str) -> None:

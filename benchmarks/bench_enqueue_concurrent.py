@@ -35,24 +35,21 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from aster_forge.db import BackgroundTaskDbStore
 
 from . import _aster, _peers
 from ._common import (
     asyncpg_dsn,
+    create_mysql_database,
     create_postgres_database,
+    drop_mysql_database,
     drop_postgres_database,
     load_average,
     make_engine,
 )
 
 RESULTS = Path(__file__).resolve().parent / "results"
-MYSQL_URL = os.environ.get(
-    "ASTER_FORGE_TEST_MYSQL_URL", "mysql+aiomysql://root@127.0.0.1:3306/test"
-)
 CONCURRENCY = (1, 10, 50)
 
 
@@ -126,29 +123,6 @@ async def raw(url: str, count: int, concurrency: int) -> float:
     if await _count(url, "raw_queue") != count + 1:
         raise SystemExit(f"raw INSERT (c{concurrency}): rows lost")
     return rate
-
-
-async def _mysql_database() -> str | None:
-    name = f"af_bench_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    admin = create_async_engine(MYSQL_URL)
-    try:
-        async with admin.begin() as conn:
-            await conn.execute(sa.text(f"CREATE DATABASE `{name}`"))
-    except Exception as exc:  # unreachable server: skip MariaDB
-        print(f"MariaDB skipped ({type(exc).__name__}: {exc})", flush=True)
-        return None
-    finally:
-        await admin.dispose()
-    return make_url(MYSQL_URL).set(database=name).render_as_string(hide_password=False)
-
-
-async def _drop_mysql_database(url: str) -> None:
-    admin = create_async_engine(MYSQL_URL)
-    try:
-        async with admin.begin() as conn:
-            await conn.execute(sa.text(f"DROP DATABASE IF EXISTS `{make_url(url).database}`"))
-    finally:
-        await admin.dispose()
 
 
 def _systems(
@@ -233,11 +207,11 @@ async def _run() -> list[str]:
             lines += _table("postgresql", await _backend("postgresql", pg, count, rounds, peers))
         finally:
             await drop_postgres_database(pg)
-    if (my := await _mysql_database()) is not None:
+    if (my := await create_mysql_database()) is not None:
         try:
             lines += _table("mariadb", await _backend("mariadb", my, count, rounds, peers))
         finally:
-            await _drop_mysql_database(my)
+            await drop_mysql_database(my)
     versions = _peers.peer_versions()
     header = [
         f"## Concurrent callers {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC",

@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pytest
 
+from ._proxy import ChaosProxy
 from .report import RESULTS, render_markdown, write_report
+
+
+@pytest.fixture
+async def proxy() -> AsyncIterator[ChaosProxy]:
+    """A ``ChaosProxy`` in front of the local PostgreSQL server (127.0.0.1:5432)."""
+    chaos = ChaosProxy("127.0.0.1", 5432)
+    await chaos.start()
+    try:
+        yield chaos
+    finally:
+        await chaos.close()
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

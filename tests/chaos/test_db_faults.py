@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -51,16 +50,6 @@ TERMINATE = sa.text(
     "AND application_name = 'aster-forge-chaos'"
 )
 RUNNING = sa.text("SELECT count(*) FROM background_tasks WHERE status = 'running'")
-
-
-@pytest.fixture
-async def proxy() -> AsyncIterator[ChaosProxy]:
-    chaos = ChaosProxy("127.0.0.1", 5432)
-    await chaos.start()
-    try:
-        yield chaos
-    finally:
-        await chaos.close()
 
 
 async def _db_fault_run(

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -53,16 +52,6 @@ class _Tally:
     failed: int = 0
     untyped: list[str] = field(default_factory=list)
     sent: int = 0
-
-
-@pytest.fixture
-async def proxy() -> AsyncIterator[ChaosProxy]:
-    chaos = ChaosProxy("127.0.0.1", 5432)
-    await chaos.start()
-    try:
-        yield chaos
-    finally:
-        await chaos.close()
 
 
 async def _producer(
