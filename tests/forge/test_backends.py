@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.util import greenlet_spawn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -286,3 +287,37 @@ async def test_aclose_sends_a_bursts_trailing_notify_before_the_pool_closes(
         await drop_all_tables(forge.backend.engine)
         await forge.aclose()
     assert len(heard) >= 2 and set(heard) == {lane}
+
+
+@pytest.mark.postgres
+async def test_a_forge_on_postgres_checks_a_pooled_connection_out_without_a_round_trip(
+    postgres_url: str,
+) -> None:
+    # What a web request's enqueue pays when the loop ran since the last one: the
+    # checkout must not add pool_pre_ping's BEGIN, ping and ROLLBACK (three round trips).
+    forge = _forge(postgres_url)
+
+    @forge.task()
+    async def thumbnail(ctx: TaskExecutionContext, payload: Thumbnail) -> None:
+        del ctx, payload
+
+    engine = forge.backend.engine
+    assert engine is not None
+    try:
+        await forge.backend.create_tables()
+        await thumbnail.enqueue(Thumbnail(file_id=1))
+        await asyncio.sleep(0)  # the loop ran: the store's connection is back in the pool
+        # Listen on every pooled session: the pool hands them out in turn.
+        pool: Any = engine.sync_engine.pool
+        pooled = [await engine.raw_connection() for _ in range(pool.checkedin())]
+        sent: list[str] = []
+        for connection in pooled:
+            driver: Any = connection.driver_connection
+            driver.add_query_logger(lambda record: sent.append(record.query))
+            await greenlet_spawn(connection.close)
+        await thumbnail.enqueue(Thumbnail(file_id=2))
+        await asyncio.sleep(0)  # asyncpg calls its query loggers in the next loop turn
+        assert len(sent) == 1 and sent[0].lstrip().startswith("INSERT")
+    finally:
+        await drop_all_tables(engine)
+        await forge.aclose()

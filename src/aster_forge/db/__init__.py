@@ -35,6 +35,7 @@ from ._scheduled_tasks_table import (
     drop_scheduled_tasks_cron_columns,
     scheduled_tasks_table,
 )
+from ._engine import create_database_engine
 from ._time import DatabaseBackend, UtcDateTime
 from ._url import normalize_database_url
 from .errors import (
@@ -94,6 +95,7 @@ __all__ = [
     "alembic_render_item",
     "background_tasks_table",
     "create_background_tasks_table",
+    "create_database_engine",
     "create_runtime_leases_table",
     "create_scheduled_tasks_namespace_name_unique_index",
     "create_scheduled_tasks_next_run_index",

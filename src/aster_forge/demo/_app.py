@@ -11,10 +11,10 @@ from datetime import timedelta
 from pathlib import Path
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aster_forge import Forge, ForgeStateError
-from aster_forge.db import normalize_database_url
+from aster_forge.db import create_database_engine
 from aster_forge.runtime import AsterRuntime
 from aster_forge.tasks import BackgroundTaskStore, EnqueueResult, ScheduledTaskStore, TaskWorker
 
@@ -203,7 +203,7 @@ def demo_tables() -> DemoTables:
 
 
 def open_demo_engine(url: str) -> AsyncEngine:
-    """An engine on the demo database for CLI commands (SQLite waits for the lock).
+    """An engine on the demo database for CLI commands (see :func:`create_database_engine`).
 
     The URL goes through :func:`aster_forge.db.normalize_database_url` first.
 
@@ -212,10 +212,7 @@ def open_demo_engine(url: str) -> AsyncEngine:
             synchronous driver.
         aster_forge.db.DatabaseDriverMissingError: The async driver is not installed.
     """
-    url = normalize_database_url(url)
-    if sa.make_url(url).get_backend_name() == "sqlite":
-        return create_async_engine(url, connect_args={"timeout": 10.0})
-    return create_async_engine(url, pool_pre_ping=True)
+    return create_database_engine(url)
 
 
 async def migrate_demo_database(engine: AsyncEngine, tables: DemoTables | None = None) -> None:

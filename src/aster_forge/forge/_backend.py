@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import event
-from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import NullPool
 
 from ..db import (
@@ -16,6 +13,7 @@ from ..db import (
     RuntimeLeaseDbStore,
     ScheduledTaskDbStore,
     background_tasks_table,
+    create_database_engine,
     normalize_database_url,
     runtime_leases_table,
     scheduled_tasks_table,
@@ -28,30 +26,6 @@ __all__ = ["MEMORY_URL", "ForgeBackend"]
 
 MEMORY_URL = "memory://"
 """The URL of an in-memory forge (stores from :mod:`aster_forge.testing`)."""
-
-_SQLITE_BUSY_TIMEOUT_MS = 10_000
-
-
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    cursor = dbapi_connection.cursor()
-    try:
-        # WAL lets the web process's enqueues and the workers' writes run side by side.
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute(f"PRAGMA busy_timeout={_SQLITE_BUSY_TIMEOUT_MS}")
-    finally:
-        cursor.close()
-
-
-def _open_engine(url: str, **options: Any) -> AsyncEngine:
-    sqlite = make_url(url).get_backend_name() == "sqlite"
-    if sqlite:
-        options.setdefault("connect_args", {"timeout": _SQLITE_BUSY_TIMEOUT_MS / 1000})
-    else:
-        options.setdefault("pool_pre_ping", True)
-    engine = create_async_engine(url, **options)
-    if sqlite:
-        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
-    return engine
 
 
 class ForgeBackend:
@@ -84,7 +58,7 @@ class ForgeBackend:
             self.lease_store = InMemoryRuntimeLeaseStore()
             return
         self.url = normalize_database_url(url)
-        self.engine = _open_engine(self.url)
+        self.engine = create_database_engine(self.url)
         self._db_store = BackgroundTaskDbStore(self.engine, table=self.tasks_table)
         self.task_store = self._db_store
         self.scheduled_store = ScheduledTaskDbStore(self.engine)
@@ -114,7 +88,7 @@ class ForgeBackend:
         if self.engine is None or self.url is None:
             return self.task_store
         if self._sync_store is None:
-            engine = _open_engine(self.url, poolclass=NullPool)
+            engine = create_database_engine(self.url, poolclass=NullPool)
             # Each call's loop ends with it: no NOTIFY may be left to follow the window,
             # and no enqueue may wait for a batch on another thread's loop.
             self._sync_store = BackgroundTaskDbStore(

@@ -1,0 +1,70 @@
+"""The async engine aster-forge opens for a URL, with each backend's connection defaults."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from ._url import normalize_database_url
+
+__all__ = ["create_database_engine"]
+
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+"""How long a SQLite connection waits for another process's write lock."""
+
+
+def create_database_engine(url: str, **options: Any) -> AsyncEngine:
+    """Create the async engine for ``url`` with the connection defaults each backend needs.
+
+    - SQLite: WAL journal (a web process's enqueues and the workers' writes run side by
+      side) and a 10 s wait for another process's write lock.
+    - PostgreSQL (asyncpg): a pooled connection the server closed (a restart, a failover,
+      ``pg_terminate_backend``, ``idle_session_timeout``) is replaced when it is checked
+      out, without a round trip: asyncpg saw its socket close while it sat in the pool.
+      SQLAlchemy's ``pool_pre_ping`` would cost three round trips on every checkout
+      (``BEGIN``, a ping, ``ROLLBACK``), more than an enqueue's own statement.
+    - MariaDB/MySQL: ``pool_pre_ping`` (one ``COM_PING`` per checkout): the driver does
+      not notice a closed socket until it reads from it.
+
+    Args:
+        url: A database URL (goes through :func:`normalize_database_url`).
+        **options: Passed to :func:`~sqlalchemy.ext.asyncio.create_async_engine`; they
+            override the defaults above (``pool_pre_ping=True`` pings on PostgreSQL too).
+
+    Raises:
+        InvalidDatabaseUrlError: The URL cannot be parsed or names a synchronous driver.
+        UnsupportedDatabaseBackendError: The URL's backend is not supported.
+        DatabaseDriverMissingError: The backend's async driver is not installed.
+    """
+    url = normalize_database_url(url)
+    backend = make_url(url).get_backend_name()
+    if backend == "sqlite":
+        options.setdefault("connect_args", {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+    elif backend == "mysql":
+        options.setdefault("pool_pre_ping", True)
+    engine = create_async_engine(url, **options)
+    if backend == "sqlite":
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+    elif backend == "postgresql":
+        event.listen(engine.sync_engine, "checkout", _replace_closed)
+    return engine
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    finally:
+        cursor.close()
+
+
+def _replace_closed(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+    """Refuse a pooled connection whose socket closed: the pool discards it and connects anew."""
+    is_closed = getattr(dbapi_connection.driver_connection, "is_closed", None)
+    if is_closed is not None and is_closed():
+        raise DisconnectionError("the pooled connection was closed by the server")
