@@ -64,13 +64,15 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
         cursor.close()
 
 
-def make_engine(url: str, *, pool_size: int = 20) -> AsyncEngine:
+def make_engine(url: str, *, pool_size: int = 20, pool_pre_ping: bool = False) -> AsyncEngine:
     """An engine as a product would configure it (WAL + NORMAL on SQLite)."""
     if url.startswith("sqlite"):
         engine = create_async_engine(url)
         sa.event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
-    return create_async_engine(url, pool_size=pool_size, max_overflow=5)
+    return create_async_engine(
+        url, pool_size=pool_size, max_overflow=5, pool_pre_ping=pool_pre_ping
+    )
 
 
 def mysql_base_url() -> str:

@@ -9,7 +9,12 @@ taking commands (``peer_runner.py pgqueuer serve``). One throwaway database:
 - aster-forge, one ``store.enqueue`` per call (a store with the registry, so every task
   is validated; NOTIFY on), tasks built with ``registry.new_task``;
 - the same with the event loop idle between calls (``asyncio.sleep(0)``, as between
-  web requests): the store's connection goes back to the pool each time;
+  web requests): the store's connection goes back to the pool each time; beside it the
+  same on an engine with ``pool_pre_ping=True`` (what a ``Forge`` opened before
+  ``create_database_engine``: a ping on every checkout);
+- a ``Forge`` as its users open it (``Forge(url)``, one decorated task,
+  ``await task.enqueue(n)``), back to back and with the loop idle between calls: the
+  path a Forge user pays, payload validation included;
 - pgqueuer (its default configuration), one ``Queries.enqueue`` per call;
 - raw asyncpg, one prepared ``INSERT`` per call on one connection (the floor);
 - aster-forge's own one-task statement sent on a bare asyncpg connection, no library
@@ -51,6 +56,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from aster_forge import Forge
 from aster_forge.db import DEFAULT_TASK_NOTIFY_CHANNEL, BackgroundTaskDbStore
 from aster_forge.tasks import NewTask
 
@@ -68,6 +74,7 @@ CHUNK = 5000
 FLOOR = "floor"
 BARE = "bare"
 PGQUEUER_CHANNEL = "ch_pgqueuer"
+FORGE_TABLE = "forge_tasks"
 
 # A waiting worker's session: LISTENs on the given channels until its stdin closes,
 # then prints how many notifications arrived.
@@ -116,13 +123,13 @@ def _task(n: int) -> NewTask:
     return NewTask(_aster.Kind.NOOP, _aster.Lane.DEFAULT, payload_json=str(n))
 
 
-async def _count(url: str, *, kind: str | None = None) -> int:
-    """Rows of aster-forge (or, with ``kind``, of that :class:`FloorSystem`)."""
+async def _count(url: str, *, kind: str | None = None, table: str = "background_tasks") -> int:
+    """Rows of aster-forge (or, with ``kind``, of that :class:`FloorSystem`) in ``table``."""
     engine = make_engine(url)
     where = f"kind = '{kind}'" if kind else f"kind NOT IN ('{FLOOR}', '{BARE}')"
     try:
         async with engine.connect() as conn:
-            query = sa.text(f"SELECT count(*) FROM background_tasks WHERE {where}")
+            query = sa.text(f"SELECT count(*) FROM {table} WHERE {where}")
             return int((await conn.execute(query)).scalar_one())
     finally:
         await engine.dispose()
@@ -131,9 +138,9 @@ async def _count(url: str, *, kind: str | None = None) -> int:
 class AsterSystem:
     """aster-forge on its own engine: a store with the registry (every task validated)."""
 
-    def __init__(self, url: str, *, notify_each: bool = False) -> None:
+    def __init__(self, url: str, *, notify_each: bool = False, pre_ping: bool = False) -> None:
         self.url = url
-        self.engine = make_engine(url)
+        self.engine = make_engine(url, pool_pre_ping=pre_ping)
         self.store = _store(self.engine, notify_each=notify_each)
         self.sent = 0
 
@@ -179,6 +186,52 @@ class AsterSystem:
             await flush()
         await self.engine.dispose()
         return await _count(self.url) == self.sent + 1 + others
+
+
+class ForgeSystem:
+    """A ``Forge`` as its users open it, one decorated task; rows in ``forge_tasks``."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.forge = Forge(url, name="bench-enqueue", tasks_table=FORGE_TABLE)
+
+        @self.forge.task(name="noop")
+        async def noop(payload: int) -> None:
+            del payload
+
+        self.task = noop
+        self.sent = 0
+        self.before = 0
+
+    async def warm(self) -> None:
+        """Create the tables, count the rows already there, and enqueue once."""
+        await self.forge.migrate()
+        self.before = await _count(self.url, table=FORGE_TABLE)
+        await self.task.enqueue(-1)
+
+    async def single(self, n: int) -> float:
+        """``n`` enqueues, one per call; seconds."""
+        started = time.perf_counter()
+        for i in range(self.sent, self.sent + n):
+            await self.task.enqueue(i)
+        elapsed = time.perf_counter() - started
+        self.sent += n
+        return elapsed
+
+    async def single_idle(self, n: int) -> float:
+        """As :meth:`single`, the loop idle between calls (a web request each); seconds."""
+        started = time.perf_counter()
+        for i in range(self.sent, self.sent + n):
+            await self.task.enqueue(i)
+            await asyncio.sleep(0)
+        elapsed = time.perf_counter() - started
+        self.sent += n
+        return elapsed
+
+    async def close(self) -> bool:
+        """Close the forge; whether every task landed."""
+        await self.forge.aclose()
+        return await _count(self.url, table=FORGE_TABLE) == self.before + self.sent + 1
 
 
 class FloorSystem:
@@ -299,6 +352,8 @@ async def single_round(url: str, count: int, pgqueuer: bool) -> dict[str, float]
     await _aster.reset_table(url)
     aster = AsterSystem(url)
     each = AsterSystem(url, notify_each=True)
+    pinged = AsterSystem(url, pre_ping=True)
+    forge = ForgeSystem(url)
     raw = await RawSystem.open(url)
     floor = await FloorSystem.open(url, aster.store)
     built = await FloorSystem.open(url, aster.store, build=True)
@@ -306,10 +361,15 @@ async def single_round(url: str, count: int, pgqueuer: bool) -> dict[str, float]
     peer = await _peers.PeerServer.start("pgqueuer", url) if pgqueuer else None
     await aster.warm()
     await each.warm()
+    await pinged.warm()
+    await forge.warm()
     jobs: dict[str, Callable[[int], Awaitable[float]]] = {
         "aster single": aster.single,
         "aster single, NOTIFY each": each.single,
         "aster single, idle loop": aster.single_idle,
+        "aster single, idle loop, pool_pre_ping": pinged.single_idle,
+        "forge single": forge.single,
+        "forge single, idle loop": forge.single_idle,
     }
     if peer is not None:
         jobs["pgqueuer single"] = lambda n: peer.run("single", n)
@@ -319,8 +379,10 @@ async def single_round(url: str, count: int, pgqueuer: bool) -> dict[str, float]
     jobs["task row INSERT, nothing returned"] = bare.single
     rates = await _sliced(jobs, count, SINGLE_SLICE)
     await each.close()
+    await pinged.close()
     checks = [
-        await aster.close(others=each.sent + 1),
+        await forge.close(),
+        await aster.close(others=each.sent + 1 + pinged.sent + 1),
         await raw.close(),
         # Both send the statement of kind FLOOR: each count includes the other's rows.
         await floor.close(url, others=built.sent + 1),
@@ -502,7 +564,14 @@ async def _run(label: str) -> list[str]:
         f"{ratio('aster single, listened', 'aster single, listened, NOTIFY each')}",
         "- idle loop between calls (each call checks a connection out; no reuse): "
         f"{ratio('aster single, idle loop', 'pgqueuer single')} vs pgqueuer, "
-        f"{ratio('aster single, idle loop', 'raw single')} vs raw INSERT",
+        f"{ratio('aster single, idle loop', 'raw single')} vs raw INSERT; the same with "
+        "`pool_pre_ping` (a ping per checkout) vs without: "
+        f"{ratio('aster single, idle loop, pool_pre_ping', 'aster single, idle loop')}",
+        "- a Forge as users open it (`task.enqueue(n)`, payload validated) vs pgqueuer: "
+        f"back to back {ratio('forge single', 'pgqueuer single')}, loop idle between "
+        f"calls {ratio('forge single, idle loop', 'pgqueuer single')}; vs the store: "
+        f"{ratio('forge single', 'aster single')} and "
+        f"{ratio('forge single, idle loop', 'aster single, idle loop')}",
         "",
     ]
     return lines
