@@ -29,6 +29,7 @@ from ..runtime import (
 )
 from ..tasks import (
     BACKGROUND_TASKS_COMPONENT,
+    BackgroundTaskStore,
     EnqueueResult,
     NewTask,
     TaskCodecError,
@@ -181,7 +182,6 @@ class Forge(ForgeDeclarations):
         delay: timedelta,
         priority: int,
         max_attempts: int | None,
-        sync: bool = False,
     ) -> list[EnqueueResult]:
         """Validate every payload of ``task`` then enqueue them in one store call.
 
@@ -190,19 +190,35 @@ class Forge(ForgeDeclarations):
         Raises:
             ForgePayloadError: A payload does not validate; nothing was written.
         """
-        requests = [
-            self._new_task(
-                task,
-                payload,
-                dedupe_key=key,
-                run_at=run_at,
-                delay=delay,
-                priority=priority,
-                max_attempts=max_attempts if max_attempts is not None else task.max_attempts,
-            )
+        requests = self._requests(
+            task,
+            payloads,
+            dedupe_keys=dedupe_keys,
+            run_at=run_at,
+            delay=delay,
+            priority=priority,
+            max_attempts=max_attempts,
+        )
+        return await self._send(self._backend.task_store, requests)
+
+    def _requests(
+        self,
+        task: ForgeTask,
+        payloads: Sequence[Any],
+        *,
+        dedupe_keys: Sequence[str | None],
+        max_attempts: int | None,
+        **options: Any,
+    ) -> list[NewTask]:
+        attempts = max_attempts if max_attempts is not None else task.max_attempts
+        return [
+            self._new_task(task, payload, dedupe_key=key, max_attempts=attempts, **options)
             for payload, key in zip(payloads, dedupe_keys, strict=True)
         ]
-        store = self._backend.sync_task_store() if sync else self._backend.task_store
+
+    async def _send(
+        self, store: BackgroundTaskStore, requests: list[NewTask]
+    ) -> list[EnqueueResult]:
         if len(requests) == 1:
             results = [await store.enqueue(requests[0])]
         else:
@@ -230,8 +246,13 @@ class Forge(ForgeDeclarations):
     ) -> list[EnqueueResult]:
         """:meth:`enqueue_tasks` from synchronous code (a thread with no running loop).
 
+        The payloads are validated in the calling thread; the store call runs on the
+        forge's synchronous-enqueue thread (one event loop and connection pool for
+        every synchronous caller, see :meth:`ForgeBackend.run_sync`).
+
         Raises:
             ForgeStateError: The calling thread runs an event loop.
+            ForgePayloadError: A payload does not validate; nothing was written.
         """
         try:
             asyncio.get_running_loop()
@@ -241,7 +262,8 @@ class Forge(ForgeDeclarations):
             raise ForgeStateError(
                 f"task {task.name!r}: enqueue_sync() inside an event loop; use await enqueue()"
             )
-        return asyncio.run(self.enqueue_tasks(task, payloads, sync=True, **options))
+        requests = self._requests(task, payloads, **options)
+        return self._backend.run_sync(lambda store: self._send(store, requests))
 
     def attach_worker(self, worker: ForgeWorker) -> None:
         """Record a worker running in this process (enqueues here wake it)."""
@@ -407,7 +429,8 @@ class Forge(ForgeDeclarations):
         return await drain_forge(self, max_tasks=max_tasks)
 
     async def aclose(self) -> None:
-        """Close the database connections (the forge stays usable)."""
+        """Close the database connections and stop the synchronous-enqueue thread (the
+        forge stays usable: both start again on their next use)."""
         await self._backend.dispose()
 
     def __repr__(self) -> str:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
-from sqlalchemy.pool import NullPool
 
 from ..db import (
     BackgroundTaskDbStore,
@@ -21,8 +22,11 @@ from ..db import (
 from ..runtime import RuntimeLeaseStore
 from ..tasks import BackgroundTaskStore, ScheduledTaskStore
 from ..testing import InMemoryRuntimeLeaseStore, InMemoryScheduledTaskStore, InMemoryTaskStore
+from ._sync_bridge import SyncBridge
 
 __all__ = ["MEMORY_URL", "ForgeBackend"]
+
+T = TypeVar("T")
 
 MEMORY_URL = "memory://"
 """The URL of an in-memory forge (stores from :mod:`aster_forge.testing`)."""
@@ -50,7 +54,7 @@ class ForgeBackend:
         self.task_store: BackgroundTaskStore
         self.scheduled_store: ScheduledTaskStore
         self.lease_store: RuntimeLeaseStore
-        self._sync_store: BackgroundTaskStore | None = None
+        self._bridge: SyncBridge | None = None
         if url.startswith(MEMORY_URL):
             self.url: str | None = None
             self.task_store = InMemoryTaskStore()
@@ -63,6 +67,7 @@ class ForgeBackend:
         self.task_store = self._db_store
         self.scheduled_store = ScheduledTaskDbStore(self.engine)
         self.lease_store = RuntimeLeaseDbStore(self.engine)
+        self._bridge = SyncBridge(self._open_sync_store)
 
     @property
     def is_memory(self) -> bool:
@@ -79,25 +84,20 @@ class ForgeBackend:
         """Whether the database is PostgreSQL (enqueues NOTIFY; workers LISTEN)."""
         return self.engine is not None and self.engine.dialect.name == "postgresql"
 
-    def sync_task_store(self) -> BackgroundTaskStore:
-        """A task store usable from a fresh event loop per call (``enqueue_sync``).
+    def run_sync(self, call: Callable[[BackgroundTaskStore], Awaitable[T]]) -> T:
+        """Run ``call(store)`` for synchronous code (a thread with no running loop).
 
-        Connections are not pooled: a pooled connection belongs to the loop that opened
-        it, and each synchronous call runs its own loop.
+        On a database, on the forge's :class:`SyncBridge` (one loop in a daemon thread,
+        its own pooled engine); in memory, on a fresh event loop with the shared store.
         """
-        if self.engine is None or self.url is None:
-            return self.task_store
-        if self._sync_store is None:
-            engine = create_database_engine(self.url, poolclass=NullPool)
-            # Each call's loop ends with it: no NOTIFY may be left to follow the window,
-            # and no enqueue may wait for a batch on another thread's loop.
-            self._sync_store = BackgroundTaskDbStore(
-                engine,
-                table=self.tasks_table,
-                notify_window=timedelta(0),
-                coalesce_enqueues=False,
-            )
-        return self._sync_store
+        if self._bridge is None:
+            return asyncio.run(_awaited(call(self.task_store)))
+        return self._bridge.run(call)
+
+    def _open_sync_store(self) -> tuple[AsyncEngine, BackgroundTaskDbStore]:
+        assert self.url is not None  # a bridge exists only for a database
+        engine = create_database_engine(self.url)
+        return engine, BackgroundTaskDbStore(engine, table=self.tasks_table)
 
     async def create_tables(self) -> None:
         """Create every missing table and index of :attr:`metadata` (idempotent)."""
@@ -107,8 +107,15 @@ class ForgeBackend:
             await conn.run_sync(lambda sync: self.metadata.create_all(sync, checkfirst=True))
 
     async def dispose(self) -> None:
-        """Close the engine's pooled connections (the engine stays usable)."""
+        """Close the pooled connections and the synchronous enqueues' thread (both reopen
+        on their next use)."""
+        if self._bridge is not None:
+            await self._bridge.aclose()
         if self.engine is not None:
             # Quiet enqueues' NOTIFY goes out before the pool closes: a worker wakes now.
             await self._db_store.flush_notifications()
             await self.engine.dispose()
+
+
+async def _awaited(awaitable: Awaitable[T]) -> T:
+    return await awaitable

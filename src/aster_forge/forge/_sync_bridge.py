@@ -1,0 +1,174 @@
+"""Synchronous enqueues (Django, Flask, scripts) run on one event loop in a daemon thread.
+
+A pooled connection belongs to the event loop that opened it, so synchronous code that
+ran a fresh loop per call (``asyncio.run``) had to connect anew on every enqueue: about
+9 ms on a loopback PostgreSQL, a new session each time. The bridge keeps one loop
+running in a thread of its own, with its own engine and store, and hands each call to
+it: a calling thread waits only for its enqueue, connections are reused, and calls
+from many threads at once share statements (the store's coalescing).
+
+The thread starts on the first call and stops when the forge is closed, or at
+interpreter exit. A forked child never touches the parent's loop or connections (the
+sockets are shared with the parent): it keeps them referenced, unused, and starts its
+own bridge on its first call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from ..db import BackgroundTaskDbStore
+
+__all__ = ["SyncBridge"]
+
+logger = logging.getLogger("aster_forge.forge")
+
+T = TypeVar("T")
+
+#: How long closing at interpreter exit waits for the last writes and the thread.
+_EXIT_TIMEOUT = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Running:
+    loop: asyncio.AbstractEventLoop
+    thread: threading.Thread
+    engine: AsyncEngine
+    store: BackgroundTaskDbStore
+
+
+class SyncBridge:
+    """One event loop in a daemon thread that runs a forge's enqueues for synchronous callers.
+
+    Args:
+        open_store: Builds the engine and the store the thread's loop uses; called on
+            each start (nothing connects until the loop sends a statement).
+    """
+
+    def __init__(self, open_store: Callable[[], tuple[AsyncEngine, BackgroundTaskDbStore]]) -> None:
+        self._open_store = open_store
+        self._lock = threading.Lock()
+        self._running: _Running | None = None
+        self._at_exit = False
+        _BRIDGES.add(self)
+
+    @property
+    def started(self) -> bool:
+        """Whether the thread is running."""
+        return self._running is not None
+
+    def run(self, call: Callable[[BackgroundTaskDbStore], Awaitable[T]]) -> T:
+        """Run ``call(store)`` on the bridge's loop and wait for its result.
+
+        If the calling thread is interrupted while it waits (``KeyboardInterrupt``), the
+        call is cancelled as an awaiting caller's would be, and the interrupt re-raised.
+        """
+        running = self._start()
+        future = asyncio.run_coroutine_threadsafe(_awaited(call(running.store)), running.loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()
+            raise
+
+    def _start(self) -> _Running:
+        with self._lock:
+            if self._running is None:
+                engine, store = self._open_store()
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(
+                    target=_serve, args=(loop,), name="aster-forge-sync-enqueue", daemon=True
+                )
+                thread.start()
+                self._running = _Running(loop, thread, engine, store)
+                if not self._at_exit:
+                    atexit.register(self.close)
+                    self._at_exit = True
+            return self._running
+
+    def _take(self) -> _Running | None:
+        with self._lock:
+            running, self._running = self._running, None
+            return running
+
+    async def aclose(self) -> None:
+        """Send the last NOTIFY, close the connections and stop the thread (from a loop)."""
+        running = self._take()
+        if running is None:
+            return
+        try:
+            await asyncio.wrap_future(
+                asyncio.run_coroutine_threadsafe(_close_store(running), running.loop)
+            )
+        finally:
+            running.loop.call_soon_threadsafe(running.loop.stop)
+            await asyncio.to_thread(running.thread.join)
+
+    def close(self, timeout: float = _EXIT_TIMEOUT) -> None:
+        """:meth:`aclose` from synchronous code (interpreter exit), each wait bounded."""
+        running = self._take()
+        if running is None:
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(_close_store(running), running.loop).result(timeout)
+        except Exception as exc:  # the process is leaving: what is left goes with it
+            logger.warning("closing the synchronous enqueue thread failed (%s)", type(exc).__name__)
+        finally:
+            running.loop.call_soon_threadsafe(running.loop.stop)
+            running.thread.join(timeout)
+
+    def _forget_after_fork(self) -> None:
+        # The lock may have been held by a thread that does not exist in the child.
+        self._lock = threading.Lock()
+        if self._running is not None:
+            _LEFT_TO_THE_PARENT.append(self._running)
+            self._running = None
+
+
+async def _awaited(awaitable: Awaitable[T]) -> T:
+    return await awaitable
+
+
+async def _close_store(running: _Running) -> None:
+    await running.store.flush_notifications()
+    await running.engine.dispose()
+
+
+def _serve(loop: asyncio.AbstractEventLoop) -> None:
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+        # Stopped by a close: end what is left (a caller's call cancelled mid-close).
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:
+        loop.close()
+
+
+_BRIDGES: weakref.WeakSet[SyncBridge] = weakref.WeakSet()
+
+#: Loops, engines and stores a forked child inherited: never used or closed there (their
+#: sockets and epoll instance are the parent's), only kept from the garbage collector.
+_LEFT_TO_THE_PARENT: list[_Running] = []
+
+
+def _after_fork_in_child() -> None:
+    for bridge in list(_BRIDGES):
+        bridge._forget_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
