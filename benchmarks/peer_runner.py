@@ -14,6 +14,10 @@ with SYSTEM ``pgqueuer`` or ``procrastinate``. SCENARIO is one of:
 - ``concurrent``: pgqueuer, COUNT enqueues from CONCURRENCY concurrent callers on its
   default one-connection driver; ``concurrent-pool``: the same on ``AsyncpgPoolDriver``
   over asyncpg's default pool.
+- ``sync``: COUNT enqueues from CONCURRENCY threads through the peer's synchronous API
+  (what Django or Flask code calls): pgqueuer's ``SyncQueries`` on a psycopg connection
+  per thread, Procrastinate's ``defer`` on a ``SyncPsycopgConnector`` (its pool) shared
+  by the threads.
 
 Prints one JSON line: ``{"rate": ..., "checked": ...}``. Each burn verifies that every
 job ran exactly once (a counter in the job body) and that the queue ended empty / every
@@ -27,6 +31,7 @@ import asyncio
 import contextlib
 import json
 import sys
+import threading
 import time
 from collections import Counter
 from typing import Any
@@ -162,6 +167,67 @@ async def pgqueuer_concurrent(
     return {"rate": rate, "checked": rows == count + 1}
 
 
+def _threads(count: int, concurrency: int, call: Any) -> float:
+    """``count`` calls of ``call(n)`` from ``concurrency`` threads; calls per second."""
+
+    def caller(first: int) -> None:
+        for n in range(first, count, concurrency):
+            call(n)
+
+    threads = [threading.Thread(target=caller, args=(f,)) for f in range(concurrency)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return count / (time.perf_counter() - started)
+
+
+def pgqueuer_sync(dsn: str, count: int, concurrency: int) -> dict[str, Any]:
+    """pgqueuer's synchronous enqueue, one psycopg connection per thread."""
+    import psycopg
+    from pgqueuer.db import SyncPsycopgDriver
+    from pgqueuer.queries import SyncQueries
+
+    local = threading.local()
+    connections: list[Any] = []
+
+    def enqueue(n: int) -> None:
+        queries = getattr(local, "queries", None)
+        if queries is None:
+            conn = psycopg.connect(dsn, autocommit=True)
+            connections.append(conn)
+            queries = local.queries = SyncQueries(SyncPsycopgDriver(conn))
+        queries.enqueue("noop", str(n).encode(), 0)
+
+    try:
+        enqueue(-1)  # warm: this thread's connection
+        rate = _threads(count, concurrency, enqueue)
+        with psycopg.connect(dsn) as conn:
+            rows = conn.execute("SELECT count(*) FROM pgqueuer").fetchone()
+    finally:
+        for conn in connections:
+            conn.close()
+    return {"rate": rate, "checked": rows is not None and rows[0] == count + 1}
+
+
+def procrastinate_sync(dsn: str, count: int, concurrency: int) -> dict[str, Any]:
+    """Procrastinate's synchronous ``defer`` from threads sharing its connector's pool."""
+    import procrastinate
+
+    app = procrastinate.App(connector=procrastinate.SyncPsycopgConnector(conninfo=dsn))
+
+    @app.task(name="noop", queue="bench")
+    def noop(n: int) -> None:
+        del n
+
+    with app.open():
+        noop.defer(n=-1)  # warm: the pool's first connection
+        rate = _threads(count, concurrency, lambda n: noop.defer(n=n))
+        rows = app.connector.execute_query_one("SELECT count(*) AS n FROM procrastinate_jobs")
+    return {"rate": rate, "checked": rows["n"] == count + 1}
+
+
 async def pgqueuer_serve(dsn: str) -> dict[str, Any]:
     """Enqueue on command, for time-sliced interleaving with other systems.
 
@@ -284,7 +350,17 @@ async def _main(argv: list[str]) -> dict[str, Any]:
             )
         if scenario == "serve":
             return await pgqueuer_serve(dsn)
+        if scenario == "sync":
+            conn, _ = await _pgq_fresh(dsn)
+            await conn.close()
+            return await asyncio.to_thread(pgqueuer_sync, dsn, count, concurrency)
         return await pgqueuer_bulk(dsn, count)
+    if scenario == "sync":
+        executed: Counter[int] = Counter()
+        app, _ = _procrastinate_app(dsn, executed)
+        async with app.open_async():
+            await _procrastinate_fresh(app, dsn)
+        return await asyncio.to_thread(procrastinate_sync, dsn, count, concurrency)
     if scenario == "burn":
         return await procrastinate_burn(dsn, count, concurrency)
     return await procrastinate_bulk(dsn, count)
