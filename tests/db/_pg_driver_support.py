@@ -99,3 +99,12 @@ async def wait_for_lock_wait(admin: AsyncConnection, what: str) -> None:
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"{what} never blocked on the lock")
+
+
+async def wait_closed(driver: Any, *, deadline: float = 10.0) -> None:
+    """Wait until asyncpg has seen the server close ``driver``'s socket (bounded)."""
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + deadline
+    while not driver.is_closed():
+        assert loop.time() < give_up, "the server did not close the terminated session"
+        await asyncio.sleep(0.01)

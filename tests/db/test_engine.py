@@ -21,9 +21,7 @@ from aster_forge.db import (
 from aster_forge.tasks import NewTask
 
 from ..conftest import drop_all_tables
-
-#: How long the server may take to close a terminated session (an upper bound, not a wait).
-_CLOSE_DEADLINE = 10.0
+from ._pg_driver_support import wait_closed
 
 
 @pytest.fixture
@@ -66,15 +64,6 @@ async def _end_session(url: str, engine: AsyncEngine, session: int) -> None:
         await admin.dispose()
 
 
-async def _wait_closed(driver: Any) -> None:
-    """Wait until asyncpg has seen the server close ``driver``'s socket (bounded)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + _CLOSE_DEADLINE
-    while not driver.is_closed():
-        assert loop.time() < deadline, "the server did not close the terminated session"
-        await asyncio.sleep(0.01)
-
-
 @pytest.mark.parametrize("backend", ["postgres", "mysql"], indirect=True)
 async def test_a_pooled_connection_the_server_ended_is_replaced_at_checkout(
     server_engine: AsyncEngine, database_url: str
@@ -86,7 +75,7 @@ async def test_a_pooled_connection_the_server_ended_is_replaced_at_checkout(
 
     await _end_session(database_url, server_engine, session)
     if server_engine.dialect.name == "postgresql":
-        await _wait_closed(driver)
+        await wait_closed(driver)
 
     # The next enqueue gets a new session, not an error.
     result = await store.enqueue(NewTask("k", "default", payload_json="2"))

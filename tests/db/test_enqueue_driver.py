@@ -41,7 +41,7 @@ from aster_forge.tasks import (
 
 from ..tasks._dispatch_support import REGISTRY, Harness, Job, Kind, Lane, until
 from ._leases import lease_of
-from ._pg_driver_support import pg_engine, wait_for_lock_wait
+from ._pg_driver_support import pg_engine, wait_closed, wait_for_lock_wait
 
 pytestmark = pytest.mark.postgres
 
@@ -99,6 +99,31 @@ async def test_a_kept_connection_stays_out_until_let_go_and_is_shared_when_the_p
     await asyncio.sleep(0)
     assert pool.checkedout() == 0, pool.status()  # type: ignore[attr-defined]
     assert await _count(engine) == 6
+
+
+async def test_a_kept_connection_the_server_closed_is_replaced_before_the_next_call(
+    one_connection: AsyncEngine, postgres_url: str
+) -> None:
+    # A kept connection is never checked out again, so the pool's check never sees it.
+    engine = one_connection
+    store = BackgroundTaskDbStore(engine, registry=REGISTRY)
+    let_go = store.keep_connection()
+    await store.enqueue(_task("first"))
+    held = store._driver_hold._held
+    assert held is not None
+    driver: Any = held.driver_connection
+    admin = create_async_engine(postgres_url, poolclass=NullPool)
+    try:
+        async with admin.connect() as conn:
+            await conn.execute(sa.text(f"SELECT pg_terminate_backend({driver.get_server_pid()})"))
+    finally:
+        await admin.dispose()
+    await wait_closed(driver)  # asyncpg has seen the socket close
+    result = await store.enqueue(_task("second"))  # a new connection, not an error
+    assert result.created
+    let_go()
+    await store.flush_notifications()
+    assert await _count(engine) == 2
 
 
 async def test_success_writes_queue_on_the_kept_connection_while_others_are_idle(

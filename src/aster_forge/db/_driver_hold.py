@@ -66,7 +66,7 @@ class HeldDriverConnection:
         The next call of a burst takes it here; ``None`` means :meth:`acquire`. End the
         call with :meth:`free` (or :meth:`release` with ``held=True``).
         """
-        held = self._held
+        held = self._live_held()
         if held is None or self._busy or self._sql.pool is not self._pool:
             return None
         self._busy = True
@@ -86,7 +86,7 @@ class HeldDriverConnection:
         Raises:
             DatabaseOperationError: (or a subclass) when no connection can be had.
         """
-        held = self._held
+        held = self._live_held()
         if held is not None and self._sql.pool is self._pool:
             if self._busy and self._kept and (queue or self._pool_is_out()):
                 # Asked to queue, or every pooled connection is out and this one stays
@@ -107,6 +107,24 @@ class HeldDriverConnection:
             self._loop = asyncio.get_running_loop()
             return connection, True
         return connection, False
+
+    def _live_held(self) -> PoolProxiedConnection | None:
+        """The held connection, unless the server closed it while no call was using it.
+
+        A kept connection is not checked out again, so the pool's check (see
+        :func:`~aster_forge.db.create_database_engine`) never sees it: asyncpg has seen
+        its socket close, and the next call takes a new one instead of failing on it.
+        """
+        held = self._held
+        if held is None or self._busy:
+            return held
+        is_closed = getattr(held.driver_connection, "is_closed", None)
+        if is_closed is None or not is_closed():
+            return held
+        self._held = None
+        # Outside a greenlet, invalidating terminates the connection (no I/O to await).
+        held.invalidate()
+        return None
 
     def _pool_is_out(self) -> bool:
         pool = self._pool

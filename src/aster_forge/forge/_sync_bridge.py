@@ -4,7 +4,7 @@ A pooled connection belongs to the event loop that opened it, so synchronous cod
 ran a fresh loop per call (``asyncio.run``) had to connect anew on every enqueue: about
 9 ms on a loopback PostgreSQL, a new session each time. The bridge keeps one loop
 running in a thread of its own, with its own engine and store, and hands each call to
-it: a calling thread waits only for its enqueue, connections are reused, and calls
+it: a calling thread waits only for its enqueue, one connection is kept for them, and calls
 from many threads at once share statements (the store's coalescing).
 
 The thread starts on the first call and stops when the forge is closed, or at
@@ -45,6 +45,7 @@ class _Running:
     thread: threading.Thread
     engine: AsyncEngine
     store: BackgroundTaskDbStore
+    let_go: Callable[[], None]
 
 
 class SyncBridge:
@@ -85,12 +86,15 @@ class SyncBridge:
         with self._lock:
             if self._running is None:
                 engine, store = self._open_store()
+                # The loop runs nothing but enqueues: its connection stays checked out
+                # between calls instead of going back to the pool whenever it idles.
+                let_go = store.keep_connection()
                 loop = asyncio.new_event_loop()
                 thread = threading.Thread(
                     target=_serve, args=(loop,), name="aster-forge-sync-enqueue", daemon=True
                 )
                 thread.start()
-                self._running = _Running(loop, thread, engine, store)
+                self._running = _Running(loop, thread, engine, store, let_go)
                 if not self._at_exit:
                     atexit.register(self.close)
                     self._at_exit = True
@@ -140,7 +144,9 @@ async def _awaited(awaitable: Awaitable[T]) -> T:
 
 
 async def _close_store(running: _Running) -> None:
+    running.let_go()
     await running.store.flush_notifications()
+    await asyncio.sleep(0)  # the kept connection goes back to the pool in this turn
     await running.engine.dispose()
 
 
