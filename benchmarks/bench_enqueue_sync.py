@@ -217,6 +217,11 @@ def main() -> None:
     lines = _run()
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{dt.date.today():%Y-%m-%d}-enqueue-sync.md"
+    if not path.exists():
+        path.write_text(
+            "# Synchronous enqueue on PostgreSQL\n\n"
+            "Produced by `python -m benchmarks bench_enqueue_sync`.\n\n"
+        )
     with path.open("a") as out:
         out.write("\n".join(lines) + "\n")
     print("\n".join(lines))
