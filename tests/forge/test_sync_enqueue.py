@@ -197,3 +197,28 @@ async def test_a_script_that_never_closes_the_forge_exits_cleanly(forge_url: str
         assert forge.backend.engine is not None
         await drop_all_tables(forge.backend.engine)
         await forge.aclose()
+
+
+async def test_closing_while_threads_enqueue_hangs_no_call_and_loses_none(forge_url: str) -> None:
+    # Calls on the loop when the close comes finish first; later ones start a new thread.
+    forge, mail = _forge(forge_url)
+    try:
+        await forge.backend.create_tables()
+
+        def caller(first: int) -> list[EnqueueResult]:
+            return [mail.enqueue_sync(n) for n in range(first, first + 50)]
+
+        callers = [asyncio.to_thread(caller, first) for first in range(0, 200, 50)]
+        closes = 0
+        gathered = asyncio.gather(*callers)
+        while not gathered.done():
+            await forge.aclose()
+            closes += 1
+            await asyncio.sleep(0)
+        ids = [result.record.id for batch in await gathered for result in batch]
+        assert len(set(ids)) == 200 and closes >= 1
+        assert await _stored_payloads(forge) == sorted(str(n) for n in range(200))
+    finally:
+        assert forge.backend.engine is not None
+        await drop_all_tables(forge.backend.engine)
+        await forge.aclose()

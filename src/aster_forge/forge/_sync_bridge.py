@@ -60,13 +60,7 @@ class SyncBridge:
         self._open_store = open_store
         self._lock = threading.Lock()
         self._running: _Running | None = None
-        self._at_exit = False
         _BRIDGES.add(self)
-
-    @property
-    def started(self) -> bool:
-        """Whether the thread is running."""
-        return self._running is not None
 
     def run(self, call: Callable[[BackgroundTaskDbStore], Awaitable[T]]) -> T:
         """Run ``call(store)`` on the bridge's loop and wait for its result.
@@ -74,8 +68,11 @@ class SyncBridge:
         If the calling thread is interrupted while it waits (``KeyboardInterrupt``), the
         call is cancelled as an awaiting caller's would be, and the interrupt re-raised.
         """
-        running = self._start()
-        future = asyncio.run_coroutine_threadsafe(_awaited(call(running.store)), running.loop)
+        with self._lock:
+            # Scheduled under the lock: a close that follows finds the call on the loop
+            # and lets it finish before the connections close.
+            running = self._start()
+            future = asyncio.run_coroutine_threadsafe(_awaited(call(running.store)), running.loop)
         try:
             return future.result()
         except BaseException:
@@ -83,33 +80,31 @@ class SyncBridge:
             raise
 
     def _start(self) -> _Running:
-        with self._lock:
-            if self._running is None:
-                engine, store = self._open_store()
-                # The loop runs nothing but enqueues: its connection stays checked out
-                # between calls instead of going back to the pool whenever it idles.
-                let_go = store.keep_connection()
-                loop = asyncio.new_event_loop()
-                thread = threading.Thread(
-                    target=_serve, args=(loop,), name="aster-forge-sync-enqueue", daemon=True
-                )
-                thread.start()
-                self._running = _Running(loop, thread, engine, store, let_go)
-                if not self._at_exit:
-                    atexit.register(self.close)
-                    self._at_exit = True
-            return self._running
+        if self._running is None:
+            engine, store = self._open_store()
+            # The loop runs nothing but enqueues: its connection stays checked out
+            # between calls instead of going back to the pool whenever it idles.
+            let_go = store.keep_connection()
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(
+                target=_serve, args=(loop,), name="aster-forge-sync-enqueue", daemon=True
+            )
+            thread.start()
+            self._running = _Running(loop, thread, engine, store, let_go)
+            atexit.register(self.close)
+        return self._running
 
     def _take(self) -> _Running | None:
         with self._lock:
             running, self._running = self._running, None
-            return running
+        return running
 
     async def aclose(self) -> None:
         """Send the last NOTIFY, close the connections and stop the thread (from a loop)."""
         running = self._take()
         if running is None:
             return
+        atexit.unregister(self.close)  # nothing left to close at exit; the bridge may go
         try:
             await asyncio.wrap_future(
                 asyncio.run_coroutine_threadsafe(_close_store(running), running.loop)
@@ -144,6 +139,9 @@ async def _awaited(awaitable: Awaitable[T]) -> T:
 
 
 async def _close_store(running: _Running) -> None:
+    # Calls scheduled before the close finish first (their callers are waiting).
+    others = asyncio.all_tasks() - {asyncio.current_task()}
+    await asyncio.gather(*others, return_exceptions=True)
     running.let_go()
     await running.store.flush_notifications()
     await asyncio.sleep(0)  # the kept connection goes back to the pool in this turn
