@@ -18,6 +18,7 @@ from aster_forge.db import (
     create_background_tasks_table,
     create_database_engine,
 )
+from aster_forge.db._engine import LAST_CHECKOUT, MAX_IDLE
 from aster_forge.tasks import NewTask
 
 from ..conftest import drop_all_tables
@@ -99,6 +100,24 @@ async def test_postgres_checkout_sends_nothing_to_the_server(postgres_url: str) 
         await greenlet_spawn(connection.close)
         await asyncio.sleep(0)  # asyncpg calls its query loggers in the next loop turn
         assert sent == []
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.postgres
+async def test_postgres_a_connection_unused_for_five_minutes_is_replaced_at_checkout(
+    postgres_url: str,
+) -> None:
+    # A NAT or a load balancer may have dropped it without a word: no statement on it.
+    engine = create_database_engine(postgres_url)
+    try:
+        driver, session = await _pooled_session(engine)
+        connection = await engine.raw_connection()
+        assert connection.driver_connection is driver  # within the limit: reused
+        connection.info[LAST_CHECKOUT] -= MAX_IDLE + 1  # its checkout, five minutes ago
+        await greenlet_spawn(connection.close)
+        _, replacement = await _pooled_session(engine)
+        assert replacement != session
     finally:
         await engine.dispose()
 

@@ -28,6 +28,7 @@ from aster_forge.db import (
     create_background_tasks_table,
 )
 from aster_forge.db._driver_hold import HeldDriverConnection
+from aster_forge.db._engine import MAX_IDLE
 from aster_forge.runtime import CancellationToken
 from aster_forge.tasks import (
     BackgroundTaskRecord,
@@ -124,6 +125,28 @@ async def test_a_kept_connection_the_server_closed_is_replaced_before_the_next_c
     let_go()
     await store.flush_notifications()
     assert await _count(engine) == 2
+
+
+async def test_a_kept_connection_unused_for_five_minutes_is_replaced_before_the_next_call(
+    one_connection: AsyncEngine,
+) -> None:
+    # A NAT or a load balancer may have dropped it silently: no statement is sent on it.
+    engine = one_connection
+    store = BackgroundTaskDbStore(engine, registry=REGISTRY)
+    now = [1_000.0]
+    store._driver_hold._monotonic = lambda: now[0]
+    let_go = store.keep_connection()
+    await store.enqueue(_task("first"))
+    held = store._driver_hold._held
+    now[0] += MAX_IDLE
+    await store.enqueue(_task("second"))
+    assert store._driver_hold._held is held  # unused for exactly the limit: kept
+    now[0] += MAX_IDLE + 1
+    await store.enqueue(_task("third"))
+    assert store._driver_hold._held is not held
+    let_go()
+    await store.flush_notifications()
+    assert await _count(engine) == 3
 
 
 async def test_success_writes_queue_on_the_kept_connection_while_others_are_idle(

@@ -9,7 +9,9 @@ one connection, and an idle store holds none (nothing to close, nothing leaked).
 
 A busy worker sends a statement every millisecond or so with the loop running task
 bodies in between; it asks to :meth:`~HeldDriverConnection.keep` the connection while
-it has tasks in flight, and it goes back once the worker lets go.
+it has tasks in flight, and it goes back once the worker lets go. A kept connection the
+server closed, or one left unused for five minutes (a NAT or a firewall may have dropped
+it without a word), is discarded before the next call instead of failing it.
 
 The connection goes back in a loop callback, synchronously, so it cannot do I/O:
 nothing was begun on it (the pool's reset is a no-op) and it goes back only into a
@@ -22,9 +24,12 @@ not get it back: nothing would close it). Other pools, and pools with
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 
 from sqlalchemy.pool import Pool, PoolProxiedConnection, QueuePool
 
+from ._engine import MAX_IDLE
 from ._pg_driver import reusable_after
 from ._tasks_sql import TaskSql
 
@@ -36,10 +41,13 @@ class HeldDriverConnection:
 
     Args:
         sql: The store's :class:`TaskSql` (its engine's pool lends the connection).
+        monotonic: The time source of the idle limit (seconds).
     """
 
-    def __init__(self, sql: TaskSql) -> None:
+    def __init__(self, sql: TaskSql, *, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._sql = sql
+        self._monotonic = monotonic
+        self._freed_at = 0.0
         self._held: PoolProxiedConnection | None = None
         self._pool: Pool | None = None
         self._busy = False
@@ -109,17 +117,18 @@ class HeldDriverConnection:
         return connection, False
 
     def _live_held(self) -> PoolProxiedConnection | None:
-        """The held connection, unless the server closed it while no call was using it.
+        """The held connection, unless the server closed it or it sat unused too long.
 
-        A kept connection is not checked out again, so the pool's check (see
-        :func:`~aster_forge.db.create_database_engine`) never sees it: asyncpg has seen
-        its socket close, and the next call takes a new one instead of failing on it.
+        A kept connection is not checked out again, so the pool's checks (see
+        :func:`~aster_forge.db.create_database_engine`) never see it: a socket asyncpg
+        saw close, or ``MAX_IDLE`` seconds without a call, and the next call takes another.
         """
         held = self._held
         if held is None or self._busy:
             return held
         is_closed = getattr(held.driver_connection, "is_closed", None)
-        if is_closed is None or not is_closed():
+        closed = is_closed is not None and is_closed()
+        if not closed and self._monotonic() - self._freed_at <= MAX_IDLE:
             return held
         self._held = None
         # Outside a greenlet, invalidating terminates the connection (no I/O to await).
@@ -188,6 +197,7 @@ class HeldDriverConnection:
 
     def _mark_free(self) -> bool:
         self._busy = False
+        self._freed_at = self._monotonic()
         freed = self._freed
         if freed is None:
             return False

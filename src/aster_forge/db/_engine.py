@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from sqlalchemy import event
@@ -16,6 +17,17 @@ __all__ = ["create_database_engine"]
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 """How long a SQLite connection waits for another process's write lock."""
 
+MAX_IDLE = 300.0
+"""Seconds a pooled PostgreSQL connection may go without a checkout before it is replaced.
+
+asyncpg's own pool closes connections inactive this long; NAT gateways and load
+balancers commonly drop idle connections after 4 to 6 minutes without a word, and the
+next statement on one would fail.
+"""
+
+LAST_CHECKOUT = "aster_forge.last_checkout"
+"""The key of a pooled connection's ``info`` holding its last checkout (monotonic seconds)."""
+
 
 def create_database_engine(url: str, **options: Any) -> AsyncEngine:
     """Create the async engine for ``url`` with the connection defaults each backend needs.
@@ -25,8 +37,10 @@ def create_database_engine(url: str, **options: Any) -> AsyncEngine:
     - PostgreSQL (asyncpg): a pooled connection the server closed (a restart, a failover,
       ``pg_terminate_backend``, ``idle_session_timeout``) is replaced when it is checked
       out, without a round trip: asyncpg saw its socket close while it sat in the pool.
-      SQLAlchemy's ``pool_pre_ping`` would cost three round trips on every checkout
-      (``BEGIN``, a ping, ``ROLLBACK``), more than an enqueue's own statement.
+      So is one not checked out for 5 minutes (:data:`MAX_IDLE`): a NAT or a load
+      balancer may have dropped it silently. SQLAlchemy's ``pool_pre_ping`` would cost
+      three round trips on every checkout (``BEGIN``, a ping, ``ROLLBACK``), more than
+      an enqueue's own statement.
     - MariaDB/MySQL: ``pool_pre_ping`` (one ``COM_PING`` per checkout): the driver does
       not notice a closed socket until it reads from it.
 
@@ -63,8 +77,14 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
         cursor.close()
 
 
-def _replace_closed(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
-    """Refuse a pooled connection whose socket closed: the pool discards it and connects anew."""
+def _replace_closed(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+    """Refuse a pooled connection whose socket closed or that sat unused too long: the
+    pool discards it and connects anew (this runs again for the new one)."""
+    now = time.monotonic()
+    last = record.info.get(LAST_CHECKOUT)
+    record.info[LAST_CHECKOUT] = now
     is_closed = getattr(dbapi_connection.driver_connection, "is_closed", None)
     if is_closed is not None and is_closed():
         raise DisconnectionError("the pooled connection was closed by the server")
+    if last is not None and now - last > MAX_IDLE:
+        raise DisconnectionError("the pooled connection sat unused too long")
