@@ -2,10 +2,10 @@
 
 A pooled connection belongs to the event loop that opened it, so synchronous code that
 ran a fresh loop per call (``asyncio.run``) had to connect anew on every enqueue: about
-9 ms on a loopback PostgreSQL, a new session each time. The bridge keeps one loop
+8 ms on a loopback PostgreSQL, a new session each time. The bridge keeps one loop
 running in a thread of its own, with its own engine and store, and hands each call to
-it: a calling thread waits only for its enqueue, one connection is kept for them, and calls
-from many threads at once share statements (the store's coalescing).
+it: a calling thread waits only for its enqueue, the loop keeps one connection for
+them, and calls from many threads at once share statements (the store's coalescing).
 
 The thread starts on the first call and stops when the forge is closed, or at
 interpreter exit. A forked child never touches the parent's loop or connections (the
