@@ -192,6 +192,11 @@ class ForgeTask:
     ) -> EnqueueResult:
         """:meth:`enqueue` for synchronous code (Django, Flask, scripts) with no event loop.
 
+        The payload is validated in the calling thread; the task is sent from the
+        forge's synchronous-enqueue thread (one event loop and a kept connection for
+        every synchronous caller of the process, closed by :meth:`Forge.aclose` or at
+        interpreter exit).
+
         Raises:
             ForgeStateError: Called from a thread that runs an event loop (use ``await
                 enqueue(...)`` there).
