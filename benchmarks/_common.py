@@ -189,3 +189,22 @@ class Report:
                 f"{row.value:,.1f} {row.unit} | {ratio} | {row.note} |"
             )
         return "\n".join(lines)
+
+
+async def count_rows(url: str, table: str) -> int:
+    """The rows of ``table`` (every benchmark checks its runs landed)."""
+    engine = make_engine(url)
+    try:
+        async with engine.connect() as conn:
+            return int((await conn.execute(sa.text(f"SELECT count(*) FROM {table}"))).scalar_one())
+    finally:
+        await engine.dispose()
+
+
+def append_results(path: Path, title: str, lines: list[str]) -> None:
+    """Append ``lines`` to the results file ``path``, starting it with ``title`` if new."""
+    path.parent.mkdir(exist_ok=True)
+    if not path.exists():
+        path.write_text(title.rstrip("\n") + "\n\n")
+    with path.open("a") as handle:
+        handle.write("\n".join(lines) + "\n")

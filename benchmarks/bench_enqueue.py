@@ -62,6 +62,7 @@ from aster_forge.tasks import NewTask
 
 from . import _aster, _peers
 from ._common import (
+    append_results,
     asyncpg_dsn,
     create_postgres_database,
     drop_postgres_database,
@@ -581,16 +582,14 @@ def main() -> None:
     """Run the rounds and append the section to ``results/<date>-enqueue.md``."""
     label = os.environ.get("BENCH_ENQUEUE_LABEL", "run")
     lines = asyncio.run(_run(label))
-    RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{dt.date.today().isoformat()}-enqueue.md"
-    if not path.exists():
-        path.write_text(
-            "# Enqueue speed on PostgreSQL\n\nProduced by `python -m benchmarks bench_enqueue` "
-            "(part of `make bench`). Each round runs every system once, interleaved; the "
-            "ratios are taken inside each round (the machine is shared).\n\n"
-        )
-    with path.open("a") as handle:
-        handle.write("\n".join(lines) + "\n")
+    append_results(
+        path,
+        "# Enqueue speed on PostgreSQL\n\nProduced by `python -m benchmarks bench_enqueue` "
+        "(part of `make bench`). Each round runs every system once, interleaved; the "
+        "ratios are taken inside each round (the machine is shared).",
+        lines,
+    )
     print("\n".join(lines))
     print(f"results appended to {path}")
 

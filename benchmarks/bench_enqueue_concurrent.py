@@ -34,13 +34,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import sqlalchemy as sa
-
 from aster_forge.db import BackgroundTaskDbStore
 
 from . import _aster, _peers
 from ._common import (
     asyncpg_dsn,
+    count_rows,
     create_mysql_database,
     create_postgres_database,
     drop_mysql_database,
@@ -74,15 +73,6 @@ async def _callers(count: int, concurrency: int, call: Callable[[int], Awaitable
     return count / (time.perf_counter() - started)
 
 
-async def _count(url: str, table: str) -> int:
-    engine = make_engine(url)
-    try:
-        async with engine.connect() as conn:
-            return int((await conn.execute(sa.text(f"SELECT count(*) FROM {table}"))).scalar_one())
-    finally:
-        await engine.dispose()
-
-
 async def aster(url: str, count: int, concurrency: int, *, coalesce: bool) -> float:
     """aster-forge's ``store.enqueue`` from concurrent callers; calls per second."""
     await _aster.reset_table(url)
@@ -98,7 +88,7 @@ async def aster(url: str, count: int, concurrency: int, *, coalesce: bool) -> fl
         await store.flush_notifications()
     finally:
         await engine.dispose()
-    if await _count(url, "background_tasks") != count + 1:
+    if await count_rows(url, "background_tasks") != count + 1:
         raise SystemExit(f"aster-forge (coalesce={coalesce}, c{concurrency}): rows lost")
     return rate
 
@@ -120,7 +110,7 @@ async def raw(url: str, count: int, concurrency: int) -> float:
     async with asyncpg.create_pool(dsn, min_size=concurrency, max_size=concurrency) as pool:
         await pool.execute(insert, "warm")
         rate = await _callers(count, concurrency, lambda n: pool.execute(insert, str(n)))
-    if await _count(url, "raw_queue") != count + 1:
+    if await count_rows(url, "raw_queue") != count + 1:
         raise SystemExit(f"raw INSERT (c{concurrency}): rows lost")
     return rate
 

@@ -40,7 +40,14 @@ from aster_forge import Forge
 from aster_forge.db import BackgroundTaskDbStore, create_database_engine
 
 from . import _peers
-from ._common import create_postgres_database, drop_postgres_database, load_average, make_engine
+from ._common import (
+    append_results,
+    count_rows,
+    create_postgres_database,
+    drop_postgres_database,
+    load_average,
+    make_engine,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 THREADS = (1, 8)
@@ -83,15 +90,6 @@ def _forge(url: str) -> tuple[Forge, Any]:
     return forge, noop
 
 
-async def _rows(url: str) -> int:
-    engine = make_engine(url)
-    try:
-        async with engine.connect() as conn:
-            return int((await conn.execute(sa.text(f"SELECT count(*) FROM {TABLE}"))).scalar_one())
-    finally:
-        await engine.dispose()
-
-
 async def _fresh_table(url: str) -> None:
     forge, _ = _forge(url)
     engine = make_engine(url)
@@ -111,7 +109,7 @@ def aster(url: str, count: int, threads: int) -> float:
     noop.enqueue_sync(-1)  # warm: the loop thread and its first connection
     rate = _threads(count, threads, noop.enqueue_sync)
     asyncio.run(forge.aclose())
-    if asyncio.run(_rows(url)) != count + 1:
+    if asyncio.run(count_rows(url, TABLE)) != count + 1:
         raise SystemExit(f"aster-forge enqueue_sync (t{threads}): rows lost")
     return rate
 
@@ -134,7 +132,7 @@ def loop_per_call(url: str, count: int, threads: int) -> float:
     enqueue(-1)
     rate = _threads(count, threads, enqueue)
     asyncio.run(engine.dispose())
-    if asyncio.run(_rows(url)) != count + 1:
+    if asyncio.run(count_rows(url, TABLE)) != count + 1:
         raise SystemExit(f"loop per call (t{threads}): rows lost")
     return rate
 
@@ -215,14 +213,11 @@ def _run() -> list[str]:
 def main() -> None:
     """Run the rounds and append the table to today's results file."""
     lines = _run()
-    RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{dt.date.today():%Y-%m-%d}-enqueue-sync.md"
-    if not path.exists():
-        path.write_text(
-            "# Synchronous enqueue on PostgreSQL\n\n"
-            "Produced by `python -m benchmarks bench_enqueue_sync`.\n\n"
-        )
-    with path.open("a") as out:
-        out.write("\n".join(lines) + "\n")
+    title = (
+        "# Synchronous enqueue on PostgreSQL\n\n"
+        "Produced by `python -m benchmarks bench_enqueue_sync`."
+    )
+    append_results(path, title, lines)
     print("\n".join(lines))
     print(f"written to {path}")

@@ -7,7 +7,7 @@ import multiprocessing
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -19,19 +19,27 @@ from aster_forge import Forge, ForgePayloadError
 from aster_forge.forge import ForgeTask
 from aster_forge.tasks import EnqueueResult
 
-from ..conftest import drop_all_tables
-
 _BRIDGE_THREAD = "aster-forge-sync-enqueue"
 
 
-def _forge(url: str) -> tuple[Forge, ForgeTask]:
-    forge = Forge(url, create_tables=True)
+@pytest.fixture
+async def forge(forge_url: str) -> AsyncIterator[Forge]:
+    """A forge with one task, ``mail(int)``, its tables created; closed afterwards."""
+    made = Forge(forge_url, create_tables=True)
 
-    @forge.task(name="mail")
+    @made.task(name="mail")
     async def mail(payload: int) -> None:
         del payload
 
-    return forge, mail
+    await made.backend.create_tables()
+    yield made
+    await made.aclose()
+
+
+@pytest.fixture
+def mail(forge: Forge) -> ForgeTask:
+    """The forge's ``mail`` task."""
+    return forge.tasks[0]
 
 
 @contextmanager
@@ -63,72 +71,48 @@ async def _stored_payloads(forge: Forge) -> list[str]:
     return sorted(record.payload_json for record in page.items)
 
 
-async def test_sequential_sync_enqueues_reuse_one_connection(forge_url: str) -> None:
-    forge, mail = _forge(forge_url)
-    try:
-        await forge.backend.create_tables()
-        with _counting_connects() as opened:
-            results = await _in_thread(lambda: [mail.enqueue_sync(n) for n in range(20)])
-        assert all(result.created for result in results)
-        assert len(opened) == 1  # a new connection per call before the bridge
-        assert await _stored_payloads(forge) == sorted(str(n) for n in range(20))
-    finally:
-        assert forge.backend.engine is not None
-        await drop_all_tables(forge.backend.engine)
-        await forge.aclose()
+async def test_sequential_sync_enqueues_reuse_one_connection(forge: Forge, mail: ForgeTask) -> None:
+    with _counting_connects() as opened:
+        results = await _in_thread(lambda: [mail.enqueue_sync(n) for n in range(20)])
+    assert all(result.created for result in results)
+    assert len(opened) == 1  # a new connection per call before the bridge
+    assert await _stored_payloads(forge) == sorted(str(n) for n in range(20))
 
 
-async def test_sync_enqueues_from_many_threads_each_land_once(forge_url: str) -> None:
-    forge, mail = _forge(forge_url)
-    try:
-        await forge.backend.create_tables()
+async def test_sync_enqueues_from_many_threads_each_land_once(
+    forge: Forge, mail: ForgeTask
+) -> None:
+    def caller(first: int) -> list[EnqueueResult]:
+        return [mail.enqueue_sync(n) for n in range(first, first + 25)]
 
-        def caller(first: int) -> list[EnqueueResult]:
-            return [mail.enqueue_sync(n) for n in range(first, first + 25)]
-
-        batches = await asyncio.gather(
-            *(asyncio.to_thread(caller, first) for first in range(0, 200, 25))
-        )
-        ids = [result.record.id for batch in batches for result in batch]
-        assert len(set(ids)) == 200
-        assert await _stored_payloads(forge) == sorted(str(n) for n in range(200))
-    finally:
-        assert forge.backend.engine is not None
-        await drop_all_tables(forge.backend.engine)
-        await forge.aclose()
+    batches = await asyncio.gather(
+        *(asyncio.to_thread(caller, first) for first in range(0, 200, 25))
+    )
+    ids = [result.record.id for batch in batches for result in batch]
+    assert len(set(ids)) == 200
+    assert await _stored_payloads(forge) == sorted(str(n) for n in range(200))
 
 
 async def test_a_bad_payload_fails_in_the_calling_thread_and_writes_nothing(
-    forge_url: str,
+    forge: Forge, mail: ForgeTask
 ) -> None:
-    forge, mail = _forge(forge_url)
-    try:
-        await forge.backend.create_tables()
-        with pytest.raises(ForgePayloadError):
-            await _in_thread(lambda: mail.enqueue_sync("not a number"))
-        assert _bridge_threads() == []  # refused before any store call
-        assert await _stored_payloads(forge) == []
-    finally:
-        assert forge.backend.engine is not None
-        await drop_all_tables(forge.backend.engine)
-        await forge.aclose()
+    with pytest.raises(ForgePayloadError):
+        await _in_thread(lambda: mail.enqueue_sync("not a number"))
+    assert _bridge_threads() == []  # refused before any store call
+    assert await _stored_payloads(forge) == []
 
 
-async def test_aclose_stops_the_thread_and_a_later_call_starts_it_again(forge_url: str) -> None:
-    forge, mail = _forge(forge_url)
-    try:
-        await forge.backend.create_tables()
-        await _in_thread(lambda: mail.enqueue_sync(1))
-        assert len(_bridge_threads()) == 1
-        await forge.aclose()
-        assert _bridge_threads() == []
-        await _in_thread(lambda: mail.enqueue_sync(2))
-        assert len(_bridge_threads()) == 1
-        assert await _stored_payloads(forge) == ["1", "2"]
-    finally:
-        assert forge.backend.engine is not None
-        await drop_all_tables(forge.backend.engine)
-        await forge.aclose()
+async def test_aclose_stops_the_thread_and_a_later_call_starts_it_again(
+    forge: Forge, mail: ForgeTask
+) -> None:
+    await _in_thread(lambda: mail.enqueue_sync(1))
+    assert len(_bridge_threads()) == 1
+    await forge.aclose()
+    assert _bridge_threads() == []
+    await _in_thread(lambda: mail.enqueue_sync(2))
+    assert len(_bridge_threads()) == 1
+    assert await _stored_payloads(forge) == ["1", "2"]
+    await forge.aclose()
     assert _bridge_threads() == []
 
 
@@ -136,29 +120,24 @@ def _child_enqueues(forge: Forge, task: ForgeTask) -> None:
     task.enqueue_sync(2)
 
 
-async def test_a_forked_child_enqueues_on_its_own_thread_and_connections(forge_url: str) -> None:
+async def test_a_forked_child_enqueues_on_its_own_thread_and_connections(
+    forge: Forge, mail: ForgeTask
+) -> None:
     # The child inherits the parent's bridge with no thread behind it, and sockets the
     # parent still uses: it must start its own, never wait on (or write to) the parent's.
-    forge, mail = _forge(forge_url)
-    try:
-        await forge.backend.create_tables()
-        await _in_thread(lambda: mail.enqueue_sync(1))
-        context = multiprocessing.get_context("fork")
-        with warnings.catch_warnings():
-            # Python 3.12+ warns that forking a process with threads may deadlock.
-            warnings.simplefilter("ignore", DeprecationWarning)
-            child = context.Process(target=_child_enqueues, args=(forge, mail))
-            child.start()
-        await asyncio.to_thread(child.join, 30)
-        if child.is_alive():
-            child.kill()
-        assert child.exitcode == 0
-        await _in_thread(lambda: mail.enqueue_sync(3))  # the parent's bridge still works
-        assert await _stored_payloads(forge) == ["1", "2", "3"]
-    finally:
-        assert forge.backend.engine is not None
-        await drop_all_tables(forge.backend.engine)
-        await forge.aclose()
+    await _in_thread(lambda: mail.enqueue_sync(1))
+    context = multiprocessing.get_context("fork")
+    with warnings.catch_warnings():
+        # Python 3.12+ warns that forking a process with threads may deadlock.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        child = context.Process(target=_child_enqueues, args=(forge, mail))
+        child.start()
+    await asyncio.to_thread(child.join, 30)
+    if child.is_alive():
+        child.kill()
+    assert child.exitcode == 0
+    await _in_thread(lambda: mail.enqueue_sync(3))  # the parent's bridge still works
+    assert await _stored_payloads(forge) == ["1", "2", "3"]
 
 
 _SCRIPT = """
@@ -175,50 +154,39 @@ print(mail.enqueue_sync(7).created)
 """
 
 
-async def test_a_script_that_never_closes_the_forge_exits_cleanly(forge_url: str) -> None:
+async def test_a_script_that_never_closes_the_forge_exits_cleanly(
+    forge: Forge, forge_url: str
+) -> None:
     # The thread is closed at interpreter exit: no traceback, no unclosed-connection noise.
-    forge, _ = _forge(forge_url)
-    try:
-        await forge.backend.create_tables()
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-W",
-            "error",
-            "-c",
-            _SCRIPT,
-            forge_url,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        out, err = await asyncio.wait_for(process.communicate(), 30)
-        assert (process.returncode, out.decode().strip(), err.decode()) == (0, "True", "")
-        assert await _stored_payloads(forge) == ["7"]
-    finally:
-        assert forge.backend.engine is not None
-        await drop_all_tables(forge.backend.engine)
-        await forge.aclose()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-W",
+        "error",
+        "-c",
+        _SCRIPT,
+        forge_url,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 30)
+    assert (process.returncode, out.decode().strip(), err.decode()) == (0, "True", "")
+    assert await _stored_payloads(forge) == ["7"]
 
 
-async def test_closing_while_threads_enqueue_hangs_no_call_and_loses_none(forge_url: str) -> None:
+async def test_closing_while_threads_enqueue_hangs_no_call_and_loses_none(
+    forge: Forge, mail: ForgeTask
+) -> None:
     # Calls on the loop when the close comes finish first; later ones start a new thread.
-    forge, mail = _forge(forge_url)
-    try:
-        await forge.backend.create_tables()
+    def caller(first: int) -> list[EnqueueResult]:
+        return [mail.enqueue_sync(n) for n in range(first, first + 50)]
 
-        def caller(first: int) -> list[EnqueueResult]:
-            return [mail.enqueue_sync(n) for n in range(first, first + 50)]
-
-        callers = [asyncio.to_thread(caller, first) for first in range(0, 200, 50)]
-        closes = 0
-        gathered = asyncio.gather(*callers)
-        while not gathered.done():
-            await forge.aclose()
-            closes += 1
-            await asyncio.sleep(0)
-        ids = [result.record.id for batch in await gathered for result in batch]
-        assert len(set(ids)) == 200 and closes >= 1
-        assert await _stored_payloads(forge) == sorted(str(n) for n in range(200))
-    finally:
-        assert forge.backend.engine is not None
-        await drop_all_tables(forge.backend.engine)
+    callers = [asyncio.to_thread(caller, first) for first in range(0, 200, 50)]
+    closes = 0
+    gathered = asyncio.gather(*callers)
+    while not gathered.done():
         await forge.aclose()
+        closes += 1
+        await asyncio.sleep(0)
+    ids = [result.record.id for batch in await gathered for result in batch]
+    assert len(set(ids)) == 200 and closes >= 1
+    assert await _stored_payloads(forge) == sorted(str(n) for n in range(200))

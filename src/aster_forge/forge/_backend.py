@@ -22,7 +22,7 @@ from ..db import (
 from ..runtime import RuntimeLeaseStore
 from ..tasks import BackgroundTaskStore, ScheduledTaskStore
 from ..testing import InMemoryRuntimeLeaseStore, InMemoryScheduledTaskStore, InMemoryTaskStore
-from ._sync_bridge import SyncBridge
+from ._sync_bridge import SyncBridge, awaited
 
 __all__ = ["MEMORY_URL", "ForgeBackend"]
 
@@ -91,7 +91,7 @@ class ForgeBackend:
         its own pooled engine); in memory, on a fresh event loop with the shared store.
         """
         if self._bridge is None:
-            return asyncio.run(_awaited(call(self.task_store)))
+            return asyncio.run(awaited(call(self.task_store)))
         return self._bridge.run(call)
 
     def _open_sync_store(self) -> tuple[AsyncEngine, BackgroundTaskDbStore]:
@@ -115,7 +115,3 @@ class ForgeBackend:
             # Quiet enqueues' NOTIFY goes out before the pool closes: a worker wakes now.
             await self._db_store.flush_notifications()
             await self.engine.dispose()
-
-
-async def _awaited(awaitable: Awaitable[T]) -> T:
-    return await awaitable

@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..db import BackgroundTaskDbStore
 
-__all__ = ["SyncBridge"]
+__all__ = ["SyncBridge", "awaited"]
 
 logger = logging.getLogger("aster_forge.forge")
 
@@ -72,7 +72,7 @@ class SyncBridge:
             # Scheduled under the lock: a close that follows finds the call on the loop
             # and lets it finish before the connections close.
             running = self._start()
-            future = asyncio.run_coroutine_threadsafe(_awaited(call(running.store)), running.loop)
+            future = asyncio.run_coroutine_threadsafe(awaited(call(running.store)), running.loop)
         try:
             return future.result()
         except BaseException:
@@ -134,7 +134,8 @@ class SyncBridge:
             self._running = None
 
 
-async def _awaited(awaitable: Awaitable[T]) -> T:
+async def awaited(awaitable: Awaitable[T]) -> T:
+    """``awaitable`` as a coroutine (what ``asyncio.run`` and ``run_coroutine_threadsafe`` take)."""
     return await awaitable
 
 
