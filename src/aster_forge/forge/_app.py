@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from ..runtime import (
     AsterRuntime,
@@ -182,6 +183,7 @@ class Forge(ForgeDeclarations):
         delay: timedelta,
         priority: int,
         max_attempts: int | None,
+        connection: AsyncConnection | AsyncSession | None = None,
     ) -> list[EnqueueResult]:
         """Validate every payload of ``task`` then enqueue them in one store call.
 
@@ -189,6 +191,7 @@ class Forge(ForgeDeclarations):
 
         Raises:
             ForgePayloadError: A payload does not validate; nothing was written.
+            ForgeStateError: ``connection`` was given to an in-memory forge.
         """
         requests = self._requests(
             task,
@@ -199,6 +202,12 @@ class Forge(ForgeDeclarations):
             priority=priority,
             max_attempts=max_attempts,
         )
+        if connection is not None:
+            store = self._backend.database_task_store(f"task {task.name!r}: connection=")
+            results = list(await store.enqueue_many(requests, connection=connection))
+            # Awake workers find the rows once the transaction commits (or NOTIFY says so).
+            self._wake_workers()
+            return results
         return await self._send(self._backend.task_store, requests)
 
     def _requests(

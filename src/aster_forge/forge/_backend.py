@@ -23,6 +23,7 @@ from ..runtime import RuntimeLeaseStore
 from ..tasks import BackgroundTaskStore, ScheduledTaskStore
 from ..testing import InMemoryRuntimeLeaseStore, InMemoryScheduledTaskStore, InMemoryTaskStore
 from ._sync_bridge import SyncBridge, awaited
+from .errors import ForgeStateError
 
 __all__ = ["MEMORY_URL", "ForgeBackend"]
 
@@ -83,6 +84,16 @@ class ForgeBackend:
     def is_postgres(self) -> bool:
         """Whether the database is PostgreSQL (enqueues NOTIFY; workers LISTEN)."""
         return self.engine is not None and self.engine.dialect.name == "postgresql"
+
+    def database_task_store(self, what: str) -> BackgroundTaskDbStore:
+        """The database task store (enqueues in the product's transaction use it).
+
+        Raises:
+            ForgeStateError: The forge keeps its tasks in memory (``what`` is named).
+        """
+        if self.engine is None:
+            raise ForgeStateError(f"{what} needs a database forge; this one is in memory")
+        return self._db_store
 
     def run_sync(self, call: Callable[[BackgroundTaskStore], Awaitable[T]]) -> T:
         """Run ``call(store)`` for synchronous code (a thread with no running loop).

@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
 from ..tasks import (
     EnqueueResult,
     TaskErrorClassifier,
@@ -128,6 +130,7 @@ class ForgeTask:
         delay: timedelta = timedelta(0),
         priority: int = 0,
         max_attempts: int | None = None,
+        connection: AsyncConnection | AsyncSession | None = None,
     ) -> EnqueueResult:
         """Validate ``payload`` and enqueue one task (a second enqueue with the same
         ``dedupe_key`` returns the existing row, ``created`` false).
@@ -139,10 +142,14 @@ class ForgeTask:
             delay: Added to now when ``run_at`` is not given.
             priority: Higher is claimed first within the lane.
             max_attempts: Overrides the task's ``max_attempts`` for this row.
+            connection: Your open SQLAlchemy ``AsyncConnection`` or ``AsyncSession`` on
+                the forge's database: the task is written in your transaction and exists
+                if and only if it commits (a worker sees it after the commit).
 
         Raises:
             ForgePayloadError: The payload does not validate; nothing was written.
             TaskEnqueueValueError: Another argument is invalid; nothing was written.
+            ForgeStateError: ``connection`` was given to an in-memory forge.
         """
         results = await self._forge.enqueue_tasks(
             self,
@@ -152,6 +159,7 @@ class ForgeTask:
             delay=delay,
             priority=priority,
             max_attempts=max_attempts,
+            connection=connection,
         )
         return results[0]
 
@@ -163,11 +171,14 @@ class ForgeTask:
         delay: timedelta = timedelta(0),
         priority: int = 0,
         max_attempts: int | None = None,
+        connection: AsyncConnection | AsyncSession | None = None,
     ) -> list[EnqueueResult]:
-        """Validate every payload, then enqueue them all in one store call.
+        """Validate every payload, then enqueue them all in one store call (with
+        ``connection``, in your transaction: see :meth:`enqueue`).
 
         Raises:
             ForgePayloadError: A payload does not validate; nothing was written.
+            ForgeStateError: ``connection`` was given to an in-memory forge.
         """
         items = list(payloads)
         return await self._forge.enqueue_tasks(
@@ -178,6 +189,7 @@ class ForgeTask:
             delay=delay,
             priority=priority,
             max_attempts=max_attempts,
+            connection=connection,
         )
 
     def enqueue_sync(
