@@ -70,6 +70,14 @@ COALESCING = "tests/db/test_enqueue_coalescing.py"
 ENQUEUE_FAULTS = "tests/chaos/test_enqueue_faults.py::test_enqueue_faults_short"
 EXECUTION = "src/aster_forge/tasks/_execution.py"
 HEARTBEAT = "src/aster_forge/tasks/_heartbeat.py"
+ENGINE = "src/aster_forge/db/_engine.py"
+DRIVER_HOLD = "src/aster_forge/db/_driver_hold.py"
+SYNC_BRIDGE = "src/aster_forge/forge/_sync_bridge.py"
+ENGINE_TESTS = "tests/db/test_engine.py"
+DRIVER_TESTS = "tests/db/test_enqueue_driver.py"
+SYNC_TESTS = "tests/forge/test_sync_enqueue.py"
+BACKEND = "src/aster_forge/forge/_backend.py"
+
 # The one place the heartbeat engine handles a renewal the store refused (fence failed).
 _REFUSED_RENEWAL = "        if renewed is None:\n            guard.mark_lost()\n"
 
@@ -486,6 +494,60 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         (TAKEN_OVER + "[single-success-postgres]", "tests/tasks/test_heartbeat.py"),
+    ),
+    Mutant(
+        "checkout-reuses-a-closed-connection",
+        "a pooled PostgreSQL connection the server closed is handed out at checkout",
+        (
+            Edit(
+                ENGINE,
+                "    if is_closed is not None and is_closed():\n        raise DisconnectionError(",
+                "    if False:\n        raise DisconnectionError(",
+            ),
+        ),
+        (ENGINE_TESTS + "::test_a_pooled_connection_the_server_ended_is_replaced_at_checkout",),
+    ),
+    Mutant(
+        "checkout-reuses-an-idle-connection",
+        "a PostgreSQL connection unused for five minutes (maybe dropped by a NAT) is reused",
+        (Edit(ENGINE, "if last is not None and now - last > MAX_IDLE:", "if False:"),),
+        (ENGINE_TESTS,),
+    ),
+    Mutant(
+        "held-connection-reused-after-close",
+        "a kept connection the server closed is used for the next call (which then fails)",
+        (
+            Edit(
+                DRIVER_HOLD,
+                "closed = is_closed is not None and is_closed()",
+                "closed = False",
+            ),
+        ),
+        (DRIVER_TESTS,),
+    ),
+    Mutant(
+        "sync-close-cancels-calls-in-flight",
+        "closing the synchronous-enqueue thread cancels the calls already on its loop",
+        (
+            Edit(
+                SYNC_BRIDGE,
+                "    await asyncio.gather(*others, return_exceptions=True)\n",
+                "    del others\n",
+            ),
+        ),
+        (SYNC_TESTS + "::test_closing_while_threads_enqueue_hangs_no_call_and_loses_none",),
+    ),
+    Mutant(
+        "sync-bridge-per-call-connection",
+        "each synchronous enqueue opens a new connection (no pool kept across calls)",
+        (
+            Edit(
+                BACKEND,
+                "        engine = create_database_engine(self.url)\n",
+                "        engine = create_database_engine(self.url, poolclass=sa.pool.NullPool)\n",
+            ),
+        ),
+        (SYNC_TESTS + "::test_sequential_sync_enqueues_reuse_one_connection",),
     ),
 )
 
