@@ -102,6 +102,14 @@ async def test_a_bad_payload_fails_in_the_calling_thread_and_writes_nothing(
     assert await _stored_payloads(forge) == []
 
 
+async def test_enqueue_many_sync_writes_all_or_nothing(forge: Forge, mail: ForgeTask) -> None:
+    results = await _in_thread(lambda: mail.enqueue_many_sync(range(5)))
+    assert [result.created for result in results] == [True] * 5
+    with pytest.raises(ForgePayloadError):
+        await _in_thread(lambda: mail.enqueue_many_sync([5, "not a number", 6]))
+    assert await _stored_payloads(forge) == sorted(str(n) for n in range(5))
+
+
 async def test_aclose_stops_the_thread_and_a_later_call_starts_it_again(
     forge: Forge, mail: ForgeTask
 ) -> None:

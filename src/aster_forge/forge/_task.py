@@ -225,6 +225,33 @@ class ForgeTask:
         )
         return results[0]
 
+    def enqueue_many_sync(
+        self,
+        payloads: Iterable[Any],
+        *,
+        run_at: datetime | None = None,
+        delay: timedelta = timedelta(0),
+        priority: int = 0,
+        max_attempts: int | None = None,
+    ) -> list[EnqueueResult]:
+        """:meth:`enqueue_many` for synchronous code: every payload is validated in the
+        calling thread, then all are written in one store call (see :meth:`enqueue_sync`).
+
+        Raises:
+            ForgeStateError: Called from a thread that runs an event loop.
+            ForgePayloadError: A payload does not validate; nothing was written.
+        """
+        items = list(payloads)
+        return self._forge.enqueue_tasks_sync(
+            self,
+            items,
+            dedupe_keys=[None] * len(items),
+            run_at=run_at,
+            delay=delay,
+            priority=priority,
+            max_attempts=max_attempts,
+        )
+
     def __call__(self, *args: Any) -> Any:
         """Call the body directly (no store, no worker), e.g. in a unit test."""
         return self._fn(*args)
