@@ -501,8 +501,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 ENGINE,
-                "    if is_closed is not None and is_closed():\n        raise DisconnectionError(",
-                "    if False:\n        raise DisconnectionError(",
+                "    if is_closed is not None and is_closed():\n        return",
+                "    if False:\n        return",
             ),
         ),
         (ENGINE_TESTS + "::test_a_pooled_connection_the_server_ended_is_replaced_at_checkout",),
@@ -510,7 +510,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "checkout-reuses-an-idle-connection",
         "a PostgreSQL connection unused for five minutes (maybe dropped by a NAT) is reused",
-        (Edit(ENGINE, "if last is not None and now - last > MAX_IDLE:", "if False:"),),
+        (Edit(ENGINE, "    if idle_seconds > MAX_IDLE:\n", "    if False:\n"),),
         (ENGINE_TESTS,),
     ),
     Mutant(
@@ -519,8 +519,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 DRIVER_HOLD,
-                "closed = is_closed is not None and is_closed()",
-                "closed = False",
+                "if stale_reason(held.driver_connection, self._monotonic() - self._freed_at)",
+                "if True or stale_reason(held.driver_connection, self._monotonic() - 0.0)",
             ),
         ),
         (DRIVER_TESTS,),

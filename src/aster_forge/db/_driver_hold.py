@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 from sqlalchemy.pool import Pool, PoolProxiedConnection, QueuePool
 
-from ._engine import MAX_IDLE
+from ._engine import stale_reason
 from ._pg_driver import reusable_after
 from ._tasks_sql import TaskSql
 
@@ -126,9 +126,7 @@ class HeldDriverConnection:
         held = self._held
         if held is None or self._busy:
             return held
-        is_closed = getattr(held.driver_connection, "is_closed", None)
-        closed = is_closed is not None and is_closed()
-        if not closed and self._monotonic() - self._freed_at <= MAX_IDLE:
+        if stale_reason(held.driver_connection, self._monotonic() - self._freed_at) is None:
             return held
         self._held = None
         # Outside a greenlet, invalidating terminates the connection (no I/O to await).

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ._url import normalize_database_url
 
-__all__ = ["create_database_engine"]
+__all__ = ["create_database_engine", "stale_reason"]
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 """How long a SQLite connection waits for another process's write lock."""
@@ -77,14 +77,26 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
         cursor.close()
 
 
-def _replace_closed(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
-    """Refuse a pooled connection whose socket closed or that sat unused too long: the
-    pool discards it and connects anew (this runs again for the new one)."""
-    now = time.monotonic()
-    last = record.info.get(LAST_CHECKOUT)
-    record.info[LAST_CHECKOUT] = now
-    is_closed = getattr(dbapi_connection.driver_connection, "is_closed", None)
+def stale_reason(driver_connection: Any, idle_seconds: float) -> str | None:
+    """Why a pooled connection must not be used again, or ``None`` when it may be.
+
+    The one rule for a connection taken from the pool and for one a store keeps: its
+    socket closed (asyncpg saw it, no round trip), or :data:`MAX_IDLE` seconds unused.
+    """
+    is_closed = getattr(driver_connection, "is_closed", None)
     if is_closed is not None and is_closed():
-        raise DisconnectionError("the pooled connection was closed by the server")
-    if last is not None and now - last > MAX_IDLE:
-        raise DisconnectionError("the pooled connection sat unused too long")
+        return "the pooled connection was closed by the server"
+    if idle_seconds > MAX_IDLE:
+        return "the pooled connection sat unused too long"
+    return None
+
+
+def _replace_closed(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+    """Refuse a stale pooled connection: the pool discards it and connects anew (this
+    runs again for the new one)."""
+    now = time.monotonic()
+    last = record.info.get(LAST_CHECKOUT, now)
+    record.info[LAST_CHECKOUT] = now
+    why = stale_reason(dbapi_connection.driver_connection, now - last)
+    if why is not None:
+        raise DisconnectionError(why)
