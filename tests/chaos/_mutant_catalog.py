@@ -77,6 +77,8 @@ ENGINE_TESTS = "tests/db/test_engine.py"
 DRIVER_TESTS = "tests/db/test_enqueue_driver.py"
 SYNC_TESTS = "tests/forge/test_sync_enqueue.py"
 BACKEND = "src/aster_forge/forge/_backend.py"
+NOTIFY_LIMITER = "src/aster_forge/db/_notify_limiter.py"
+NOTIFY_LIMITER_TESTS = "tests/db/test_notify_limiter.py"
 
 # The one place the heartbeat engine handles a renewal the store refused (fence failed).
 _REFUSED_RENEWAL = "        if renewed is None:\n            guard.mark_lost()\n"
@@ -480,6 +482,21 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         (COALESCING + "::test_a_caller_cancelled_while_queued_writes_nothing", COALESCER_UNIT),
+    ),
+    Mutant(
+        "notify-trail-dropped-uncovered",
+        "a NOTIFY issued before a quiet commit cancels the trailing NOTIFY that commit needs",
+        (
+            Edit(
+                NOTIFY_LIMITER,
+                "                and self._covered(lane)\n",
+                "                and True\n",
+            ),
+        ),
+        (
+            NOTIFY_LIMITER_TESTS
+            + "::test_an_enqueue_issued_before_a_quiet_commit_does_not_announce_it",
+        ),
     ),
     Mutant(
         "heartbeat-refusal-retried",

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
-from ..runtime import Clock, race
+from ..runtime import Clock
 
 __all__ = ["DEFAULT_NOTIFY_WINDOW", "NotifyLimiter"]
 
@@ -45,7 +45,6 @@ class NotifyLimiter:
         # Quiet commits per lane, and how many of them a committed NOTIFY announced.
         self._quiet: dict[str, int] = {}
         self._announced: dict[str, int] = {}
-        self._covering: dict[str, asyncio.Future[None]] = {}
         self._trailing: dict[str, asyncio.Task[None]] = {}
         self._running: set[asyncio.Task[None]] = set()
 
@@ -69,9 +68,13 @@ class NotifyLimiter:
         """A statement that carried ``lane``'s NOTIFY committed (``ticket`` from :meth:`take`)."""
         if ticket > self._announced.get(lane, 0):
             self._announced[lane] = ticket
-            covering = self._covering.get(lane)
-            if covering is not None and not covering.done():
-                covering.set_result(None)
+            trailing = self._trailing.get(lane)
+            if (
+                trailing is not None
+                and self._covered(lane)
+                and trailing.get_loop() is asyncio.get_running_loop()
+            ):
+                trailing.cancel()  # still waiting, not sending: nothing left to announce
 
     def inserted_quietly(self, lane: str) -> None:
         """A quiet insert of ``lane`` committed: make sure a NOTIFY follows it."""
@@ -97,16 +100,10 @@ class NotifyLimiter:
     async def _trail(self, lane: str) -> None:
         clock = self._clock
         try:
-            await clock.sleep(self._sent_at[lane] + self._window - clock.monotonic())
-            if not self._covered(lane):
-                # In a stream, the next enqueue carries the NOTIFY (the window is over)
-                # and announces these commits: wait one more window for it rather than
-                # send a statement of our own.
-                covering = self._covering[lane] = asyncio.get_running_loop().create_future()
-                try:
-                    await race(covering, seconds=self._window, clock=clock, cancel_loser=True)
-                finally:
-                    del self._covering[lane]
+            # In a stream, the first enqueue after the window carries the NOTIFY and
+            # announces these commits (cancelling this wait): give it one more window
+            # rather than send a statement of our own.
+            await clock.sleep(self._sent_at[lane] + 2 * self._window - clock.monotonic())
         finally:
             # From here on a quiet commit arms a new trailing NOTIFY: this one may be
             # on the wire before that commit.
