@@ -499,6 +499,22 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "notify-trail-called-off-still-armed",
+        "a quiet commit right after a NOTIFY announced the others finds the called-off wait "
+        "still armed and is never announced",
+        (
+            Edit(
+                NOTIFY_LIMITER,
+                "                del self._trailing[lane]\n                trailing.cancel()\n",
+                "                trailing.cancel()\n",
+            ),
+        ),
+        (
+            NOTIFY_LIMITER_TESTS
+            + "::test_a_quiet_commit_right_after_a_notify_announced_the_others_is_announced",
+        ),
+    ),
+    Mutant(
         "heartbeat-refusal-retried",
         "the heartbeat treats a refused renewal as a transient error and retries it",
         (

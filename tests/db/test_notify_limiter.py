@@ -106,6 +106,25 @@ async def test_an_enqueue_issued_before_a_quiet_commit_does_not_announce_it() ->
     assert sender.sent == ["a"]
 
 
+async def test_a_quiet_commit_right_after_a_notify_announced_the_others_is_announced() -> None:
+    clock, sender = ManualClock(), Sender()
+    limiter = _limiter(sender, clock)
+    assert limiter.take("a") is not None
+    await _quiet(limiter)  # arms the trailing NOTIFY
+    await clock.wait_for_sleepers()
+    await clock.advance(WINDOW)
+    ticket = limiter.take("a")
+    assert ticket is not None
+    limiter.carried("a", ticket)  # announces that commit: the trailing wait is called off
+    # In the same loop turn, before the called-off wait has run: this commit needs a
+    # NOTIFY of its own, within two windows.
+    await _quiet(limiter)
+    for _ in range(2):
+        await clock.advance(WINDOW)
+    await limiter.join()
+    assert sender.sent == ["a"]
+
+
 async def test_a_quiet_commit_while_the_trailing_notify_is_on_the_wire_arms_another() -> None:
     clock, sender = ManualClock(), Sender()
     sender.release = asyncio.Event()

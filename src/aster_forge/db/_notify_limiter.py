@@ -74,7 +74,10 @@ class NotifyLimiter:
                 and self._covered(lane)
                 and trailing.get_loop() is asyncio.get_running_loop()
             ):
-                trailing.cancel()  # still waiting, not sending: nothing left to announce
+                # Still waiting, not sending: nothing is left to announce. A quiet commit
+                # from now on arms a trailing NOTIFY of its own.
+                del self._trailing[lane]
+                trailing.cancel()
 
     def inserted_quietly(self, lane: str) -> None:
         """A quiet insert of ``lane`` committed: make sure a NOTIFY follows it."""
@@ -99,6 +102,7 @@ class NotifyLimiter:
 
     async def _trail(self, lane: str) -> None:
         clock = self._clock
+        me = asyncio.current_task()
         try:
             # In a stream, the first enqueue after the window carries the NOTIFY and
             # announces these commits (cancelling this wait): give it one more window
@@ -107,7 +111,8 @@ class NotifyLimiter:
         finally:
             # From here on a quiet commit arms a new trailing NOTIFY: this one may be
             # on the wire before that commit.
-            del self._trailing[lane]
+            if self._trailing.get(lane) is me:
+                del self._trailing[lane]
         if self._covered(lane):
             return
         self._sent_at[lane] = clock.monotonic()
