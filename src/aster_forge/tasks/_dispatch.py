@@ -154,17 +154,20 @@ class DispatchWakeSignal(asyncio.Event):
     is busy is remembered and ends its next wait at once; no wake-up is lost.
     """
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._forward: list[DispatchWakeSignal] = []
+
     def wake(self) -> None:
         """Wake the waiting worker now, or make its next wait return at once."""
         self.set()
-        for other in getattr(self, "_forward", ()):
+        for other in self._forward:
             other.wake()
 
     def forward_to(self, other: DispatchWakeSignal) -> None:
         """Make every later :meth:`wake` of this signal wake ``other`` too."""
-        forward: list[DispatchWakeSignal] = self.__dict__.setdefault("_forward", [])
-        if other not in forward:
-            forward.append(other)
+        if other not in self._forward:
+            self._forward.append(other)
 
     @property
     def pending(self) -> bool:
