@@ -229,6 +229,18 @@ MUTANTS: tuple[Mutant, ...] = (
         (CRASH, TASK_CONFORMANCE),
     ),
     Mutant(
+        "fence-success-claim-pg",
+        "the PostgreSQL success-and-claim statement (a worker's every success) ignores the token",
+        (
+            Edit(
+                TASKS_PG,
+                "    WHERE d.id = v.id AND d.processing_token = v.token\n",
+                "    WHERE d.id = v.id\n",
+            ),
+        ),
+        (STALE_BATCHED, "tests/db/test_succeed_and_claim.py"),
+    ),
+    Mutant(
         "success-claim-rescues-written-rows",
         "the claim inside the PostgreSQL success statement rescues the rows it writes",
         (Edit(TASKS_PG, '_NOT_DONE = "\\n      AND id <> ALL(:ids)"', '_NOT_DONE = ""'),),
