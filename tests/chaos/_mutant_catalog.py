@@ -45,6 +45,7 @@ class Mutant:
 TASKS = "src/aster_forge/db/_tasks.py"
 TASKS_PG = "src/aster_forge/db/_tasks_pg.py"
 TASKS_SQLITE = "src/aster_forge/db/_tasks_sqlite.py"
+PG_RUN = "src/aster_forge/db/_tasks_pg_run.py"
 STALE_BATCHED = "tests/chaos/test_stale_writers.py::test_stale_writers_batched"
 STALE_SINGLE = "tests/chaos/test_stale_writers.py::test_stale_writers_one_statement_per_write"
 TAKEN_OVER = (
@@ -239,6 +240,30 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         (STALE_BATCHED, "tests/db/test_succeed_and_claim.py"),
+    ),
+    Mutant(
+        "claim-token-reused-pg",
+        "the PostgreSQL claim's token is the same on every claim of a row (no fresh token)",
+        (Edit(PG_RUN, '"prefix": uuid.uuid4().hex + "-",', '"prefix": "claim-",'),),
+        (STALE_BATCHED, TASK_CONFORMANCE),
+    ),
+    Mutant(
+        "claim-token-reused-sqlite",
+        "the SQLite claim's token is the same on every claim of a row (no fresh token)",
+        (Edit(TASKS, '"prefix": uuid.uuid4().hex + "-",', '"prefix": "claim-",'),),
+        (TASK_CONFORMANCE,),
+    ),
+    Mutant(
+        "claim-token-reused",
+        "the portable claim's token (MariaDB) is the same on every claim of a row",
+        (
+            Edit(
+                TASKS,
+                'sa.literal(uuid.uuid4().hex + "-", sa.String())',
+                'sa.literal("claim-", sa.String())',
+            ),
+        ),
+        (TASK_CONFORMANCE,),
     ),
     Mutant(
         "success-claim-rescues-written-rows",
