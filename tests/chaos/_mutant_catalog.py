@@ -71,6 +71,7 @@ COALESCING = "tests/db/test_enqueue_coalescing.py"
 ENQUEUE_FAULTS = "tests/chaos/test_enqueue_faults.py::test_enqueue_faults_short"
 EXECUTION = "src/aster_forge/tasks/_execution.py"
 HEARTBEAT = "src/aster_forge/tasks/_heartbeat.py"
+WORKER = "src/aster_forge/tasks/_worker.py"
 ENGINE = "src/aster_forge/db/_engine.py"
 DRIVER_HOLD = "src/aster_forge/db/_driver_hold.py"
 SYNC_BRIDGE = "src/aster_forge/forge/_sync_bridge.py"
@@ -279,6 +280,55 @@ MUTANTS: tuple[Mutant, ...] = (
                 TASKS_SQLITE,
                 "WHERE lane = :lane AND status = '{running}' AND lease_expires_at <= :now",
                 "WHERE lane = :lane AND status = '{running}' AND 0",
+            ),
+        ),
+        (TASK_CONFORMANCE,),
+    ),
+    Mutant(
+        "lane-limit-ignores-running",
+        "the worker counts a lane's free slots without the tasks it is running (over its limit)",
+        (
+            Edit(
+                WORKER,
+                "return max(limit - self._in_flight[lane] - self._reserved[lane], 0)",
+                "return max(limit - self._reserved[lane], 0)",
+            ),
+        ),
+        (CRASH, "tests/tasks/test_dispatch.py"),
+    ),
+    Mutant(
+        "success-refill-over-limit",
+        "a success statement claims one slot more than its batch freed (over the lane's limit)",
+        (
+            Edit(
+                WORKER,
+                "limit = self.free_slots(lane) + lanes.count(lane)\n",
+                "limit = self.free_slots(lane) + lanes.count(lane) + 1\n",
+            ),
+        ),
+        (CRASH, "tests/tasks/test_dispatch.py", "tests/db/test_succeed_and_claim.py"),
+    ),
+    Mutant(
+        "paused-lane-claimed-pg",
+        "the PostgreSQL claim takes due tasks of a paused lane",
+        (
+            Edit(
+                TASKS_PG,
+                "      AND (SELECT open FROM open_lane)\n"
+                "    ORDER BY priority DESC, run_at, id LIMIT {limit}",
+                "    ORDER BY priority DESC, run_at, id LIMIT {limit}",
+            ),
+        ),
+        (TASK_CONFORMANCE,),
+    ),
+    Mutant(
+        "rescue-ignores-attempts-pg",
+        "the PostgreSQL rescue claims an expired task again although its attempts are used up",
+        (
+            Edit(
+                TASKS_PG,
+                "        WHERE NOT (x.cancel_requested OR x.attempt + 1 >= x.max_attempts)\n",
+                "        WHERE NOT x.cancel_requested\n",
             ),
         ),
         (TASK_CONFORMANCE,),
