@@ -61,6 +61,8 @@ SHUTDOWN_MID_RELEASE = (
 CHURN = "tests/chaos/test_leader_churn.py::test_leader_churn_short"
 TASK_CONFORMANCE = "tests/db/test_task_store.py"
 TASK_BATCHED = "tests/db/test_task_store_batched.py"
+SUCCEED_AND_CLAIM = "tests/db/test_succeed_and_claim.py"
+DISPATCH_TESTS = "tests/tasks/test_dispatch.py"
 LEASE_CONFORMANCE = "tests/db/test_lease_conformance.py"
 SCHEDULED_CONFORMANCE = "tests/db/test_scheduled_conformance.py"
 
@@ -240,7 +242,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 "    WHERE d.id = v.id\n",
             ),
         ),
-        (STALE_BATCHED, "tests/db/test_succeed_and_claim.py"),
+        (STALE_BATCHED, SUCCEED_AND_CLAIM),
     ),
     Mutant(
         "claim-token-reused-pg",
@@ -270,7 +272,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "success-claim-rescues-written-rows",
         "the claim inside the PostgreSQL success statement rescues the rows it writes",
         (Edit(TASKS_PG, '_NOT_DONE = "\\n      AND id <> ALL(:ids)"', '_NOT_DONE = ""'),),
-        ("tests/db/test_succeed_and_claim.py",),
+        (SUCCEED_AND_CLAIM,),
     ),
     Mutant(
         "rescue-off-sqlite",
@@ -294,7 +296,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 "return max(limit - self._reserved[lane], 0)",
             ),
         ),
-        (CRASH, "tests/tasks/test_dispatch.py"),
+        (CRASH, DISPATCH_TESTS),
     ),
     Mutant(
         "success-refill-over-limit",
@@ -306,7 +308,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 "limit = self.free_slots(lane) + lanes.count(lane) + 1\n",
             ),
         ),
-        (CRASH, "tests/tasks/test_dispatch.py", "tests/db/test_succeed_and_claim.py"),
+        (CRASH, DISPATCH_TESTS, SUCCEED_AND_CLAIM),
     ),
     Mutant(
         "paused-lane-claimed-pg",
