@@ -1,0 +1,200 @@
+"""The worker's own CPU per task, with a store that answers at once (no database).
+
+Every head-to-head figure mixes three costs: the database's statement time, the
+driver's encoding and decoding, and the library's own Python (claim bookkeeping,
+the execution object, the heartbeat registration, the outcome and the stats). This
+benchmark isolates the last one: a worker drains tasks from a store whose
+every call yields to the event loop once (as a statement's round trip would) and then
+answers with records built before the timing, so what is timed is the worker and the
+benchmark's no-op body. It runs the worker path the PostgreSQL store uses: successes
+written in batches that also claim the freed slots, two such writes in flight. The
+worker is started through the seed's entry points (:class:`TaskDispatcher` and
+:func:`run_dispatch_worker`, today a thin layer over ``TaskWorker.run``): they exist in
+every version, so an older tree can be measured the same way.
+
+The figure is process CPU time per task (``time.process_time``), less noisy than
+throughput against a database on a shared machine; wall time is shown beside it.
+Every task must run exactly once and be reported succeeded.
+
+Run: ``python -m benchmarks bench_worker_overhead`` (part of ``make bench``); against
+another tree, e.g. the commit before a change: ``PYTHONPATH=<tree>/src python -m
+benchmarks bench_worker_overhead``. ``BENCH_WORKER_OVERHEAD_LABEL`` names the run.
+Results are appended to ``benchmarks/results/<date>-worker-overhead.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import statistics
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+
+from aster_forge.runtime import CancellationToken
+from aster_forge.tasks import (
+    BackgroundTaskRecord,
+    ClaimedTaskExecutionConfig,
+    DispatchPollConfig,
+    TaskCompletion,
+    TaskDispatcher,
+    TaskLaneConfig,
+    TaskStatus,
+    run_dispatch_worker,
+)
+from aster_forge.testing import InMemoryTaskStore
+
+from . import _aster
+from ._common import append_results, load_average
+
+RESULTS = Path(__file__).resolve().parent / "results"
+TASKS = int(os.environ.get("BENCH_WORKER_OVERHEAD_TASKS", "20000"))
+ROUNDS = int(os.environ.get("BENCH_WORKER_OVERHEAD_ROUNDS", "5"))
+CONCURRENCY = (1, 10, 50)
+_LEASE_TTL = timedelta(seconds=60)
+_POLL = DispatchPollConfig(
+    base_interval=timedelta(milliseconds=50), max_interval=timedelta(milliseconds=500)
+)
+
+
+class InstantStore(InMemoryTaskStore):
+    """Answers claims and success writes at once, from records built in advance.
+
+    Each call yields to the event loop once before it answers. Successes are counted,
+    not stored; a success for a claim this store did not hand out is an error.
+    """
+
+    claims_with_success = True
+    success_writes_in_flight = 2
+
+    def __init__(self, records: Sequence[BackgroundTaskRecord]) -> None:
+        super().__init__()
+        self._ready = list(records)
+        self._next = 0
+        self._out: set[tuple[int, str | None]] = set()
+        self.succeeded = 0
+        self.done = asyncio.Event()
+
+    def _take(self, limit: int) -> list[BackgroundTaskRecord]:
+        taken = self._ready[self._next : self._next + max(limit, 0)]
+        self._next += len(taken)
+        self._out.update((record.id, record.processing_token) for record in taken)
+        return taken
+
+    def _written(self, completions: Sequence[TaskCompletion]) -> list[bool]:
+        for completion in completions:
+            self._out.remove((completion.lease.task_id, completion.lease.processing_token))
+        self.succeeded += len(completions)
+        if self.succeeded == len(self._ready):
+            self.done.set()
+        return [True] * len(completions)
+
+    async def claim_due_for_lane(
+        self, lane: str, limit: int, owner: str, lease_ttl: timedelta
+    ) -> list[BackgroundTaskRecord]:
+        """Up to ``limit`` of the prepared records."""
+        await asyncio.sleep(0)
+        return self._take(limit)
+
+    async def mark_tasks_succeeded_many(self, completions: Sequence[TaskCompletion]) -> list[bool]:
+        """Count the successes (every one applied)."""
+        await asyncio.sleep(0)
+        return self._written(completions)
+
+    async def mark_tasks_succeeded_and_claim(
+        self,
+        completions: Sequence[TaskCompletion],
+        lane: str,
+        limit: int,
+        owner: str,
+        lease_ttl: timedelta,
+    ) -> tuple[list[bool], list[BackgroundTaskRecord]]:
+        """Count the successes and hand out up to ``limit`` more records."""
+        await asyncio.sleep(0)
+        return self._written(completions), self._take(limit)
+
+
+def _records(count: int) -> list[BackgroundTaskRecord]:
+    now = dt.datetime.now(dt.UTC)
+    return [
+        BackgroundTaskRecord(
+            id=n,
+            kind=_aster.Kind.NOOP.value,
+            lane=_aster.Lane.DEFAULT.value,
+            status=TaskStatus.RUNNING,
+            payload_json=str(n),
+            result_json=None,
+            steps_json=None,
+            attempt=0,
+            max_attempts=3,
+            run_at=now,
+            priority=0,
+            processing_token=f"token-{n}",
+            lease_expires_at=now + _LEASE_TTL,
+            claimed_by="bench",
+            dedupe_key=None,
+            last_error=None,
+            failure_reason=None,
+            manual_retry_allowed=True,
+            cancel_requested=False,
+            rescued=False,
+            created_at=now,
+            updated_at=now,
+            started_at=now,
+            finished_at=None,
+        )
+        for n in range(1, count + 1)
+    ]
+
+
+async def drain(count: int, concurrency: int) -> tuple[float, float]:
+    """One worker drains ``count`` tasks; (CPU seconds, wall seconds) per task."""
+    store = InstantStore(_records(count))
+    state = _aster.State()
+    dispatcher = TaskDispatcher(
+        [TaskLaneConfig(_aster.Lane.DEFAULT, concurrency)],
+        ClaimedTaskExecutionConfig(state=state, registry=_aster.REGISTRY, lease_ttl=_LEASE_TTL),
+    )
+    token = CancellationToken()
+    cpu, wall = time.process_time(), time.perf_counter()
+    serving = asyncio.create_task(
+        run_dispatch_worker(store, dispatcher, token, poll=_POLL), name="bench-worker-overhead"
+    )
+    await store.done.wait()
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    token.cancel()
+    await serving
+    ran_twice = [task_id for task_id, runs in state.executed.items() if runs != 1]
+    if len(state.executed) != count or ran_twice or store.succeeded != count:
+        raise SystemExit(f"not every task ran once and succeeded (c={concurrency})")
+    return cpu / count, wall / count
+
+
+async def main() -> None:
+    """Time the worker at each concurrency; append the medians."""
+    label = os.environ.get("BENCH_WORKER_OVERHEAD_LABEL", "run")
+    await drain(min(TASKS, 2000), 10)  # imports, caches and the allocator warm up
+    lines = [
+        f"### {label}",
+        "",
+        f"- {TASKS:,} no-op tasks per round, {ROUNDS} rounds (medians); load average "
+        f"{load_average():.2f}",
+        "",
+        "| concurrency | CPU per task | wall per task | rounds (CPU) |",
+        "|---:|---:|---:|---|",
+    ]
+    for concurrency in CONCURRENCY:
+        rounds = [await drain(TASKS, concurrency) for _ in range(ROUNDS)]
+        cpu = [c * 1e6 for c, _ in rounds]
+        wall = statistics.median(w for _, w in rounds) * 1e6
+        each = ", ".join(f"{c:.1f}" for c in cpu)
+        lines.append(
+            f"| {concurrency} | {statistics.median(cpu):.1f} us | {wall:.1f} us | {each} |"
+        )
+        print(lines[-1], flush=True)
+    lines.append("")
+    path = RESULTS / f"{dt.date.today().isoformat()}-worker-overhead.md"
+    append_results(path, "# The worker's own CPU per task (a store that answers at once)", lines)
+    print(f"results appended to {path}")
