@@ -5,7 +5,7 @@ driver's encoding and decoding, and the library's own Python (claim bookkeeping,
 the execution object, the heartbeat registration, the outcome and the stats). This
 benchmark isolates the last one: a worker drains tasks from a store whose
 every call yields to the event loop once (as a statement's round trip would) and then
-answers with records built before the timing, so what is timed is the worker and the
+answers with records claimed before the timing, so what is timed is the worker and the
 benchmark's no-op body. It runs the worker path the PostgreSQL store uses: successes
 written in batches that also claim the freed slots, two such writes in flight. The
 worker is started through the seed's entry points (:class:`TaskDispatcher` and
@@ -38,10 +38,10 @@ from aster_forge.tasks import (
     BackgroundTaskRecord,
     ClaimedTaskExecutionConfig,
     DispatchPollConfig,
+    NewTask,
     TaskCompletion,
     TaskDispatcher,
     TaskLaneConfig,
-    TaskStatus,
     run_dispatch_worker,
 )
 from aster_forge.testing import InMemoryTaskStore
@@ -116,42 +116,17 @@ class InstantStore(InMemoryTaskStore):
         return self._written(completions), self._take(limit)
 
 
-def _records(count: int) -> list[BackgroundTaskRecord]:
-    now = dt.datetime.now(dt.UTC)
-    return [
-        BackgroundTaskRecord(
-            id=n,
-            kind=_aster.Kind.NOOP.value,
-            lane=_aster.Lane.DEFAULT.value,
-            status=TaskStatus.RUNNING,
-            payload_json=str(n),
-            result_json=None,
-            steps_json=None,
-            attempt=0,
-            max_attempts=3,
-            run_at=now,
-            priority=0,
-            processing_token=f"token-{n}",
-            lease_expires_at=now + _LEASE_TTL,
-            claimed_by="bench",
-            dedupe_key=None,
-            last_error=None,
-            failure_reason=None,
-            manual_retry_allowed=True,
-            cancel_requested=False,
-            rescued=False,
-            created_at=now,
-            updated_at=now,
-            started_at=now,
-            finished_at=None,
-        )
-        for n in range(1, count + 1)
-    ]
+async def _claimed(count: int) -> list[BackgroundTaskRecord]:
+    """``count`` no-op tasks as a claim returns them (enqueued and claimed in memory)."""
+    store = InMemoryTaskStore()
+    kind, lane = _aster.Kind.NOOP.value, _aster.Lane.DEFAULT.value
+    await store.enqueue_many([NewTask(kind, lane, payload_json=str(n)) for n in range(count)])
+    return await store.claim_due_for_lane(lane, count, "bench", _LEASE_TTL)
 
 
 async def drain(count: int, concurrency: int) -> tuple[float, float]:
     """One worker drains ``count`` tasks; (CPU seconds, wall seconds) per task."""
-    store = InstantStore(_records(count))
+    store = InstantStore(await _claimed(count))
     state = _aster.State()
     dispatcher = TaskDispatcher(
         [TaskLaneConfig(_aster.Lane.DEFAULT, concurrency)],
