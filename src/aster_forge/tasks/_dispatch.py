@@ -310,15 +310,10 @@ def _combined(parts: list[dict[str, Any]]) -> dict[str, Any]:
     """The counters of ``parts`` combined (see :meth:`DispatchStats.combine`)."""
     if len(parts) == 1:
         return parts[0]
-    values: dict[str, Any] = {}
-    for name in _ZEROS:
-        numbers = [part[name] for part in parts]
-        if name in _MAXED:
-            values[name] = max(numbers, default=0.0)
-        elif name == "last_claim_latency_seconds":
-            values[name] = numbers[-1] if numbers else 0.0
-        else:
-            values[name] = sum(numbers)
+    values = {name: sum(part[name] for part in parts) for name in _ZEROS}
+    for name in _MAXED:
+        values[name] = max((part[name] for part in parts), default=0.0)
+    values["last_claim_latency_seconds"] = parts[-1]["last_claim_latency_seconds"] if parts else 0.0
     return values
 
 

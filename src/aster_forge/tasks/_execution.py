@@ -736,7 +736,10 @@ async def run_claimed_task_batch_with_store(
     ]
     runs = [execution.start() for execution in executions]
     try:
-        await _join_executions(executions, runs)
+        await asyncio.gather(*(execution.settled() for execution in executions))
+    except asyncio.CancelledError:
+        await cancel_executions(executions)  # stop the bodies (abandoning stubborn ones)
+        raise
     finally:
         await heartbeat.join()
     reports: list[ClaimedTaskReport] = []
@@ -747,13 +750,7 @@ async def run_claimed_task_batch_with_store(
     return reports
 
 
-async def _join_executions(
-    executions: Sequence[ClaimedTaskExecution], runs: Sequence[asyncio.Task[Any]]
-) -> None:
-    """Wait for every run; if cancelled, stop the bodies (abandoning stubborn ones) first."""
-    try:
-        await asyncio.gather(*(execution.settled() for execution in executions))
-    except asyncio.CancelledError:
-        await asyncio.gather(*(execution.cancel() for execution in executions))
-        await asyncio.gather(*(execution.settled() for execution in executions))
-        raise
+async def cancel_executions(executions: Sequence[ClaimedTaskExecution]) -> None:
+    """Cancel every run as its caller would, and wait until each ended or was abandoned."""
+    await asyncio.gather(*(execution.cancel() for execution in executions))
+    await asyncio.gather(*(execution.settled() for execution in executions))

@@ -22,7 +22,7 @@ from ._dispatch import (
     TaskLaneConfig,
     default_dispatch_owner,
 )
-from ._execution import ClaimedTaskExecution, ClaimedTaskExecutionConfig
+from ._execution import ClaimedTaskExecution, ClaimedTaskExecutionConfig, cancel_executions
 from ._heartbeat import SharedTaskHeartbeat
 from ._lease import TaskLease
 from ._records import TaskCompletion
@@ -379,36 +379,23 @@ class TaskWorker(Generic[StateT]):
         claimed_at = clock.monotonic()
         try:
             try:
-                records = list(
-                    await claim_due_for_lane(
-                        self._store,
-                        lane,
-                        requested,
-                        self.owner,
-                        self.execution.lease_ttl,
-                        stats=self.stats,
-                        clock=clock,
-                    )
+                records = await claim_due_for_lane(
+                    self._store,
+                    lane,
+                    requested,
+                    self.owner,
+                    self.execution.lease_ttl,
+                    stats=self.stats,
+                    clock=clock,
                 )
             finally:
                 self._reserved[lane] -= requested
-            if len(records) > requested:
-                logger.error(
-                    "the store returned %s tasks for lane %r although %s were asked; "
-                    "releasing the extra ones",
-                    len(records),
-                    lane,
-                    requested,
-                )
-                await self._release_extra(records[requested:])
-                records = records[:requested]
-            for record in records:
-                self._start(lane, record, claimed_at)
+            count = await self._start_claimed(lane, records, requested, claimed_at)
         finally:
             self._claim_landed()
         if self.free_slots(lane) == 0:
             self._saturated.add(lane)
-        return len(records), requested
+        return count, requested
 
     def _claim_landed(self) -> None:
         self._claiming -= 1
@@ -516,12 +503,7 @@ class TaskWorker(Generic[StateT]):
             if entry is not None and completion.lease.task_id not in self._handed_over:
                 self._handed_over.add(completion.lease.task_id)
                 self._in_flight[entry[0]] -= 1
-        records = list(records)
-        if len(records) > limit:
-            await self._release_extra(records[limit:])
-            records = records[:limit]
-        for record in records:
-            self._start(lane, record, claimed_at)
+        await self._start_claimed(lane, records, limit, claimed_at)
         for touched in dict.fromkeys(lanes):
             if self.free_slots(touched) == 0:
                 self._saturated.add(touched)
@@ -529,8 +511,20 @@ class TaskWorker(Generic[StateT]):
                 self._wake_if_freed(touched)
         return results
 
-    async def _release_extra(self, records: Sequence[Any]) -> None:
-        for record in records:
+    async def _start_claimed(
+        self, lane: Hashable, records: Sequence[Any], limit: int, claimed_at: float
+    ) -> int:
+        """Start the claimed ``records`` of ``lane``; how many started (at most ``limit``).
+
+        Records beyond ``limit`` (a store that ignored it) are released unrun.
+        """
+        for record in records[limit:]:
+            logger.error(
+                "the store returned more tasks for lane %r than the %s asked; releasing #%s",
+                lane,
+                limit,
+                record.id,
+            )
             if record.processing_token is None or record.lease_expires_at is None:
                 continue
             lease = TaskLease(record.id, record.processing_token, record.lease_expires_at)
@@ -538,6 +532,9 @@ class TaskWorker(Generic[StateT]):
                 await self._store.release_task_for_shutdown(lease)
             except Exception:
                 logger.exception("releasing over-claimed task #%s failed", record.id)
+        for record in records[:limit]:
+            self._start(lane, record, claimed_at)
+        return min(len(records), limit)
 
     async def join(self) -> None:
         """Wait until every execution this worker started has finished (or was abandoned).
@@ -573,9 +570,7 @@ class TaskWorker(Generic[StateT]):
         try:
             await self.join()
         except asyncio.CancelledError:
-            executions = list(self._tasks.values())
-            await asyncio.gather(*(e.cancel() for e in executions))
-            await asyncio.gather(*(e.settled() for e in executions))
+            await cancel_executions(list(self._tasks.values()))
             raise
         finally:
             if self._let_go is not None:  # nothing of ours runs on it any more
