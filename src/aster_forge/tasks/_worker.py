@@ -518,13 +518,16 @@ class TaskWorker(Generic[StateT]):
 
         Records beyond ``limit`` (a store that ignored it) are released unrun.
         """
-        for record in records[limit:]:
+        extra = records[limit:]
+        if extra:
             logger.error(
-                "the store returned more tasks for lane %r than the %s asked; releasing #%s",
+                "the store returned %s tasks for lane %r although %s were asked; "
+                "releasing the extra ones",
+                len(records),
                 lane,
                 limit,
-                record.id,
             )
+        for record in extra:
             if record.processing_token is None or record.lease_expires_at is None:
                 continue
             lease = TaskLease(record.id, record.processing_token, record.lease_expires_at)
