@@ -60,6 +60,7 @@ SHUTDOWN_MID_RELEASE = (
 )
 CHURN = "tests/chaos/test_leader_churn.py::test_leader_churn_short"
 TASK_CONFORMANCE = "tests/db/test_task_store.py"
+WAITING = "tests/db/test_waiting_hint.py"
 TASK_BATCHED = "tests/db/test_task_store_batched.py"
 SUCCEED_AND_CLAIM = "tests/db/test_succeed_and_claim.py"
 DISPATCH_TESTS = "tests/tasks/test_dispatch.py"
@@ -316,12 +317,35 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 TASKS_PG,
-                "      AND (SELECT open FROM open_lane)\n"
-                "    ORDER BY priority DESC, run_at, id LIMIT {limit}",
-                "    ORDER BY priority DESC, run_at, id LIMIT {limit}",
+                "AND NOT waiting AND run_at <= now()\n      AND (SELECT open FROM open_lane)\n",
+                "AND NOT waiting AND run_at <= now()\n",
             ),
         ),
         (TASK_CONFORMANCE,),
+    ),
+    Mutant(
+        "paused-lane-claimed-late-pg",
+        "the PostgreSQL claim takes flagged tasks that came due in a paused lane",
+        (
+            Edit(
+                TASKS_PG,
+                "AND waiting AND run_at <= now()\n      AND (SELECT open FROM open_lane)\n",
+                "AND waiting AND run_at <= now()\n",
+            ),
+        ),
+        (WAITING,),
+    ),
+    Mutant(
+        "flagged-tasks-never-claimed-pg",
+        "the PostgreSQL claim leaves out tasks still flagged waiting after they came due",
+        (
+            Edit(
+                TASKS_PG,
+                "        UNION ALL\n        SELECT id, priority, run_at FROM late\n",
+                "",
+            ),
+        ),
+        (WAITING,),
     ),
     Mutant(
         "rescue-ignores-attempts-pg",

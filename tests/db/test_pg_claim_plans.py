@@ -110,9 +110,14 @@ async def _literals(driver: Any, sql: str, arguments: list[Any]) -> list[str]:
 
 
 def _bounded(node: dict[str, Any]) -> bool:
-    """Whether a scan finds its rows by id or by lane (not all rows, or all running ones)."""
+    """Whether a scan finds its rows by id or by lane (not all rows, or all running ones).
+
+    Or, through the waiting index, only the tasks that came due while still flagged
+    waiting (the worker's stager keeps those few).
+    """
     condition = node.get("Index Cond", "") + node.get("Recheck Cond", "")
-    return "id = " in condition or "(lane)" in condition
+    waiting = node.get("Index Name") == "ix_background_tasks_waiting"
+    return "id = " in condition or "(lane)" in condition or (waiting and "run_at <=" in condition)
 
 
 @pytest.mark.parametrize(
@@ -182,3 +187,46 @@ async def test_the_hot_statements_find_their_rows_by_id_or_lane(
                     and node["Node Type"] != "ModifyTable"
                 ]
                 assert scans and all(_bounded(node) for node in scans), (name, scans)
+
+
+async def _due_index_blocks(engine: AsyncEngine, runner: Any) -> int:
+    """Index blocks a claim of 10 reads from the due index (run, then rolled back)."""
+    statement = runner._for_limit(runner._claims, runner._statements.claim, 10)[1]
+    arguments = statement.arguments(claim_params("l", 10, "w", _TTL))
+    async with engine.connect() as conn:
+        driver: Any = (await conn.get_raw_connection()).driver_connection
+        literals = ", ".join(await _literals(driver, statement.sql, arguments))
+        await driver.execute("BEGIN")
+        try:
+            await driver.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            await driver.execute(f"PREPARE crowded AS {statement.sql}")
+            explained = await driver.fetchval(
+                f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE crowded({literals})"
+            )
+            await driver.execute("DEALLOCATE crowded")
+        finally:
+            await driver.execute("ROLLBACK")  # the claim ran: undo it
+    plan = json.loads(explained) if isinstance(explained, str) else explained
+    scans = [n for n in _nodes(plan[0]["Plan"]) if n.get("Index Name") == "ix_background_tasks_due"]
+    assert scans, plan
+    return sum(n["Shared Hit Blocks"] + n["Shared Read Blocks"] for n in scans)
+
+
+async def test_tasks_due_later_cost_the_claim_nothing(postgres_url: str) -> None:
+    # 3,000 tasks due in an hour at a higher priority than the 20 due now: ordered by
+    # priority, the due index would hold them in front of every due task.
+    async with pg_engine(postgres_url) as engine:
+        store = _store(engine, driver=True)
+        runner = store._pg_run
+        assert runner is not None
+        await store.enqueue_many([NewTask("k", "l", priority=9, delay=timedelta(hours=1))] * 3000)
+        await store.enqueue_many([NewTask("k", "l") for _ in range(20)])
+        async with engine.begin() as conn:
+            await conn.execute(sa.text("ANALYZE background_tasks"))
+        flagged = await _due_index_blocks(engine, runner)
+        # The same table with every flag cleared: the later tasks back in the due index.
+        async with engine.begin() as conn:
+            await conn.execute(sa.text("UPDATE background_tasks SET waiting = false"))
+            await conn.execute(sa.text("ANALYZE background_tasks"))
+        unflagged = await _due_index_blocks(engine, runner)
+        assert flagged <= 3 < unflagged, (flagged, unflagged)

@@ -177,6 +177,7 @@ async def test_product_extends_the_table(engine: AsyncEngine) -> None:
     assert {index.name for index in table.indexes} == {
         "ux_product_tasks_dedupe_key",
         "ix_product_tasks_due",
+        "ix_product_tasks_waiting",
         "ix_product_tasks_lease",
         "ix_product_tasks_finished",
     }

@@ -193,6 +193,39 @@ async def test_empty_polls_and_store_errors_back_off_then_recover(
     assert dispatcher.stats.total().claim_errors == 3
 
 
+async def test_a_store_that_stages_waiting_tasks_is_asked_once_a_second(
+    store: InMemoryTaskStore, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    staged_at: list[float] = []
+
+    class Staging(ProxyStore):
+        async def stage_waiting_tasks(self) -> int:
+            staged_at.append(clock.monotonic())
+            if len(staged_at) == 2:
+                raise ConnectionError("database is down")
+            return 0
+
+    dispatcher = _dispatcher(Harness(), clock)
+    shutdown = CancellationToken()
+    poll = DispatchPollConfig(
+        base_interval=timedelta(seconds=0.25), max_interval=timedelta(seconds=0.25)
+    )
+    with caplog.at_level(logging.WARNING, logger="aster_forge.tasks.dispatch"):
+        worker = _start(Staging(store), dispatcher, shutdown, clock, poll=poll)
+        while clock.monotonic() < 3.5:
+            await clock.wait_for_sleepers(1)
+            await clock.advance(0.25)
+        # Drains every 0.25 s; staging at most once a second, and a failure stops nothing.
+        assert staged_at == [0.0, 1.0, 2.0, 3.0]
+        await clock.wait_for_sleepers(1)
+        await enqueue(store, new_task(Kind.MAIL, "after"))
+        dispatcher.wake()
+        await until(lambda: dispatcher.in_flight() == 0 and store.all_tasks()[0].status.is_terminal)
+    shutdown.cancel()
+    await worker
+    assert len([r for r in caplog.records if "claims still find them" in r.getMessage()]) == 1
+
+
 async def test_shutdown_releases_in_flight_tasks_without_counting(
     store: InMemoryTaskStore, clock: ManualClock
 ) -> None:

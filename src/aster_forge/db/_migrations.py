@@ -36,10 +36,12 @@ from ._time import UtcDateTime
 
 __all__ = [
     "alembic_add_background_task_controls",
+    "alembic_add_background_task_waiting",
     "alembic_add_scheduled_tasks_cron_columns",
     "alembic_create_runtime_leases",
     "alembic_create_scheduled_tasks",
     "alembic_drop_background_task_controls",
+    "alembic_drop_background_task_waiting",
     "alembic_drop_runtime_leases",
     "alembic_drop_scheduled_tasks",
     "alembic_drop_scheduled_tasks_cron_columns",
@@ -249,3 +251,57 @@ def alembic_full_dedupe_index(
     if _backend(operations) in ("postgresql", "sqlite"):
         full, partial = _dedupe_indexes(table_name)
         _run(operations, DropIndex(partial), CreateIndex(full))
+
+
+def _waiting_indexes(table_name: str) -> tuple[sa.Table, sa.Index, sa.Index, sa.Index]:
+    """The task table, its due index before and after ``waiting``, and the waiting index."""
+    table = background_tasks_table(sa.MetaData(), table_name)
+    by_name = {str(index.name): index for index in table.indexes}
+    due, waiting = by_name[f"ix_{table_name}_due"], by_name[f"ix_{table_name}_waiting"]
+    names = ("lane", "status", "priority", "run_at", "id")
+    c = sa.Table(table_name, sa.MetaData(), *(sa.Column(n, table.c[n].type) for n in names)).c
+    pending = c.status == sa.literal_column("'pending'")
+    before = sa.Index(
+        due.name,
+        *(c.lane, c.status, c.priority.desc(), c.run_at, c.id),
+        postgresql_where=pending,
+    )
+    return table, before, due, waiting
+
+
+def alembic_add_background_task_waiting(
+    op: _Operations | None = None, *, table_name: str = BACKGROUND_TASKS_TABLE
+) -> None:
+    """Upgrade a task table made before the ``waiting`` hint, from an Alembic ``upgrade()``.
+
+    Adds the ``waiting`` column (``NOT NULL DEFAULT false``: every existing row stays
+    where claims look today). On PostgreSQL it also builds the due index again as
+    ``WHERE status = 'pending' AND NOT waiting``. Everywhere it adds
+    ``ix_<name>_waiting`` (empty on SQLite; a plain index on MariaDB, which has no
+    partial ones). Run it when a short write pause on the table is acceptable. Rows already waiting
+    for a later ``run_at`` keep the flag false; they are claimed as before.
+
+    Args:
+        op: Alembic's ``Operations`` (default: ``alembic.op``).
+        table_name: The task table's name.
+    """
+    operations = _op(op)
+    table, before, due, waiting = _waiting_indexes(table_name)
+    add = _alter(table, "ADD COLUMN waiting BOOLEAN NOT NULL DEFAULT false")
+    if _backend(operations) == "postgresql":
+        _run(operations, add, DropIndex(before), CreateIndex(due), CreateIndex(waiting))
+    else:
+        _run(operations, add, CreateIndex(waiting))
+
+
+def alembic_drop_background_task_waiting(
+    op: _Operations | None = None, *, table_name: str = BACKGROUND_TASKS_TABLE
+) -> None:
+    """Undo :func:`alembic_add_background_task_waiting` from an Alembic ``downgrade()``."""
+    operations = _op(op)
+    table, before, due, waiting = _waiting_indexes(table_name)
+    drop = _alter(table, "DROP COLUMN waiting")
+    if _backend(operations) == "postgresql":
+        _run(operations, DropIndex(waiting), DropIndex(due), CreateIndex(before), drop)
+    else:
+        _run(operations, DropIndex(waiting), drop)

@@ -129,10 +129,14 @@ class TaskAdminMixin(TaskAdminQueryMixin):
         )
 
     def _retry_values(self, now: Any, run_at: datetime | None) -> dict[str, Any]:
+        due = now if run_at is None else sa.literal(run_at, UtcDateTime())
+        # Not yet due: kept out of the claims' index (see background_tasks_table).
+        waiting = {"waiting": due > now} if self._sql.is_postgres else {}
         return {
+            **waiting,
             "status": TaskStatus.PENDING.value,
             "attempt": 0,
-            "run_at": now if run_at is None else sa.literal(run_at, UtcDateTime()),
+            "run_at": due,
             "result_json": None,
             "failure_reason": None,
             "manual_retry_allowed": True,

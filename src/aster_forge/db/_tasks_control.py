@@ -23,6 +23,9 @@ __all__ = ["TaskControlMixin"]
 _CANCELLED = TaskStatus.CANCELLED.value
 _ANCIENT = timedelta(days=365 * 1000)
 
+#: How many waiting tasks one :meth:`TaskControlMixin.stage_waiting_tasks` call clears.
+DEFAULT_STAGE_LIMIT = 1000
+
 
 class TaskControlMixin:
     """The operator-control half of :class:`~aster_forge.db.BackgroundTaskDbStore`."""
@@ -114,3 +117,41 @@ class TaskControlMixin:
         return await self._sql.run(
             "delete finished tasks", body, single_statement=self._sql.is_postgres
         )
+
+    async def stage_waiting_tasks(self, *, limit: int = DEFAULT_STAGE_LIMIT) -> int:
+        """Clear the ``waiting`` hint of up to ``limit`` tasks that came due; how many.
+
+        PostgreSQL only (elsewhere the hint stays false and this returns 0 without a
+        round trip): tasks written with a later ``run_at`` sit in the waiting index,
+        which claims also read, so this call is never needed for correctness. It moves
+        due ones, oldest ``run_at`` first, into the due index, where claims take them
+        in priority order without sorting. A :class:`~aster_forge.tasks.TaskWorker`
+        calls it about once a second.
+
+        Raises:
+            ValueError: When ``limit`` is below 1.
+        """
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        if not self._sql.is_postgres:
+            return 0
+        t = self._table
+
+        async def body(conn: AsyncConnection) -> int:
+            came_due = sa.and_(
+                t.c.status == TaskStatus.PENDING.value, t.c.waiting, t.c.run_at <= sa.func.now()
+            )
+            ids = (
+                sa.select(t.c.id)
+                .where(came_due)
+                .order_by(t.c.run_at, t.c.id)
+                .limit(limit)
+                .with_for_update(skip_locked=True)
+            )
+            # ``= ANY(ARRAY(...))``: the locking subquery runs once. As ``IN (...)`` the
+            # planner may run it again per row, each run locking (and clearing) others.
+            chosen = sa.func.any(sa.func.array(ids.scalar_subquery()))
+            stmt = sa.update(t).where(t.c.id == chosen, came_due).values(waiting=False)
+            return int((await conn.execute(stmt)).rowcount)
+
+        return await self._sql.run("stage waiting tasks", body, single_statement=True)

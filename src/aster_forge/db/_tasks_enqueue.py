@@ -464,18 +464,30 @@ class TaskEnqueueMixin:
             }
             row.update(task.extra)
             params.append(row)
+        waiting: dict[str, Any] = {}
         if self._sql.is_postgres:
             run_at_expr: Any = sa.func.coalesce(
                 sa.bindparam("p_run_at", type_=UtcDateTime()),
                 now.expr + sa.bindparam("p_delay", type_=sa.Interval()),
             )
+            # Not yet due (see background_tasks_table). Its own parameters: a parameter
+            # named twice in VALUES breaks SQLAlchemy's multi-row insert.
+            waiting["waiting"] = (
+                sa.func.coalesce(
+                    sa.bindparam("w_run_at", type_=UtcDateTime()),
+                    now.expr + sa.bindparam("w_delay", type_=sa.Interval()),
+                )
+                > now.expr
+            )
+            for row in params:
+                row["w_run_at"], row["w_delay"] = row["p_run_at"], row["p_delay"]
         else:
             run_at_expr = sa.bindparam("p_run_at", type_=UtcDateTime())
             for row in params:
                 del row["p_delay"]
         stmt = (
             sa.insert(t)
-            .values(run_at=run_at_expr, created_at=now.expr, updated_at=now.expr)
+            .values(run_at=run_at_expr, created_at=now.expr, updated_at=now.expr, **waiting)
             .returning(*self._cols, sort_by_parameter_order=self._sql.backend.value != "sqlite")
         )
         return stmt, params

@@ -45,9 +45,10 @@ _INPUT = (
     ("dedupe_key", "text", sa.Text()),
 )
 
+# ``waiting``: written true for a task not yet due (see ``background_tasks_table``).
 _COLUMNS = """INSERT INTO {t} (kind, lane, status, payload_json, steps_json, attempt, max_attempts,
                      run_at, priority, dedupe_key, manual_retry_allowed, cancel_requested,
-                     rescued, created_at, updated_at)"""
+                     rescued, created_at, updated_at, waiting)"""
 
 # Shared by both statements: a dedupe hit inserts nothing and is read back instead.
 _ON_CONFLICT = """
@@ -62,7 +63,7 @@ WITH v AS (
     {columns}
     SELECT kind, lane, '{pending}', payload_json, steps_json, 0, max_attempts,
            COALESCE(run_at, now() + delay), priority, dedupe_key, true, false, false,
-           now(), now()
+           now(), now(), COALESCE(run_at, now() + delay) > now()
     FROM v ORDER BY ord{on_conflict}{woke}
 SELECT true AS created, ins.* FROM ins{woke_join}
 UNION ALL
@@ -77,7 +78,8 @@ WITH ins AS (
     {columns}
     VALUES ($1::text, $2::text, '{pending}', $3::text, $4::text, 0, $5::integer,
             COALESCE($6::timestamptz, now() + $7::interval), $8::integer, $9::text,
-            true, false, false, now(), now()){on_conflict}{woke}
+            true, false, false, now(), now(),
+            COALESCE($6::timestamptz, now() + $7::interval) > now()){on_conflict}{woke}
 SELECT true AS created, ins.* FROM ins{woke_join}
 UNION ALL
 SELECT false AS created, {existing} FROM {t} AS e WHERE e.dedupe_key = $9::text
@@ -94,7 +96,8 @@ _UNKEYED_RETURNING = (
 _UNKEYED_SQL = """{columns}
     VALUES ($1::text, $2::text, '{pending}', $3::text, $4::text, 0, $5::integer,
             COALESCE($6::timestamptz, now() + $7::interval), $8::integer, NULL,
-            true, false, false, now(), now())
+            true, false, false, now(), now(),
+            COALESCE($6::timestamptz, now() + $7::interval) > now())
 {returning}{notify}"""
 
 _UNKEYED_MANY_SQL = """
@@ -102,7 +105,7 @@ WITH ins AS (
     {columns}
     SELECT kind, lane, '{pending}', payload_json, steps_json, 0, max_attempts,
            COALESCE(run_at, now() + delay, now()), COALESCE(priority, 0), NULL,
-           true, false, false, now(), now()
+           true, false, false, now(), now(), COALESCE(run_at, now() + delay, now()) > now()
     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::integer[],
                 $6::timestamptz[], $7::interval[], $8::integer[])
          WITH ORDINALITY AS v(kind, lane, payload_json, steps_json, max_attempts, run_at,

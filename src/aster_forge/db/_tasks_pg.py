@@ -33,6 +33,11 @@ _RESCUE_BATCH = 500
 #: server time). Larger claims share one statement with the limit as a parameter.
 LITERAL_LIMITS = 64
 
+# Due tasks come from two indexes: the due one, which leaves out rows written with a
+# later run_at (``waiting``), and the waiting one, for such rows that came due before
+# the worker's stager cleared their flag (see background_tasks_table). A table crowded
+# with tasks due later then costs the claim nothing: the due index no longer holds them.
+#
 # The final UPDATE names its targets twice: joined (for the claim flag) and as an id
 # array, which lets PostgreSQL reach the rows through the primary key. Joined only, the
 # planner scanned the whole table for a table of a few thousand rows (most of the
@@ -46,12 +51,19 @@ WITH exp AS (
     SELECT NOT EXISTS (SELECT 1 FROM {lanes} WHERE lane = :lane AND paused) AS open
 ), due AS (
     SELECT id, priority, run_at FROM {t}
-    WHERE lane = :lane AND status = 'pending' AND run_at <= now()
+    WHERE lane = :lane AND status = 'pending' AND NOT waiting AND run_at <= now()
+      AND (SELECT open FROM open_lane)
+    ORDER BY priority DESC, run_at, id LIMIT {limit} FOR UPDATE SKIP LOCKED
+), late AS (
+    SELECT id, priority, run_at FROM {t}
+    WHERE lane = :lane AND status = 'pending' AND waiting AND run_at <= now()
       AND (SELECT open FROM open_lane)
     ORDER BY priority DESC, run_at, id LIMIT {limit} FOR UPDATE SKIP LOCKED
 ), cand AS (
     SELECT c.id FROM (
         SELECT id, priority, run_at FROM due
+        UNION ALL
+        SELECT id, priority, run_at FROM late
         UNION ALL
         SELECT x.id, x.priority, x.run_at FROM {t} x JOIN exp ON x.id = exp.id
         WHERE NOT (x.cancel_requested OR x.attempt + 1 >= x.max_attempts)
@@ -83,6 +95,7 @@ UPDATE {t} AS t SET
     lease_expires_at = CASE WHEN target.claim THEN now() + :ttl ELSE NULL END,
     claimed_by = CASE WHEN target.claim THEN :owner ELSE t.claimed_by END,
     started_at = CASE WHEN target.claim THEN now() ELSE t.started_at END,
+    waiting = false,
     updated_at = now()
 FROM target
 WHERE t.id = target.id AND t.id = ANY(ARRAY(SELECT id FROM target))

@@ -61,6 +61,9 @@ CORE_COLUMNS = (
 )
 """The columns :class:`BackgroundTaskDbStore` reads and writes (in this order)."""
 
+# ``waiting`` is the store's own index hint, never part of a record.
+_RESERVED_COLUMNS = frozenset({*CORE_COLUMNS, "waiting"})
+
 
 def background_tasks_table(
     metadata: sa.MetaData, name: str = BACKGROUND_TASKS_TABLE, *extra_columns: sa.Column[Any]
@@ -74,14 +77,24 @@ def background_tasks_table(
     ``claimed_by``, ``dedupe_key`` (``UNIQUE NULL``), ``last_error``,
     ``failure_reason``, ``manual_retry_allowed``, ``cancel_requested``, ``rescued``,
     ``created_at``, ``updated_at``, ``started_at``, ``finished_at`` (aware UTC),
-    ``snooze_count``.
+    ``snooze_count``, and ``waiting`` (``NOT NULL DEFAULT false``; not part of a record).
+
+    ``waiting`` keeps tasks that are not yet due out of the index claims walk. On
+    PostgreSQL a write that makes a task pending with a ``run_at`` in the future (a
+    delayed enqueue, a retry, a snooze) sets it, a claim clears it, and the worker
+    clears it about once a second for tasks that came due. It is only a hint: claims
+    also take due tasks that still carry it, so no value of it can hide a task. On
+    SQLite and MariaDB it stays false.
 
     Indexes: ``ux_<name>_dedupe_key`` (unique; partial ``WHERE dedupe_key IS NOT NULL``
     on PostgreSQL and SQLite), ``ix_<name>_due`` on ``(lane, status,
-    priority DESC, run_at, id)`` (partial ``WHERE status = 'pending'`` on PostgreSQL and
-    SQLite) and ``ix_<name>_lease`` on ``(lane, status, lease_expires_at)`` (partial
-    ``WHERE status = 'running'``) and ``ix_<name>_finished`` on ``(status, finished_at)``
-    (partial ``WHERE finished_at IS NOT NULL``) for the retention job.
+    priority DESC, run_at, id)`` (partial ``WHERE status = 'pending'`` on SQLite,
+    ``WHERE status = 'pending' AND NOT waiting`` on PostgreSQL), ``ix_<name>_waiting``
+    on ``run_at`` (partial ``WHERE status = 'pending' AND waiting`` on PostgreSQL and
+    SQLite, where it stays empty), ``ix_<name>_lease`` on ``(lane, status,
+    lease_expires_at)`` (partial ``WHERE status = 'running'``) and ``ix_<name>_finished``
+    on ``(status, finished_at)`` (partial ``WHERE finished_at IS NOT NULL``) for the
+    retention job.
 
     The lane state table ``<name>_lanes`` (:func:`task_lanes_table`) is defined on the
     same ``metadata``: claims read it to skip paused lanes.
@@ -99,7 +112,7 @@ def background_tasks_table(
     existing = metadata.tables.get(name)
     if existing is not None:
         return existing
-    clash = [column.name for column in extra_columns if column.name in CORE_COLUMNS]
+    clash = [column.name for column in extra_columns if column.name in _RESERVED_COLUMNS]
     if clash:
         raise ValueError(f"extra columns reuse core background task columns: {clash}")
     key_len = MAX_TASK_KIND_LENGTH
@@ -131,6 +144,7 @@ def background_tasks_table(
         sa.Column("started_at", UtcDateTime(), nullable=True),
         sa.Column("finished_at", UtcDateTime(), nullable=True),
         sa.Column("snooze_count", sa.Integer(), nullable=False, server_default=sa.text("0")),
+        sa.Column("waiting", sa.Boolean(), nullable=False, server_default=sa.false()),
         *extra_columns,
         mysql_engine="InnoDB",
         mysql_charset="utf8mb4",
@@ -156,9 +170,14 @@ def background_tasks_table(
         table.c.priority.desc(),
         table.c.run_at,
         table.c.id,
-        postgresql_where=pending,
+        postgresql_where=sa.and_(pending, sa.not_(table.c.waiting)),
         sqlite_where=pending,
     )
+    # Claims on PostgreSQL read the tasks written not yet due through this index (they
+    # are kept out of the due one); empty on SQLite. Defined for every dialect, so that
+    # Alembic's autogenerate (which ignores ``ddl_if``) and ``create_all`` agree.
+    waiting = sa.and_(pending, table.c.waiting)
+    sa.Index(f"ix_{name}_waiting", table.c.run_at, postgresql_where=waiting, sqlite_where=waiting)
     sa.Index(
         f"ix_{name}_lease",
         table.c.lane,

@@ -36,6 +36,9 @@ logger = logging.getLogger("aster_forge.tasks.dispatch")
 
 StateT = TypeVar("StateT")
 _R = TypeVar("_R")
+
+#: How often a running worker asks its store to stage tasks that came due.
+STAGE_INTERVAL_SECONDS = 1.0
 TaskT = TypeVar("TaskT", bound=ClaimedTaskRecord[Any])
 
 
@@ -223,6 +226,11 @@ class TaskWorker(Generic[StateT]):
 
     def _attach(self, store: DispatchTaskStore[Any, Any]) -> None:
         self._store = store
+        # A store that keeps tasks not yet due out of its claim index moves those that
+        # came due back in (claims find them either way; this keeps them in order).
+        self._stage: Callable[[], Awaitable[int]] | None = getattr(
+            store, "stage_waiting_tasks", None
+        )
         # A store holding a pooled connection keeps it while tasks are in flight.
         self._keep_connection = getattr(store, "keep_connection", None)
         config = self.execution
@@ -289,7 +297,10 @@ class TaskWorker(Generic[StateT]):
 
         Each turn drains, then waits for a wake-up, the poll interval (base after work,
         growing on empty polls and on store errors, see :class:`DispatchPollConfig`) or
-        shutdown. On shutdown (or cancellation) nothing more is claimed and
+        shutdown. At most once a second (on ``clock``) a turn first calls the store's
+        ``stage_waiting_tasks`` when it has one (PostgreSQL: see
+        ``background_tasks_table``'s ``waiting``); a failure there is logged, and
+        claims still find every due task. On shutdown (or cancellation) nothing more is claimed and
         :meth:`shutdown` releases and awaits every execution.
 
         Args:
@@ -300,8 +311,14 @@ class TaskWorker(Generic[StateT]):
         clock = clock or self.execution.clock
         backoff = DispatchBackoff(poll or self._poll)
         self._callback_context = contextvars.copy_context()
+        staged_at: float | None = None
         try:
             while not shutdown_token.cancelled and not self.stopping:
+                if self._stage is not None and (
+                    staged_at is None or clock.monotonic() - staged_at >= STAGE_INTERVAL_SECONDS
+                ):
+                    staged_at = clock.monotonic()
+                    await self._stage_waiting()
                 try:
                     result = await self.drain()
                 except Exception as exc:
@@ -332,6 +349,19 @@ class TaskWorker(Generic[StateT]):
                 )
         finally:
             await self.shutdown()
+
+    async def _stage_waiting(self) -> None:
+        assert self._stage is not None
+        try:
+            await self._stage()
+        except Exception as exc:
+            logger.warning(
+                "moving tasks that came due into the claim index failed (%s); "
+                "claims still find them",
+                type(exc).__name__,
+                exc_info=exc,
+                extra={"dispatch_owner": self.owner},
+            )
 
     async def drain(self) -> DispatchDrainResult:
         """Claim round-robin over the lanes until nothing is due or every lane is full.

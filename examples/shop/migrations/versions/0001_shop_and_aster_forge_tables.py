@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises: 
-Create Date: 2026-12-01 11:24:20.200154
+Create Date: 2026-12-06 03:20:30.916888
 
 """
 from typing import Sequence, Union
@@ -48,15 +48,17 @@ def upgrade() -> None:
     sa.Column('started_at', aster_forge.db.UtcDateTime(), nullable=True),
     sa.Column('finished_at', aster_forge.db.UtcDateTime(), nullable=True),
     sa.Column('snooze_count', sa.Integer(), server_default=sa.text('0'), nullable=False),
+    sa.Column('waiting', sa.Boolean(), server_default=sa.text('false'), nullable=False),
     sa.PrimaryKeyConstraint('id'),
     mysql_charset='utf8mb4',
     mysql_collate='utf8mb4_bin',
     mysql_engine='InnoDB'
     )
-    op.create_index('ix_background_tasks_due', 'background_tasks', ['lane', 'status', sa.literal_column('priority DESC'), 'run_at', 'id'], unique=False, postgresql_where=sa.text("status = 'pending'"), sqlite_where=sa.text("status = 'pending'"))
+    op.create_index('ix_background_tasks_due', 'background_tasks', ['lane', 'status', sa.literal_column('priority DESC'), 'run_at', 'id'], unique=False, postgresql_where=sa.text("status = 'pending' AND NOT waiting"), sqlite_where=sa.text("status = 'pending'"))
     op.create_index('ix_background_tasks_finished', 'background_tasks', ['status', 'finished_at'], unique=False, postgresql_where=sa.text('finished_at IS NOT NULL'), sqlite_where=sa.text('finished_at IS NOT NULL'))
     op.create_index('ix_background_tasks_lease', 'background_tasks', ['lane', 'status', 'lease_expires_at'], unique=False, postgresql_where=sa.text("status = 'running'"), sqlite_where=sa.text("status = 'running'"))
-    op.create_index('ux_background_tasks_dedupe_key', 'background_tasks', ['dedupe_key'], unique=True)
+    op.create_index('ix_background_tasks_waiting', 'background_tasks', ['run_at'], unique=False, postgresql_where=sa.text("status = 'pending' AND waiting"), sqlite_where=sa.text("status = 'pending' AND waiting"))
+    op.create_index('ux_background_tasks_dedupe_key', 'background_tasks', ['dedupe_key'], unique=True, postgresql_where=sa.text('dedupe_key IS NOT NULL'), sqlite_where=sa.text('dedupe_key IS NOT NULL'))
     op.create_table('background_tasks_lanes',
     sa.Column('lane', sa.String(length=64), nullable=False),
     sa.Column('paused', sa.Boolean(), nullable=False),
@@ -123,9 +125,10 @@ def downgrade() -> None:
     op.drop_table('runtime_leases')
     op.drop_table('orders')
     op.drop_table('background_tasks_lanes')
-    op.drop_index('ux_background_tasks_dedupe_key', table_name='background_tasks')
+    op.drop_index('ux_background_tasks_dedupe_key', table_name='background_tasks', postgresql_where=sa.text('dedupe_key IS NOT NULL'), sqlite_where=sa.text('dedupe_key IS NOT NULL'))
+    op.drop_index('ix_background_tasks_waiting', table_name='background_tasks', postgresql_where=sa.text("status = 'pending' AND waiting"), sqlite_where=sa.text("status = 'pending' AND waiting"))
     op.drop_index('ix_background_tasks_lease', table_name='background_tasks', postgresql_where=sa.text("status = 'running'"), sqlite_where=sa.text("status = 'running'"))
     op.drop_index('ix_background_tasks_finished', table_name='background_tasks', postgresql_where=sa.text('finished_at IS NOT NULL'), sqlite_where=sa.text('finished_at IS NOT NULL'))
-    op.drop_index('ix_background_tasks_due', table_name='background_tasks', postgresql_where=sa.text("status = 'pending'"), sqlite_where=sa.text("status = 'pending'"))
+    op.drop_index('ix_background_tasks_due', table_name='background_tasks', postgresql_where=sa.text("status = 'pending' AND NOT waiting"), sqlite_where=sa.text("status = 'pending'"))
     op.drop_table('background_tasks')
     # ### end Alembic commands ###

@@ -1,0 +1,205 @@
+"""The ``waiting`` hint: tasks not yet due stay out of the index claims walk (PostgreSQL).
+
+Every write that makes a task pending with a later ``run_at`` sets it, a claim clears it,
+and ``stage_waiting_tasks`` clears it for tasks that came due. It is only a hint: claims
+also take due tasks still flagged, in the same priority order, on every backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from alembic.migration import MigrationContext
+from alembic.operations import Operations
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from aster_forge.db import (
+    BackgroundTaskDbStore,
+    alembic_add_background_task_waiting,
+    alembic_drop_background_task_waiting,
+    background_tasks_table,
+    create_background_tasks_table,
+)
+from aster_forge.tasks import NewTask
+
+from ._leases import lease_of
+
+_TTL = timedelta(minutes=10)
+_LATER = timedelta(hours=1)
+
+
+@pytest.fixture
+async def store(engine: AsyncEngine) -> AsyncIterator[BackgroundTaskDbStore]:
+    await create_background_tasks_table(engine)
+    yield BackgroundTaskDbStore(engine, notify=False)
+
+
+async def _waiting(engine: AsyncEngine) -> dict[int, bool]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(sa.text("SELECT id, waiting FROM background_tasks"))
+        return {int(row[0]): bool(row[1]) for row in rows}
+
+
+async def _came_due(engine: AsyncEngine, *ids: int) -> None:
+    """Move ``ids`` into the past as a clock would, leaving their flag as it is."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            sa.text("UPDATE background_tasks SET run_at = :past WHERE id IN :ids").bindparams(
+                sa.bindparam("ids", expanding=True)
+            ),
+            {"past": datetime(2000, 1, 1, tzinfo=UTC), "ids": list(ids)},
+        )
+
+
+def _is_postgres(engine: AsyncEngine) -> bool:
+    return engine.dialect.name == "postgresql"
+
+
+async def test_every_enqueue_path_flags_what_is_not_yet_due(
+    engine: AsyncEngine, store: BackgroundTaskDbStore
+) -> None:
+    now_ = (await store.enqueue(NewTask("k", "l"))).record.id
+    delayed = (await store.enqueue(NewTask("k", "l", delay=_LATER))).record.id
+    later = datetime.now(UTC) + _LATER
+    at = (await store.enqueue(NewTask("k", "l", run_at=later))).record.id
+    keyed = (await store.enqueue(NewTask("k", "l", delay=_LATER, dedupe_key="a"))).record.id
+    batch = [r.record.id for r in await store.enqueue_many([NewTask("k", "l", delay=_LATER)] * 2)]
+    async with engine.begin() as conn:
+        (inside,) = await store.enqueue_many([NewTask("k", "l", delay=_LATER)], connection=conn)
+    flags = await _waiting(engine)
+    flagged = {delayed, at, keyed, *batch, inside.record.id}
+    expected = _is_postgres(engine)  # SQLite and MariaDB keep the hint false
+    assert {i: flags[i] for i in flagged} == dict.fromkeys(flagged, expected)
+    assert flags[now_] is False
+
+
+async def test_a_product_column_enqueue_flags_too(engine: AsyncEngine) -> None:
+    # Tasks naming product columns take the portable insert, one or many per statement.
+    table = background_tasks_table(sa.MetaData(), "tasks_with_note", sa.Column("note", sa.Text))
+    async with engine.begin() as conn:
+        await conn.run_sync(table.metadata.create_all)
+    store = BackgroundTaskDbStore(engine, table=table, notify=False)
+    tasks = [NewTask("k", "l", delay=_LATER, extra={"note": "x"}), NewTask("k", "l")]
+    ids = [r.record.id for r in await store.enqueue_many(tasks)]
+    async with engine.connect() as conn:
+        found = await conn.execute(sa.select(table.c.id, table.c.waiting))
+        rows = {int(row[0]): bool(row[1]) for row in found}
+    assert [rows[i] for i in ids] == [_is_postgres(engine), False]
+
+
+async def test_a_flagged_task_that_came_due_is_claimed_in_priority_order(
+    engine: AsyncEngine, store: BackgroundTaskDbStore
+) -> None:
+    high = (await store.enqueue(NewTask("k", "l", delay=_LATER, priority=9))).record.id
+    low = (await store.enqueue(NewTask("k", "l", delay=_LATER, priority=1))).record.id
+    plain = (await store.enqueue(NewTask("k", "l", priority=5))).record.id
+    [claimed_plain] = await store.claim_due_for_lane("l", 10, "w", _TTL)
+    assert claimed_plain.id == plain, "tasks not yet due are not claimed"
+    assert await store.release_task_for_shutdown(lease_of(claimed_plain))
+    # The clock passes their run_at, nobody staged them: still claimed, by priority.
+    await _came_due(engine, high, low)
+    claimed = await store.claim_due_for_lane("l", 2, "w", _TTL)
+    assert [r.id for r in claimed] == [high, plain]
+    assert [r.id for r in await store.claim_due_for_lane("l", 2, "w", _TTL)] == [low]
+    assert not any((await _waiting(engine)).values()), "a claim clears the flag"
+
+
+async def test_a_paused_lane_keeps_its_flagged_tasks_that_came_due(
+    engine: AsyncEngine, store: BackgroundTaskDbStore
+) -> None:
+    task = (await store.enqueue(NewTask("k", "l", delay=_LATER))).record.id
+    await _came_due(engine, task)
+    await store.pause_lane("l")
+    assert await store.claim_due_for_lane("l", 5, "w", _TTL) == []
+    await store.resume_lane("l")
+    assert [r.id for r in await store.claim_due_for_lane("l", 5, "w", _TTL)] == [task]
+
+
+async def test_retry_snooze_and_operator_retry_flag_a_later_run_at(
+    engine: AsyncEngine, store: BackgroundTaskDbStore
+) -> None:
+    ids = [r.record.id for r in await store.enqueue_many([NewTask("k", "l")] * 4)]
+    first, second, third, fourth = await store.claim_due_for_lane("l", 4, "w", _TTL)
+    assert await store.mark_task_retry(
+        lease_of(first), delay=_LATER, error="e", steps_json=None, count_attempt=True
+    )
+    assert await store.mark_task_snoozed(lease_of(second), delay=_LATER, steps_json=None)
+    assert await store.mark_task_retry(
+        lease_of(third), delay=timedelta(0), error="e", steps_json=None, count_attempt=True
+    )
+    assert await store.mark_task_failed(
+        lease_of(fourth), error="e", steps_json=None, manual_retry=True
+    )
+    await store.retry_task(fourth.id, run_at=datetime.now(UTC) + _LATER)
+    flags = await _waiting(engine)
+    pg = _is_postgres(engine)
+    assert [flags[i] for i in ids] == [pg, pg, False, pg]
+    [again] = await store.claim_due_for_lane("l", 5, "w", _TTL)
+    assert again.id == third.id, "a retry due now is claimable at once"
+
+
+async def test_staging_clears_only_the_tasks_that_came_due(
+    engine: AsyncEngine, store: BackgroundTaskDbStore
+) -> None:
+    results = await store.enqueue_many([NewTask("k", "l", delay=_LATER)] * 5)
+    ids = [r.record.id for r in results]
+    await _came_due(engine, *ids[:3])
+    if not _is_postgres(engine):
+        assert await store.stage_waiting_tasks() == 0
+        return
+    assert await store.stage_waiting_tasks(limit=2) == 2
+    assert await store.stage_waiting_tasks() == 1
+    assert await store.stage_waiting_tasks() == 0
+    flags = await _waiting(engine)
+    assert [flags[i] for i in ids] == [False, False, False, True, True]
+    with pytest.raises(ValueError, match="limit"):
+        await store.stage_waiting_tasks(limit=0)
+
+
+async def test_an_extra_column_may_not_take_the_name(engine: AsyncEngine) -> None:
+    with pytest.raises(ValueError, match="waiting"):
+        background_tasks_table(sa.MetaData(), "t", sa.Column("waiting", sa.Integer))
+
+
+def _migrate(sync: sa.Connection, step: Any) -> None:
+    context = MigrationContext.configure(sync)
+    with Operations.context(context):
+        step(Operations(context))
+
+
+async def _indexes(engine: AsyncEngine) -> dict[str, str]:
+    async with engine.connect() as conn:
+        found = await conn.run_sync(lambda sync: sa.inspect(sync).get_indexes("background_tasks"))
+    return {str(i["name"]): str(i.get("dialect_options", {})) for i in found}
+
+
+async def test_an_older_table_is_upgraded_by_the_migration_helper(
+    engine: AsyncEngine, store: BackgroundTaskDbStore
+) -> None:
+    async with engine.begin() as conn:
+        await conn.run_sync(_migrate, alembic_drop_background_task_waiting)
+    assert "ix_background_tasks_waiting" not in await _indexes(engine)
+    if not _is_postgres(engine):
+        # SQLite and MariaDB never name the column: an older table keeps working.
+        await store.enqueue_many([NewTask("k", "l", delay=_LATER), NewTask("k", "l")])
+        [old] = await store.claim_due_for_lane("l", 5, "w", _TTL)
+        assert await store.mark_task_retry(
+            lease_of(old), delay=_LATER, error="e", steps_json=None, count_attempt=True
+        )
+        assert await store.stage_waiting_tasks() == 0
+        async with engine.begin() as conn:
+            await conn.execute(sa.text("DELETE FROM background_tasks"))
+    async with engine.begin() as conn:
+        await conn.run_sync(_migrate, alembic_add_background_task_waiting)
+    indexes = await _indexes(engine)
+    assert "ix_background_tasks_waiting" in indexes
+    if _is_postgres(engine):
+        assert "NOT waiting" in indexes["ix_background_tasks_due"]
+    task = (await store.enqueue(NewTask("k", "l", delay=_LATER))).record.id
+    await _came_due(engine, task)
+    [claimed] = await store.claim_due_for_lane("l", 5, "w", _TTL)
+    assert claimed.id == task
