@@ -341,8 +341,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 TASKS_PG,
-                "        UNION ALL\n        SELECT id, priority, run_at FROM late\n",
-                "",
+                '\n        SELECT id, priority, run_at FROM late\n        UNION ALL"""',
+                '"""',
             ),
         ),
         (WAITING,),

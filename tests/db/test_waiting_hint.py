@@ -1,8 +1,9 @@
 """The ``waiting`` hint: tasks not yet due stay out of the index claims walk (PostgreSQL).
 
 Every write that makes a task pending with a later ``run_at`` sets it, a claim clears it,
-and ``stage_waiting_tasks`` clears it for tasks that came due. It is only a hint: claims
-also take due tasks still flagged, in the same priority order, on every backend.
+and ``stage_waiting_tasks`` clears it for tasks that came due. It is only a hint: lane
+claims also take due tasks still flagged, in the same priority order, on every backend;
+the success statement's refill takes them once staged.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from aster_forge.db import (
     background_tasks_table,
     create_background_tasks_table,
 )
-from aster_forge.tasks import NewTask
+from aster_forge.tasks import NewTask, TaskCompletion
 
 from ._leases import lease_of
 
@@ -106,6 +107,26 @@ async def test_a_flagged_task_that_came_due_is_claimed_in_priority_order(
     assert [r.id for r in claimed] == [high, plain]
     assert [r.id for r in await store.claim_due_for_lane("l", 2, "w", _TTL)] == [low]
     assert not any((await _waiting(engine)).values()), "a claim clears the flag"
+
+
+async def test_a_refill_takes_flagged_tasks_once_they_are_staged(
+    engine: AsyncEngine, store: BackgroundTaskDbStore
+) -> None:
+    # The success-and-claim refills a busy worker's slots many times a second: it reads
+    # only the due index, and a flagged task reaches it once staged.
+    await store.enqueue_many([NewTask("k", "l", priority=5)] * 2)
+    late = (await store.enqueue(NewTask("k", "l", delay=_LATER))).record.id
+    await _came_due(engine, late)
+    first, second = await store.claim_due_for_lane("l", 2, "w", _TTL)
+    done = [TaskCompletion(lease_of(first), None, None)]
+    written, refilled = await store.mark_tasks_succeeded_and_claim(done, "l", 5, "w", _TTL)
+    assert written == [True]
+    if _is_postgres(engine):
+        assert refilled == []
+        assert await store.stage_waiting_tasks() == 1
+        done = [TaskCompletion(lease_of(second), None, None)]
+        written, refilled = await store.mark_tasks_succeeded_and_claim(done, "l", 5, "w", _TTL)
+    assert [r.id for r in refilled] == [late]
 
 
 async def test_a_paused_lane_keeps_its_flagged_tasks_that_came_due(

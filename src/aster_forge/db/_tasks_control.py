@@ -123,10 +123,10 @@ class TaskControlMixin:
 
         PostgreSQL only (elsewhere the hint stays false and this returns 0 without a
         round trip): tasks written with a later ``run_at`` sit in the waiting index,
-        which claims also read, so this call is never needed for correctness. It moves
-        due ones, oldest ``run_at`` first, into the due index, where claims take them
-        in priority order without sorting. A :class:`~aster_forge.tasks.TaskWorker`
-        calls it about once a second.
+        which lane claims also read, so this call is never needed for correctness. It
+        moves due ones, oldest ``run_at`` first, into the due index, where every claim
+        takes them (the success statement's refill reads only that index). A
+        :class:`~aster_forge.tasks.TaskWorker` calls it about once a second.
 
         Raises:
             ValueError: When ``limit`` is below 1.

@@ -33,11 +33,23 @@ _RESCUE_BATCH = 500
 #: server time). Larger claims share one statement with the limit as a parameter.
 LITERAL_LIMITS = 64
 
-# Due tasks come from two indexes: the due one, which leaves out rows written with a
-# later run_at (``waiting``), and the waiting one, for such rows that came due before
-# the worker's stager cleared their flag (see background_tasks_table). A table crowded
-# with tasks due later then costs the claim nothing: the due index no longer holds them.
+# Due tasks come from the due index, which leaves out rows written with a later run_at
+# (``waiting``, see background_tasks_table): a table crowded with tasks due later costs
+# the claim nothing. The lane claim also reads the waiting index (``_LATE``) for such
+# rows that came due before a worker's stager cleared their flag, so no flag hides a
+# task. The success-and-claim leaves that part out: it refills a busy worker's slots
+# many times a second, and the flagged rows reach it once staged (within a second).
 #
+_LATE = """, late AS (
+    SELECT id, priority, run_at FROM {t}
+    WHERE lane = :lane AND status = 'pending' AND waiting AND run_at <= now()
+      AND (SELECT open FROM open_lane)
+    ORDER BY priority DESC, run_at, id LIMIT {limit} FOR UPDATE SKIP LOCKED
+)"""
+_LATE_UNION = """
+        SELECT id, priority, run_at FROM late
+        UNION ALL"""
+
 # The final UPDATE names its targets twice: joined (for the claim flag) and as an id
 # array, which lets PostgreSQL reach the rows through the primary key. Joined only, the
 # planner scanned the whole table for a table of a few thousand rows (most of the
@@ -54,17 +66,10 @@ WITH exp AS (
     WHERE lane = :lane AND status = 'pending' AND NOT waiting AND run_at <= now()
       AND (SELECT open FROM open_lane)
     ORDER BY priority DESC, run_at, id LIMIT {limit} FOR UPDATE SKIP LOCKED
-), late AS (
-    SELECT id, priority, run_at FROM {t}
-    WHERE lane = :lane AND status = 'pending' AND waiting AND run_at <= now()
-      AND (SELECT open FROM open_lane)
-    ORDER BY priority DESC, run_at, id LIMIT {limit} FOR UPDATE SKIP LOCKED
-), cand AS (
+){late}, cand AS (
     SELECT c.id FROM (
         SELECT id, priority, run_at FROM due
-        UNION ALL
-        SELECT id, priority, run_at FROM late
-        UNION ALL
+        UNION ALL{late_union}
         SELECT x.id, x.priority, x.run_at FROM {t} x JOIN exp ON x.id = exp.id
         WHERE NOT (x.cancel_requested OR x.attempt + 1 >= x.max_attempts)
           AND (SELECT open FROM open_lane)
@@ -168,6 +173,7 @@ class PgTaskStatements:
             for name in CORE_COLUMNS
         ]
         names = {"t": quote(table), "running": TaskStatus.RUNNING.value}
+        self._table_sql = quote(table)
         self._claim_sql = functools.partial(
             _CLAIM.format,
             **names,
@@ -235,7 +241,9 @@ class PgTaskStatements:
         key = limit_key(limit)
         statement = self._claims.get(key)
         if statement is None:
-            sql = self._claim_sql(exclude="", limit=_limit_sql(key))
+            limit_sql = _limit_sql(key)
+            late = _LATE.format(t=self._table_sql, limit=limit_sql)
+            sql = self._claim_sql(exclude="", limit=limit_sql, late=late, late_union=_LATE_UNION)
             statement = self._claims[key] = (
                 sa.text(sql).bindparams(*_claim_params(key)).columns(*self._cols)
             )
@@ -246,7 +254,9 @@ class PgTaskStatements:
         key = limit_key(limit)
         statement = self._succeed_and_claims.get(key)
         if statement is None:
-            claim = self._claim_sql(exclude=_NOT_DONE, limit=_limit_sql(key))
+            claim = self._claim_sql(
+                exclude=_NOT_DONE, limit=_limit_sql(key), late="", late_union=""
+            )
             statement = self._succeed_and_claims[key] = (
                 sa.text(_succeed_and_claim_sql(self._done_sql, claim))
                 .bindparams(

@@ -82,9 +82,10 @@ def background_tasks_table(
     ``waiting`` keeps tasks that are not yet due out of the index claims walk. On
     PostgreSQL a write that makes a task pending with a ``run_at`` in the future (a
     delayed enqueue, a retry, a snooze) sets it, a claim clears it, and the worker
-    clears it about once a second for tasks that came due. It is only a hint: claims
-    also take due tasks that still carry it, so no value of it can hide a task. On
-    SQLite and MariaDB it stays false.
+    clears it about once a second for tasks that came due. It is only a hint: lane
+    claims also take due tasks that still carry it, so no value of it can hide a task
+    (the success statement's refill takes them once cleared). On SQLite and MariaDB it
+    stays false.
 
     Indexes: ``ux_<name>_dedupe_key`` (unique; partial ``WHERE dedupe_key IS NOT NULL``
     on PostgreSQL and SQLite), ``ix_<name>_due`` on ``(lane, status,
