@@ -1,4 +1,4 @@
-"""Helpers shared by the database tests (tables, clocks, cleanup)."""
+"""Helpers shared by the database tests (tables, clocks, cleanup, migration steps)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 import sqlalchemy as sa
+from alembic.migration import MigrationContext
+from alembic.operations import Operations
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aster_forge.db import runtime_leases_table, scheduled_tasks_table
@@ -41,3 +43,10 @@ async def drop_tables(engine: AsyncEngine) -> None:
     scheduled_tasks_table(metadata)
     async with engine.begin() as conn:
         await conn.run_sync(metadata.drop_all)
+
+
+def migrate(sync: sa.Connection, step: Callable[[Operations], None]) -> None:
+    """Run one Alembic helper (``step(op)``) on ``sync`` (use with ``conn.run_sync``)."""
+    context = MigrationContext.configure(sync)
+    with Operations.context(context):
+        step(Operations(context))

@@ -7,8 +7,6 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from alembic.migration import MigrationContext
-from alembic.operations import Operations
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aster_forge.db import (
@@ -21,13 +19,9 @@ from aster_forge.db import (
 from aster_forge.db._tasks_enqueue_pg import PgEnqueueStatement
 from aster_forge.tasks import NewTask
 
+from ._support import migrate
+
 _INDEX = "ux_background_tasks_dedupe_key"
-
-
-def _migrate(sync: sa.Connection, step: Any) -> None:
-    context = MigrationContext.configure(sync)
-    with Operations.context(context):
-        step(Operations(context))
 
 
 async def _key_index(engine: AsyncEngine) -> dict[str, Any]:
@@ -77,12 +71,12 @@ async def test_the_key_index_is_partial_and_an_older_full_one_still_dedupes(
 
     # A table made before the index was partial: the store works on it unchanged.
     async with engine.begin() as conn:
-        await conn.run_sync(_migrate, alembic_full_dedupe_index)
+        await conn.run_sync(migrate, alembic_full_dedupe_index)
     assert _predicate(await _key_index(engine)) is None
     await _dedupes(BackgroundTaskDbStore(engine), "full")
 
     async with engine.begin() as conn:
-        await conn.run_sync(_migrate, alembic_partial_dedupe_index)
+        await conn.run_sync(migrate, alembic_partial_dedupe_index)
     upgraded = await _key_index(engine)
     assert upgraded["unique"]
     assert (_predicate(upgraded) is None) == (backend == "mysql")

@@ -7,8 +7,6 @@ from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
-from alembic.migration import MigrationContext
-from alembic.operations import Operations
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aster_forge.db import (
@@ -29,14 +27,9 @@ from aster_forge.tasks import (
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 
 from ._leases import lease_of
+from ._support import migrate
 
 _LONG = timedelta(minutes=10)
-
-
-def _migrate(engine_conn: sa.Connection, step: object) -> None:
-    context = MigrationContext.configure(engine_conn)
-    with Operations.context(context):
-        step(Operations(context))  # type: ignore[operator]
 
 
 async def _columns(engine: AsyncEngine, table: str) -> set[str]:
@@ -50,13 +43,13 @@ async def _columns(engine: AsyncEngine, table: str) -> set[str]:
 async def test_older_table_is_upgraded_by_the_migration_helper(engine: AsyncEngine) -> None:
     await create_background_tasks_table(engine)
     async with engine.begin() as conn:
-        await conn.run_sync(_migrate, alembic_drop_background_task_controls)
+        await conn.run_sync(migrate, alembic_drop_background_task_controls)
     assert "snooze_count" not in await _columns(engine, "background_tasks")
     async with engine.connect() as conn:
         tables = await conn.run_sync(lambda sync: sa.inspect(sync).get_table_names())
     assert "background_tasks_lanes" not in tables, "the downgrade drops the lane table"
     async with engine.begin() as conn:
-        await conn.run_sync(_migrate, alembic_add_background_task_controls)
+        await conn.run_sync(migrate, alembic_add_background_task_controls)
     assert "snooze_count" in await _columns(engine, "background_tasks")
     store = BackgroundTaskDbStore(engine, clock=ManualClock())
     await store.enqueue(NewTask("k", "media"))

@@ -10,12 +10,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from alembic.migration import MigrationContext
-from alembic.operations import Operations
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aster_forge.db import (
@@ -28,6 +25,7 @@ from aster_forge.db import (
 from aster_forge.tasks import NewTask, TaskCompletion
 
 from ._leases import lease_of
+from ._support import migrate
 
 _TTL = timedelta(minutes=10)
 _LATER = timedelta(hours=1)
@@ -186,12 +184,6 @@ async def test_an_extra_column_may_not_take_the_name(engine: AsyncEngine) -> Non
         background_tasks_table(sa.MetaData(), "t", sa.Column("waiting", sa.Integer))
 
 
-def _migrate(sync: sa.Connection, step: Any) -> None:
-    context = MigrationContext.configure(sync)
-    with Operations.context(context):
-        step(Operations(context))
-
-
 async def _indexes(engine: AsyncEngine) -> dict[str, str]:
     async with engine.connect() as conn:
         found = await conn.run_sync(lambda sync: sa.inspect(sync).get_indexes("background_tasks"))
@@ -202,7 +194,7 @@ async def test_an_older_table_is_upgraded_by_the_migration_helper(
     engine: AsyncEngine, store: BackgroundTaskDbStore
 ) -> None:
     async with engine.begin() as conn:
-        await conn.run_sync(_migrate, alembic_drop_background_task_waiting)
+        await conn.run_sync(migrate, alembic_drop_background_task_waiting)
     assert "ix_background_tasks_waiting" not in await _indexes(engine)
     if not _is_postgres(engine):
         # SQLite and MariaDB never name the column: an older table keeps working.
@@ -215,7 +207,7 @@ async def test_an_older_table_is_upgraded_by_the_migration_helper(
         async with engine.begin() as conn:
             await conn.execute(sa.text("DELETE FROM background_tasks"))
     async with engine.begin() as conn:
-        await conn.run_sync(_migrate, alembic_add_background_task_waiting)
+        await conn.run_sync(migrate, alembic_add_background_task_waiting)
     indexes = await _indexes(engine)
     assert "ix_background_tasks_waiting" in indexes
     if _is_postgres(engine):
