@@ -128,17 +128,19 @@ def _bounded(node: dict[str, Any]) -> bool:
         # table changed): the planner expects almost no running rows, and a scan of
         # every running one looked cheapest.
         pytest.param(False, id="statistics-stale"),
+        # A new table autovacuum has not analyzed yet: the planner's defaults.
+        pytest.param(None, id="statistics-none"),
     ],
 )
 async def test_the_hot_statements_find_their_rows_by_id_or_lane(
-    postgres_url: str, analyzed_while_running: bool
+    postgres_url: str, analyzed_while_running: bool | None
 ) -> None:
     async with pg_engine(postgres_url) as engine:
         store = _store(engine, driver=True)
         runner = store._pg_run
         assert runner is not None
         await store.enqueue_many([NewTask("k", "l") for _ in range(5000)])
-        if not analyzed_while_running:
+        if analyzed_while_running is False:
             async with engine.begin() as conn:
                 await conn.execute(sa.text("ANALYZE background_tasks"))
         # Another worker's 2,000 running tasks: a write must not read them all.
@@ -230,3 +232,34 @@ async def test_tasks_due_later_cost_the_claim_nothing(postgres_url: str) -> None
             await conn.execute(sa.text("ANALYZE background_tasks"))
         unflagged = await _due_index_blocks(engine, runner)
         assert flagged <= 3 < unflagged, (flagged, unflagged)
+
+
+async def test_a_success_write_reads_its_rows_by_id_beside_many_running(
+    postgres_url: str,
+) -> None:
+    # Statistics read before 2,000 tasks ran: a plan that hashed every running row for
+    # each batched success cost 1.1 ms for 10 tasks, against 0.3 ms through the ids.
+    async with pg_engine(postgres_url) as engine:
+        store = _store(engine, driver=True)
+        runner = store._pg_run
+        assert runner is not None
+        await store.enqueue_many([NewTask("k", "l") for _ in range(20000)])
+        async with engine.begin() as conn:
+            await conn.execute(sa.text("ANALYZE background_tasks"))
+        await store.claim_due_for_lane("l", 2000, "other", _TTL)
+        claimed = await store.claim_due_for_lane("l", 10, "w", _TTL)
+        done = [TaskCompletion(lease_of(record), None, None) for record in claimed]
+        statement = runner._succeed_many[1]
+        async with engine.connect() as conn:
+            driver: Any = (await conn.get_raw_connection()).driver_connection
+            await driver.execute("SET plan_cache_mode = force_generic_plan")
+            prepared = await driver.prepare(f"EXPLAIN (FORMAT JSON) {statement.sql}")
+            explained = await prepared.fetchval(*statement.arguments(success_params(done)))
+        plan = json.loads(explained) if isinstance(explained, str) else explained
+        scans = [
+            node
+            for node in _nodes(plan[0]["Plan"])
+            if node.get("Relation Name") == "background_tasks"
+            and node["Node Type"] != "ModifyTable"
+        ]
+        assert scans and all(_bounded(node) for node in scans), scans

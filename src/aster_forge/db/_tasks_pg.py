@@ -201,9 +201,15 @@ class PgTaskStatements:
             .table_valued("id", "token", "result_json", "steps_json")
             .render_derived(name="v")
         )
+        # As in ``_DONE``: the ids as an array too, and the status against a scalar
+        # subquery, so the plan reaches the rows by primary key instead of hashing every
+        # running row (a stale plan did that: 1.1 ms for 10 tasks beside 2,000 running).
+        ids = sa.bindparam("ids", type_=postgresql.ARRAY(sa.BigInteger()))
         self.succeed_many = (
             sa.update(t)
-            .where(t.c.id == done.c.id, t.c.processing_token == done.c.token, t.c.status == running)
+            .where(t.c.id == done.c.id, t.c.processing_token == done.c.token)
+            .where(t.c.id == sa.func.any(ids))
+            .where(t.c.status == sa.select(sa.literal(running)).scalar_subquery())
             .values(
                 status=TaskStatus.SUCCEEDED.value,
                 result_json=done.c.result_json,
