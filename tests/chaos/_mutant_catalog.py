@@ -118,9 +118,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 TASKS_PG,
-                ".where(t.c.id == done.c.id, t.c.processing_token == done.c.token, "
-                "t.c.status == running)",
-                ".where(t.c.id == done.c.id, t.c.status == running)",
+                ".where(t.c.id == done.c.id, t.c.processing_token == done.c.token)",
+                ".where(t.c.id == done.c.id)",
             ),
         ),
         (STALE_BATCHED, TASK_BATCHED, TASK_CONFORMANCE),
