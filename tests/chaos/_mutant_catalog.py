@@ -118,8 +118,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 TASKS_PG,
-                ".where(t.c.id == done.c.id, t.c.processing_token == done.c.token)",
-                ".where(t.c.id == done.c.id)",
+                ".where(t.c.id == done.c.id, t.c.processing_token == done.c.token, *running_by_id)",
+                ".where(t.c.id == done.c.id, *running_by_id)",
             ),
         ),
         (STALE_BATCHED, TASK_BATCHED, TASK_CONFORMANCE),
@@ -190,8 +190,9 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 TASKS_PG,
-                ".where(t.c.id == leases.c.id, t.c.processing_token == leases.c.token)",
-                ".where(t.c.id == leases.c.id)",
+                ".where(t.c.id == leases.c.id, t.c.processing_token == leases.c.token, "
+                "*running_by_id)",
+                ".where(t.c.id == leases.c.id, *running_by_id)",
             ),
             Edit(
                 TASKS_PG,
