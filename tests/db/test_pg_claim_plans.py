@@ -120,6 +120,16 @@ def _bounded(node: dict[str, Any]) -> bool:
     return "id = " in condition or "(lane)" in condition or (waiting and "run_at <=" in condition)
 
 
+def _assert_bounded_scans(name: str, plan: Any) -> None:
+    """Every read of the task table in ``plan`` (EXPLAIN JSON) finds rows by id or lane."""
+    scans = [
+        node
+        for node in _nodes(plan[0]["Plan"])
+        if node.get("Relation Name") == "background_tasks" and node["Node Type"] != "ModifyTable"
+    ]
+    assert scans and all(_bounded(node) for node in scans), (name, scans)
+
+
 @pytest.mark.parametrize(
     "analyzed_while_running",
     [
@@ -270,10 +280,4 @@ async def test_the_batched_writes_read_their_rows_by_id_beside_many_running(
                 prepared = await driver.prepare(f"EXPLAIN (FORMAT JSON) {statement.sql}")
                 explained = await prepared.fetchval(*statement.arguments(params))
                 plan = json.loads(explained) if isinstance(explained, str) else explained
-                scans = [
-                    node
-                    for node in _nodes(plan[0]["Plan"])
-                    if node.get("Relation Name") == "background_tasks"
-                    and node["Node Type"] != "ModifyTable"
-                ]
-                assert scans and all(_bounded(node) for node in scans), (name, scans)
+                _assert_bounded_scans(name, plan)

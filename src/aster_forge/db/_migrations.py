@@ -278,8 +278,9 @@ def alembic_add_background_task_waiting(
     where claims look today). On PostgreSQL it also builds the due index again as
     ``WHERE status = 'pending' AND NOT waiting``. Everywhere it adds
     ``ix_<name>_waiting`` (empty on SQLite; a plain index on MariaDB, which has no
-    partial ones). Run it when a short write pause on the table is acceptable. Rows already waiting
-    for a later ``run_at`` keep the flag false; they are claimed as before.
+    partial ones). Run it when a short write pause on the table is acceptable. Rows
+    already waiting for a later ``run_at`` keep the flag false; they are claimed as
+    before.
 
     Args:
         op: Alembic's ``Operations`` (default: ``alembic.op``).

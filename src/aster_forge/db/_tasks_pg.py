@@ -39,7 +39,6 @@ LITERAL_LIMITS = 64
 # rows that came due before a worker's stager cleared their flag, so no flag hides a
 # task. The success-and-claim leaves that part out: it refills a busy worker's slots
 # many times a second, and the flagged rows reach it once staged (within a second).
-#
 _LATE = """, late AS (
     SELECT id, priority, run_at FROM {t}
     WHERE lane = :lane AND status = 'pending' AND waiting AND run_at <= now()
@@ -173,7 +172,7 @@ class PgTaskStatements:
             for name in CORE_COLUMNS
         ]
         names = {"t": quote(table), "running": TaskStatus.RUNNING.value}
-        self._table_sql = quote(table)
+        self._table_sql = names["t"]
         self._claim_sql = functools.partial(
             _CLAIM.format,
             **names,
