@@ -46,6 +46,8 @@ POLL = DispatchPollConfig(
     base_interval=timedelta(milliseconds=50), max_interval=timedelta(milliseconds=500)
 )
 ENQUEUE_CHUNK = 5000
+#: The lane limit of an "uncapped" worker: more than any benchmark enqueues.
+UNCAPPED = 1_000_000
 
 
 class Kind(enum.StrEnum):
@@ -182,13 +184,28 @@ async def fill(url: str, count: int, kind: Kind = Kind.NOOP) -> tuple[list[int],
 
 
 def dispatcher(
-    state: State, concurrency: int, token: CancellationToken, **options: Any
+    state: State,
+    concurrency: int,
+    token: CancellationToken,
+    *,
+    uncapped: bool = False,
+    **options: Any,
 ) -> TaskDispatcher[State]:
-    """A one-lane dispatcher running the benchmark registry."""
+    """A one-lane dispatcher running the benchmark registry.
+
+    ``concurrency`` is the lane's ``max_concurrency`` (a hard cap on running tasks); with
+    ``uncapped`` it is the lane's ``claim_batch`` instead and the lane has no practical
+    cap: pgqueuer's default shape (``batch_size=C``, no ``concurrency_limit``).
+    """
     config = ClaimedTaskExecutionConfig(
         state=state, registry=REGISTRY, lease_ttl=timedelta(seconds=30), shutdown_token=token
     )
-    return TaskDispatcher([TaskLaneConfig(Lane.DEFAULT, concurrency)], config, **options)
+    lane = (
+        TaskLaneConfig(Lane.DEFAULT, UNCAPPED, claim_batch=concurrency)
+        if uncapped
+        else TaskLaneConfig(Lane.DEFAULT, concurrency)
+    )
+    return TaskDispatcher([lane], config, **options)
 
 
 @dataclass
@@ -199,6 +216,7 @@ class Server:
     concurrency: int
     state: State = field(default_factory=State)
     count_round_trips: bool = False
+    uncapped: bool = False
     token: CancellationToken = field(default_factory=CancellationToken)
     dispatcher: TaskDispatcher[State] | None = None
     round_trips: RoundTrips | None = None
@@ -211,7 +229,9 @@ class Server:
         # its time at concurrency 10): only the runs that report round trips pay it.
         self.round_trips = RoundTrips(engine) if self.count_round_trips else None
         store = BackgroundTaskDbStore(engine)
-        dispatcher_ = self.dispatcher = dispatcher(self.state, self.concurrency, self.token)
+        dispatcher_ = self.dispatcher = dispatcher(
+            self.state, self.concurrency, self.token, uncapped=self.uncapped
+        )
         try:
             async with engine.connect():
                 pass  # warm the pool: connection setup is not part of the figure
@@ -289,15 +309,18 @@ async def burn_down(
     kind: Kind = Kind.NOOP,
     profile: Any = None,
     count_round_trips: bool = False,
+    uncapped: bool = False,
 ) -> BurnDown:
     """Scenario (a)/(e): one process drains ``count`` pre-enqueued tasks.
 
     With ``count_round_trips`` the statements are counted (:class:`RoundTrips`), which
-    slows the client a little; the figure then has ``round_trips_per_task``.
+    slows the client a little; the figure then has ``round_trips_per_task``. With
+    ``uncapped``, ``concurrency`` sizes each claim and does not cap the lane (see
+    :func:`dispatcher`).
     """
     ids, _ = await fill(url, count, kind)
     go = asyncio.Event()
-    server = Server(url, concurrency, count_round_trips=count_round_trips)
+    server = Server(url, concurrency, count_round_trips=count_round_trips, uncapped=uncapped)
     serving = await server.start(go)
     if profile is not None:
         profile.start()

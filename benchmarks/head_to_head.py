@@ -10,10 +10,14 @@ fresh process:
   ``concurrency_limit``: what its users run), on asyncio's loop and on uvloop (its
   ``pgq run`` command runs workers on uvloop, a dependency of pgqueuer on Linux);
 - pgqueuer capped (``concurrency_limit=C``, the hard limit a lane's
-  ``max_concurrency`` gives), on asyncio's loop.
+  ``max_concurrency`` gives), on asyncio's loop;
+- aster-forge in pgqueuer's default shape: each claim takes at most C tasks
+  (``claim_batch=C``) and the lane has no practical cap, on asyncio's loop.
 
-The ratios compare like with like: aster-forge on asyncio against pgqueuer on asyncio
-(default and capped), and both on uvloop. Interleaving the systems makes their ratio
+The ratios compare like with like: aster-forge capped at C (a lane's
+``max_concurrency``, the first column) against pgqueuer on asyncio (its default, which
+has no cap: the strictest comparison; and capped), both on uvloop, and both in
+pgqueuer's default shape (C tasks per claim, no cap). Interleaving the systems makes their ratio
 meaningful on a shared machine; the load average is printed before and after. SQLite
 (aster-forge only, asyncio) runs last at the same concurrencies.
 
@@ -46,12 +50,14 @@ SYSTEMS = (
     "pgqueuer (default)",
     "pgqueuer (default) on uvloop, as `pgq run`",
     "pgqueuer (concurrency_limit=C)",
+    "aster-forge, claim_batch=C, no cap",
 )
 # (ours, theirs, column): each ratio compares runs on the same event loop.
 RATIOS = (
     (SYSTEMS[0], SYSTEMS[2], "vs default"),
     (SYSTEMS[1], SYSTEMS[3], "on uvloop: vs default on uvloop"),
     (SYSTEMS[0], SYSTEMS[4], "vs capped"),
+    (SYSTEMS[5], SYSTEMS[2], "no cap: vs default"),
 )
 
 # One burn-down of aster-forge in a process of its own, on the chosen event loop.
@@ -59,21 +65,24 @@ _CHILD = """
 import asyncio, json, sys
 from benchmarks import _aster
 
-async def main(url: str, count: int, concurrency: int) -> None:
-    result = await _aster.burn_down(url, count, concurrency)
+async def main(url: str, count: int, concurrency: int, uncapped: bool) -> None:
+    result = await _aster.burn_down(url, count, concurrency, uncapped=uncapped)
     print(json.dumps({"rate": result.rate}))
 
 url, count, concurrency, loop = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+uncapped = sys.argv[5] == "uncapped"
 if loop == "uvloop":
     import uvloop
 
-    uvloop.run(main(url, count, concurrency))
+    uvloop.run(main(url, count, concurrency, uncapped))
 else:
-    asyncio.run(main(url, count, concurrency))
+    asyncio.run(main(url, count, concurrency, uncapped))
 """
 
 
-async def _aster_rate(url: str, count: int, concurrency: int, loop: str) -> float:
+async def _aster_rate(
+    url: str, count: int, concurrency: int, loop: str, *, uncapped: bool = False
+) -> float:
     result = await json_of_process(
         sys.executable,
         "-c",
@@ -82,6 +91,7 @@ async def _aster_rate(url: str, count: int, concurrency: int, loop: str) -> floa
         str(count),
         str(concurrency),
         loop,
+        "uncapped" if uncapped else "capped",
         what="aster-forge burn-down",
         cwd=HERE,
     )
@@ -93,9 +103,10 @@ async def _round(url: str, count: int, concurrency: int) -> dict[str, float]:
         SYSTEMS[0]: await _aster_rate(url, count, concurrency, "asyncio"),
         SYSTEMS[1]: await _aster_rate(url, count, concurrency, "uvloop"),
     }
-    for label, scenario in zip(SYSTEMS[2:], ("burn", "burn-uvloop", "burn-capped"), strict=True):
+    for label, scenario in zip(SYSTEMS[2:5], ("burn", "burn-uvloop", "burn-capped"), strict=True):
         result = await _peers.run_peer("pgqueuer", scenario, url, count, concurrency)
         rates[label] = float(result["rate"])
+    rates[SYSTEMS[5]] = await _aster_rate(url, count, concurrency, "asyncio", uncapped=True)
     return rates
 
 
