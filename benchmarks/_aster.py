@@ -169,18 +169,27 @@ async def fill(url: str, count: int, kind: Kind = Kind.NOOP) -> tuple[list[int],
         store = BackgroundTaskDbStore(engine, notify=False)
         steps = REGISTRY.spec_for(kind).initial_steps_json()
         ids: list[int] = []
+        async with engine.connect():
+            pass  # the pool is open before the timing, as the peers' connections are
         started = time.perf_counter()
         for start in range(0, count, ENQUEUE_CHUNK):
             batch = [
                 NewTask(kind, Lane.DEFAULT, payload_json=str(n), steps_json=steps)
                 for n in range(start, min(start + ENQUEUE_CHUNK, count))
             ]
-            ids.extend(result.record.id for result in await store.enqueue_many(batch))
+            # The ids, as pgqueuer's enqueue returns them (no record is built).
+            ids.extend(_task_id(result) for result in await store.enqueue_many(batch))
         elapsed = time.perf_counter() - started
     finally:
         await engine.dispose()
     await analyze(url)
     return ids, count / elapsed if elapsed > 0 else float("inf")
+
+
+def _task_id(result: Any) -> int:
+    """The enqueued task's id (``record.id`` on trees older than ``task_id``)."""
+    task_id = getattr(result, "task_id", None)
+    return int(result.record.id if task_id is None else task_id)
 
 
 def dispatcher(

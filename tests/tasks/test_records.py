@@ -64,6 +64,25 @@ def test_a_deferred_enqueue_result_builds_its_record_once_and_equals_the_eager_o
         del deferred.created
 
 
+def test_task_id_reads_the_id_without_building_a_deferred_record() -> None:
+    built: list[BackgroundTaskRecord] = []
+
+    def build() -> BackgroundTaskRecord:
+        record = BackgroundTaskRecord.from_values(VALUES)
+        built.append(record)
+        return record
+
+    told = EnqueueResult.deferred(build, True, task_id=7)
+    assert told.task_id == 7
+    assert built == [], "the id the store gave is read without the record"
+    assert told.record.id == told.task_id and len(built) == 1
+    # A store that gives no id: the record is built to read it, once.
+    untold = EnqueueResult.deferred(build, True)
+    assert untold.task_id == 7 and untold.task_id == 7 and len(built) == 2
+    assert EnqueueResult(BackgroundTaskRecord(*VALUES), False).task_id == 7
+    assert pickle.loads(pickle.dumps(told)).task_id == 7
+
+
 def test_an_unread_deferred_result_pickles_and_copies_as_its_record() -> None:
     # What would build the record (a driver row) is never pickled or shared.
     deferred = EnqueueResult.deferred(lambda: BackgroundTaskRecord(*VALUES), False)

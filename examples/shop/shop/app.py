@@ -20,4 +20,4 @@ async def place_order(order: OrderIn, idempotency_key: str | None = Header(None)
         Confirmation(order_id=order_id, email=order.email),
         dedupe_key=f"order:{idempotency_key}" if idempotency_key else None,
     )
-    return {"order_id": order_id, "task_id": task.record.id}
+    return {"order_id": order_id, "task_id": task.task_id}

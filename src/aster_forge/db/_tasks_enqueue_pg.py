@@ -265,7 +265,8 @@ class PgEnqueueStatement:
         stamps = UtcStamps()
         deferred = EnqueueResult.deferred
         return [
-            deferred(functools.partial(_unkeyed_record, task, row, stamps), True)  # created
+            # created; the id is the row's first column, read without the record
+            deferred(functools.partial(_unkeyed_record, task, row, stamps), True, task_id=row[0])
             for task, row in zip(tasks, rows, strict=True)
         ]
 
@@ -278,8 +279,9 @@ class PgEnqueueStatement:
         """
         if len(rows) != 1:
             raise _row_count_error(len(rows), 1)
-        build = functools.partial(_unkeyed_record, task, rows[0], UtcStamps())
-        return EnqueueResult.deferred(build, True)
+        row = rows[0]
+        build = functools.partial(_unkeyed_record, task, row, UtcStamps())
+        return EnqueueResult.deferred(build, True, task_id=row[0])
 
     @staticmethod
     def _values(task: NewTask) -> list[Any]:

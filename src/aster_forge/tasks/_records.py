@@ -440,41 +440,63 @@ class EnqueueResult:
     """What an enqueue returned: an immutable value, equal by its record and flag.
 
     A store may leave the record to be built when it is first read
-    (:meth:`deferred`): a caller that only enqueues pays no decoding for it. Read, it is
-    the same record either way.
+    (:meth:`deferred`): a caller that only enqueues, or reads only :attr:`task_id`, pays
+    no decoding for it. Read, it is the same record either way.
 
     Args:
         record: The stored row (the existing one on a dedupe hit).
         created: ``False`` when the dedupe key matched an existing row.
     """
 
-    __slots__ = ("_build", "_created", "_record")
+    __slots__ = ("_build", "_created", "_record", "_task_id")
     __match_args__ = ("record", "created")
 
     _record: BackgroundTaskRecord | None
     _build: Callable[[], BackgroundTaskRecord] | None
     _created: bool
+    _task_id: int | None
 
     def __init__(self, record: BackgroundTaskRecord, created: bool) -> None:
         _set = object.__setattr__
         _set(self, "_record", record)
         _set(self, "_build", None)
         _set(self, "_created", created)
+        _set(self, "_task_id", record.id)
 
     @classmethod
-    def deferred(cls, build: Callable[[], BackgroundTaskRecord], created: bool) -> EnqueueResult:
-        """A result whose record ``build()`` makes when :attr:`record` is first read."""
+    def deferred(
+        cls,
+        build: Callable[[], BackgroundTaskRecord],
+        created: bool,
+        *,
+        task_id: int | None = None,
+    ) -> EnqueueResult:
+        """A result whose record ``build()`` makes when :attr:`record` is first read.
+
+        Args:
+            build: Makes the record (called at most once).
+            created: ``False`` when the dedupe key matched an existing row.
+            task_id: The record's id, when the store knows it without building the
+                record (:attr:`task_id` then builds nothing).
+        """
         result = cls.__new__(cls)
         _set = object.__setattr__
         _set(result, "_record", None)
         _set(result, "_build", build)
         _set(result, "_created", created)
+        _set(result, "_task_id", task_id)
         return result
 
     @property
     def created(self) -> bool:
         """``False`` when the dedupe key matched an existing row."""
         return self._created
+
+    @property
+    def task_id(self) -> int:
+        """The task's id (``record.id``), without building a deferred record."""
+        task_id = self._task_id
+        return self.record.id if task_id is None else task_id
 
     @property
     def record(self) -> BackgroundTaskRecord:

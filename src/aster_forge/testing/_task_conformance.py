@@ -357,7 +357,10 @@ class TaskStoreConformance(TaskControlChecks, StoreConformance[BackgroundTaskSto
                 NewTask("k", lane, run_at=base + timedelta(hours=1)),
             ]
         )
-        ids = [r.record.id for r in made]
+        ids = [r.task_id for r in made]
+        assert ids == [r.record.id for r in made], "task_id is the record's id"
+        one = await store.enqueue(NewTask("k", lane, delay=timedelta(days=1)))
+        assert one.task_id == one.record.id and one.task_id not in ids
         claimed = await store.claim_due_for_lane(lane, 10, "worker-a", _LONG)
         assert [r.id for r in claimed] == [ids[2], ids[1], ids[4], ids[0]], "claim order"
 
