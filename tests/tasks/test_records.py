@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import pickle
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
@@ -39,14 +40,20 @@ def test_the_record_has_no_checks_from_values_would_skip() -> None:
     assert not hasattr(BackgroundTaskRecord, "__post_init__")
 
 
-def test_a_deferred_enqueue_result_builds_its_record_once_and_equals_the_eager_one() -> None:
-    built: list[BackgroundTaskRecord] = []
+def _recording_build(built: list[BackgroundTaskRecord]) -> Callable[[], BackgroundTaskRecord]:
+    """A deferred result's ``build`` that appends each record it makes to ``built``."""
 
     def build() -> BackgroundTaskRecord:
         record = BackgroundTaskRecord.from_values(VALUES)
         built.append(record)
         return record
 
+    return build
+
+
+def test_a_deferred_enqueue_result_builds_its_record_once_and_equals_the_eager_one() -> None:
+    built: list[BackgroundTaskRecord] = []
+    build = _recording_build(built)
     eager = EnqueueResult(BackgroundTaskRecord(*VALUES), True)
     deferred = EnqueueResult.deferred(build, True)
     assert built == [], "nothing is built before the record is read"
@@ -66,12 +73,7 @@ def test_a_deferred_enqueue_result_builds_its_record_once_and_equals_the_eager_o
 
 def test_task_id_reads_the_id_without_building_a_deferred_record() -> None:
     built: list[BackgroundTaskRecord] = []
-
-    def build() -> BackgroundTaskRecord:
-        record = BackgroundTaskRecord.from_values(VALUES)
-        built.append(record)
-        return record
-
+    build = _recording_build(built)
     told = EnqueueResult.deferred(build, True, task_id=7)
     assert told.task_id == 7
     assert built == [], "the id the store gave is read without the record"
