@@ -47,6 +47,7 @@ import asyncio
 import datetime as dt
 import inspect
 import os
+import re
 import statistics
 import sys
 import time
@@ -267,7 +268,8 @@ class FloorSystem:
         sql, args = pg.unkeyed([NewTask(kind, _aster.Lane.DEFAULT, payload_json="0")])
         if bare:
             sql = sql.split("RETURNING", 1)[0]
-            args = args[: sql.count("$")]  # the NOTIFY's channel is no longer sent
+            # The NOTIFY's channel is no longer sent; a parameter may appear twice.
+            args = args[: max(int(n) for n in re.findall(r"\$(\d+)", sql))]
         conn = await asyncpg.connect(asyncpg_dsn(url))
         await conn.fetch(sql, *args)
         return cls(conn, sql, args, kind, build=build)

@@ -17,9 +17,10 @@ fresh process:
 The ratios compare like with like: aster-forge capped at C (a lane's
 ``max_concurrency``, the first column) against pgqueuer on asyncio (its default, which
 has no cap: the strictest comparison; and capped), both on uvloop, and both in
-pgqueuer's default shape (C tasks per claim, no cap). Interleaving the systems makes their ratio
-meaningful on a shared machine; the load average is printed before and after. SQLite
-(aster-forge only, asyncio) runs last at the same concurrencies.
+pgqueuer's default shape (C tasks per claim, no cap). Interleaving the systems makes
+their ratio meaningful on a shared machine; the load average is printed before and
+after. SQLite (aster-forge only, asyncio) runs first, at the same concurrencies, before
+any PostgreSQL round (see :func:`_sqlite_rates`).
 
 Run: ``python -m benchmarks.head_to_head --count 5000 --rounds 3`` (``--concurrency``
 to choose, default 1 10 50).
