@@ -306,7 +306,8 @@ async def test_a_forge_on_postgres_checks_a_pooled_connection_out_without_a_roun
     try:
         await forge.backend.create_tables()
         await thumbnail.enqueue(Thumbnail(file_id=1))
-        await asyncio.sleep(0)  # the loop ran: the store's connection is back in the pool
+        # Back in the pool, as after a request that came later than the store's linger.
+        forge.backend.database_task_store("the test").release_connection()
         # Listen on every pooled session: the pool hands them out in turn.
         pool: Any = engine.sync_engine.pool
         pooled = [await engine.raw_connection() for _ in range(pool.checkedin())]

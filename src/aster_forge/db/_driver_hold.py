@@ -7,6 +7,15 @@ handler, a producer) keeps the connection it used for the next call and returns 
 to the pool as soon as the event loop runs while no call is using it: a burst reuses
 one connection, and an idle store holds none (nothing to close, nothing leaked).
 
+A store may also linger: keep the connection for a while after its last call (a
+web service's enqueues, one per request, with the loop busy in between), but only
+while the pool could lend another connection at once. That is checked when the
+linger starts and whenever it would be extended, so a product checkout that finds
+the pool empty meanwhile waits at most one linger. The connection goes back once the
+store has been idle that long (or at once, on
+:meth:`~HeldDriverConnection.release_idle`, which the store calls when its engine is
+disposed).
+
 A busy worker sends a statement every millisecond or so with the loop running task
 bodies in between; it asks to :meth:`~HeldDriverConnection.keep` the connection while
 it has tasks in flight, and it goes back once the worker lets go. A kept connection the
@@ -41,12 +50,21 @@ class HeldDriverConnection:
 
     Args:
         sql: The store's :class:`TaskSql` (its engine's pool lends the connection).
-        monotonic: The time source of the idle limit (seconds).
+        monotonic: The time source of the idle limits (seconds).
+        linger: How long (seconds) an idle connection stays held after its last call
+            while the pool has another to lend; 0 returns it once the loop ran.
     """
 
-    def __init__(self, sql: TaskSql, *, monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        sql: TaskSql,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        linger: float = 0.0,
+    ) -> None:
         self._sql = sql
         self._monotonic = monotonic
+        self._linger = linger
         self._freed_at = 0.0
         self._held: PoolProxiedConnection | None = None
         self._pool: Pool | None = None
@@ -207,7 +225,37 @@ class HeldDriverConnection:
     def _schedule_release(self) -> None:
         if not self._release_scheduled and self._held is not None and self._loop is not None:
             self._release_scheduled = True
-            self._loop.call_soon(self._release_idle)
+            if self._linger > 0 and self._pool_can_lend():
+                self._loop.call_later(self._linger, self._release_lingering)
+            else:
+                self._loop.call_soon(self._release_idle)
+
+    def _pool_can_lend(self) -> bool:
+        """Whether the pool could hand out another connection now, without waiting."""
+        pool = self._pool
+        if not isinstance(pool, QueuePool):
+            return False
+        if pool.checkedin() > 0:
+            return True
+        # No public accessor: QueuePool's own limit on connections beyond its size.
+        limit: int = getattr(pool, "_max_overflow", 0)
+        return limit < 0 or pool.overflow() < limit
+
+    def _release_lingering(self) -> None:
+        self._release_scheduled = False
+        if self._held is None or self._busy or self._kept or self._loop is None:
+            return  # gone, in use (that call schedules the release again), or kept
+        idle = self._monotonic() - self._freed_at
+        if idle < self._linger and self._pool_can_lend():
+            self._release_scheduled = True  # used since: one timer per linger, not per call
+            self._loop.call_later(self._linger - idle, self._release_lingering)
+            return
+        self._release_idle()
+
+    def release_idle(self) -> None:
+        """Return the held connection now if no call is using it (on a dispose)."""
+        if not self._kept:
+            self._release_idle()
 
     def _release_idle(self) -> None:
         self._release_scheduled = False

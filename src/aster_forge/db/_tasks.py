@@ -104,6 +104,11 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             commit when it returns, each with its own result. A batch the database
             refuses whole is sent again one task per statement, so a refused row fails
             only its own caller; an unknown outcome is never sent again.
+        connection_linger: With asyncpg, how long the pooled connection of the last
+            call stays checked out for the next one while the pool has others to lend
+            (an enqueue per web request then skips the checkout); ``timedelta(0)``
+            returns it as soon as the event loop runs with no call using it; the
+            engine's ``dispose()`` closes it (or :meth:`release_connection` returns it).
     """
 
     def __init__(
@@ -117,11 +122,16 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         notify_window: timedelta = DEFAULT_NOTIFY_WINDOW,
         registry: TaskRegistry[Any, Any, Any] | None = None,
         coalesce_enqueues: bool = True,
+        connection_linger: timedelta = timedelta(0),
     ) -> None:
         if registry is not None and not registry.validated:
             raise TaskRegistryError("task registry is not validated; call validate() first")
         if notify_window < timedelta(0):
             raise TaskInvalidValueError(f"notify_window must not be negative: {notify_window}")
+        if connection_linger < timedelta(0):
+            raise TaskInvalidValueError(
+                f"connection_linger must not be negative: {connection_linger}"
+            )
         self._registry = registry
         self._table = table if table is not None else background_tasks_table(sa.MetaData())
         self._lanes = task_lanes_table(self._table)
@@ -147,7 +157,13 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             if self._sql.is_postgres
             else None
         )
-        self._driver_hold = HeldDriverConnection(self._sql)
+        self._driver_hold = HeldDriverConnection(
+            self._sql, linger=connection_linger.total_seconds()
+        )
+        if connection_linger > timedelta(0):
+            # A dispose closes only the pooled connections: the lingering one goes too.
+            hold = self._driver_hold
+            sa.event.listen(engine.sync_engine, "engine_disposed", lambda _: hold.release_idle())
         # Real time, not the store's clock: it paces wake-ups, not task due times.
         window = notify_window.total_seconds()
         self._notify_limiter = (
@@ -408,6 +424,15 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         return await self._fenced(
             "mark task succeeded", lease, self._success_values(result_json, steps_json)
         )
+
+    def release_connection(self) -> None:
+        """Return the connection this store holds to the pool now, unless a call uses it.
+
+        For a store with a ``connection_linger`` (its engine's ``dispose()`` calls it
+        too). Nothing happens while a worker keeps the connection (see
+        :meth:`keep_connection`).
+        """
+        self._driver_hold.release_idle()
 
     def keep_connection(self) -> Callable[[], None]:
         """Keep the pooled connection of the driver-level statements until the callable.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import TypeVar
 
 import sqlalchemy as sa
@@ -31,6 +32,11 @@ T = TypeVar("T")
 
 MEMORY_URL = "memory://"
 """The URL of an in-memory forge (stores from :mod:`aster_forge.testing`)."""
+
+ENQUEUE_CONNECTION_LINGER = timedelta(seconds=1)
+"""How long a forge's task store keeps its last connection for the next enqueue (while
+the pool has others to lend): a service enqueueing on most requests skips the pool's
+checkout each time, as a peer holding a connection of its own does."""
 
 
 class ForgeBackend:
@@ -64,7 +70,9 @@ class ForgeBackend:
             return
         self.url = normalize_database_url(url)
         self.engine = create_database_engine(self.url)
-        self._db_store = BackgroundTaskDbStore(self.engine, table=self.tasks_table)
+        self._db_store = BackgroundTaskDbStore(
+            self.engine, table=self.tasks_table, connection_linger=ENQUEUE_CONNECTION_LINGER
+        )
         self.task_store = self._db_store
         self.scheduled_store = ScheduledTaskDbStore(self.engine)
         self.lease_store = RuntimeLeaseDbStore(self.engine)
