@@ -24,7 +24,7 @@ from ._catalog import (
     legacy_runtime_task_display_name,
 )
 from ._context import TaskExecutionContext
-from ._heartbeat import SharedTaskHeartbeat, run_task_heartbeat, task_heartbeat_interval
+from ._heartbeat import SharedTaskHeartbeat, task_heartbeat_interval
 from ._lease import TaskLease, TaskLeaseGuard, TaskLeaseTermination, task_lease_termination_of
 from ._registry import TaskRegistry
 from ._retry import (
@@ -161,13 +161,19 @@ from ._dispatch import (
     default_dispatch_owner,
     effective_dispatch_base_interval,
 )
-from ._dispatch_worker import TaskDispatcher, drain_dispatcher, run_dispatch_worker
 from ._execution import (
     ClaimedTaskExecution,
     ClaimedTaskExecutionConfig,
     ClaimedTaskReport,
+)
+from ._seed_api import (
+    TaskDispatcher,
+    claim_due_for_lane,
+    drain_dispatcher,
     run_claimed_task_batch_with_store,
     run_claimed_task_with_store,
+    run_dispatch_worker,
+    run_task_heartbeat,
 )
 from ._temp import (
     TASK_TEMP_DIR_SCOPE,
@@ -176,7 +182,7 @@ from ._temp import (
     task_temp_dir_name,
     task_temp_dirs_root,
 )
-from ._worker import InFlightTask, TaskWorker, claim_due_for_lane
+from ._worker import InFlightTask, TaskWorker
 from .errors import TaskDispatchConfigError
 from .protocols import ClaimedTaskRecord, ClaimedTaskStore, DispatchTaskStore
 

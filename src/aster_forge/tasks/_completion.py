@@ -35,23 +35,20 @@ def supports_batched_success(store: object) -> bool:
 class TaskCompletionBatcher:
     """Coalesces success writes of one worker into ``mark_tasks_succeeded_many`` calls.
 
-    No timer: the first success is written at once; successes that arrive while a
-    write is in flight wait for it and then go out together (up to ``max_batch`` per
-    statement). Under load the batch grows with the round-trip time, idle there is no
-    added latency. Each entry stays fenced by its own token; a refused entry reports
-    ``False`` for that task only. :meth:`succeed` returns only after the statement that
-    wrote (or refused) the entry has returned, so an outcome is never reported before
-    it is stored; if the statement raises, every entry of that batch sees the error.
-    A caller cancelled while waiting does not withdraw its entry (it may already be on
-    the wire): use :func:`asyncio.shield` and wait for the result. A caller that need not
-    wait passes ``written`` instead and is called back once the statement returned.
+    No timer: the first success is written at once, and successes that arrive while a
+    write is in flight go out together once it returned (at most ``max_batch`` per
+    statement), so a batch grows with the round trip and an idle worker adds no latency.
+    Each entry stays fenced by its own token (a refused entry reports ``False`` for its
+    task only). :meth:`succeed` resolves only after the statement that wrote or refused
+    the entry returned; if the statement raises, every entry of it sees the error. A
+    cancelled caller does not withdraw its entry (it may be on the wire already): shield
+    the wait. :meth:`succeed_then` calls back instead of returning a future.
 
-    With ``max_in_flight`` above one, a large batch is split and its parts written at
-    once (each part at least ``min_split`` entries), and a write of at least
-    ``min_split`` entries may start while another is in flight: the worker then runs
-    the tasks one statement brought while the database writes the other's, instead of
-    the two waiting for each other. Smaller batches still wait for the write in flight
-    (a statement per few tasks would cost the database more than the overlap gains).
+    With ``max_in_flight`` above one, a batch of at least ``min_split`` entries may go
+    out beside the write in flight (a large one split in parts of at least
+    ``min_split``), so the worker runs the tasks one statement brought while the
+    database writes the other's; smaller batches wait, as a statement per few tasks
+    costs the database more than the overlap gains.
 
     Args:
         store: A store with ``mark_tasks_succeeded_many`` (see
@@ -126,12 +123,10 @@ class TaskCompletionBatcher:
         writer.add_done_callback(self._never_ran)
 
     def _never_ran(self, writer: asyncio.Task[None]) -> None:
-        """A writer cancelled before its first step (the loop is closing) ran no cleanup.
+        """A writer cancelled before its first step (a closing loop) ran no cleanup.
 
-        Left in place it would keep the burst "gathering" and itself "in flight": every
-        later success would queue for a writer that never comes, and :meth:`join` would
-        wait for it forever. Its queue is told the write was interrupted, as on a
-        cancellation mid-write.
+        Left in place, it would keep the burst gathering and itself in flight forever;
+        its queue is told the write was interrupted, as on a cancellation mid-write.
         """
         if writer not in self._writers:
             return  # it ran: its own cleanup did all this

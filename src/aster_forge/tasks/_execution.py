@@ -42,8 +42,7 @@ __all__ = [
     "ClaimedTaskExecution",
     "ClaimedTaskExecutionConfig",
     "ClaimedTaskReport",
-    "run_claimed_task_batch_with_store",
-    "run_claimed_task_with_store",
+    "cancel_executions",
 ]
 
 logger = logging.getLogger("aster_forge.tasks.execution")
@@ -666,88 +665,6 @@ class _BlockedStepLog:
             seconds,
             extra={"task_id": self.task_id, "task_kind": label, "blocked_seconds": seconds},
         )
-
-
-async def run_claimed_task_with_store(
-    store: ClaimedTaskStore,
-    task: ExecutableTaskRecord[Any],
-    config: ClaimedTaskExecutionConfig[StateT],
-    *,
-    claimed_at: float | None = None,
-) -> ClaimedTaskReport:
-    """Run one claimed task through its whole lifecycle (the seed's single-task entry point).
-
-    One :class:`ClaimedTaskExecution` with a heartbeat engine of its own writes exactly
-    one fenced outcome (see its contract): success; retry (RETRYABLE with attempts left:
-    pending after the policy's delay, attempt counted); failed (PERMANENT or MANUAL, or
-    no attempts left); cancelled; snoozed; release when the worker stops (attempt not
-    counted). A lost lease writes nothing; a cancelled caller still gets the release
-    written (shielded). The temp dir is removed after every outcome.
-
-    Args:
-        store: The heartbeat and execution store.
-        task: The claimed record.
-        config: The execution configuration.
-        claimed_at: ``config.clock.monotonic()`` read before the claim was sent.
-
-    Raises:
-        TaskInvalidValueError: When the record carries no processing token or expiry.
-    """
-    (report,) = await run_claimed_task_batch_with_store(
-        store, [task], config, claimed_at=claimed_at
-    )
-    return report
-
-
-async def run_claimed_task_batch_with_store(
-    store: ClaimedTaskStore,
-    tasks: Sequence[ExecutableTaskRecord[Any]],
-    config: ClaimedTaskExecutionConfig[StateT],
-    *,
-    claimed_at: float | None = None,
-) -> list[ClaimedTaskReport]:
-    """Execute claimed tasks concurrently, one heartbeat engine for the batch.
-
-    See :func:`run_claimed_task_with_store`; every record is checked to be claimed
-    before any body starts.
-
-    Args:
-        store: The heartbeat and execution store.
-        tasks: Records returned by a lane claim (each with its processing token).
-        config: The execution configuration.
-        claimed_at: ``config.clock.monotonic()`` read before the claim was sent (the
-            local lease deadline starts there); default: now.
-
-    Returns:
-        One report per task, in input order.
-
-    Raises:
-        TaskInvalidValueError: When a record carries no processing token or expiry.
-    """
-    heartbeat = SharedTaskHeartbeat(
-        store,
-        config.clock,
-        config.lease_ttl,
-        late_wake_threshold=config.heartbeat_late_wake_threshold,
-    )
-    executions = [
-        ClaimedTaskExecution(store, task, config, heartbeat=heartbeat, claimed_at=claimed_at)
-        for task in tasks
-    ]
-    runs = [execution.start() for execution in executions]
-    try:
-        await asyncio.gather(*(execution.settled() for execution in executions))
-    except asyncio.CancelledError:
-        await cancel_executions(executions)  # stop the bodies (abandoning stubborn ones)
-        raise
-    finally:
-        await heartbeat.join()
-    reports: list[ClaimedTaskReport] = []
-    for e, run in zip(executions, runs, strict=True):
-        report = e.report if e.abandoned else run.result()  # a run's own error is raised
-        assert report is not None  # written, refused, or (abandoned) nothing written
-        reports.append(report)
-    return reports
 
 
 async def cancel_executions(executions: Sequence[ClaimedTaskExecution]) -> None:

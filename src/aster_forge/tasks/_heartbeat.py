@@ -12,7 +12,7 @@ from ..runtime import CancellationToken, Clock, RaceWinner, race
 from ._lease import TaskLease, TaskLeaseGuard
 from .protocols import TaskHeartbeatStore
 
-__all__ = ["SharedTaskHeartbeat", "run_task_heartbeat", "task_heartbeat_interval"]
+__all__ = ["SharedTaskHeartbeat", "task_heartbeat_interval"]
 
 logger = logging.getLogger("aster_forge.tasks.heartbeat")
 
@@ -237,36 +237,3 @@ async def _renew_leases(
     if len(leases) == 1:
         return [await store.renew_task_lease(leases[0], ttl)]
     return await asyncio.gather(*(store.renew_task_lease(lease, ttl) for lease in leases))
-
-
-async def run_task_heartbeat(
-    store: TaskHeartbeatStore,
-    guard: TaskLeaseGuard,
-    *,
-    stop: CancellationToken,
-    late_wake_threshold: timedelta | None = None,
-) -> None:
-    """Renew one guard's lease until ``stop`` is cancelled or the lease is lost.
-
-    The seed's per-task entry point: a :class:`SharedTaskHeartbeat` with this one guard,
-    so the contract is the engine's (renewal every ``lease_ttl / 3``, a fenced-out
-    renewal marks the lease lost, failures retried until the safety deadline, a renewal
-    in flight when ``stop`` is cancelled is abandoned). Worker shutdown does not end it.
-    It never raises for store failures.
-
-    Args:
-        store: The heartbeat store.
-        guard: The lease guard shared with the task's context (holds the clock and TTL).
-        stop: Cancel to end the loop (the executor does so when the body finished).
-        late_wake_threshold: How late a tick may be before a warning (default: half an
-            interval).
-    """
-    engine = SharedTaskHeartbeat(
-        store, guard.clock, guard.lease_ttl, late_wake_threshold=late_wake_threshold
-    )
-    engine.register(guard)
-    try:
-        await race(engine.join(), token=stop, name="aster-forge:task-heartbeat-stop")
-    finally:
-        engine.unregister(guard)
-        await engine.join()

@@ -7,10 +7,9 @@ import contextvars
 import logging
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
-from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
-from ..runtime import CancellationToken, Clock, SystemClock, race
+from ..runtime import CancellationToken, Clock, race
 from ._completion import TaskCompletionBatcher, supports_batched_success
 from ._dispatch import (
     ClaimedTaskOutcome,
@@ -28,9 +27,9 @@ from ._lease import TaskLease
 from ._records import TaskCompletion
 from ._registry import TaskRegistry
 from .errors import TaskDispatchConfigError
-from .protocols import ClaimedTaskRecord, DispatchTaskStore, TaskClaimStore
+from .protocols import DispatchTaskStore
 
-__all__ = ["InFlightTask", "TaskWorker", "claim_due_for_lane"]
+__all__ = ["InFlightTask", "TaskWorker"]
 
 logger = logging.getLogger("aster_forge.tasks.dispatch")
 
@@ -39,7 +38,6 @@ _R = TypeVar("_R")
 
 #: How often a running worker asks its store to stage tasks that came due.
 STAGE_INTERVAL_SECONDS = 1.0
-TaskT = TypeVar("TaskT", bound=ClaimedTaskRecord[Any])
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,33 +59,7 @@ class InFlightTask:
     lease: TaskLease
 
 
-async def claim_due_for_lane(
-    store: TaskClaimStore[TaskT, Any],
-    lane: Hashable,
-    limit: int,
-    owner: str,
-    lease_ttl: timedelta,
-    *,
-    stats: DispatchStatsRecorder | None = None,
-    clock: Clock | None = None,
-) -> Sequence[TaskT]:
-    """Claim up to ``limit`` due tasks of ``lane`` (the seed's claim entry point).
-
-    Calls ``store.claim_due_for_lane`` (each record carries a fresh processing token) and
-    records in ``stats`` the claim count, rescued claims (records whose ``rescued`` is
-    true), the round trip and the queue lag of the oldest claimed task (``now - run_at``).
-    ``limit <= 0`` claims nothing without a round trip.
-
-    Returns:
-        The claimed records.
-    """
-    if limit <= 0:
-        return ()
-    call = store.claim_due_for_lane(lane, limit, owner, lease_ttl)
-    return await _recorded(lane, call, lambda records: records, stats, clock or SystemClock())
-
-
-async def _recorded(
+async def recorded_claim(
     lane: Hashable,
     call: Awaitable[_R],
     records_of: Callable[[_R], Sequence[Any]],
@@ -409,15 +381,10 @@ class TaskWorker(Generic[StateT]):
         claimed_at = clock.monotonic()
         try:
             try:
-                records = await claim_due_for_lane(
-                    self._store,
-                    lane,
-                    requested,
-                    self.owner,
-                    self.execution.lease_ttl,
-                    stats=self.stats,
-                    clock=clock,
+                call = self._store.claim_due_for_lane(
+                    lane, requested, self.owner, self.execution.lease_ttl
                 )
+                records = await recorded_claim(lane, call, lambda r: r, self.stats, clock)
             finally:
                 self._reserved[lane] -= requested
             count = await self._start_claimed(lane, records, requested, claimed_at)
@@ -525,7 +492,7 @@ class TaskWorker(Generic[StateT]):
             call = store.mark_tasks_succeeded_and_claim(
                 completions, lane, limit, self.owner, self.execution.lease_ttl
             )
-            results, records = await _recorded(lane, call, lambda r: r[1], self.stats, clock)
+            results, records = await recorded_claim(lane, call, lambda r: r[1], self.stats, clock)
         finally:
             self._reserved[lane] -= limit
         for completion in completions:
