@@ -42,7 +42,6 @@ __all__ = [
     "ClaimedTaskExecution",
     "ClaimedTaskExecutionConfig",
     "ClaimedTaskReport",
-    "cancel_executions",
 ]
 
 logger = logging.getLogger("aster_forge.tasks.execution")
