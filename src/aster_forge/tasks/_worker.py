@@ -89,6 +89,14 @@ async def recorded_claim(
     return result
 
 
+def _as_records(records: Sequence[Any]) -> Sequence[Any]:
+    return records
+
+
+def _claimed_part(result: tuple[Sequence[bool], Sequence[Any]]) -> Sequence[Any]:
+    return result[1]  # mark_tasks_succeeded_and_claim: (success results, claimed records)
+
+
 class TaskWorker(Generic[StateT]):
     """Claims due tasks of its lanes from one store, runs them, writes each outcome once.
 
@@ -384,7 +392,7 @@ class TaskWorker(Generic[StateT]):
                 call = self._store.claim_due_for_lane(
                     lane, requested, self.owner, self.execution.lease_ttl
                 )
-                records = await recorded_claim(lane, call, lambda r: r, self.stats, clock)
+                records = await recorded_claim(lane, call, _as_records, self.stats, clock)
             finally:
                 self._reserved[lane] -= requested
             count = await self._start_claimed(lane, records, requested, claimed_at)
@@ -492,7 +500,7 @@ class TaskWorker(Generic[StateT]):
             call = store.mark_tasks_succeeded_and_claim(
                 completions, lane, limit, self.owner, self.execution.lease_ttl
             )
-            results, records = await recorded_claim(lane, call, lambda r: r[1], self.stats, clock)
+            results, records = await recorded_claim(lane, call, _claimed_part, self.stats, clock)
         finally:
             self._reserved[lane] -= limit
         for completion in completions:
