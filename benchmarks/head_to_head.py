@@ -22,6 +22,9 @@ their ratio meaningful on a shared machine; the load average is printed before a
 after. SQLite (aster-forge only, asyncio) runs first, at the same concurrencies, before
 any PostgreSQL round (see :func:`_sqlite_rates`).
 
+Below the table, the first ratio of every round: on a shared machine it moves from
+round to round more than the medians show.
+
 Run: ``python -m benchmarks.head_to_head --count 5000 --rounds 3`` (``--concurrency``
 to choose, default 1 10 50).
 """
@@ -129,10 +132,14 @@ async def run(count: int, rounds: int, concurrencies: list[int]) -> None:
         + " |"
     )
     print("|---|" + "---:|" * (len(SYSTEMS) + len(RATIOS)))
+    # Per round, the first ratio: the spread a median of a few rounds hides.
+    spread: dict[int, list[float]] = {}
     try:
         for concurrency in concurrencies:
             samples = [await _round(url, count, concurrency) for _ in range(rounds)]
             med = {name: statistics.median(s[name] for s in samples) for name in SYSTEMS}
+            ours, theirs, _ = RATIOS[0]
+            spread[concurrency] = [s[ours] / s[theirs] for s in samples]
             print(
                 f"| concurrency {concurrency} | "
                 + " | ".join(f"{med[name]:,.0f}/s" for name in SYSTEMS)
@@ -142,6 +149,9 @@ async def run(count: int, rounds: int, concurrencies: list[int]) -> None:
             )
     finally:
         await drop_postgres_database(url)
+    for concurrency, ratios in spread.items():
+        each = ", ".join(f"{ratio:.2f}x" for ratio in ratios)
+        print(f"concurrency {concurrency}, {RATIOS[0][2]} per round: {each}")
     for concurrency, rate in sqlite_rates.items():
         print(f"SQLite, concurrency {concurrency}: {rate:,.0f}/s")
     print(f"load average at end {load_average():.2f}")
