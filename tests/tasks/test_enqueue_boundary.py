@@ -8,6 +8,8 @@ import traceback
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from aster_forge import AsterForgeError
@@ -136,6 +138,55 @@ def test_new_task_refuses_non_standard_json(text: str) -> None:
         NewTask("k", "l", payload_json=text)
     with pytest.raises(TaskEnqueueValueError, match="steps_json is not standard JSON"):
         NewTask("k", "l", steps_json=text)
+
+
+def _refuse(name: str) -> object:
+    raise ValueError(name)
+
+
+def _decode_verdict(text: str) -> str | None:
+    """What a plain ``JSONDecoder.decode`` says of ``text``: ``None``, or the message."""
+    try:
+        json.JSONDecoder(parse_constant=_refuse).decode(text)
+    except RecursionError:
+        return "payload_json is nested too deeply to decode"
+    except json.JSONDecodeError as exc:
+        return f"payload_json is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+    except ValueError as exc:
+        return f"payload_json is not standard JSON: {exc.args[0]} is not a JSON value"
+    return None
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=8,
+)
+# Around and after a document: whitespace (legal), more values and stray characters.
+_EDGES = st.text(alphabet=' \t\n\r1x]}",:NaI', max_size=3)
+
+
+@given(
+    before=_EDGES,
+    document=_JSON_VALUES.map(json.dumps),
+    cut=st.integers(min_value=0, max_value=4),
+    after=_EDGES,
+)
+@example(before="", document="1", cut=0, after=" 2")
+@example(before=" ", document="[1]", cut=0, after="")
+@example(before="", document='{"a": 1}', cut=2, after="")
+def test_new_task_judges_json_as_the_decoder_does(
+    before: str, document: str, cut: int, after: str
+) -> None:
+    # Whatever the text, accepted exactly when decode() accepts it, with its message.
+    text = before + document[: len(document) - cut] + after
+    expected = _decode_verdict(text)
+    if expected is None:
+        assert NewTask("k", "l", payload_json=text).payload_json == text
+    else:
+        with pytest.raises(TaskEnqueueValueError) as caught:
+            NewTask("k", "l", payload_json=text)
+        assert str(caught.value) == expected
 
 
 def test_json_errors_do_not_chain_the_document() -> None:
