@@ -120,8 +120,8 @@ FROM ins{woke_join}
 """
 # A batch comes back as one row of arrays, in insert order (the ids follow ``ord``: the
 # sort feeds the insert), the due times only when one is not now(): one row object, not
-# one per task, which the garbage collector would otherwise have to walk (a batch's
-# records, results and tasks were a fifth of a bulk enqueue's time in collections).
+# one per task for the garbage collector to walk (the tasks, their results and the
+# driver's rows cost a bulk enqueue about a fifth of its time in collections).
 
 _WOKE = """, woke AS (
     SELECT count(pg_notify({channel}, l.lane)) AS n FROM (SELECT DISTINCT lane FROM ins) AS l
