@@ -101,6 +101,20 @@ async def test_tasks_without_a_key_are_built_as_their_rows_read_back(
     assert all(r.record.run_at == r.record.created_at for r in plain)
 
 
+async def test_a_batch_result_read_later_is_its_own_row_although_the_list_was_reused(
+    codec_engine: AsyncEngine,
+) -> None:
+    # A batch's results share what builds their records; the caller's list is not it.
+    engine = codec_engine
+    store = BackgroundTaskDbStore(engine)
+    tasks = [NewTask("k", "media", payload_json=str(n)) for n in range(3)]
+    results = await store.enqueue_many(tasks)
+    tasks[:] = [NewTask("j", "other", payload_json="9")] * 3
+    assert [r.record.payload_json for r in results] == ["0", "1", "2"]
+    assert [r.record.id for r in results] == [r.task_id for r in results]
+    await _assert_read_back(engine, store, results)
+
+
 async def test_a_delay_past_the_calendar_saturates_on_every_enqueue_statement(
     postgres_url: str,
 ) -> None:

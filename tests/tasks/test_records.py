@@ -91,3 +91,20 @@ def test_an_unread_deferred_result_pickles_and_copies_as_its_record() -> None:
     restored = pickle.loads(pickle.dumps(deferred))
     assert restored == deferred and restored.record == BackgroundTaskRecord(*VALUES)
     assert copy.copy(deferred) == deferred
+
+
+def test_results_deferred_at_a_shared_builder_build_each_their_own_record_once() -> None:
+    asked: list[int] = []
+
+    def rows(index: int) -> BackgroundTaskRecord:
+        asked.append(index)
+        return BackgroundTaskRecord.from_values((10 + index, *VALUES[1:]))
+
+    results = [EnqueueResult.deferred_at(rows, index, True, task_id=10 + index) for index in (0, 1)]
+    assert [r.task_id for r in results] == [10, 11] and asked == []
+    second = results[1].record
+    assert second.id == 11 and results[1].record is second and asked == [1]
+    assert results[0] == EnqueueResult(BackgroundTaskRecord.from_values((10, *VALUES[1:])), True)
+    assert asked == [1, 0]
+    restored = pickle.loads(pickle.dumps(results[1]))
+    assert restored == results[1] and asked == [1, 0]

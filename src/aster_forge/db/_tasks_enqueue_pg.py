@@ -262,7 +262,7 @@ class PgEnqueueStatement:
         The rows hold what the server decided (ids, due times unless they are the
         insert time, the insert time), in insert order; the rest is what the statement
         wrote, so each record equals its row read back. Each record is built when it is
-        first read (:meth:`EnqueueResult.deferred`): most callers only enqueue.
+        first read (:meth:`EnqueueResult.deferred_at`): most callers only enqueue.
 
         Raises:
             DatabaseOperationError: When the rows do not match the tasks one to one.
@@ -273,18 +273,10 @@ class PgEnqueueStatement:
         ids = ids or []
         if len(ids) != len(tasks):
             raise _row_count_error(len(ids), len(tasks))
-        # One now() for the whole batch, and for every due-now task's run_at.
-        stamps = UtcStamps()
-        deferred, record = EnqueueResult.deferred, _unkeyed_record
-        return [
-            # created; the id is known without building the record
-            deferred(
-                functools.partial(record, task, task_id, due, created, stamps),
-                True,
-                task_id=task_id,
-            )
-            for task, task_id, due in zip(tasks, ids, dues or [None] * len(ids), strict=True)
-        ]
+        batch = _UnkeyedBatch(tasks, ids, dues, created)
+        deferred = EnqueueResult.deferred_at
+        # created; the id is known without building the record
+        return [deferred(batch, index, True, task_id=task_id) for index, task_id in enumerate(ids)]
 
     @staticmethod
     def inserted(task: NewTask, rows: Sequence[Any]) -> EnqueueResult:
@@ -355,6 +347,35 @@ def _row_count_error(rows: int, tasks: int) -> DatabaseOperationError:
     return DatabaseOperationError(
         f"enqueue tasks: {rows} rows came back for {tasks} tasks", operation="enqueue tasks"
     )
+
+
+class _UnkeyedBatch:
+    """Builds the record of any task of one plain batch insert, when its result is read.
+
+    One per batch, shared by its results: a callable per result would be two objects
+    more per task for the garbage collector to walk while the batch is in use.
+    """
+
+    __slots__ = ("_created", "_dues", "_ids", "_stamps", "_tasks")
+
+    def __init__(
+        self,
+        tasks: Sequence[NewTask],
+        ids: Sequence[int],
+        dues: Sequence[int | None] | None,
+        created: int,
+    ) -> None:
+        self._tasks = tasks  # the store's checked copy: a caller may reuse its own list
+        self._ids = ids
+        self._dues = dues
+        self._created = created
+        # One now() for the whole batch, and for every due-now task's run_at.
+        self._stamps = UtcStamps()
+
+    def __call__(self, index: int) -> BackgroundTaskRecord:
+        due = self._dues[index] if self._dues is not None else None
+        task, task_id = self._tasks[index], self._ids[index]
+        return _unkeyed_record(task, task_id, due, self._created, self._stamps)
 
 
 def _unkeyed_record(

@@ -452,20 +452,21 @@ _RECORD_SLOTS = tuple(
 class EnqueueResult:
     """What an enqueue returned: an immutable value, equal by its record and flag.
 
-    A store may leave the record to be built when it is first read
-    (:meth:`deferred`): a caller that only enqueues, or reads only :attr:`task_id`, pays
-    no decoding for it. Read, it is the same record either way.
+    A store may leave the record to be built when it is first read (:meth:`deferred`,
+    :meth:`deferred_at`): a caller that only enqueues, or reads only :attr:`task_id`,
+    pays no decoding for it. Read, it is the same record either way.
 
     Args:
         record: The stored row (the existing one on a dedupe hit).
         created: ``False`` when the dedupe key matched an existing row.
     """
 
-    __slots__ = ("_build", "_created", "_record", "_task_id")
+    __slots__ = ("_build", "_created", "_key", "_record", "_task_id")
     __match_args__ = ("record", "created")
 
     _record: BackgroundTaskRecord | None
-    _build: Callable[[], BackgroundTaskRecord] | None
+    _build: Callable[..., BackgroundTaskRecord] | None
+    _key: int | None
     _created: bool
     _task_id: int | None
 
@@ -473,6 +474,7 @@ class EnqueueResult:
         _set = object.__setattr__
         _set(self, "_record", record)
         _set(self, "_build", None)
+        _set(self, "_key", None)
         _set(self, "_created", created)
         _set(self, "_task_id", record.id)
 
@@ -496,6 +498,38 @@ class EnqueueResult:
         _set = object.__setattr__
         _set(result, "_record", None)
         _set(result, "_build", build)
+        _set(result, "_key", None)
+        _set(result, "_created", created)
+        _set(result, "_task_id", task_id)
+        return result
+
+    @classmethod
+    def deferred_at(
+        cls,
+        rows: Callable[[int], BackgroundTaskRecord],
+        index: int,
+        created: bool,
+        *,
+        task_id: int,
+    ) -> EnqueueResult:
+        """A result whose record ``rows(index)`` makes when :attr:`record` is first read.
+
+        One ``rows`` serves every result of a batch, so a batch of results holds one
+        object per task rather than a callable per task (objects the garbage collector
+        walks while the batch is alive). An unread result keeps ``rows`` alive.
+
+        Args:
+            rows: Makes the record of the batch's ``index``-th task (called at most
+                once per result).
+            index: This result's position in the batch.
+            created: ``False`` when the dedupe key matched an existing row.
+            task_id: The record's id.
+        """
+        result = cls.__new__(cls)
+        _set = object.__setattr__
+        _set(result, "_record", None)
+        _set(result, "_build", rows)
+        _set(result, "_key", index)
         _set(result, "_created", created)
         _set(result, "_task_id", task_id)
         return result
@@ -516,8 +550,9 @@ class EnqueueResult:
         """The stored row (the existing one on a dedupe hit)."""
         record = self._record
         if record is None:
-            assert self._build is not None  # one of the two is always set
-            record = self._build()
+            build, key = self._build, self._key
+            assert build is not None  # one of the two is always set
+            record = build() if key is None else build(key)
             object.__setattr__(self, "_record", record)
             object.__setattr__(self, "_build", None)  # the row it was built from goes
         return record
