@@ -101,6 +101,54 @@ async def test_tasks_without_a_key_are_built_as_their_rows_read_back(
     assert all(r.record.run_at == r.record.created_at for r in plain)
 
 
+async def test_values_every_task_of_a_batch_shares_are_stored_on_every_row(
+    codec_engine: AsyncEngine,
+) -> None:
+    # A column the whole batch shares goes as one value; the others as arrays.
+    engine = codec_engine
+    store = BackgroundTaskDbStore(engine)
+    at = datetime.now(UTC) + timedelta(hours=2)
+    batches = [
+        [
+            NewTask(
+                "k",
+                "media",
+                payload_json="1",
+                steps_json="[]",
+                run_at=at,
+                priority=9,
+                max_attempts=2,
+            )
+            for _ in range(3)
+        ],
+        [NewTask("k", "media", payload_json="1", delay=timedelta(days=1)) for _ in range(2)],
+        [NewTask("k", "media", payload_json=str(n), max_attempts=n + 1) for n in range(3)],
+        [
+            NewTask("k", "media", payload_json="1", run_at=at if n else None, priority=-1)
+            for n in range(3)
+        ],
+    ]
+    for tasks in batches:
+        results = await store.enqueue_many(tasks)
+        await _assert_read_back(engine, store, results)
+        for task, result in zip(tasks, results, strict=True):
+            record = result.record
+            assert (record.kind, record.lane, record.payload_json) == (
+                "k",
+                "media",
+                task.payload_json,
+            )
+            assert (record.steps_json, record.max_attempts, record.priority) == (
+                task.steps_json,
+                task.max_attempts,
+                task.priority,
+            )
+            if task.run_at is not None:
+                assert record.run_at == task.run_at
+            else:
+                assert record.run_at - record.created_at == task.delay
+
+
 async def test_a_batch_result_read_later_is_its_own_row_although_the_list_was_reused(
     codec_engine: AsyncEngine,
 ) -> None:

@@ -45,6 +45,9 @@ _INPUT = (
     ("dedupe_key", "text", sa.Text()),
 )
 
+#: The columns a batch may send as one shared value (in the statement's order).
+_SHARED = ("kind", "lane", "steps_json", "max_attempts", "run_at", "delay", "priority")
+
 # ``waiting``: written true for a task not yet due (see ``background_tasks_table``).
 _COLUMNS = """INSERT INTO {t} (kind, lane, status, payload_json, steps_json, attempt, max_attempts,
                      run_at, priority, dedupe_key, manual_retry_allowed, cancel_requested,
@@ -100,17 +103,28 @@ _UNKEYED_SQL = """{columns}
             COALESCE($6::timestamptz, now() + $7::interval) > now())
 {returning}{notify}"""
 
+# A column whose value every task of the batch shares (one kind, one lane, the kind's
+# initial steps, no delay: the usual bulk enqueue) comes as that one value ($9 to $15)
+# and an empty array (unnest pads it with NULLs); the payloads always come as an array,
+# which gives the row count. The driver then checks and encodes one element per task,
+# not five, and the server unnests one array.
 _UNKEYED_MANY_SQL = """
-WITH ins AS (
-    {columns}
-    SELECT kind, lane, '{pending}', payload_json, steps_json, 0, max_attempts,
-           COALESCE(run_at, now() + delay, now()), COALESCE(priority, 0), NULL,
-           true, false, false, now(), now(), COALESCE(run_at, now() + delay, now()) > now()
+WITH v AS (
+    SELECT COALESCE(kind, $9::text) AS kind, COALESCE(lane, $10::text) AS lane,
+           payload_json, COALESCE(steps_json, $11::text) AS steps_json,
+           COALESCE(max_attempts, $12::integer) AS max_attempts,
+           COALESCE(run_at, $13::timestamptz, now() + COALESCE(delay, $14::interval), now())
+               AS run_at,
+           COALESCE(priority, $15::integer, 0) AS priority, ord
     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::integer[],
                 $6::timestamptz[], $7::interval[], $8::integer[])
          WITH ORDINALITY AS v(kind, lane, payload_json, steps_json, max_attempts, run_at,
                               delay, priority, ord)
-    ORDER BY ord
+), ins AS (
+    {columns}
+    SELECT kind, lane, '{pending}', payload_json, steps_json, 0, max_attempts, run_at,
+           priority, NULL, true, false, false, now(), now(), run_at > now()
+    FROM v ORDER BY ord
     RETURNING id, {due_later}, lane
 ){woke}
 SELECT array_agg(ins.id ORDER BY ins.id) AS ids,
@@ -184,7 +198,7 @@ class PgEnqueueStatement:
         self._unkeyed_many_sql = _UNKEYED_MANY_SQL.format(
             due_later=_DUE_LATER,
             created=epoch_micros("now()"),
-            woke=_WOKE.format(channel="$9::text") if channel is not None else "",
+            woke=_WOKE.format(channel="$16::text") if channel is not None else "",
             **raw,
         )
         self.by_key_sql = _BY_KEY_SQL.format(columns=returning_columns(table, dialect, t), t=t)
@@ -245,13 +259,16 @@ class PgEnqueueStatement:
         if len(tasks) == 1:
             return self.insert_one(tasks[0])
         params = self.parameters(tasks)
-        # No delay and no priority (the usual batch) are sent as no values: the
-        # statement reads NULL as zero, and the driver checks and encodes nothing.
-        if not any(params["delay"]):
-            params["delay"] = []
-        if not any(params["priority"]):
-            params["priority"] = []
-        args: list[Any] = [params[name] for name, _, _ in _INPUT[:-1]]  # all but the key
+        shared: list[Any] = []
+        for name in _SHARED:
+            values = params[name]
+            if values and values.count(values[0]) == len(values):
+                params[name] = []
+                shared.append(values[0])
+            else:
+                shared.append(None)  # an array per task (or none, every one NULL)
+        # $1 to $8 the arrays (all but the key), $9 to $15 the shared values.
+        args: list[Any] = [*(params[name] for name, _, _ in _INPUT[:-1]), *shared]
         if self._channel is not None:
             args.append(self._channel)
         return self._unkeyed_many_sql, args
