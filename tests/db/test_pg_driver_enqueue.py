@@ -94,7 +94,7 @@ async def test_tasks_without_a_key_are_built_as_their_rows_read_back(
         assert [r.record.payload_json for r in results] == [t.payload_json for t in tasks]
         assert results[2].record.run_at == soon
         await _assert_read_back(engine, store, results)
-    # No delay and no priority anywhere: those columns are sent as no values.
+    # Every column but the payload shared by the batch: each goes as one value.
     plain = await store.enqueue_many([NewTask("k", "media", payload_json=str(n)) for n in range(3)])
     await _assert_read_back(engine, store, plain)
     assert {r.record.priority for r in plain} == {0}
