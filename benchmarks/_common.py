@@ -16,6 +16,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from aster_forge.db import create_database_engine
+
 DEFAULT_POSTGRES_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
 DEFAULT_MYSQL_URL = "mysql+aiomysql://root@127.0.0.1:3306/test"
 
@@ -52,27 +54,29 @@ def asyncpg_dsn(url: str) -> str:
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    cursor = dbapi_connection.cursor()
-    try:
-        # The recommended embedded setup: WAL (readers never block the writer), NORMAL
-        # sync (durable at checkpoints, no fsync per commit).
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA busy_timeout=5000")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-    finally:
-        cursor.close()
-
-
 def make_engine(url: str, *, pool_size: int = 20, pool_pre_ping: bool = False) -> AsyncEngine:
-    """An engine as a product would configure it (WAL + NORMAL on SQLite)."""
+    """An engine as a product would configure it.
+
+    SQLite: :func:`create_database_engine`'s (what ``Forge`` opens: WAL, the write-lock
+    wait, a pool that rolls back only a connection with a transaction open) with
+    ``synchronous=NORMAL``, as ``docs/performance.md`` recommends.
+    """
     if url.startswith("sqlite"):
-        engine = create_async_engine(url)
-        sa.event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        engine = create_database_engine(url)
+        sa.event.listen(engine.sync_engine, "connect", _sqlite_normal_sync)
         return engine
     return create_async_engine(
         url, pool_size=pool_size, max_overflow=5, pool_pre_ping=pool_pre_ping
     )
+
+
+def _sqlite_normal_sync(dbapi_connection: Any, _record: Any) -> None:
+    # Durable at checkpoints, no fsync per commit (WAL is create_database_engine's).
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA synchronous=NORMAL")
+    finally:
+        cursor.close()
 
 
 def mysql_base_url() -> str:

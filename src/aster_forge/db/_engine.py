@@ -9,6 +9,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import PoolResetState
 
 from ._url import normalize_database_url
 
@@ -33,7 +34,10 @@ def create_database_engine(url: str, **options: Any) -> AsyncEngine:
     """Create the async engine for ``url`` with the connection defaults each backend needs.
 
     - SQLite: WAL journal (a web process's enqueues and the workers' writes run side by
-      side) and a 10 s wait for another process's write lock.
+      side) and a 10 s wait for another process's write lock. A connection goes back to
+      the pool rolled back only when a transaction is open on it: SQLAlchemy's
+      rollback-on-return would send every returned connection to aiosqlite's thread
+      (about as much client time as a statement), also after a commit.
     - PostgreSQL (asyncpg): a pooled connection the server closed (a restart, a failover,
       ``pg_terminate_backend``, ``idle_session_timeout``) is replaced when it is checked
       out, without a round trip: asyncpg saw its socket close while it sat in the pool.
@@ -58,11 +62,14 @@ def create_database_engine(url: str, **options: Any) -> AsyncEngine:
     backend = make_url(url).get_backend_name()
     if backend == "sqlite":
         options.setdefault("connect_args", {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+        options.setdefault("pool_reset_on_return", None)  # _sqlite_reset does it
     elif backend == "mysql":
         options.setdefault("pool_pre_ping", True)
     engine = create_async_engine(url, **options)
     if backend == "sqlite":
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        if options["pool_reset_on_return"] is None:
+            event.listen(engine.sync_engine, "reset", _sqlite_reset)
     elif backend == "postgresql":
         event.listen(engine.sync_engine, "checkout", _replace_closed)
     return engine
@@ -75,6 +82,19 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     finally:
         cursor.close()
+
+
+def _sqlite_reset(dbapi_connection: Any, _record: Any, state: PoolResetState) -> None:
+    """Roll back a connection going back to the pool when a transaction is open on it.
+
+    What SQLAlchemy's rollback-on-return does, minus the round trip to aiosqlite's
+    thread for a connection whose transaction was committed or never begun (SQLite
+    itself says whether one is open: ``in_transaction``, no I/O).
+    """
+    if state.transaction_was_reset or not state.asyncio_safe:
+        return  # as SQLAlchemy's own reset: already rolled back, or no I/O allowed here
+    if dbapi_connection.driver_connection.in_transaction:
+        dbapi_connection.rollback()
 
 
 def stale_reason(driver_connection: Any, idle_seconds: float) -> str | None:

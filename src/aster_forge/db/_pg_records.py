@@ -22,17 +22,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ..tasks import BackgroundTaskRecord, TaskFailureReason, TaskStatus
-from ._tasks_table import CORE_COLUMNS
+from ..tasks import BackgroundTaskRecord
+from ._tasks_table import CORE_COLUMNS, record_from_values
 from ._time import UtcDateTime
 
 __all__ = ["PgRecordBuilder", "UtcStamps", "epoch_micros", "returning_columns", "utc_from_micros"]
 
-_STATUS = CORE_COLUMNS.index("status")
-_REASON = CORE_COLUMNS.index("failure_reason")
-# A dict lookup per row instead of the enum's call machinery; an unknown value still
-# goes through the enum and raises its ValueError.
-_STATUSES = {status.value: status for status in TaskStatus}
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # asyncpg reads 'infinity' as datetime.max and '-infinity' as datetime.min, which the
 # column type makes UTC (NEVER_EXPIRES is datetime.max: asyncpg writes it as 'infinity').
@@ -108,19 +103,14 @@ class PgRecordBuilder:
 
     def records(self, rows: Iterable[Any], offset: int = 0) -> list[BackgroundTaskRecord]:
         """The records of ``rows`` (core columns from ``offset``), in order."""
-        times, statuses = self._times, _STATUSES
+        times = self._times
         stamps = UtcStamps()
         out: list[BackgroundTaskRecord] = []
         for row in rows:
             values = list(row[offset:] if offset else row)
-            status = values[_STATUS]
-            values[_STATUS] = statuses.get(status) or TaskStatus(status)
-            reason = values[_REASON]
-            if reason is not None:
-                values[_REASON] = TaskFailureReason(reason)
             for index in times:
                 micros = values[index]
                 if micros is not None:
                     values[index] = stamps[micros]
-            out.append(BackgroundTaskRecord.from_values(values))
+            out.append(record_from_values(values))
         return out

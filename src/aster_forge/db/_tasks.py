@@ -626,11 +626,10 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
                 "b_token": c.lease.processing_token,
                 "b_result": c.result_json,
                 "b_steps": c.steps_json,
-                "b_now": now,
             }
             for c in completions
         ]
-        if await succeed.executemany(conn, params) != len(params):
+        if await succeed.executemany(conn, params, {"b_now": now}) != len(params):
             raise _ClaimsNotAllHeld
         return [True] * len(params)
 
@@ -773,5 +772,5 @@ async def _claim_on_sqlite(
         else saturating_expiry(now, lease_ttl),
         "owner": owner,
     }
-    rows = await lite.claim.fetchall(conn, params)
-    return [record_from_row(row) for row in rows if row.status == _RUNNING]
+    records = await lite.claim.records(conn, params)
+    return [record for record in records if record.status is TaskStatus.RUNNING]

@@ -151,19 +151,16 @@ class TaskSql:
             # BEGIN through the driver connection: one hop to aiosqlite's thread instead
             # of three (cursor, execute, close); SQLAlchemy's begin() issues no SQL here.
             driver = await driver_connection(conn)
-            try:
-                await driver.execute("BEGIN IMMEDIATE")
-            except conn.dialect.loaded_dbapi.Error as exc:
-                raise sa.exc.DBAPIError.instance(
-                    "BEGIN IMMEDIATE",
-                    (),
-                    exc,
-                    conn.dialect.loaded_dbapi.Error,
-                    dialect=conn.dialect,
-                ) from exc
-            await conn.begin()
+            await _on_driver(conn, "BEGIN IMMEDIATE", driver.execute("BEGIN IMMEDIATE"))
             yield conn
-            await conn.commit()
+            if conn.in_transaction():
+                await conn.commit()  # the body ran SQLAlchemy statements: its transaction
+            else:
+                # Driver-level statements only: SQLAlchemy began nothing, so the commit
+                # goes to the driver as well (one hop, no greenlet), and the connection
+                # goes back with no transaction open (create_database_engine's reset
+                # then sends nothing).
+                await _on_driver(conn, "COMMIT", driver.commit())
 
     async def now(self, conn: AsyncConnection) -> DbNow:
         """ "Now" for this statement (``value`` is ``None`` on PostgreSQL, which says ``now()``)."""
@@ -188,3 +185,13 @@ class TaskSql:
             t.c.processing_token == lease.processing_token,
             t.c.status == TaskStatus.RUNNING.value,
         )
+
+
+async def _on_driver(conn: AsyncConnection, sql: str, call: Awaitable[Any]) -> None:
+    """Await a call on ``conn``'s driver connection; its errors wrapped as SQLAlchemy does."""
+    try:
+        await call
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise sa.exc.DBAPIError.instance(
+            sql, (), exc, conn.dialect.loaded_dbapi.Error, dialect=conn.dialect
+        ) from exc

@@ -27,9 +27,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ..tasks import LEASE_EXPIRED_ERROR, TaskFailureReason, TaskStatus
+from ..tasks import LEASE_EXPIRED_ERROR, BackgroundTaskRecord, TaskFailureReason, TaskStatus
 from ._tasks_sql import driver_connection
-from ._tasks_table import CORE_COLUMNS
+from ._tasks_table import CORE_COLUMNS, record_from_values
 from ._time import UtcDateTime
 
 __all__ = ["DriverStatement", "SqliteTaskStatements"]
@@ -89,21 +89,6 @@ RETURNING {returning}
 """
 
 
-class _Row:
-    """A result row as :func:`record_from_row` reads it (``row._mapping``, ``row.status``)."""
-
-    __slots__ = ("_mapping",)
-
-    def __init__(self, mapping: dict[str, Any]) -> None:
-        self._mapping = mapping
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self._mapping[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-
 class DriverStatement:
     """A statement compiled once, run on the aiosqlite connection in one hop.
 
@@ -124,45 +109,86 @@ class DriverStatement:
             name: binds[name].type.dialect_impl(dialect).bind_processor(dialect)
             for name in dict.fromkeys(self._positions)
         }
-        self._columns = [
-            (column.name, column.type.dialect_impl(dialect).result_processor(dialect, None))
-            for column in columns
+        processors = [
+            column.type.dialect_impl(dialect).result_processor(dialect, None) for column in columns
+        ]
+        # Only the columns that need it are processed: (index, processor, is a timestamp).
+        self._processed = [
+            (index, process, isinstance(columns[index].type, UtcDateTime))
+            for index, process in enumerate(processors)
+            if process is not None
         ]
         self._dialect = dialect
 
-    def _params(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
+    def _params_processed(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """``values`` (named parameters of this statement) through their bind processors."""
         processed = {}
-        for name, process in self._processors.items():
-            value = values[name] if name in values else self._defaults[name]
+        for name, value in values.items():
+            process = self._processors[name]
             processed[name] = value if process is None or value is None else process(value)
+        return processed
+
+    def _params(
+        self, values: Mapping[str, Any], shared: Mapping[str, Any] | None = None
+    ) -> tuple[Any, ...]:
+        # ``shared``: processed already (the values every row of an executemany has).
+        processed = dict(shared) if shared else {}
+        for name, process in self._processors.items():
+            if name not in processed:
+                value = values[name] if name in values else self._defaults[name]
+                processed[name] = value if process is None or value is None else process(value)
         return tuple([processed[name] for name in self._positions])
 
     def _error(self, exc: Exception, params: Any) -> sa.exc.StatementError:
         dbapi_error = self._dialect.loaded_dbapi.Error
         return sa.exc.DBAPIError.instance(self.sql, params, exc, dbapi_error, dialect=self._dialect)
 
-    async def fetchall(self, conn: AsyncConnection, values: Mapping[str, Any]) -> list[Any]:
-        """Run once with ``values``; the processed rows (``row._mapping``)."""
+    async def records(
+        self, conn: AsyncConnection, values: Mapping[str, Any]
+    ) -> list[BackgroundTaskRecord]:
+        """Run once with ``values``; a record per row (the statement returns ``CORE_COLUMNS``).
+
+        Each value goes through its column's result processor, as SQLAlchemy would; a
+        timestamp repeated within the result (one claim's ``now`` is every row's
+        ``started_at`` and ``updated_at``) is processed once.
+        """
         params = self._params(values)
         driver = await driver_connection(conn)
         try:
             rows = await driver.execute_fetchall(self.sql, params)
         except self._dialect.loaded_dbapi.Error as exc:
             raise self._error(exc, params) from exc
-        columns = self._columns
-        return [
-            _Row(
-                {
-                    name: value if process is None or value is None else process(value)
-                    for (name, process), value in zip(columns, row, strict=True)
-                }
-            )
-            for row in rows
-        ]
+        processed = self._processed
+        seen: dict[Any, Any] = {}
+        records = []
+        for row in rows:
+            out = list(row)
+            for index, process, stamp in processed:
+                value = out[index]
+                if value is None:
+                    continue
+                if stamp:
+                    done = seen.get(value)
+                    if done is None:
+                        done = seen[value] = process(value)
+                    out[index] = done
+                else:
+                    out[index] = process(value)
+            records.append(record_from_values(out))
+        return records
 
-    async def executemany(self, conn: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> int:
-        """Run once per entry of ``rows``; the number of rows changed in all."""
-        params = [self._params(values) for values in rows]
+    async def executemany(
+        self,
+        conn: AsyncConnection,
+        rows: Sequence[Mapping[str, Any]],
+        shared: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Run once per entry of ``rows``; the number of rows changed in all.
+
+        ``shared`` holds the values every entry has (processed once, not per entry).
+        """
+        same = self._params_processed(shared or {})
+        params = [self._params(values, same) for values in rows]
         driver = await driver_connection(conn)
         try:
             cursor = await driver.executemany(self.sql, params)

@@ -24,6 +24,7 @@ __all__ = [
     "background_tasks_table",
     "create_background_tasks_table",
     "record_from_row",
+    "record_from_values",
     "task_lanes_table",
 ]
 
@@ -276,3 +277,24 @@ def record_from_row(row: Any) -> BackgroundTaskRecord:
         finished_at=m["finished_at"],
         snooze_count=int(m["snooze_count"]),
     )
+
+
+_STATUS = CORE_COLUMNS.index("status")
+_REASON = CORE_COLUMNS.index("failure_reason")
+# A dict lookup per row instead of the enum's call machinery; an unknown value still
+# goes through the enum and raises its ValueError.
+_STATUSES = {status.value: status for status in TaskStatus}
+
+
+def record_from_values(values: list[Any]) -> BackgroundTaskRecord:
+    """A record from the core columns' values in order, all but the two enums as read.
+
+    For the hot statements that build records positionally (``CORE_COLUMNS`` is the
+    record's field order): the status and failure reason become their enums here; every
+    other value must be what the field holds (``values`` is changed in place).
+    """
+    status, reason = values[_STATUS], values[_REASON]
+    values[_STATUS] = _STATUSES.get(status) or TaskStatus(status)
+    if reason is not None:
+        values[_REASON] = TaskFailureReason(reason)
+    return BackgroundTaskRecord.from_values(values)

@@ -72,6 +72,7 @@ class TaskStoreConformance(TaskControlChecks, StoreConformance[BackgroundTaskSto
         "check_dedupe_returns_existing_row",
         "check_concurrent_dedupe_has_one_row",
         "check_rescue_counts_attempt_and_fails_at_max",
+        "check_claimed_record_is_the_stored_row",
         "check_lane_filtering",
         "check_priority_and_run_at_order",
         "check_limit_respected",
@@ -334,6 +335,21 @@ class TaskStoreConformance(TaskControlChecks, StoreConformance[BackgroundTaskSto
         assert final.failure_reason is TaskFailureReason.LEASE_EXPIRED
         assert final.last_error == LEASE_EXPIRED_ERROR and final.processing_token is None
         assert final.finished_at is not None
+
+    async def check_claimed_record_is_the_stored_row(self) -> None:
+        """A claim returns each task as the store then holds it, a rescued one too."""
+        store, lane = self._make_store(), self._lane()
+        first = await self._one(
+            store, lane, ttl=self.short_ttl, payload_json='{"n": 1}', priority=3, dedupe_key=lane
+        )
+        assert first == await self._get(store, first.id), "a claimed record differs from its row"
+        await self._expire()
+        rescued = await store.claim_due_for_lane(lane, 5, "worker-b", _LONG)
+        assert len(rescued) == 1 and rescued[0].rescued
+        assert rescued[0].failure_reason is TaskFailureReason.LEASE_EXPIRED
+        assert rescued[0] == await self._get(store, first.id), "a rescued record differs"
+        flags = (rescued[0].rescued, rescued[0].cancel_requested, rescued[0].manual_retry_allowed)
+        assert all(type(flag) is bool for flag in flags), f"flags must be bools: {flags!r}"
 
     async def check_lane_filtering(self) -> None:
         """A claim only returns tasks of its lane."""
