@@ -381,8 +381,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 TASKS,
-                "if await succeed.executemany(conn, params) != len(params):",
-                "if await succeed.executemany(conn, params) < 0:",
+                'if await succeed.executemany(conn, params, {"b_now": now}) != len(params):',
+                'if await succeed.executemany(conn, params, {"b_now": now}) < 0:',
             ),
         ),
         (STALE_BATCHED, TASK_BATCHED, TASK_CONFORMANCE),
