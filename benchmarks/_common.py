@@ -168,6 +168,8 @@ class Report:
 
     rows: list[Row] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: Per-round ratios of a head-to-head figure, keyed by its concurrency.
+    ratios: dict[int, list[float]] = field(default_factory=dict)
 
     def add(self, row: Row) -> Row:
         """Record and print one figure."""

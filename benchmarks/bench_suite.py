@@ -3,7 +3,10 @@
 Scenarios (every burn-down verifies each task completed exactly once, for every system):
 
 (a) burn-down of N pre-enqueued no-op tasks, one process, concurrency 1, 10, 50
-    (``ANALYZE`` after filling, for every system alike);
+    (``ANALYZE`` after filling, for every system alike); on PostgreSQL aster-forge and
+    pgqueuer's default run head to head in ``BENCH_ROUNDS`` rounds (default 3, the
+    order alternating), their figures the medians and the goal the median of the
+    per-round ratios;
 (b) the same with 4 worker processes (PostgreSQL);
 (c) steady state: a producer at a fixed rate, enqueue-to-start p50/p99/max;
 (d) bulk enqueue (rows/s);
@@ -26,6 +29,7 @@ import asyncio
 import datetime as dt
 import os
 import platform
+import statistics
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -75,9 +79,10 @@ async def _pg_version(url: str) -> str:
         await engine.dispose()
 
 
-# pgqueuer twice: its default (what its users run: batch_size=C, no concurrency_limit)
-# and with concurrency_limit=C (a hard cap in SQL, the guarantee a lane limit gives).
-_BURN_PEERS = (("pgqueuer", "burn"), ("pgqueuer", "burn-capped"), ("procrastinate", "burn"))
+# pgqueuer twice: its default (what its users run: batch_size=C, no concurrency_limit;
+# run head to head with aster-forge) and with concurrency_limit=C (a hard cap in SQL,
+# the guarantee a lane limit gives).
+_BURN_PEERS = (("pgqueuer", "burn-capped"), ("procrastinate", "burn"))
 _PEER_LABELS = {
     ("pgqueuer", "burn"): "pgqueuer (default)",
     ("pgqueuer", "burn-capped"): "pgqueuer (concurrency_limit=C)",
@@ -94,16 +99,27 @@ async def _burn_downs(report: Report, backend: str, url: str, sizes: Sizes, peer
         raw50 = await _raw.raw_burn_down(url, n, 50)
     for concurrency in sizes.concurrency:
         setting = f"1 proc x {concurrency}, N={n:,}"
-        ours = await _aster.burn_down(url, n, concurrency)
+        head_to_head = backend == "postgresql" and peers
+        ours_rates, theirs = await _head_to_head(report, url, n, concurrency, head_to_head)
+        ours = statistics.median(ours_rates)
         # Counted in a run of its own: counting slows the client.
         counted = await _aster.burn_down(url, min(n, 2000), concurrency, count_round_trips=True)
         note = f"{counted.round_trips_per_task or 0:.2f} SQL round trips/task"
-        report.add(Row("a", backend, "aster-forge", setting, ours.rate, note=note, ratio=1.0))
+        if len(ours_rates) > 1:
+            note += f"; median of {_listed(ours_rates)}"
+        report.add(Row("a", backend, "aster-forge", setting, ours, note=note, ratio=1.0))
         if backend != "postgresql":
             continue
+        if theirs:
+            ratios = [o / t for o, t in zip(ours_rates, theirs, strict=True)]
+            report.ratios[concurrency] = ratios
+            note = f"median of {_listed(theirs)}"
+            rate = statistics.median(theirs)
+            label = _PEER_LABELS[("pgqueuer", "burn")]
+            report.add(Row("a", backend, label, setting, rate, note=note, ratio=rate / ours))
         # pgqueuer's default shape: C tasks per claim, no cap on the tasks running.
         shaped = await _aster.burn_down(url, n, concurrency, uncapped=True)
-        report.add(Row("a", backend, NO_CAP, setting, shaped.rate, ratio=shaped.rate / ours.rate))
+        report.add(Row("a", backend, NO_CAP, setting, shaped.rate, ratio=shaped.rate / ours))
         if peers:
             for system, scenario in _BURN_PEERS:
                 try:
@@ -113,14 +129,51 @@ async def _burn_downs(report: Report, backend: str, url: str, sizes: Sizes, peer
                     continue
                 rate = float(result["rate"])
                 label = _PEER_LABELS.get((system, scenario), system)
-                report.add(Row("a", backend, label, setting, rate, ratio=rate / ours.rate))
+                report.add(Row("a", backend, label, setting, rate, ratio=rate / ours))
         for label, rate in (
             ("raw asyncpg 1 row/claim", raw1),
             ("raw asyncpg 50 rows/claim", raw50),
         ):
             report.add(
-                Row("a", backend, label, setting, rate, note="1 connection", ratio=rate / ours.rate)
+                Row("a", backend, label, setting, rate, note="1 connection", ratio=rate / ours)
             )
+
+
+def _rounds() -> int:
+    return max(int(os.environ.get("BENCH_ROUNDS", "3")), 1)
+
+
+def _listed(values: list[float]) -> str:
+    return ", ".join(f"{value:,.0f}" for value in values)
+
+
+async def _head_to_head(
+    report: Report, url: str, n: int, concurrency: int, with_pgqueuer: bool
+) -> tuple[list[float], list[float]]:
+    """aster-forge's and pgqueuer's default burn-down rates, round by round.
+
+    Each round runs both, the order alternating, so a change in the shared machine's
+    speed hits both alike. Without pgqueuer (or when it fails: noted), aster-forge's
+    rates alone.
+    """
+    ours: list[float] = []
+    theirs: list[float] = []
+    for index in range(_rounds() if with_pgqueuer else 1):
+        order = ("aster", "pgqueuer") if index % 2 == 0 else ("pgqueuer", "aster")
+        for system in order if with_pgqueuer else ("aster",):
+            if system == "aster":
+                ours.append((await _aster.burn_down(url, n, concurrency)).rate)
+                continue
+            try:
+                result = await _peers.run_peer("pgqueuer", "burn", url, n, concurrency)
+            except RuntimeError as exc:
+                report.notes.append(str(exc))
+                with_pgqueuer = False
+                break
+            theirs.append(float(result["rate"]))
+    if len(theirs) != len(ours):
+        theirs = []
+    return ours, theirs
 
 
 async def _run(sizes: Sizes) -> Report:
@@ -260,10 +313,16 @@ def _goals(report: Report) -> list[str]:
         capped = find("a", "postgresql", "pgqueuer (concurrency_limit=C)", at)
         shaped = find("a", "postgresql", NO_CAP, at)
         if ours_c and default:
+            rounds = report.ratios.get(concurrency, [ours_c / default])
             line = (
-                f"PostgreSQL 1 x {concurrency}: {ours_c / default:.2f}x pgqueuer's default "
-                f"(goal >= {goal}; aster-forge capped at {concurrency}, pgqueuer uncapped)"
+                f"PostgreSQL 1 x {concurrency}: {statistics.median(rounds):.2f}x pgqueuer's "
+                f"default (goal >= {goal}; aster-forge capped at {concurrency}, pgqueuer "
+                "uncapped"
             )
+            if len(rounds) > 1:
+                listed = ", ".join(f"{ratio:.2f}" for ratio in rounds)
+                line += f"; median of {len(rounds)} rounds: {listed}"
+            line += ")"
             if capped:
                 line += f"; {ours_c / capped:.2f}x pgqueuer capped"
             if shaped:

@@ -8,8 +8,10 @@ out the store's own code and what it calls. Reports:
 * the modules the store object travels through (frames holding the store in a local);
 * the number of times the path returns to a ``tasks/`` module it had left;
 * the lines of the modules the worker-core line budget counts (``_dispatch*``,
-  ``_execution``, ``_heartbeat``, ``_completion``) and of ``_worker`` and
-  ``_seed_api`` (the seed's entry points, off the worker's path) beside them, by kind: code,
+  ``_execution``, ``_heartbeat``, ``_completion``, and ``_worker``, which holds what
+  ``_dispatch`` and ``_dispatch_worker`` held when the budget was set: the drain, the
+  claims and the loop) and of ``_seed_api`` (the seed's entry points, off the worker's
+  path) beside them, by kind: code,
   docstrings of public and of private symbols, blank lines and comments. Public
   docstrings and the formatter's blank lines are what the house style requires, so
   code plus those two is the least the same code can be written in.
@@ -48,10 +50,12 @@ from aster_forge.tasks import (
 from aster_forge.testing import InMemoryTaskStore
 
 TASKS = Path(__file__).resolve().parent.parent / "src" / "aster_forge" / "tasks"
-#: The modules the worker-core line budget counts.
-BUDGETED = ("_dispatch*.py", "_execution.py", "_heartbeat.py", "_completion.py")
-#: Shown beside them, not counted: the worker, and the seed's entry points over it.
-BESIDE = ("_worker.py", "_seed_api.py")
+#: The modules the worker-core line budget counts. ``_worker`` holds the drain, the
+#: claims and the loop, which ``_dispatch`` and ``_dispatch_worker`` held when the
+#: budget was set (2,040 lines then, in these six modules' predecessors).
+BUDGETED = ("_dispatch*.py", "_execution.py", "_heartbeat.py", "_completion.py", "_worker.py")
+#: Shown beside them, not counted: the seed's entry points over the worker.
+BESIDE = ("_seed_api.py",)
 KINDS = ("code", "public docstrings", "private docstrings", "blank", "comments")
 
 
