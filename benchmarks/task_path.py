@@ -52,7 +52,7 @@ from aster_forge.testing import InMemoryTaskStore
 TASKS = Path(__file__).resolve().parent.parent / "src" / "aster_forge" / "tasks"
 #: The modules the worker-core line budget counts. ``_worker`` holds the drain, the
 #: claims and the loop, which ``_dispatch`` and ``_dispatch_worker`` held when the
-#: budget was set (2,040 lines then, in these six modules' predecessors).
+#: budget was set (2,040 lines then, in the six modules these five replace).
 BUDGETED = ("_dispatch*.py", "_execution.py", "_heartbeat.py", "_completion.py", "_worker.py")
 #: Shown beside them, not counted: the seed's entry points over the worker.
 BESIDE = ("_seed_api.py",)
