@@ -64,6 +64,15 @@ def _sql(engine: AsyncEngine) -> TaskSql:
     return TaskSql(engine, background_tasks_table(sa.MetaData()), ManualClock())
 
 
+async def _insert_on_the_driver(conn: AsyncConnection, parent: int) -> Any:
+    """Begin on the driver and insert ``parent``: SQLAlchemy does not know a
+    transaction is open. Returns the driver connection."""
+    driver = await driver_connection(conn)
+    await driver.execute("BEGIN IMMEDIATE")
+    await driver.execute(f"INSERT INTO parent (id) VALUES ({int(parent)})")
+    return driver
+
+
 async def _parents(engine: AsyncEngine) -> list[int]:
     # SQLAlchemy begins (and at the end rolls back) a transaction for this read.
     async with engine.connect() as conn:
@@ -75,10 +84,7 @@ async def test_a_connection_returned_with_a_transaction_open_is_rolled_back(
     engine: AsyncEngine, rollbacks: list[None]
 ) -> None:
     async with engine.connect() as conn:
-        # Begun on the driver: SQLAlchemy does not know a transaction is open.
-        driver = await driver_connection(conn)
-        await driver.execute("BEGIN IMMEDIATE")
-        await driver.execute("INSERT INTO parent (id) VALUES (1)")
+        await _insert_on_the_driver(conn, 1)
         assert not conn.in_transaction()
     assert len(rollbacks) == 1
     # The pool's connection (the same one) holds no write and no lock: a write goes through.
@@ -91,9 +97,7 @@ async def test_a_connection_returned_with_nothing_open_is_not_rolled_back(
     engine: AsyncEngine, rollbacks: list[None]
 ) -> None:
     async with engine.connect() as conn:
-        driver = await driver_connection(conn)
-        await driver.execute("BEGIN IMMEDIATE")
-        await driver.execute("INSERT INTO parent (id) VALUES (1)")
+        driver = await _insert_on_the_driver(conn, 1)
         await driver.commit()
     async with engine.connect():
         pass  # checked out and back in with nothing begun
