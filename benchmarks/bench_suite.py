@@ -156,23 +156,26 @@ async def _head_to_head(
     speed hits both alike. Without pgqueuer (or when it fails: noted), aster-forge's
     rates alone.
     """
+
+    async def pgqueuer() -> float:
+        result = await _peers.run_peer("pgqueuer", "burn", url, n, concurrency)
+        return float(result["rate"])
+
     ours: list[float] = []
     theirs: list[float] = []
-    for index in range(_rounds() if with_pgqueuer else 1):
-        order = ("aster", "pgqueuer") if index % 2 == 0 else ("pgqueuer", "aster")
-        for system in order if with_pgqueuer else ("aster",):
-            if system == "aster":
-                ours.append((await _aster.burn_down(url, n, concurrency)).rate)
-                continue
-            try:
-                result = await _peers.run_peer("pgqueuer", "burn", url, n, concurrency)
-            except RuntimeError as exc:
-                report.notes.append(str(exc))
-                with_pgqueuer = False
-                break
-            theirs.append(float(result["rate"]))
-    if len(theirs) != len(ours):
-        theirs = []
+    try:
+        for index in range(_rounds() if with_pgqueuer else 1):
+            pgqueuer_first = with_pgqueuer and index % 2 == 1
+            if pgqueuer_first:
+                theirs.append(await pgqueuer())
+            ours.append((await _aster.burn_down(url, n, concurrency)).rate)
+            if with_pgqueuer and not pgqueuer_first:
+                theirs.append(await pgqueuer())
+    except RuntimeError as exc:
+        report.notes.append(str(exc))
+        if not ours:
+            ours.append((await _aster.burn_down(url, n, concurrency)).rate)
+        return ours, []
     return ours, theirs
 
 

@@ -69,7 +69,7 @@ async def _insert_on_the_driver(conn: AsyncConnection, parent: int) -> Any:
     transaction is open. Returns the driver connection."""
     driver = await driver_connection(conn)
     await driver.execute("BEGIN IMMEDIATE")
-    await driver.execute(f"INSERT INTO parent (id) VALUES ({int(parent)})")
+    await driver.execute("INSERT INTO parent (id) VALUES (?)", (parent,))
     return driver
 
 
