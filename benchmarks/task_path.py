@@ -28,6 +28,7 @@ import inspect
 import itertools
 import sys
 from collections import Counter
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from types import FrameType
@@ -81,8 +82,23 @@ async def _body(ctx: TaskExecutionContext, state: None, payload: Payload) -> int
     return payload.n
 
 
-async def main() -> None:
-    """Trace one task and print the modules it enters."""
+@dataclass(frozen=True, slots=True)
+class TaskPath:
+    """What one traced task's path entered.
+
+    Attributes:
+        entered: The ``tasks/`` modules entered, in first-entered order.
+        carried: The modules the store object travelled through.
+        reentries: How often the path returned to a ``tasks/`` module it had left.
+    """
+
+    entered: tuple[str, ...]
+    carried: frozenset[str]
+    reentries: int
+
+
+async def trace_one_task() -> TaskPath:
+    """Run one task from the claim to its stored outcome and trace the modules it enters."""
     registry: TaskRegistry[None, Kind, Lane] = TaskRegistry(kind=Kind, lane=Lane, state=type(None))
     registry.register(TaskSpec(Kind.WORK, Payload, int, _body))
     registry.lane(Lane.DEFAULT, [Kind.WORK])
@@ -130,20 +146,30 @@ async def main() -> None:
         ):
             carried.add(path.stem)
 
+    previous = sys.getprofile()
     sys.setprofile(profile)
     try:
         await drain()  # claim -> execution -> fenced write, then joined
         await worker.join()
     finally:
-        sys.setprofile(None)
+        sys.setprofile(previous)
     (row,) = store.all_tasks()
     assert row.status is TaskStatus.SUCCEEDED, row
-    distinct = list(dict.fromkeys(entered))
     runs = [stem for i, stem in enumerate(entered) if i == 0 or entered[i - 1] != stem]
-    reentries = sum(count - 1 for count in Counter(runs).values())
-    print(f"tasks/ modules entered ({len(distinct)}): {', '.join(distinct)}")
-    print(f"modules the store travels through ({len(carried)}): {', '.join(sorted(carried))}")
-    print(f"returns to a tasks/ module already left: {reentries}")
+    return TaskPath(
+        entered=tuple(dict.fromkeys(entered)),
+        carried=frozenset(carried),
+        reentries=sum(count - 1 for count in Counter(runs).values()),
+    )
+
+
+async def main() -> None:
+    """Trace one task and print the modules it enters."""
+    path = await trace_one_task()
+    print(f"tasks/ modules entered ({len(path.entered)}): {', '.join(path.entered)}")
+    carried = ", ".join(sorted(path.carried))
+    print(f"modules the store travels through ({len(path.carried)}): {carried}")
+    print(f"returns to a tasks/ module already left: {path.reentries}")
 
 
 def line_kinds(path: Path) -> dict[str, int]:
@@ -180,9 +206,14 @@ def line_kinds(path: Path) -> dict[str, int]:
     return {kind: kinds.count(kind) for kind in KINDS}
 
 
+def budgeted_files() -> list[Path]:
+    """The modules the worker-core line budget counts (see :data:`BUDGETED`)."""
+    return sorted({path for pattern in BUDGETED for path in TASKS.glob(pattern)})
+
+
 def line_budget() -> None:
     """Print the budgeted modules' lines by kind, their sum, and those of :data:`BESIDE`."""
-    files = sorted({path for pattern in BUDGETED for path in TASKS.glob(pattern)})
+    files = budgeted_files()
     total = dict.fromkeys(KINDS, 0)
     print("| module | lines | " + " | ".join(KINDS) + " |")
     print("|---|--:|" + "--:|" * len(KINDS))
