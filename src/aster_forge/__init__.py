@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from ._errors import AsterForgeError
 from .forge import (
+    DrainedTask,
     Forge,
     ForgeDeclarationError,
     ForgeDrainResult,
@@ -22,13 +23,35 @@ from .forge import (
     ForgePeriodic,
     ForgeStateError,
     ForgeTask,
+    ForgeTaskFailedError,
+    ForgeWorkerSettings,
 )
-from .tasks import TaskExecutionContext
+from .tasks import (
+    BackgroundTaskRecord,
+    ClassifiedTaskError,
+    EnqueueResult,
+    TaskCancelOutcome,
+    TaskExecutionContext,
+    TaskLaneState,
+    TaskNotFoundError,
+    TaskPage,
+    TaskPruneReport,
+    TaskRetention,
+    TaskRetryClass,
+    TaskRetryPolicy,
+    TaskSnooze,
+    TaskStateError,
+    TaskStatus,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AsterForgeError",
+    "BackgroundTaskRecord",
+    "ClassifiedTaskError",
+    "DrainedTask",
+    "EnqueueResult",
     "Forge",
     "ForgeDeclarationError",
     "ForgeDrainResult",
@@ -37,6 +60,19 @@ __all__ = [
     "ForgePeriodic",
     "ForgeStateError",
     "ForgeTask",
+    "ForgeTaskFailedError",
+    "ForgeWorkerSettings",
+    "TaskCancelOutcome",
     "TaskExecutionContext",
+    "TaskLaneState",
+    "TaskNotFoundError",
+    "TaskPage",
+    "TaskPruneReport",
+    "TaskRetention",
+    "TaskRetryClass",
+    "TaskRetryPolicy",
+    "TaskSnooze",
+    "TaskStateError",
+    "TaskStatus",
     "__version__",
 ]

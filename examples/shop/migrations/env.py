@@ -23,7 +23,7 @@ if config.config_file_name is not None:
 # from myapp import mymodel
 # target_metadata = mymodel.Base.metadata
 target_metadata = forge.metadata
-config.set_main_option("sqlalchemy.url", forge.backend.url or "")
+config.set_main_option("sqlalchemy.url", forge.url or "")
 
 # other values from the config, defined by the needs of env.py,
 # can be acquired:

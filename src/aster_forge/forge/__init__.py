@@ -11,10 +11,17 @@ from ._app import DEFAULT_FORGE_URL, Forge
 from ._backend import MEMORY_URL, ForgeBackend
 from ._declarations import ForgeDeclarations, ForgeHealthCheck
 from ._drain import DrainedTask, ForgeDrainResult
+from ._operations import ForgeOperations
 from ._periodic import ForgePeriodic
 from ._task import ForgeTask
 from ._worker import ForgeWorker, ForgeWorkerSettings
-from .errors import ForgeDeclarationError, ForgeError, ForgePayloadError, ForgeStateError
+from .errors import (
+    ForgeDeclarationError,
+    ForgeError,
+    ForgePayloadError,
+    ForgeStateError,
+    ForgeTaskFailedError,
+)
 
 __all__ = [
     "DEFAULT_FORGE_URL",
@@ -26,10 +33,12 @@ __all__ = [
     "ForgeDrainResult",
     "ForgeError",
     "ForgeHealthCheck",
+    "ForgeOperations",
     "ForgePayloadError",
     "ForgePeriodic",
     "ForgeStateError",
     "ForgeTask",
+    "ForgeTaskFailedError",
     "ForgeWorker",
     "ForgeWorkerSettings",
     "MEMORY_URL",

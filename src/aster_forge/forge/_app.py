@@ -34,7 +34,6 @@ from ..tasks import (
     EnqueueResult,
     NewTask,
     TaskCodecError,
-    TaskLaneState,
     TaskPayloadError,
     TaskWorker,
 )
@@ -42,9 +41,10 @@ from ._backend import ForgeBackend
 from ._declarations import ForgeDeclarations, check_name
 from ._drain import ForgeDrainResult, drain_forge
 from ._lifespan import run_forge
+from ._operations import ForgeOperations
 from ._task import ForgeTask
 from ._worker import HTTP_COMPONENT, ForgeWorker, ForgeWorkerSettings
-from .errors import ForgeDeclarationError, ForgePayloadError, ForgeStateError
+from .errors import ForgePayloadError, ForgeStateError
 
 __all__ = ["DEFAULT_FORGE_URL", "Forge"]
 
@@ -52,11 +52,13 @@ DEFAULT_FORGE_URL = "sqlite:///./aster-forge.db"
 """The embedded default: a SQLite file in the working directory."""
 
 
-class Forge(ForgeDeclarations):
+class Forge(ForgeDeclarations, ForgeOperations):
     """Background tasks and periodic jobs for one application, on one database.
 
     Declaring (``lane``, ``task``, ``periodic``, ``resources``) comes from
-    :class:`ForgeDeclarations`; running, enqueueing and testing are defined here.
+    :class:`ForgeDeclarations`, the operations on tasks (``get_task``, ``list_tasks``,
+    ``cancel_task``, ``retry_task``, ``prune``, ``pause_lane``, ``result``) from
+    :class:`ForgeOperations`; running, enqueueing and testing are defined here.
 
     Declare at import time, run anywhere: ``aster-forge worker module:forge``,
     ``FastAPI(lifespan=forge.lifespan)``, ``forge.component()`` in an ``AsterRuntime``,
@@ -126,6 +128,11 @@ class Forge(ForgeDeclarations):
         """This process's identity: the claim owner of its workers and the scheduler
         lease holder's id while it holds the lease (``<host>:<pid>:<random>``)."""
         return self._instance_id
+
+    @property
+    def url(self) -> str | None:
+        """The database URL with its async driver (``None`` for ``memory://``)."""
+        return self._backend.url
 
     @property
     def backend(self) -> ForgeBackend:
@@ -297,36 +304,6 @@ class Forge(ForgeDeclarations):
                 worker.wake()
             elif not worker.loop.is_closed():
                 worker.loop.call_soon_threadsafe(worker.wake)
-
-    # -- operator controls ----------------------------------------------------------------
-
-    async def pause_lane(self, lane: str) -> TaskLaneState:
-        """Stop every instance claiming new tasks of ``lane`` (idempotent).
-
-        Tasks already running finish and write their outcome; enqueues still succeed and
-        wait. The pause is stored, so it holds across restarts until :meth:`resume_lane`.
-
-        Raises:
-            ForgeDeclarationError: ``lane`` is not one of the forge's lanes.
-        """
-        return await self._backend.task_store.pause_lane(self._declared_lane(lane))
-
-    async def resume_lane(self, lane: str) -> TaskLaneState:
-        """Let ``lane``'s tasks be claimed again (idempotent).
-
-        Raises:
-            ForgeDeclarationError: ``lane`` is not one of the forge's lanes.
-        """
-        return await self._backend.task_store.resume_lane(self._declared_lane(lane))
-
-    async def lane_states(self) -> list[TaskLaneState]:
-        """Every lane of the forge with its stored pause state, sorted by lane."""
-        return list(await self._backend.task_store.lane_states(sorted(self.lanes)))
-
-    def _declared_lane(self, lane: str) -> str:
-        if lane not in self.lanes:
-            raise ForgeDeclarationError(f"lane {lane!r} is not declared: {sorted(self.lanes)}")
-        return lane
 
     # -- running --------------------------------------------------------------------------
 

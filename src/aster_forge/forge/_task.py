@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+import pydantic
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from ..tasks import (
@@ -57,6 +58,7 @@ class ForgeTask:
         self._steps = steps
         self._timeout = timeout
         self._classifier = error_classifier
+        self._result_adapter: pydantic.TypeAdapter[Any] | None = None
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -99,6 +101,12 @@ class ForgeTask:
     def result_type(self) -> Any:
         """The result type read from the return annotation (``None``: no result)."""
         return self._shape.result_type
+
+    def decode_result(self, text: str) -> Any:
+        """A stored result (JSON text) decoded as the body's return type."""
+        if self._result_adapter is None:
+            self._result_adapter = pydantic.TypeAdapter(self._shape.result_type)
+        return self._result_adapter.validate_json(text)
 
     def spec(self, kind: Any) -> TaskSpec[Forge, Any, Any]:
         """The primitive :class:`~aster_forge.tasks.TaskSpec` the worker runs for ``kind``."""

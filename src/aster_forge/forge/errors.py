@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .._errors import AsterForgeError
 
-__all__ = ["ForgeDeclarationError", "ForgeError", "ForgePayloadError", "ForgeStateError"]
+if TYPE_CHECKING:
+    from ..tasks import BackgroundTaskRecord
+
+__all__ = [
+    "ForgeDeclarationError",
+    "ForgeError",
+    "ForgePayloadError",
+    "ForgeStateError",
+    "ForgeTaskFailedError",
+]
 
 
 class ForgeError(AsterForgeError):
@@ -41,3 +52,19 @@ class ForgeStateError(ForgeError, RuntimeError):
     For example: declaring a task after the forge started, reading ``forge.state``
     before it was set, or ``enqueue_sync`` called from a running event loop.
     """
+
+
+class ForgeTaskFailedError(ForgeError):
+    """Raised by :meth:`~aster_forge.Forge.result` when the task ended failed or cancelled.
+
+    The message carries the task's last error text (the words its body or the worker
+    chose, bounded as stored), never its payload.
+
+    Attributes:
+        task: The task's stored row (``status``, ``last_error``, ``failure_reason``).
+    """
+
+    def __init__(self, task: BackgroundTaskRecord) -> None:
+        detail = f": {task.last_error}" if task.last_error else ""
+        super().__init__(f"task {task.id} ({task.kind}) ended {task.status.value}{detail}")
+        self.task = task
