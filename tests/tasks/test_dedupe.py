@@ -98,5 +98,6 @@ def test_task_dedupe_key_validation(bad: str) -> None:
 def test_errors_are_invalid_value_errors() -> None:
     with pytest.raises(TaskInvalidValueError) as caught:
         TaskDedupeKey("")
-    assert isinstance(caught.value, ValueError) and caught.value.is_invalid_value()
+    assert isinstance(caught.value, ValueError)
+    assert isinstance(caught.value, TaskInvalidValueError)
     assert TaskDedupeKey("x" * 255).value == "x" * 255

@@ -56,7 +56,6 @@ from .errors import (
     RuntimeTaskCatalogError,
     TaskCodecError,
     TaskCoreError,
-    TaskCoreErrorKind,
     TaskInvalidValueError,
     TaskIoError,
     TaskLeaseControlError,
@@ -66,10 +65,6 @@ from .errors import (
     TaskRegistryError,
     TaskStepNotFoundError,
     TaskWorkerShutdownRequestedError,
-    is_task_lease_control_error,
-    is_task_lease_lost,
-    is_task_lease_renewal_timed_out,
-    is_task_worker_shutdown_requested,
 )
 from .protocols import (
     ClaimableTaskRecord,
@@ -248,7 +243,7 @@ from ._control import (
 )
 from ._control_protocols import TaskLaneControlStore, TaskOutcomeControlStore, TaskRetentionStore
 from ._retention import prune_finished_tasks, run_task_retention, task_retention_worker
-from .errors import TaskCancelRequestedError, is_task_cancel_requested
+from .errors import TaskCancelRequestedError
 
 __all__ = [
     "AsterForgeTasksError",
@@ -329,7 +324,6 @@ __all__ = [
     "TaskCodecError",
     "TaskCompletion",
     "TaskCoreError",
-    "TaskCoreErrorKind",
     "TaskDedupeKey",
     "TaskDedupeKeyError",
     "TaskDispatchConfigError",
@@ -403,11 +397,6 @@ __all__ = [
     "drain_dispatcher",
     "effective_dispatch_base_interval",
     "initial_task_steps_from_specs",
-    "is_task_cancel_requested",
-    "is_task_lease_control_error",
-    "is_task_lease_lost",
-    "is_task_lease_renewal_timed_out",
-    "is_task_worker_shutdown_requested",
     "legacy_runtime_task_display_name",
     "mark_active_step_failed",
     "parse_task_steps_json",

@@ -14,10 +14,6 @@ from .errors import (
     TaskLeaseLostError,
     TaskLeaseRenewalTimeoutError,
     TaskWorkerShutdownRequestedError,
-    is_task_cancel_requested,
-    is_task_lease_lost,
-    is_task_lease_renewal_timed_out,
-    is_task_worker_shutdown_requested,
 )
 
 __all__ = ["TaskLease", "TaskLeaseGuard", "TaskLeaseTermination", "task_lease_termination_of"]
@@ -78,20 +74,29 @@ class TaskLeaseTermination(enum.StrEnum):
     CANCEL_REQUESTED = "cancel_requested"
 
 
+# In precedence order: a lost lease wins over a stop requested at the same time.
+_TERMINATIONS: tuple[tuple[type[TaskLeaseControlError], TaskLeaseTermination], ...] = (
+    (TaskLeaseLostError, TaskLeaseTermination.LOST),
+    (TaskLeaseRenewalTimeoutError, TaskLeaseTermination.RENEWAL_TIMED_OUT),
+    (TaskWorkerShutdownRequestedError, TaskLeaseTermination.SHUTDOWN_REQUESTED),
+    (TaskCancelRequestedError, TaskLeaseTermination.CANCEL_REQUESTED),
+)
+
+
 def task_lease_termination_of(exc: BaseException) -> TaskLeaseTermination | None:
     """Which lease-control stop ``exc`` is (or wraps via ``raise ... from``), if any.
 
     The default for ``ClaimedTaskExecutionConfig.lease_control_of``; a product whose
     error type hides the cause chain supplies its own mapping.
     """
-    if is_task_lease_lost(exc):
-        return TaskLeaseTermination.LOST
-    if is_task_lease_renewal_timed_out(exc):
-        return TaskLeaseTermination.RENEWAL_TIMED_OUT
-    if is_task_worker_shutdown_requested(exc):
-        return TaskLeaseTermination.SHUTDOWN_REQUESTED
-    if is_task_cancel_requested(exc):
-        return TaskLeaseTermination.CANCEL_REQUESTED
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and all(current is not seen for seen in chain):
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    for error_type, termination in _TERMINATIONS:
+        if any(isinstance(error, error_type) for error in chain):
+            return termination
     return None
 
 

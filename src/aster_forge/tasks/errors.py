@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 from typing import ClassVar
 
 from .._errors import AsterForgeError
@@ -15,71 +14,17 @@ class AsterForgeTasksError(AsterForgeError):
 # --- tasks core ---
 
 
-class TaskCoreErrorKind(enum.StrEnum):
-    """The shared control and validation failures a :class:`TaskCoreError` carries."""
-
-    CODEC = "codec"
-    INVALID_VALUE = "invalid_value"
-    IO = "io"
-    LEASE_LOST = "lease_lost"
-    RENEWAL_TIMEOUT = "renewal_timeout"
-    SHUTDOWN_REQUESTED = "shutdown_requested"
-    CANCEL_REQUESTED = "cancel_requested"
-
-
 class TaskCoreError(AsterForgeTasksError):
     """Raised by the shared task machinery before a product maps it to its own errors.
 
-    The ``kind`` attribute says which shared failure it is; the predicates
-    (:meth:`is_lease_lost` ...) and the module-level ``is_task_*`` functions are what a
-    product's error mapper uses.
+    Catch the subclass that names the failure (``TaskLeaseLostError``,
+    ``TaskCodecError`` ...); :func:`~aster_forge.tasks.task_lease_termination_of` finds
+    a lease-control stop that a product wrapped with ``raise ... from``.
     """
-
-    kind: ClassVar[TaskCoreErrorKind] = TaskCoreErrorKind.INVALID_VALUE
-
-    def is_codec(self) -> bool:
-        """Whether a stored value could not be decoded or encoded."""
-        return self.kind is TaskCoreErrorKind.CODEC
-
-    def is_invalid_value(self) -> bool:
-        """Whether a step, registry or catalog value failed validation."""
-        return self.kind is TaskCoreErrorKind.INVALID_VALUE
-
-    def is_lease_lost(self) -> bool:
-        """Whether the worker lost its processing lease to another claim."""
-        return self.kind is TaskCoreErrorKind.LEASE_LOST
-
-    def is_lease_renewal_timed_out(self) -> bool:
-        """Whether the lease could not be renewed before it would expire."""
-        return self.kind is TaskCoreErrorKind.RENEWAL_TIMEOUT
-
-    def is_worker_shutdown_requested(self) -> bool:
-        """Whether the worker is shutting down and should release the task."""
-        return self.kind is TaskCoreErrorKind.SHUTDOWN_REQUESTED
-
-    def is_cancel_requested(self) -> bool:
-        """Whether an operator asked to cancel the running task."""
-        return self.kind is TaskCoreErrorKind.CANCEL_REQUESTED
-
-    def is_lease_control(self) -> bool:
-        """Whether this is a lease-control stop (lost, timeout, shutdown, operator cancel)."""
-        return self.kind in _LEASE_CONTROL_KINDS
-
-
-_LEASE_CONTROL_KINDS = frozenset(
-    {
-        TaskCoreErrorKind.LEASE_LOST,
-        TaskCoreErrorKind.RENEWAL_TIMEOUT,
-        TaskCoreErrorKind.SHUTDOWN_REQUESTED,
-        TaskCoreErrorKind.CANCEL_REQUESTED,
-    }
-)
 
 
 class TaskCodecError(TaskCoreError, ValueError):
     """Raised when a stored payload, result or steps value cannot be decoded or encoded."""
-
-    kind = TaskCoreErrorKind.CODEC
 
 
 class TaskPayloadError(TaskCodecError):
@@ -104,8 +49,6 @@ class TaskPayloadError(TaskCodecError):
 class TaskInvalidValueError(TaskCoreError, ValueError):
     """Raised when a step, registry or runtime-task catalog value fails validation."""
 
-    kind = TaskCoreErrorKind.INVALID_VALUE
-
 
 class TaskStepNotFoundError(TaskInvalidValueError, LookupError):
     """Raised when a step mutation names a step key the step list does not contain."""
@@ -125,8 +68,6 @@ class RuntimeTaskCatalogError(TaskInvalidValueError):
 
 class TaskIoError(TaskCoreError, OSError):
     """Raised when task file-system work (temp directories) fails."""
-
-    kind = TaskCoreErrorKind.IO
 
 
 class TaskLeaseControlError(TaskCoreError):
@@ -150,67 +91,25 @@ class TaskLeaseControlError(TaskCoreError):
 class TaskLeaseLostError(TaskLeaseControlError):
     """Raised when the worker's processing lease was lost or taken over by another claim."""
 
-    kind = TaskCoreErrorKind.LEASE_LOST
     _reason = "lease lost"
 
 
 class TaskLeaseRenewalTimeoutError(TaskLeaseControlError, TimeoutError):
     """Raised when the lease could not be renewed before it would have expired."""
 
-    kind = TaskCoreErrorKind.RENEWAL_TIMEOUT
     _reason = "lease renewal timed out"
 
 
 class TaskWorkerShutdownRequestedError(TaskLeaseControlError):
     """Raised when the worker is shutting down and the task should be released."""
 
-    kind = TaskCoreErrorKind.SHUTDOWN_REQUESTED
     _reason = "worker shutdown requested"
 
 
 class TaskCancelRequestedError(TaskLeaseControlError):
     """Raised when an operator cancelled the running task; it ends ``cancelled``."""
 
-    kind = TaskCoreErrorKind.CANCEL_REQUESTED
     _reason = "cancel requested"
-
-
-def _core_errors(exc: BaseException) -> list[TaskCoreError]:
-    """The TaskCoreErrors in ``exc``'s cause/context chain (a product may wrap them)."""
-    found: list[TaskCoreError] = []
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, TaskCoreError):
-            found.append(current)
-        current = current.__cause__ or current.__context__
-    return found
-
-
-def is_task_lease_lost(exc: BaseException) -> bool:
-    """Whether ``exc`` is (or wraps, via ``raise ... from``) a lease-lost error."""
-    return any(err.is_lease_lost() for err in _core_errors(exc))
-
-
-def is_task_lease_renewal_timed_out(exc: BaseException) -> bool:
-    """Whether ``exc`` is (or wraps) a lease-renewal-timeout error."""
-    return any(err.is_lease_renewal_timed_out() for err in _core_errors(exc))
-
-
-def is_task_worker_shutdown_requested(exc: BaseException) -> bool:
-    """Whether ``exc`` is (or wraps) a worker-shutdown-requested error."""
-    return any(err.is_worker_shutdown_requested() for err in _core_errors(exc))
-
-
-def is_task_cancel_requested(exc: BaseException) -> bool:
-    """Whether ``exc`` is (or wraps) an operator-cancel stop."""
-    return any(err.is_cancel_requested() for err in _core_errors(exc))
-
-
-def is_task_lease_control_error(exc: BaseException) -> bool:
-    """Whether ``exc`` is (or wraps) any lease-control stop: lost, timeout, shutdown, cancel."""
-    return any(err.is_lease_control() for err in _core_errors(exc))
 
 
 # --- dedupe / schedule ---
