@@ -80,8 +80,16 @@ def test_the_sdist_carries_license_and_changelog(dist: Path) -> None:
     assert {"LICENSE", "CHANGELOG.md", "README.md", "pyproject.toml"} <= names
 
 
-def test_the_changelog_keeps_an_unreleased_section() -> None:
+def test_the_changelog_opens_with_the_package_version() -> None:
     text = (REPO / "CHANGELOG.md").read_text(encoding="utf-8")
     assert "Keep a Changelog" in text
+    version = re.search(
+        r'^version = "([^"]+)"$',
+        (REPO / "pyproject.toml").read_text(encoding="utf-8"),
+        flags=re.MULTILINE,
+    )
+    assert version is not None
     headings = re.findall(r"^## (.+)$", text, flags=re.MULTILINE)
-    assert headings[0] == "[Unreleased]"
+    # The newest section is this version: "0.1.0 (unreleased)", or its release date.
+    release = rf"{re.escape(version[1])} \((unreleased|\d{{4}}-\d{{2}}-\d{{2}})\)"
+    assert re.fullmatch(release, headings[0]), headings[0]
