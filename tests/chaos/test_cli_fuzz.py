@@ -23,8 +23,8 @@ from click.testing import CliRunner, Result
 from hypothesis import given
 from hypothesis import strategies as st
 
+from aster_forge._demo import DemoApp, DemoSettings
 from aster_forge.cli import cli
-from aster_forge.demo import DemoApp, DemoSettings
 
 from ._fuzz import fuzz
 from .report import ScenarioResult, record

@@ -21,9 +21,9 @@ from click.testing import CliRunner, Result
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from aster_forge import __version__
+from aster_forge._demo import DemoApp, DemoSettings
 from aster_forge.cli import cli, main
 from aster_forge.db import BackgroundTaskDbStore
-from aster_forge.demo import DemoApp, DemoSettings
 from aster_forge.runtime import HealthCheckOptions, HealthCheckRegistry, HealthComponentReport
 from aster_forge.tasks import TaskLease
 from aster_forge.web import health_app
@@ -299,7 +299,7 @@ def test_run_stops_on_sigterm() -> None:
 
 def test_python_m_demo_is_an_alias() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "aster_forge.demo", "--help"],
+        [sys.executable, "-m", "aster_forge._demo", "--help"],
         cwd=REPO,
         env=cli_env(),
         capture_output=True,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from aster_forge.demo import DEMO_LEASE_ID
+from aster_forge._demo import DEMO_LEASE_ID
 
 from ._support import DemoProcess
 

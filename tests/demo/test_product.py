@@ -11,8 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from aster_forge import ForgePayloadError
-from aster_forge.db import AsterForgeDbError
-from aster_forge.demo import (
+from aster_forge._demo import (
     DEMO_LEASE_ID,
     DEMO_NAMESPACE,
     LANE_LIMITS,
@@ -24,6 +23,7 @@ from aster_forge.demo import (
     DemoSchedule,
     DemoSettings,
 )
+from aster_forge.db import AsterForgeDbError
 from aster_forge.runtime import HealthCheckScope, HealthComponentDetailValue, HealthStatus
 from aster_forge.tasks import (
     CronSchedule,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from aster_forge.demo import DemoApp, DemoPortInUseError, DemoSettings, bind_listen_socket
+from aster_forge._demo import DemoApp, DemoPortInUseError, DemoSettings, bind_listen_socket
 from aster_forge.runtime import AsterRuntime, AsterRuntimeError, CancellationToken
 from aster_forge.tasks import ClassifiedTaskError
 

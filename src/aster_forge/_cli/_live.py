@@ -18,7 +18,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from aster_forge.demo import DEMO_NAMESPACE, LANE_LIMITS, DemoApp
+from aster_forge._demo import DEMO_NAMESPACE, LANE_LIMITS, DemoApp
 from aster_forge.runtime import CancellationToken, utc_now
 from aster_forge.tasks import (
     BackgroundTaskRecord,

@@ -154,7 +154,7 @@ class DemoApp:
 
 
 def create_runtime() -> AsterRuntime:
-    """Factory for ``aster-forge run aster_forge.demo:create_runtime`` (workers, no HTTP).
+    """Factory for ``aster-forge run aster_forge._demo:create_runtime`` (workers, no HTTP).
 
     Reads the database URL from ``ASTER_FORGE_DATABASE_URL`` (default: the SQLite file).
     """

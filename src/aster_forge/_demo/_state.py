@@ -17,7 +17,7 @@ from ._audit import AuditEvent, AuditLog
 
 __all__ = ["DemoState"]
 
-logger = logging.getLogger("aster_forge.demo")
+logger = logging.getLogger("aster_forge._demo")
 
 
 @dataclass(slots=True)

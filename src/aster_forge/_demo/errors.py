@@ -1,4 +1,4 @@
-"""Errors of the example product (``aster_forge.demo``)."""
+"""Errors of the example product (``aster_forge._demo``)."""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ from aster_forge.runtime import (
 
 __all__ = ["AUDIT_TABLE", "AuditEvent", "AuditLog", "audit_events_table"]
 
-logger = logging.getLogger("aster_forge.demo.audit")
+logger = logging.getLogger("aster_forge._demo.audit")
 
 AUDIT_TABLE = "demo_audit_events"
 """The name of the demo's audit table."""

@@ -1,4 +1,4 @@
-"""``python -m aster_forge.demo``: an alias of ``aster-forge demo`` (same options)."""
+"""``python -m aster_forge._demo``: an alias of ``aster-forge demo`` (same options)."""
 
 from __future__ import annotations
 
