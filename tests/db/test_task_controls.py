@@ -6,13 +6,10 @@ import asyncio
 from datetime import timedelta
 
 import pytest
-import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aster_forge.db import (
     BackgroundTaskDbStore,
-    alembic_add_background_task_controls,
-    alembic_drop_background_task_controls,
     create_background_tasks_table,
 )
 from aster_forge.runtime import CancellationToken
@@ -27,39 +24,8 @@ from aster_forge.tasks import (
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 
 from ._leases import lease_of
-from ._support import migrate
 
 _LONG = timedelta(minutes=10)
-
-
-async def _columns(engine: AsyncEngine, table: str) -> set[str]:
-    async with engine.connect() as conn:
-        names = await conn.run_sync(
-            lambda sync: {c["name"] for c in sa.inspect(sync).get_columns(table)}
-        )
-    return set(names)
-
-
-async def test_older_table_is_upgraded_by_the_migration_helper(engine: AsyncEngine) -> None:
-    await create_background_tasks_table(engine)
-    async with engine.begin() as conn:
-        await conn.run_sync(migrate, alembic_drop_background_task_controls)
-    assert "snooze_count" not in await _columns(engine, "background_tasks")
-    async with engine.connect() as conn:
-        tables = await conn.run_sync(lambda sync: sa.inspect(sync).get_table_names())
-    assert "background_tasks_lanes" not in tables, "the downgrade drops the lane table"
-    async with engine.begin() as conn:
-        await conn.run_sync(migrate, alembic_add_background_task_controls)
-    assert "snooze_count" in await _columns(engine, "background_tasks")
-    store = BackgroundTaskDbStore(engine, clock=ManualClock())
-    await store.enqueue(NewTask("k", "media"))
-    assert (await store.pause_lane("media")).paused
-    assert await store.claim_due_for_lane("media", 5, "w", _LONG) == []
-    await store.resume_lane("media")
-    [claimed] = await store.claim_due_for_lane("media", 5, "w", _LONG)
-    assert claimed.snooze_count == 0, "existing rows get the column default"
-    assert await store.mark_task_snoozed(lease_of(claimed), delay=timedelta(0), steps_json=None)
-    assert (await store.get_task(claimed.id)).snooze_count == 1  # type: ignore[union-attr]
 
 
 async def test_retention_pass_prunes_in_batches_and_reports(

@@ -17,15 +17,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aster_forge.db import (
     BackgroundTaskDbStore,
-    alembic_add_background_task_waiting,
-    alembic_drop_background_task_waiting,
     background_tasks_table,
     create_background_tasks_table,
 )
 from aster_forge.tasks import NewTask, TaskCompletion
 
 from ._leases import lease_of
-from ._support import migrate
 
 _TTL = timedelta(minutes=10)
 _LATER = timedelta(hours=1)
@@ -182,37 +179,3 @@ async def test_staging_clears_only_the_tasks_that_came_due(
 async def test_an_extra_column_may_not_take_the_name(engine: AsyncEngine) -> None:
     with pytest.raises(ValueError, match="waiting"):
         background_tasks_table(sa.MetaData(), "t", sa.Column("waiting", sa.Integer))
-
-
-async def _indexes(engine: AsyncEngine) -> dict[str, str]:
-    async with engine.connect() as conn:
-        found = await conn.run_sync(lambda sync: sa.inspect(sync).get_indexes("background_tasks"))
-    return {str(i["name"]): str(i.get("dialect_options", {})) for i in found}
-
-
-async def test_an_older_table_is_upgraded_by_the_migration_helper(
-    engine: AsyncEngine, store: BackgroundTaskDbStore
-) -> None:
-    async with engine.begin() as conn:
-        await conn.run_sync(migrate, alembic_drop_background_task_waiting)
-    assert "ix_background_tasks_waiting" not in await _indexes(engine)
-    if not _is_postgres(engine):
-        # SQLite and MariaDB never name the column: an older table keeps working.
-        await store.enqueue_many([NewTask("k", "l", delay=_LATER), NewTask("k", "l")])
-        [old] = await store.claim_due_for_lane("l", 5, "w", _TTL)
-        assert await store.mark_task_retry(
-            lease_of(old), delay=_LATER, error="e", steps_json=None, count_attempt=True
-        )
-        assert await store.stage_waiting_tasks() == 0
-        async with engine.begin() as conn:
-            await conn.execute(sa.text("DELETE FROM background_tasks"))
-    async with engine.begin() as conn:
-        await conn.run_sync(migrate, alembic_add_background_task_waiting)
-    indexes = await _indexes(engine)
-    assert "ix_background_tasks_waiting" in indexes
-    if _is_postgres(engine):
-        assert "NOT waiting" in indexes["ix_background_tasks_due"]
-    task = (await store.enqueue(NewTask("k", "l", delay=_LATER))).record.id
-    await _came_due(engine, task)
-    [claimed] = await store.claim_due_for_lane("l", 5, "w", _TTL)
-    assert claimed.id == task

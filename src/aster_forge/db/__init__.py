@@ -8,18 +8,10 @@ from .errors import AsterForgeDbError
 # isort: split
 from ._components import database_component_after, database_health_component
 from ._migrations import (
-    alembic_add_scheduled_tasks_cron_columns,
-    alembic_add_background_task_controls,
-    alembic_add_background_task_waiting,
-    alembic_drop_background_task_controls,
-    alembic_drop_background_task_waiting,
     alembic_create_runtime_leases,
     alembic_create_scheduled_tasks,
     alembic_drop_runtime_leases,
     alembic_drop_scheduled_tasks,
-    alembic_drop_scheduled_tasks_cron_columns,
-    alembic_full_dedupe_index,
-    alembic_partial_dedupe_index,
     alembic_render_item,
 )
 from ._runtime_leases import (
@@ -29,12 +21,9 @@ from ._runtime_leases import (
 )
 from ._scheduled_tasks import ScheduledTaskDbStore
 from ._scheduled_tasks_table import (
-    SCHEDULED_TASKS_CRON_COLUMNS,
-    add_scheduled_tasks_cron_columns,
     create_scheduled_tasks_namespace_name_unique_index,
     create_scheduled_tasks_next_run_index,
     create_scheduled_tasks_table,
-    drop_scheduled_tasks_cron_columns,
     scheduled_tasks_table,
 )
 from ._engine import create_database_engine
@@ -79,23 +68,13 @@ __all__ = [
     "DatabaseUnavailableError",
     "InvalidDatabaseUrlError",
     "RuntimeLeaseDbStore",
-    "SCHEDULED_TASKS_CRON_COLUMNS",
     "ScheduledTaskDbStore",
     "UnsupportedDatabaseBackendError",
     "UtcDateTime",
-    "add_scheduled_tasks_cron_columns",
-    "alembic_add_background_task_controls",
-    "alembic_add_background_task_waiting",
-    "alembic_add_scheduled_tasks_cron_columns",
     "alembic_create_runtime_leases",
     "alembic_create_scheduled_tasks",
-    "alembic_drop_background_task_controls",
-    "alembic_drop_background_task_waiting",
     "alembic_drop_runtime_leases",
     "alembic_drop_scheduled_tasks",
-    "alembic_drop_scheduled_tasks_cron_columns",
-    "alembic_full_dedupe_index",
-    "alembic_partial_dedupe_index",
     "alembic_render_item",
     "background_tasks_table",
     "create_background_tasks_table",
@@ -106,7 +85,6 @@ __all__ = [
     "create_scheduled_tasks_table",
     "database_component_after",
     "database_health_component",
-    "drop_scheduled_tasks_cron_columns",
     "listen_for_task_notifications",
     "normalize_database_url",
     "runtime_leases_table",

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
-from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.schema import CreateColumn, CreateIndex, CreateTable, ExecutableDDLElement
-from sqlalchemy.sql.compiler import DDLCompiler
+from sqlalchemy.schema import CreateIndex, CreateTable
 
 from ..tasks import (
     MAX_CRON_EXPRESSION_LENGTH,
@@ -20,13 +16,10 @@ from ._time import DatabaseBackend, UtcDateTime
 __all__ = [
     "NAMESPACE_NAME_UNIQUE_INDEX",
     "NEXT_RUN_INDEX",
-    "SCHEDULED_TASKS_CRON_COLUMNS",
     "SCHEDULED_TASKS_TABLE",
-    "add_scheduled_tasks_cron_columns",
     "create_scheduled_tasks_namespace_name_unique_index",
     "create_scheduled_tasks_next_run_index",
     "create_scheduled_tasks_table",
-    "drop_scheduled_tasks_cron_columns",
     "scheduled_task_index",
     "scheduled_tasks_table",
 ]
@@ -34,8 +27,6 @@ __all__ = [
 SCHEDULED_TASKS_TABLE = "scheduled_tasks"
 NAMESPACE_NAME_UNIQUE_INDEX = "ux_scheduled_tasks_namespace_name"
 NEXT_RUN_INDEX = "ix_scheduled_tasks_next_run_at"
-SCHEDULED_TASKS_CRON_COLUMNS = ("cron_expression", "cron_timezone")
-"""The columns a cron schedule adds; :func:`add_scheduled_tasks_cron_columns` adds them."""
 
 _LONG_TEXT = sa.Text().with_variant(mysql.LONGTEXT(), "mysql")
 _BIG_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
@@ -122,43 +113,3 @@ def create_scheduled_tasks_namespace_name_unique_index(
 def create_scheduled_tasks_next_run_index(*, if_not_exists: bool = False) -> CreateIndex:
     """Return the DDL of the ``next_run_at`` index (``ix_scheduled_tasks_next_run_at``)."""
     return CreateIndex(scheduled_task_index(NEXT_RUN_INDEX), if_not_exists=if_not_exists)
-
-
-class _AlterColumn(ExecutableDDLElement):
-    """``ALTER TABLE <table> ADD COLUMN <spec>`` / ``DROP COLUMN <name>``, compiled per dialect."""
-
-    inherit_cache = False
-
-    def __init__(self, column: sa.Column[Any], *, add: bool) -> None:
-        self.column = column
-        self.add = add
-
-
-@compiles(_AlterColumn)
-def _compile_alter_column(element: _AlterColumn, compiler: DDLCompiler, **_: Any) -> str:
-    table = compiler.preparer.format_table(element.column.table)
-    if element.add:
-        return f"ALTER TABLE {table} ADD COLUMN {compiler.process(CreateColumn(element.column))}"
-    return f"ALTER TABLE {table} DROP COLUMN {compiler.preparer.format_column(element.column)}"
-
-
-def add_scheduled_tasks_cron_columns() -> tuple[ExecutableDDLElement, ...]:
-    """Return the ``ALTER TABLE ... ADD COLUMN`` DDL that adds the cron columns.
-
-    For a ``scheduled_tasks`` table created before cron schedules existed
-    (:data:`SCHEDULED_TASKS_CRON_COLUMNS`, both nullable, so existing interval rows
-    stay valid). New tables get them from :func:`create_scheduled_tasks_table`. The
-    statements compile for the backend that executes them.
-    """
-    table = scheduled_tasks_table(sa.MetaData())
-    return tuple(_AlterColumn(table.c[n], add=True) for n in SCHEDULED_TASKS_CRON_COLUMNS)
-
-
-def drop_scheduled_tasks_cron_columns() -> tuple[ExecutableDDLElement, ...]:
-    """Return the ``ALTER TABLE ... DROP COLUMN`` DDL that removes the cron columns again.
-
-    Delete or convert the cron rows first: without the columns they would read as
-    interval rows with a zero interval.
-    """
-    table = scheduled_tasks_table(sa.MetaData())
-    return tuple(_AlterColumn(table.c[n], add=False) for n in SCHEDULED_TASKS_CRON_COLUMNS)
