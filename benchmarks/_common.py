@@ -22,7 +22,7 @@ DEFAULT_POSTGRES_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
 DEFAULT_MYSQL_URL = "mysql+aiomysql://root@127.0.0.1:3306/test"
 
 
-# A burn-down of 5,000 tasks at concurrency 1 with pgqueuer capped takes about a minute.
+# Generous: the slowest peer configurations (pgqueuer capped at concurrency 1) take minutes.
 _PROCESS_SECONDS = 900
 
 

@@ -9,7 +9,7 @@ answers with records claimed before the timing, so what is timed is the worker a
 benchmark's no-op body. It runs the worker path the PostgreSQL store uses: successes
 written in batches that also claim the freed slots, two such writes in flight. The
 worker is started through the seed's entry points (:class:`TaskDispatcher` and
-:func:`run_dispatch_worker`, today a thin layer over ``TaskWorker.run``): they exist in
+:func:`run_dispatch_worker`, a thin layer over ``TaskWorker.run``): they exist in
 every version, so an older tree can be measured the same way.
 
 The figure is process CPU time per task (``time.process_time``), less noisy than

@@ -4,7 +4,7 @@ Runs the PostgreSQL (and SQLite) burn-down at concurrency 10 under :mod:`cProfil
 and replaces ``benchmarks/results/profile.md``: the top 15 frames by own time
 and by cumulative time, the SQL round trips per task (statements plus BEGIN/COMMIT of
 real transactions, counted with an SQLAlchemy event hook) and the tasks per claim.
-cProfile slows Python down (roughly 2x), so the rates here are lower than the suite's.
+cProfile slows Python down, so the rates here are lower than the suite's.
 
 Run: ``python -m benchmarks.profile`` (``BENCH_PROFILE_TASKS``, default 5,000).
 """
