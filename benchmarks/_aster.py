@@ -108,7 +108,9 @@ class RoundTrips:
     the batched success and renewal) are counted by asyncpg's query logger, which sees
     only those: SQLAlchemy runs its statements as prepared statements (not logged),
     and its BEGIN/COMMIT (logged) and ``executemany`` (logged) are left to its events.
-    The SQLite driver statements are not counted (see ``results/2026-12-01-sqlite.md``).
+    On SQLite the store sends its hot statements (the claim, the batched success, the
+    transaction control) on the aiosqlite connection itself, past SQLAlchemy's events,
+    so they are not counted there: the SQLite figure understates the round trips.
     """
 
     def __init__(self, engine: AsyncEngine) -> None:

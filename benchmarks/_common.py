@@ -22,7 +22,7 @@ DEFAULT_POSTGRES_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
 DEFAULT_MYSQL_URL = "mysql+aiomysql://root@127.0.0.1:3306/test"
 
 
-# A burn-down of 5,000 tasks at concurrency 1 with pgqueuer capped takes about a minute.
+# Generous: the slowest peer configurations (pgqueuer capped at concurrency 1) take minutes.
 _PROCESS_SECONDS = 900
 
 
@@ -205,12 +205,3 @@ async def count_rows(url: str, table: str) -> int:
             return int((await conn.execute(sa.text(f"SELECT count(*) FROM {table}"))).scalar_one())
     finally:
         await engine.dispose()
-
-
-def append_results(path: Path, title: str, lines: list[str]) -> None:
-    """Append ``lines`` to the results file ``path``, starting it with ``title`` if new."""
-    path.parent.mkdir(exist_ok=True)
-    if not path.exists():
-        path.write_text(title.rstrip("\n") + "\n\n")
-    with path.open("a") as handle:
-        handle.write("\n".join(lines) + "\n")

@@ -15,34 +15,33 @@ costs the statement nothing):
   priority before it reaches the due ones.
 
 Run: ``python -m benchmarks bench_crowded_table``; against another tree, e.g. the
-commit before a change: ``PYTHONPATH=<tree>/src python -m benchmarks
-bench_crowded_table``. Results go to ``benchmarks/results/<date>-crowded-table.md``.
+commit before a change: ``PYTHONPATH=<tree>/src BENCH_RESULTS_DIR=/tmp/before python -m
+benchmarks bench_crowded_table``. Results replace
+``benchmarks/results/crowded-table.md`` (``BENCH_RESULTS_DIR``: elsewhere).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import os
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
-from pathlib import Path
 
 import sqlalchemy as sa
 
 from aster_forge.db import BackgroundTaskDbStore
 from aster_forge.tasks import BackgroundTaskRecord, NewTask, TaskCompletion, TaskLease
 
-from . import _aster
+from . import _aster, _results
 from ._common import (
     create_postgres_database,
     drop_postgres_database,
     load_average,
     make_engine,
+    postgres_base_url,
 )
 
-RESULTS = Path(__file__).resolve().parent / "results"
 RUNNING = 5_000
 FUTURE = 50_000
 TABLE_ROWS = 100_000
@@ -148,11 +147,10 @@ def _row(what: str, plain: float, crowded: float) -> str:
 
 
 async def main() -> None:
-    """Time each statement alone and in its crowd; append the results."""
-    label = os.environ.get("BENCH_CROWDED_TABLE_LABEL", "run")
+    """Time each statement alone and in its crowd; replace ``results/crowded-table.md``."""
+    started = dt.datetime.now(dt.UTC)
+    database = await _results.database_version(postgres_base_url())
     lines = [
-        f"### {label}",
-        "",
         f"- {TABLE_ROWS:,} due tasks; {SLICES} alternating slices of {CALLS_PER_SLICE} "
         f"calls; load average {load_average():.2f}",
         "",
@@ -185,8 +183,12 @@ async def main() -> None:
         plain, crowded = await _compare(future, claim)
         lines.append(_row(f"claim of 10, 50,000 due tomorrow {what}", plain, crowded))
         print(lines[-1], flush=True)
-    path = RESULTS / f"{dt.date.today().isoformat()}-crowded-table.md"
-    header = "" if path.exists() else "# Hot statements in a crowded table\n\n"
-    with path.open("a", encoding="utf-8") as out:
-        out.write(header + "\n".join(lines) + "\n\n")
-    print(f"results appended to {path}")
+    path = _results.write(
+        "crowded-table.md",
+        "Hot statements in a crowded table",
+        lines,
+        command=_results.command("python -m benchmarks bench_crowded_table"),
+        databases=[database],
+        started=started,
+    )
+    print(f"results written to {path}")

@@ -35,16 +35,15 @@ taking commands (``peer_runner.py pgqueuer serve``). One throwaway database:
   its own NOTIFY (what the default window of one NOTIFY per lane per 5 ms saves).
 
 Every system's row count is checked after each run. Results (medians over the rounds
-and the per-round ratios) go to ``benchmarks/results/<date>-enqueue.md``.
+and the per-round ratios) replace ``benchmarks/results/enqueue.md``.
 
-Run: ``python -m benchmarks bench_enqueue``; ``BENCH_QUICK=1`` for a short run;
-``BENCH_ENQUEUE_LABEL=before`` names the run in the results file.
+Run: ``python -m benchmarks bench_enqueue``; ``BENCH_QUICK=1`` for a short run (its
+file goes to a scratch directory, see ``_results.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import inspect
 import os
 import re
@@ -52,7 +51,7 @@ import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -61,9 +60,8 @@ from aster_forge import Forge
 from aster_forge.db import DEFAULT_TASK_NOTIFY_CHANNEL, BackgroundTaskDbStore
 from aster_forge.tasks import NewTask
 
-from . import _aster, _peers
+from . import _aster, _peers, _results
 from ._common import (
-    append_results,
     asyncpg_dsn,
     create_postgres_database,
     drop_postgres_database,
@@ -71,7 +69,6 @@ from ._common import (
     make_engine,
 )
 
-RESULTS = Path(__file__).resolve().parent / "results"
 CHUNK = 5000
 FLOOR = "floor"
 BARE = "bare"
@@ -113,7 +110,7 @@ def _store(engine: Any, *, notify_each: bool = False) -> BackgroundTaskDbStore:
     if "registry" in parameters:
         options["registry"] = _aster.REGISTRY
     if notify_each and "notify_window" in parameters:
-        options["notify_window"] = dt.timedelta(0)
+        options["notify_window"] = timedelta(0)
     return BackgroundTaskDbStore(engine, **options)
 
 
@@ -493,7 +490,7 @@ def _median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-async def _run(label: str) -> list[str]:
+async def _run(databases: list[str]) -> list[str]:
     single_n, bulk_n, rounds = _sizes()
     problem = _peers.ensure_peers_venv()
     url = await create_postgres_database("af_bench_enqueue")
@@ -502,6 +499,7 @@ async def _run(label: str) -> list[str]:
     figures: dict[str, list[float]] = {}
     load_start = load_average()
     try:
+        databases.append(await _results.database_version(url))
         for round_no in range(1, rounds + 1):
             print(f"== enqueue round {round_no}/{rounds}", flush=True)
             rates = await single_round(url, single_n, problem is None)
@@ -522,8 +520,6 @@ async def _run(label: str) -> list[str]:
         return f"{_median(pairs):.2f}x (rounds: {per_round})"
 
     lines = [
-        f"### {label}",
-        "",
         f"- N single = {single_n:,} calls, N bulk = {bulk_n:,} rows (chunks of {CHUNK:,}), "
         f"{rounds} rounds, time-sliced ({SINGLE_SLICE} single calls or one chunk per "
         f"system in turn); load average {load_start:.2f} -> {load_average():.2f}",
@@ -581,19 +577,27 @@ async def _run(label: str) -> list[str]:
 
 
 def main() -> None:
-    """Run the rounds and append the section to ``results/<date>-enqueue.md``."""
-    label = os.environ.get("BENCH_ENQUEUE_LABEL", "run")
-    lines = asyncio.run(_run(label))
-    path = RESULTS / f"{dt.date.today().isoformat()}-enqueue.md"
-    append_results(
-        path,
-        "# Enqueue speed on PostgreSQL\n\nProduced by `python -m benchmarks bench_enqueue` "
-        "(part of `make bench`). Each round runs every system once, interleaved; the "
-        "ratios are taken inside each round (the machine is shared).",
-        lines,
+    """Run the rounds and replace ``results/enqueue.md``."""
+    started = datetime.now(UTC)
+    databases: list[str] = []
+    lines = asyncio.run(_run(databases))
+    path = _results.write(
+        "enqueue.md",
+        "Enqueue speed on PostgreSQL",
+        [
+            "Each round runs every system once, interleaved; the ratios are taken inside "
+            "each round (the machine is shared).",
+            "",
+            *lines,
+        ],
+        command=_results.command(
+            "python -m benchmarks bench_enqueue", "BENCH_QUICK", "BENCH_ENQUEUE_LISTENERS"
+        ),
+        databases=databases,
+        started=started,
     )
     print("\n".join(lines))
-    print(f"results appended to {path}")
+    print(f"results written to {path}")
 
 
 if __name__ == "__main__":

@@ -15,28 +15,29 @@ until COUNT are in. Systems, each on a fresh table, the order rotating every rou
 - raw asyncpg, one ``INSERT`` per call on a pool of C connections (every caller its
   own connection): the most one-statement-per-call could reach.
 
-Every run's row count is checked. Results (medians over the rounds) go to
-``benchmarks/results/<date>-enqueue-concurrent.md``.
+Every run's row count is checked. Results (medians over the rounds) replace
+``benchmarks/results/enqueue-concurrent.md``.
 
-Run: ``python -m benchmarks bench_enqueue_concurrent``; ``BENCH_QUICK=1`` for a short run.
+Run: ``python -m benchmarks bench_enqueue_concurrent``; ``BENCH_QUICK=1`` for a short run
+(its file goes to a scratch directory, see ``_results.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import os
 import statistics
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from aster_forge.db import BackgroundTaskDbStore
 
-from . import _aster, _peers
+from . import _aster, _peers, _results
 from ._common import (
     asyncpg_dsn,
     count_rows,
@@ -48,7 +49,6 @@ from ._common import (
     make_engine,
 )
 
-RESULTS = Path(__file__).resolve().parent / "results"
 CONCURRENCY = (1, 10, 50)
 
 
@@ -159,7 +159,7 @@ async def _backend(
 def _table(backend: str, medians: dict[tuple[int, str], float]) -> list[str]:
     names = list(dict.fromkeys(name for _, name in medians))
     lines = [
-        f"### {backend}",
+        f"## {backend}",
         "",
         "| system | " + " | ".join(f"c{c} tasks/s" for c in CONCURRENCY) + " |",
         "| --- | " + " | ".join("---:" for _ in CONCURRENCY) + " |",
@@ -176,7 +176,7 @@ def _table(backend: str, medians: dict[tuple[int, str], float]) -> list[str]:
     return [*lines, ""]
 
 
-async def _run() -> list[str]:
+async def _run(databases: list[str]) -> list[str]:
     count, rounds = _sizes()
     why = _peers.ensure_peers_venv()
     peers = why is None
@@ -187,6 +187,7 @@ async def _run() -> list[str]:
     sqlite_dir.mkdir()
     try:
         url = f"sqlite+aiosqlite:///{sqlite_dir / 'bench.db'}"
+        databases.append(await _results.database_version(url))
         lines += _table("sqlite", await _backend("sqlite", url, count, rounds, peers))
     finally:
         for path in sqlite_dir.iterdir():
@@ -194,18 +195,18 @@ async def _run() -> list[str]:
         sqlite_dir.rmdir()
     if (pg := await create_postgres_database()) is not None:
         try:
+            databases.append(await _results.database_version(pg))
             lines += _table("postgresql", await _backend("postgresql", pg, count, rounds, peers))
         finally:
             await drop_postgres_database(pg)
     if (my := await create_mysql_database()) is not None:
         try:
+            databases.append(await _results.database_version(my))
             lines += _table("mariadb", await _backend("mariadb", my, count, rounds, peers))
         finally:
             await drop_mysql_database(my)
     versions = _peers.peer_versions()
     header = [
-        f"## Concurrent callers {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC",
-        "",
         f"{count:,} tasks per run, median of {rounds} rounds; load average "
         f"{load_average():.2f}; pgqueuer {versions.get('pgqueuer', 'n/a')}.",
         "",
@@ -214,10 +215,16 @@ async def _run() -> list[str]:
 
 
 async def main() -> None:
-    """Run every backend and append the tables to today's results file."""
-    lines = await _run()
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"{dt.date.today():%Y-%m-%d}-enqueue-concurrent.md"
-    with path.open("a") as out:
-        out.write("\n".join(lines) + "\n")
+    """Run every backend and replace ``results/enqueue-concurrent.md``."""
+    started = datetime.now(UTC)
+    databases: list[str] = []
+    lines = await _run(databases)
+    path = _results.write(
+        "enqueue-concurrent.md",
+        "Enqueue speed with concurrent callers",
+        lines,
+        command=_results.command("python -m benchmarks bench_enqueue_concurrent", "BENCH_QUICK"),
+        databases=databases,
+        started=started,
+    )
     print(f"written to {path}")

@@ -17,18 +17,18 @@ shared, so only figures from the same run compare):
 Printed and recorded per call: client CPU (``time.process_time``) and wall time, medians
 over the rounds. Every variant's rows are counted at the end.
 
-Run: ``python -m benchmarks bench_enqueue_parts`` (part of ``make bench``). Results are
-appended to ``benchmarks/results/<date>-enqueue-parts.md``.
+Run: ``python -m benchmarks bench_enqueue_parts`` (part of ``make bench``). Results
+replace ``benchmarks/results/enqueue-parts.md`` (``BENCH_QUICK=1``: a short run, its file
+in a scratch directory, see ``_results.py``).
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import statistics
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -36,9 +36,8 @@ import asyncpg
 from aster_forge.db import BackgroundTaskDbStore
 from aster_forge.tasks import NewTask
 
-from . import _aster
+from . import _aster, _results
 from ._common import (
-    append_results,
     asyncpg_dsn,
     create_postgres_database,
     drop_postgres_database,
@@ -46,7 +45,6 @@ from ._common import (
     make_engine,
 )
 
-RESULTS = Path(__file__).resolve().parent / "results"
 _RAW_TABLE = "parts_raw_queue"
 _RAW_INSERT = f"INSERT INTO {_RAW_TABLE} (status, payload) VALUES ('pending', $1)"
 
@@ -174,8 +172,10 @@ async def main() -> None:
         print("bench_enqueue_parts: PostgreSQL is not reachable; skipped")
         return
     calls, rounds = _sizes()
+    started = datetime.now(UTC)
     load_start = load_average()
     try:
+        database = await _results.database_version(url)
         await _aster.reset_table(url)
         engine = make_engine(url)
         store = BackgroundTaskDbStore(engine, registry=_aster.REGISTRY)
@@ -210,10 +210,7 @@ async def main() -> None:
     expected_tasks = 1 + per_variant * 10  # 4 statement variants and 6 layers
     if task_rows != expected_tasks:
         raise SystemExit(f"bench_enqueue_parts: {task_rows} task rows, {expected_tasks} expected")
-    stamp = dt.datetime.now(dt.UTC).strftime("%H:%M UTC")
     lines = [
-        f"### run ({stamp})",
-        "",
         f"- {calls} calls per slice, {rounds} alternating rounds, medians per call; load "
         f"average {load_start:.2f} -> {load_average():.2f}",
         *_table("statement (one asyncpg connection, fixed arguments)", statements),
@@ -221,5 +218,12 @@ async def main() -> None:
         "",
     ]
     print("\n".join(lines))
-    path = RESULTS / f"{dt.date.today().isoformat()}-enqueue-parts.md"
-    append_results(path, "# Where one enqueue's time goes (PostgreSQL)", lines)
+    path = _results.write(
+        "enqueue-parts.md",
+        "Where one enqueue's time goes (PostgreSQL)",
+        lines,
+        command=_results.command("python -m benchmarks bench_enqueue_parts", "BENCH_QUICK"),
+        databases=[database],
+        started=started,
+    )
+    print(f"results written to {path}")

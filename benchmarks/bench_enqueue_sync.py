@@ -15,22 +15,22 @@ through its documented synchronous API; every run's rows are counted:
 - Procrastinate 3.10: ``task.defer(...)`` on a ``SyncPsycopgConnector`` shared by the
   threads (its connection pool).
 
-Runs rotate their order every round; medians of the rounds. Results are appended to
-``benchmarks/results/<date>-enqueue-sync.md``.
+Runs rotate their order every round; medians of the rounds. Results replace
+``benchmarks/results/enqueue-sync.md``.
 
-Run: ``python -m benchmarks bench_enqueue_sync``; ``BENCH_QUICK=1`` for a short run.
+Run: ``python -m benchmarks bench_enqueue_sync``; ``BENCH_QUICK=1`` for a short run (its
+file goes to a scratch directory, see ``_results.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import os
 import statistics
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -39,9 +39,8 @@ from sqlalchemy.pool import NullPool
 from aster_forge import Forge
 from aster_forge.db import BackgroundTaskDbStore, create_database_engine
 
-from . import _peers
+from . import _peers, _results
 from ._common import (
-    append_results,
     count_rows,
     create_postgres_database,
     drop_postgres_database,
@@ -49,7 +48,6 @@ from ._common import (
     make_engine,
 )
 
-RESULTS = Path(__file__).resolve().parent / "results"
 THREADS = (1, 8)
 TABLE = "sync_tasks"
 
@@ -122,7 +120,7 @@ def loop_per_call(url: str, count: int, threads: int) -> float:
     store = BackgroundTaskDbStore(
         engine,
         table=forge.backend.tasks_table,
-        notify_window=dt.timedelta(0),
+        notify_window=timedelta(0),
         coalesce_enqueues=False,
     )
 
@@ -159,7 +157,7 @@ def _systems(url: str, count: int, threads: int, peers: bool) -> dict[str, Calla
     return systems
 
 
-def _run() -> list[str]:
+def _run(databases: list[str]) -> list[str]:
     count, rounds = _sizes()
     why = _peers.ensure_peers_venv()
     if why is not None:
@@ -170,6 +168,7 @@ def _run() -> list[str]:
     medians: dict[tuple[int, str], float] = {}
     load_start = load_average()
     try:
+        databases.append(asyncio.run(_results.database_version(url)))
         for threads in THREADS:
             systems = _systems(url, count, threads, why is None)
             names = list(systems)
@@ -186,10 +185,8 @@ def _run() -> list[str]:
     names = list(dict.fromkeys(name for _, name in medians))
     first = names[0]
     lines = [
-        f"## Synchronous enqueue {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC",
-        "",
         f"{count:,} tasks per run, one per call, median of {rounds} rounds; load average "
-        f"{load_start:.2f} -> {load_average():.2f}; PostgreSQL on loopback.",
+        f"{load_start:.2f} -> {load_average():.2f}.",
         "",
         "| system | " + " | ".join(f"{t} thread(s), tasks/s" for t in THREADS) + " |",
         "| --- | " + " | ".join("---:" for _ in THREADS) + " |",
@@ -211,13 +208,17 @@ def _run() -> list[str]:
 
 
 def main() -> None:
-    """Run the rounds and append the table to today's results file."""
-    lines = _run()
-    path = RESULTS / f"{dt.date.today():%Y-%m-%d}-enqueue-sync.md"
-    title = (
-        "# Synchronous enqueue on PostgreSQL\n\n"
-        "Produced by `python -m benchmarks bench_enqueue_sync`."
+    """Run the rounds and replace ``results/enqueue-sync.md``."""
+    started = datetime.now(UTC)
+    databases: list[str] = []
+    lines = _run(databases)
+    path = _results.write(
+        "enqueue-sync.md",
+        "Synchronous enqueue on PostgreSQL",
+        lines,
+        command=_results.command("python -m benchmarks bench_enqueue_sync", "BENCH_QUICK"),
+        databases=databases,
+        started=started,
     )
-    append_results(path, title, lines)
     print("\n".join(lines))
     print(f"written to {path}")

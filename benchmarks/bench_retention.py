@@ -6,10 +6,11 @@ dispatch worker (the benchmark registry, concurrency 32) drains the backlog; its
 throughput is measured over a window before pruning, during one retention pass
 (:func:`~aster_forge.tasks.prune_finished_tasks`, 7 days for every status, batches of 1,000)
 and over a window after it. The run checks that every old row is gone, that no task
-the worker ran was deleted, and that each ran exactly once. Results go to
-``benchmarks/results/<date>-retention.md``.
+the worker ran was deleted, and that each ran exactly once. Results replace
+``benchmarks/results/retention.md``.
 
-Run: ``python -m benchmarks bench_retention``; ``BENCH_QUICK=1`` for a short run.
+Run: ``python -m benchmarks bench_retention``; ``BENCH_QUICK=1`` for a short run (its file
+goes to a scratch directory, see ``_results.py``).
 """
 
 from __future__ import annotations
@@ -18,17 +19,15 @@ import asyncio
 import datetime as dt
 import os
 import time
-from pathlib import Path
 
 import sqlalchemy as sa
 
 from aster_forge.db import BackgroundTaskDbStore
 from aster_forge.tasks import NewTask, TaskPruneReport, TaskRetention, prune_finished_tasks
 
-from . import _aster
+from . import _aster, _results
 from ._common import create_postgres_database, drop_postgres_database, load_average, make_engine
 
-RESULTS = Path(__file__).resolve().parent / "results"
 OLD_ROWS = 100_000
 CONCURRENCY = 32
 WINDOW = 4.0
@@ -145,23 +144,20 @@ async def main() -> None:
     url = await create_postgres_database("af_bench_retention")
     if url is None:
         return
+    started = dt.datetime.now(dt.UTC)
     try:
         load = load_average()
+        database = await _results.database_version(url)
         lines = await _run(url)
     finally:
         await drop_postgres_database(url)
-    today = dt.date.today().isoformat()
-    text = "\n".join(
-        [
-            f"# Retention while a worker runs ({today})",
-            "",
-            "`python -m benchmarks bench_retention` on PostgreSQL "
-            f"(1-minute load average at start {load:.1f}, 2 shared cores).",
-            "",
-            *lines,
-            "",
-        ]
+    path = _results.write(
+        "retention.md",
+        "Retention while a worker runs",
+        [f"1-minute load average at start {load:.1f}.", "", *lines],
+        command=_results.command("python -m benchmarks bench_retention", "BENCH_QUICK"),
+        databases=[database],
+        started=started,
     )
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{today}-retention.md").write_text(text)
-    print(text, flush=True)
+    print(path.read_text(encoding="utf-8"), flush=True)
+    print(f"results written to {path}")

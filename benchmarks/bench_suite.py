@@ -16,38 +16,32 @@ Scenarios (every burn-down verifies each task completed exactly once, for every 
 Peers on PostgreSQL, same database, same N and concurrency: pgqueuer and Procrastinate
 (in their own venv, see ``_peers.py``), and a bare asyncpg ``SKIP LOCKED`` loop with 1
 and 50 rows per claim (the physical limit). Every figure is also given as a ratio to
-aster-forge in the same run. Results go to ``benchmarks/results/<date>.md``.
+aster-forge in the same run. Results replace ``benchmarks/results/suite.md``.
 
 Run: ``python -m benchmarks bench_suite`` (``make bench``); ``--quick`` (or
-``BENCH_QUICK=1``) for a short development run. PostgreSQL comes from
-``ASTER_FORGE_TEST_POSTGRES_URL``; a throwaway database is created and dropped.
+``BENCH_QUICK=1``) for a short development run, whose file goes to a scratch directory
+(see ``_results.py``). PostgreSQL comes from ``ASTER_FORGE_TEST_POSTGRES_URL``; a
+throwaway database is created and dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import os
-import platform
 import statistics
-import sys
 import tempfile
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
-import sqlalchemy as sa
-
-from . import _aster, _peers, _raw, _scheduled
+from . import _aster, _peers, _raw, _results, _scheduled
 from ._common import (
     Report,
     Row,
     create_postgres_database,
     drop_postgres_database,
     load_average,
-    make_engine,
 )
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 @dataclass(frozen=True)
@@ -64,19 +58,6 @@ class Sizes:
 
 FULL = Sizes(burn=20_000, bulk=100_000, steps=5_000, latency_seconds=10, scheduled_seconds=10)
 QUICK = Sizes(burn=3_000, bulk=20_000, steps=1_000, latency_seconds=3, scheduled_seconds=3)
-
-
-def _quick() -> bool:
-    return "--quick" in sys.argv or os.environ.get("BENCH_QUICK", "") not in ("", "0")
-
-
-async def _pg_version(url: str) -> str:
-    engine = make_engine(url)
-    try:
-        async with engine.connect() as conn:
-            return str((await conn.execute(sa.text("SHOW server_version"))).scalar_one())
-    finally:
-        await engine.dispose()
 
 
 # pgqueuer twice: its default (what its users run: batch_size=C, no concurrency_limit;
@@ -179,17 +160,14 @@ async def _head_to_head(
     return ours, theirs
 
 
-async def _run(sizes: Sizes) -> Report:
+async def _run(sizes: Sizes, databases: list[str]) -> Report:
     report = Report()
     peer_problem = _peers.ensure_peers_venv()
     versions = _peers.peer_versions() if peer_problem is None else {}
     if peer_problem is not None:
         report.notes.append(f"peers skipped: {peer_problem}")
     pg_url = await create_postgres_database()
-    report.notes.append(
-        f"machine: {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"load average at start {load_average():.2f}"
-    )
+    report.notes.append(f"load average at start {load_average():.2f}")
     if versions:
         report.notes.append(
             "peers: " + ", ".join(f"{name} {version}" for name, version in versions.items())
@@ -197,10 +175,10 @@ async def _run(sizes: Sizes) -> Report:
     with tempfile.TemporaryDirectory(prefix="af-bench-") as tmp:
         backends = [("sqlite", f"sqlite+aiosqlite:///{Path(tmp) / 'bench.db'}")]
         if pg_url is not None:
-            report.notes.append(f"PostgreSQL {await _pg_version(pg_url)} on loopback")
             backends.insert(0, ("postgresql", pg_url))
         try:
             for backend, url in backends:
+                databases.append(await _results.database_version(url))
                 print(f"== {backend}: (a) burn-down", flush=True)
                 await _burn_downs(report, backend, url, sizes, peer_problem is None)
                 if backend == "postgresql":
@@ -353,17 +331,12 @@ def _goals(report: Report) -> list[str]:
     return lines
 
 
-def write_results(report: Report, quick: bool) -> Path:
-    """Write ``results/<date>.md`` (``quick-<date>.md`` for quick runs: never spliced)."""
-    RESULTS.mkdir(exist_ok=True)
-    today = dt.date.today().isoformat()
-    path = RESULTS / (f"quick-{today}.md" if quick else f"{today}.md")
+def write_results(report: Report, quick: bool, databases: list[str], started: datetime) -> Path:
+    """Replace ``results/suite.md`` (a quick run's file goes to a scratch directory)."""
     body = [
-        f"# Benchmark results {today}{' (quick)' if quick else ''}",
-        "",
-        "Produced by `python -m benchmarks bench_suite` (`make bench`). Every burn-down "
-        "verified that each task completed exactly once, for every system. Ratios compare "
-        "with aster-forge in the same run, same database, same N and concurrency.",
+        "Every burn-down verified that each task completed exactly once, for every system. "
+        "Ratios compare with aster-forge in the same run, same database, same N and "
+        "concurrency.",
         "",
         *(f"- {note}" for note in report.notes),
         "",
@@ -374,17 +347,25 @@ def write_results(report: Report, quick: bool) -> Path:
         "## Figures",
         "",
         report.markdown(),
-        "",
     ]
-    path.write_text("\n".join(body))
-    return path
+    invocation = "python -m benchmarks bench_suite" + (" --quick" if quick else "")
+    return _results.write(
+        "suite.md",
+        "Benchmark suite" + (" (quick)" if quick else ""),
+        body,
+        command=_results.command(invocation, "BENCH_ROUNDS"),
+        databases=databases,
+        started=started,
+    )
 
 
 def main() -> None:
     """Run the suite and write the results file."""
-    quick = _quick()
-    report = asyncio.run(_run(QUICK if quick else FULL))
-    path = write_results(report, quick)
+    quick = _results.quick()
+    started = datetime.now(UTC)
+    databases: list[str] = []
+    report = asyncio.run(_run(QUICK if quick else FULL, databases))
+    path = write_results(report, quick, databases, started)
     for line in _goals(report):
         print(f"goal: {line}")
     print(f"results written to {path}")

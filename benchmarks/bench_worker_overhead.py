@@ -9,7 +9,7 @@ answers with records claimed before the timing, so what is timed is the worker a
 benchmark's no-op body. It runs the worker path the PostgreSQL store uses: successes
 written in batches that also claim the freed slots, two such writes in flight. The
 worker is started through the seed's entry points (:class:`TaskDispatcher` and
-:func:`run_dispatch_worker`, today a thin layer over ``TaskWorker.run``): they exist in
+:func:`run_dispatch_worker`, a thin layer over ``TaskWorker.run``): they exist in
 every version, so an older tree can be measured the same way.
 
 The figure is process CPU time per task (``time.process_time``), less noisy than
@@ -17,21 +17,19 @@ throughput against a database on a shared machine; wall time is shown beside it.
 Every task must run exactly once and be reported succeeded.
 
 Run: ``python -m benchmarks bench_worker_overhead`` (part of ``make bench``); against
-another tree, e.g. the commit before a change: ``PYTHONPATH=<tree>/src python -m
-benchmarks bench_worker_overhead``. ``BENCH_WORKER_OVERHEAD_LABEL`` names the run.
-Results are appended to ``benchmarks/results/<date>-worker-overhead.md``.
+another tree, e.g. the commit before a change: ``PYTHONPATH=<tree>/src
+BENCH_RESULTS_DIR=/tmp/before python -m benchmarks bench_worker_overhead``. Results
+replace ``benchmarks/results/worker-overhead.md`` (``BENCH_RESULTS_DIR``: elsewhere).
 """
 
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import os
 import statistics
 import time
 from collections.abc import Sequence
-from datetime import timedelta
-from pathlib import Path
+from datetime import UTC, datetime, timedelta
 
 from aster_forge.runtime import CancellationToken
 from aster_forge.tasks import (
@@ -46,10 +44,9 @@ from aster_forge.tasks import (
 )
 from aster_forge.testing import InMemoryTaskStore
 
-from . import _aster
-from ._common import append_results, load_average
+from . import _aster, _results
+from ._common import load_average
 
-RESULTS = Path(__file__).resolve().parent / "results"
 TASKS = int(os.environ.get("BENCH_WORKER_OVERHEAD_TASKS", "20000"))
 ROUNDS = int(os.environ.get("BENCH_WORKER_OVERHEAD_ROUNDS", "5"))
 CONCURRENCY = (1, 10, 50)
@@ -148,12 +145,10 @@ async def drain(count: int, concurrency: int) -> tuple[float, float]:
 
 
 async def main() -> None:
-    """Time the worker at each concurrency; append the medians."""
-    label = os.environ.get("BENCH_WORKER_OVERHEAD_LABEL", "run")
+    """Time the worker at each concurrency; replace ``results/worker-overhead.md``."""
+    started = datetime.now(UTC)
     await drain(min(TASKS, 2000), 10)  # imports, caches and the allocator warm up
     lines = [
-        f"### {label}",
-        "",
         f"- {TASKS:,} no-op tasks per round, {ROUNDS} rounds (medians); load average "
         f"{load_average():.2f}",
         "",
@@ -169,7 +164,15 @@ async def main() -> None:
             f"| {concurrency} | {statistics.median(cpu):.1f} us | {wall:.1f} us | {each} |"
         )
         print(lines[-1], flush=True)
-    lines.append("")
-    path = RESULTS / f"{dt.date.today().isoformat()}-worker-overhead.md"
-    append_results(path, "# The worker's own CPU per task (a store that answers at once)", lines)
-    print(f"results appended to {path}")
+    path = _results.write(
+        "worker-overhead.md",
+        "The worker's own CPU per task (a store that answers at once)",
+        lines,
+        command=_results.command(
+            "python -m benchmarks bench_worker_overhead",
+            "BENCH_WORKER_OVERHEAD_TASKS",
+            "BENCH_WORKER_OVERHEAD_ROUNDS",
+        ),
+        started=started,
+    )
+    print(f"results written to {path}")

@@ -39,8 +39,8 @@ async def measure(count: int) -> dict[int, list[float]]:
         raise SystemExit("bench-check needs PostgreSQL")
     ratios: dict[int, list[float]] = {concurrency: [] for concurrency in GATES}
     try:
-        # One short untimed pass of each first: the first burn-down of a process ran
-        # up to half as fast as the next ones (the gate compares steady states).
+        # One short untimed pass of each first: the first burn-down of a process runs
+        # slower than the next ones (the gate compares steady states).
         await _raw.raw_burn_down(url, WARM_UP, 50)
         for concurrency in GATES:
             await _aster.burn_down(url, WARM_UP, concurrency)

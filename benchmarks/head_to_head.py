@@ -162,7 +162,7 @@ async def _sqlite_rates(count: int, rounds: int, concurrencies: list[int]) -> di
 
     Measured before the PostgreSQL rounds: right after them, while the server and the
     kernel still write back what those rounds left, SQLite's checkpoints wait for the
-    same disk, and the runs were about a quarter slower.
+    same disk, and the runs are slower.
     """
     medians = {}
     with tempfile.TemporaryDirectory(prefix="af-h2h-") as tmp:

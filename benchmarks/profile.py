@@ -1,10 +1,10 @@
 """Where the time goes in scenario (a): cProfile of one burn-down, top 15 frames.
 
 Runs the PostgreSQL (and SQLite) burn-down at concurrency 10 under :mod:`cProfile`,
-and writes ``benchmarks/results/profile-<date>.md``: the top 15 frames by own time
+and replaces ``benchmarks/results/profile.md``: the top 15 frames by own time
 and by cumulative time, the SQL round trips per task (statements plus BEGIN/COMMIT of
 real transactions, counted with an SQLAlchemy event hook) and the tasks per claim.
-cProfile slows Python down (roughly 2x), so the rates here are lower than the suite's.
+cProfile slows Python down, so the rates here are lower than the suite's.
 
 Run: ``python -m benchmarks.profile`` (``BENCH_PROFILE_TASKS``, default 5,000).
 """
@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import cProfile
-import datetime as dt
 import io
 import os
 import pstats
 import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 
-from . import _aster
+from . import _aster, _results
 from ._common import create_postgres_database, drop_postgres_database, load_average
 
-RESULTS = Path(__file__).resolve().parent / "results"
 TOP = 15
 
 
@@ -53,7 +52,7 @@ async def _one(url: str, count: int) -> tuple[_aster.BurnDown, _Profile]:
     return result, profile
 
 
-async def _run(count: int) -> str:
+async def _run(count: int, databases: list[str]) -> list[str]:
     sections: list[str] = []
     pg = await create_postgres_database("af_bench_profile")
     with tempfile.TemporaryDirectory(prefix="af-profile-") as tmp:
@@ -62,6 +61,7 @@ async def _run(count: int) -> str:
             targets.insert(0, ("PostgreSQL", pg))
         try:
             for name, url in targets:
+                databases.append(await _results.database_version(url))
                 result, profile = await _one(url, count)
                 sections += [
                     f"## {name}: 1 process x concurrency 10, N={count:,}",
@@ -87,20 +87,28 @@ async def _run(count: int) -> str:
         finally:
             if pg is not None:
                 await drop_postgres_database(pg)
-    return "\n".join(sections)
+    return sections
 
 
 def main() -> None:
     """Profile and write the summary."""
     count = int(os.environ.get("BENCH_PROFILE_TASKS", "5000"))
+    started = datetime.now(UTC)
     load = load_average()
-    body = asyncio.run(_run(count))
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"profile-{dt.date.today().isoformat()}.md"
-    path.write_text(
-        f"# Profile of scenario (a), {dt.date.today().isoformat()}\n\n"
-        f"`python -m benchmarks.profile`; load average at start {load:.2f} on "
-        f"{os.cpu_count()} cores. cProfile counts each coroutine resumption as a call.\n\n" + body
+    databases: list[str] = []
+    sections = asyncio.run(_run(count, databases))
+    path = _results.write(
+        "profile.md",
+        "Profile of scenario (a)",
+        [
+            f"Load average at start {load:.2f}. cProfile counts each coroutine resumption "
+            "as a call.",
+            "",
+            *sections,
+        ],
+        command=_results.command("python -m benchmarks.profile", "BENCH_PROFILE_TASKS"),
+        databases=databases,
+        started=started,
     )
     print(f"profile written to {path}")
 

@@ -3,10 +3,10 @@
 - ``on_config``: the nav lists every planned page; entries whose file does not exist
   yet are dropped (logged at INFO) so a page appears in the nav as soon as it lands,
   and ``--strict`` never fails on a page that is still being written.
-- ``on_page_markdown``: a line ``<!-- latest-results: GLOB -->`` is replaced by the
-  newest file matching ``GLOB`` (relative to the repository root; newest = last in
-  name order, so date-named files sort correctly). The text up to
-  ``<!-- end-latest-results -->`` is the fallback shown when no file matches.
+- ``on_page_markdown``: a line ``<!-- results: PATH -->`` is replaced by the results
+  file at ``PATH`` (relative to the repository root; each benchmark and chaos writer
+  keeps one such file and overwrites it). The text up to ``<!-- end-results -->`` is
+  the fallback shown when the file does not exist.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ log = logging.getLogger("mkdocs.hooks.aster_forge")
 
 ROOT = Path(__file__).resolve().parents[2]
 
-_LATEST = re.compile(
-    r"^<!-- latest-results: (?P<glob>\S+) -->\n(?P<fallback>.*?)^<!-- end-latest-results -->\n",
+_RESULTS = re.compile(
+    r"^<!-- results: (?P<path>\S+) -->\n(?P<fallback>.*?)^<!-- end-results -->\n",
     re.S | re.M,
 )
 
@@ -53,23 +53,21 @@ def on_config(config: Any) -> Any:
     return config
 
 
-def latest_results(markdown: str, root: Path = ROOT) -> str:
-    """Replace each ``latest-results`` block with the newest matching results file."""
+def splice_results(markdown: str, root: Path = ROOT) -> str:
+    """Replace each ``results`` block with the results file it names."""
 
     def replace(match: re.Match[str]) -> str:
-        files = sorted(path for path in root.glob(match["glob"]) if path.is_file())
-        if not files:
+        path = root / match["path"]
+        if not path.is_file():
             return match["fallback"]
-        newest = files[-1]
-        body = newest.read_text(encoding="utf-8")
+        body = path.read_text(encoding="utf-8")
         # Demote the file's headings one level so they sit under the page's title.
         body = re.sub(r"^(#{1,5}) ", r"#\1 ", body, flags=re.M)
-        source = newest.relative_to(root)
-        return f"*Source: `{source}` (the newest of `{match['glob']}`).*\n\n{body}\n"
+        return f"{body.rstrip()}\n\n*Source: `{match['path']}`.*\n\n"
 
-    return _LATEST.sub(replace, markdown)
+    return _RESULTS.sub(replace, markdown)
 
 
 def on_page_markdown(markdown: str, **_: Any) -> str:
-    """Splice the newest benchmark/chaos results into the pages that ask for them."""
-    return latest_results(markdown)
+    """Splice the current benchmark and chaos results into the pages that name them."""
+    return splice_results(markdown)

@@ -1,7 +1,8 @@
-"""Chaos suite hooks: print the results table; write it to benchmarks/results on long runs."""
+"""Chaos suite hooks: print the results table; write it to tests/chaos/results on long runs."""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import AsyncIterator
 
 import pytest
@@ -28,5 +29,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.section("aster-forge chaos results")
     terminalreporter.write(render_markdown(RESULTS))
     if any(result.long for result in RESULTS):
-        path = write_report(RESULTS)
+        args = terminalreporter.config.invocation_params.args
+        path = write_report(RESULTS, command=shlex.join(("python", "-m", "pytest", *args)))
         terminalreporter.write_line(f"written to {path}")

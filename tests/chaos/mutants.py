@@ -9,7 +9,7 @@ chaos worker processes, without installing anything). The working tree is never
 touched. First the unmutated copy must pass every selected test (else a "kill" would
 mean nothing); then each mutant runs its tests in order with ``-x``: the first failing
 test killed it. A no-op control mutant must survive, so the check itself can fail.
-The report goes to ``tests/chaos/results/mutants-<date>.md`` and ``.json``.
+A full run (no ``--only``) replaces ``tests/chaos/results/mutants.md``.
 
 Exit status 0 only when the baseline passed, every mutant was killed and the control
 survived; 1 otherwise; 2 when a mutant's snippet is no longer in the code.
@@ -19,19 +19,21 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import os
-import platform
+import shlex
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tarfile
 import tempfile
 import time
 import xml.etree.ElementTree as ET
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+
+from benchmarks import _results
 
 from ._mutant_catalog import CONTROL, MUTANTS, Mutant
 
@@ -164,8 +166,7 @@ def run_mutant(mutant: Mutant, base: Path, scratch: Path) -> MutantResult:
 
 
 def render(results: list[MutantResult], baseline: str, total: float, load: str) -> str:
-    """The Markdown report."""
-    when = datetime.now(UTC)
+    """The Markdown report (without the header :func:`write_report` adds)."""
     killed = sum(1 for r in results if r.expect_killed and r.verdict == "killed")
     expected = sum(1 for r in results if r.expect_killed)
     controls = [r for r in results if not r.expect_killed]
@@ -176,9 +177,7 @@ def render(results: list[MutantResult], baseline: str, total: float, load: str) 
     else:
         control = "WAS KILLED: the check is broken"
     lines = [
-        f"Mutation check {when:%Y-%m-%d %H:%M} UTC on {os.cpu_count()} cores "
-        f"({platform.system()} {platform.machine()}, Python {platform.python_version()}); "
-        f"load average at start {load}.",
+        f"Load average at start {load}.",
         "",
         f"**{killed} of {expected} mutants killed**; the no-op control "
         f"{control}; "
@@ -199,6 +198,25 @@ def render(results: list[MutantResult], baseline: str, total: float, load: str) 
     ]
     lines += [f"- `{r.name}`: {', '.join(f'`{t}`' for t in r.tests)}" for r in results]
     return "\n".join(lines) + "\n"
+
+
+def write_report(report: str, ref: str, started: datetime, directory: Path = RESULTS_DIR) -> Path:
+    """Replace ``mutants.md`` in ``directory``: the header, then ``report``."""
+    env = {**DEFAULT_ENV, **os.environ}
+    urls = [env["ASTER_FORGE_TEST_POSTGRES_URL"], env["ASTER_FORGE_TEST_MYSQL_URL"]]
+    databases = [*_results.database_versions(urls), f"SQLite {sqlite3.sqlite_version}"]
+    arguments = [] if ref == "HEAD" else ["--ref", ref]
+    head = _results.header(
+        "Mutation check",
+        command=shlex.join(["python", "-m", "tests.chaos.mutants", *arguments]),
+        databases=databases,
+        tree=f"`{_results.commit_of(REPO_ROOT, ref)}` (`git archive {ref}`)",
+        when=started,
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "mutants.md"
+    path.write_text("\n".join(head) + "\n" + report, encoding="utf-8")
+    return path
 
 
 def _cell(text: str) -> str:
@@ -229,6 +247,7 @@ def main(argv: list[str]) -> int:
         return 2
     mutants = [*chosen, CONTROL]
     load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
+    started_at = datetime.now(UTC)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="aster-forge-mutants-") as scratch_dir:
         scratch = Path(scratch_dir)
@@ -261,17 +280,7 @@ def main(argv: list[str]) -> int:
     report = render(results, baseline, total, load)
     _say(report)
     if not args.no_report and args.only is None:
-        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        stem = RESULTS_DIR / f"mutants-{datetime.now(UTC):%Y-%m-%d}"
-        stem.with_suffix(".md").write_text(report, encoding="utf-8")
-        payload = {
-            "baseline": baseline,
-            "total_seconds": round(total, 1),
-            "load_average_at_start": load,
-            "results": [asdict(r) for r in results],
-        }
-        stem.with_suffix(".json").write_text(json.dumps(payload, indent=2) + "\n", "utf-8")
-        _say(f"written to {stem.with_suffix('.md')}")
+        _say(f"written to {write_report(report, args.ref, started_at)}")
     ok = code == 0 and len(results) == len(mutants) and all(r.ok for r in results)
     return 0 if ok else 1
 

@@ -2,27 +2,29 @@
 
 Every chaos scenario calls :func:`record` with what it measured; the chaos
 ``conftest.py`` prints the table at the end of the pytest session and, when a long
-(``slow``) scenario ran, writes it to ``benchmarks/results/chaos-<date>.md``.
+(``slow``) scenario ran, replaces ``tests/chaos/results/chaos.md`` (which
+``docs/chaos.md`` shows) and ``chaos.json`` (the same results as data).
 
-Run ``python -m tests.chaos.report results.json`` to render a saved JSON result list.
+Run ``python -m tests.chaos.report tests/chaos/results/chaos.json`` to render a saved
+JSON result list as the table.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import platform
 import sys
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
+
+from benchmarks import _results
+from benchmarks._common import postgres_base_url
 
 __all__ = ["RESULTS", "ScenarioResult", "record", "render_markdown", "write_report"]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
-DOCS_RESULTS_DIR = Path(__file__).resolve().parent / "results"
-"""``docs/chaos.md`` splices in the newest ``tests/chaos/results/<date>.md``."""
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+#: What ``make chaos`` runs.
+COMMAND = "python -m pytest tests/chaos -m slow --timeout=900 -p no:cacheprovider"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,19 +64,9 @@ def record(result: ScenarioResult) -> ScenarioResult:
     return result
 
 
-def render_markdown(results: list[ScenarioResult], *, when: datetime | None = None) -> str:
-    """Render the results as a Markdown table with the date and the machine's size."""
-    when = when or datetime.now(UTC)
-    cores = os.cpu_count() or 0
-    try:
-        pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        memory = f"{pages / 2**30:.0f} GiB"
-    except (ValueError, OSError, AttributeError):
-        memory = "unknown memory"
+def render_markdown(results: list[ScenarioResult]) -> str:
+    """Render the results as a Markdown table."""
     lines = [
-        f"Chaos run {when:%Y-%m-%d %H:%M} UTC on {cores} cores, {memory} "
-        f"({platform.system()} {platform.machine()}, Python {platform.python_version()}).",
-        "",
         "| scenario | version | tasks | faults injected | lost | duplicated | stuck | result "
         "| notes |",
         "| --- | --- | ---: | --- | ---: | ---: | ---: | --- | --- |",
@@ -88,16 +80,24 @@ def render_markdown(results: list[ScenarioResult], *, when: datetime | None = No
     return "\n".join(lines) + "\n"
 
 
-def write_report(results: list[ScenarioResult], *, when: datetime | None = None) -> Path:
-    """Write the table to ``benchmarks/results/chaos-<date>.md`` (plus a JSON copy) and
-    to ``tests/chaos/results/<date>.md`` (the file the documentation site shows)."""
-    when = when or datetime.now(UTC)
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    DOCS_RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / f"chaos-{when:%Y-%m-%d}.md"
-    table = render_markdown(results, when=when)
-    path.write_text(table, encoding="utf-8")
-    (DOCS_RESULTS_DIR / f"{when:%Y-%m-%d}.md").write_text(table, encoding="utf-8")
+def write_report(
+    results: list[ScenarioResult],
+    *,
+    command: str = COMMAND,
+    when: datetime | None = None,
+    directory: Path = RESULTS_DIR,
+    databases: list[str] | None = None,
+) -> Path:
+    """Replace ``chaos.md`` (the header and the table) and ``chaos.json`` in ``directory``.
+
+    ``databases`` defaults to the version of the PostgreSQL server the scenarios use.
+    """
+    if databases is None:
+        databases = _results.database_versions([postgres_base_url()])
+    head = _results.header("Chaos results", command=command, databases=databases, when=when)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "chaos.md"
+    path.write_text("\n".join(head) + "\n" + render_markdown(results), encoding="utf-8")
     path.with_suffix(".json").write_text(
         json.dumps([asdict(r) for r in results], indent=2) + "\n", encoding="utf-8"
     )

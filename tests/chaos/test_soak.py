@@ -219,8 +219,8 @@ async def test_task_soak_short(tmp_path: Path) -> None:
 @pytest.mark.postgres
 @pytest.mark.timeout(6 * 3600)
 async def test_task_soak_two_hundred_thousand_noop_tasks(postgres_url: str) -> None:
-    # One dispatcher claims once per freed slot (~50 no-op tasks/s here), so the full
-    # 200,000 take over an hour; ASTER_FORGE_SOAK_TASKS picks a smaller count.
+    # One dispatcher claims once per freed slot, so the full 200,000 take a long time;
+    # ASTER_FORGE_SOAK_TASKS picks a smaller count.
     total = int(os.environ.get("ASTER_FORGE_SOAK_TASKS", "200000"))
     engine = create_async_engine(postgres_url)
     await _task_soak(engine, "postgres", total, long=True)

@@ -61,35 +61,41 @@ def test_missing_pages_are_left_out_of_the_nav(tmp_path: Path) -> None:
 
 PAGE = """# Benchmarks
 
-<!-- latest-results: results/*.md -->
+<!-- results: results/suite.md -->
 No results yet.
-<!-- end-latest-results -->
+<!-- end-results -->
 
 tail
 """
 
 
-def test_latest_results_fallback_when_nothing_matches(tmp_path: Path) -> None:
-    out = _hooks().latest_results(PAGE, tmp_path)
+def test_results_fallback_when_the_file_is_missing(tmp_path: Path) -> None:
+    out = _hooks().splice_results(PAGE, tmp_path)
     assert "No results yet." in out
-    assert "latest-results" not in out
+    assert "results:" not in out and "end-results" not in out
     assert out.endswith("tail\n")
 
 
-def test_latest_results_splices_the_newest_file(tmp_path: Path) -> None:
+def test_results_splices_the_named_file(tmp_path: Path) -> None:
     results = tmp_path / "results"
     results.mkdir()
-    (results / "2024-01-01.md").write_text("# Old\n\nold figures\n")
-    (results / "2025-06-30.md").write_text("# Run\n\n## Table\n\n| a |\n|---|\n| 1 |\n")
-    out = _hooks().latest_results(PAGE, tmp_path)
-    assert "old figures" not in out
+    (results / "other.md").write_text("# Other\n\nother figures\n")
+    (results / "suite.md").write_text("# Run\n\n## Table\n\n| a |\n|---|\n| 1 |\n")
+    out = _hooks().splice_results(PAGE, tmp_path)
+    assert "other figures" not in out
     assert "No results yet." not in out
-    assert "`results/2025-06-30.md`" in out
+    assert "`results/suite.md`" in out
     assert "## Run\n" in out and "### Table\n" in out  # headings demoted one level
     assert out.endswith("tail\n")
 
 
+SPLICED = re.compile(r"^<!-- results: (\S+) -->$", re.M)
+
+
 @pytest.mark.parametrize("page", ["benchmarks.md", "chaos.md"])
-def test_result_pages_use_the_splice(page: str) -> None:
+def test_result_pages_splice_committed_results_files(page: str) -> None:
     text = (DOCS / page).read_text()
-    assert "<!-- latest-results: " in text and "<!-- end-latest-results -->" in text
+    paths = SPLICED.findall(text)
+    assert paths and text.count("<!-- end-results -->") == len(paths)
+    for path in paths:
+        assert (DOCS.parent / path).is_file(), f"{page} splices {path}, which does not exist"

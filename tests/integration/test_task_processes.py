@@ -97,8 +97,7 @@ async def _scalar(engine: AsyncEngine, sql: str) -> Any:
 @pytest.mark.parametrize(
     "tasks",
     [
-        # The full scenario: ~14 s on a loaded 2-core machine since the batched
-        # hot path; the generous timeout only guards a stuck run.
+        # The full scenario; the generous timeout only guards a stuck run.
         pytest.param(5_000, id="5000", marks=[pytest.mark.timeout(180)]),
     ],
 )

@@ -87,8 +87,8 @@ async def run_worker(target: str, http: str | None, admin_token: str | None) -> 
 
     What the import built lives as long as the process, so it is frozen
     (:func:`gc.freeze`) before the workers start: the garbage collector's full
-    collections, which a busy worker triggers, then skip it (at concurrency 50 each
-    took about 80 ms of CPU on the 2-core benchmark machine, and 3 to 5 ms frozen).
+    collections, which a busy worker triggers, then skip it instead of walking every
+    object the import built while the event loop waits.
     """
     forge = load_forge(target)
     address = parse_http_address(http) if http is not None else None

@@ -91,8 +91,8 @@ SELECT false AS created, {existing} FROM {t} AS e WHERE e.dedupe_key = $9::text
 # Tasks without a key: nothing to resolve. The server returns what it decides; the
 # first is one task's statement (no arrays), the second a batch's. created_at and
 # updated_at are both now(): one value, sent once. run_at is sent only when it is not
-# now() (a delay or a given time): each epoch conversion is numeric arithmetic, about
-# 0.24 us per row on the server.
+# now() (a delay or a given time): each epoch conversion is numeric arithmetic the
+# server would otherwise do for every row.
 _DUE_LATER = f"CASE WHEN run_at = created_at THEN NULL ELSE {epoch_micros('run_at')} END AS run_at"
 _UNKEYED_RETURNING = f"RETURNING id, {_DUE_LATER}, {epoch_micros('created_at')} AS created_at"
 

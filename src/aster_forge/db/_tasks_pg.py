@@ -29,8 +29,9 @@ _RESCUE_BATCH = 500
 #: Claims of up to this many tasks carry their limit as a literal, one statement per
 #: limit: PostgreSQL then caches a generic plan for each. With the limit a parameter,
 #: its generic plan assumes a tenth of the lane is taken, costs more than a fresh plan,
-#: and PostgreSQL plans every call anew (planning took about half of the statement's
-#: server time). Larger claims share one statement with the limit as a parameter.
+#: and PostgreSQL plans every call anew (planning is then a large share of the
+#: statement's server time). Larger claims share one statement with the limit as a
+#: parameter.
 LITERAL_LIMITS = 64
 
 # Due tasks come from the due index, which leaves out rows written with a later run_at
@@ -115,8 +116,8 @@ RETURNING {returning}
 # uncorrelated subquery, which the planner cannot match to the partial index of running
 # rows: it reaches them through the primary key. With the plain comparison and
 # statistics read while few tasks ran (autovacuum analyzes after a tenth of the table
-# changed), the cached plan hashed every running row of every worker for each write:
-# 5,000 other running tasks made a 10-task success-and-claim 2.5x slower
+# changed), the cached plan hashed every running row of every worker for each write, so
+# a success grew slower with every task other workers were running
 # (tests/db/test_pg_claim_plans.py checks the plan).
 _DONE = """
 WITH done AS (
@@ -202,7 +203,7 @@ class PgTaskStatements:
         )
         # As in ``_DONE``: the ids as an array too, and the status against a scalar
         # subquery, so the plan reaches the rows by primary key instead of hashing every
-        # running row (a stale plan did that: 1.1 ms for 10 tasks beside 2,000 running).
+        # running row (as a plan made from stale statistics did).
         ids = sa.bindparam("ids", type_=postgresql.ARRAY(sa.BigInteger()))
         running_by_id = (
             t.c.id == sa.func.any(ids),

@@ -1,8 +1,8 @@
 """Synchronous enqueues (Django, Flask, scripts) run on one event loop in a daemon thread.
 
 A pooled connection belongs to the event loop that opened it, so synchronous code that
-ran a fresh loop per call (``asyncio.run``) had to connect anew on every enqueue: about
-8 ms on a loopback PostgreSQL, a new session each time. The bridge keeps one loop
+ran a fresh loop per call (``asyncio.run``) had to connect anew on every enqueue: a new
+server session each time, which costs far more than the enqueue. The bridge keeps one loop
 running in a thread of its own, with its own engine and store, and hands each call to
 it: a calling thread waits only for its enqueue, the loop keeps one connection for
 them, and calls from many threads at once share statements (the store's coalescing).
