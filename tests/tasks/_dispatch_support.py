@@ -22,6 +22,7 @@ from aster_forge.tasks import (
     TaskRetryPolicy,
     TaskSpec,
     TaskStepSpec,
+    TaskStoreBase,
 )
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 
@@ -163,7 +164,7 @@ async def until(predicate: Callable[[], bool], *, turns: int = 20_000) -> None:
     raise AssertionError("condition not reached")
 
 
-class ProxyStore:
+class ProxyStore(TaskStoreBase[BackgroundTaskRecord, str]):
     """Wraps an :class:`InMemoryTaskStore`; tests inject failures per method."""
 
     def __init__(self, inner: InMemoryTaskStore) -> None:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from datetime import timedelta
 
-from aster_forge.tasks import TaskLease
+from aster_forge.tasks import BackgroundTaskRecord, TaskLease, TaskStoreBase
 from aster_forge.testing import ManualClock
 
 
@@ -35,13 +36,26 @@ class FakeHeartbeatStore:
             return None
         return lease.renewed(self.clock.now() + lease_ttl)
 
+    async def renew_task_leases_many(
+        self, leases: Sequence[TaskLease], lease_ttl: timedelta
+    ) -> list[TaskLease | None]:
+        return list(await asyncio.gather(*(self.renew_task_lease(x, lease_ttl) for x in leases)))
 
-class FakeStepStore:
+
+class FakeStepStore(TaskStoreBase[BackgroundTaskRecord, str]):
     """Records fenced step writes (only ``update_task_steps`` is used by the context)."""
 
     def __init__(self, owner_token: str) -> None:
         self.owner_token = owner_token
         self.steps_writes: list[str] = []
+
+    async def claim_due_for_lane(
+        self, lane: str, limit: int, owner: str, lease_ttl: timedelta
+    ) -> list[BackgroundTaskRecord]:
+        return []
+
+    async def renew_task_lease(self, lease: TaskLease, lease_ttl: timedelta) -> TaskLease | None:
+        return None
 
     async def update_task_steps(self, lease: TaskLease, steps_json: str) -> bool:
         if lease.processing_token != self.owner_token:

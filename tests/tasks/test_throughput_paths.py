@@ -21,7 +21,7 @@ from aster_forge.tasks import (
     drain_dispatcher,
     task_heartbeat_interval,
 )
-from aster_forge.tasks._completion import TaskCompletionBatcher, supports_batched_success
+from aster_forge.tasks._completion import TaskCompletionBatcher
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 
 from ._dispatch_support import (
@@ -144,7 +144,6 @@ async def test_batcher_coalesces_and_fences_each_entry(
 ) -> None:
     records = await _claim(store, 3)
     guards = [_guard(record, clock) for record in records]
-    assert supports_batched_success(store)
     batcher = TaskCompletionBatcher(store)
     stale = TaskLease(guards[2].lease.task_id, "not-the-token", guards[2].lease.expires_at)
     futures = [

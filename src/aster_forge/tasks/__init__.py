@@ -241,7 +241,8 @@ from ._control import (
     check_delete_finished_tasks_args,
     check_snooze_delay,
 )
-from ._control_protocols import TaskLaneControlStore, TaskOutcomeControlStore, TaskRetentionStore
+from ._control_protocols import TaskLaneControlStore, TaskRetentionStore
+from ._store_base import TaskStoreBase
 from ._retention import prune_finished_tasks, run_task_retention, task_retention_worker
 from .errors import TaskCancelRequestedError
 
@@ -350,7 +351,6 @@ __all__ = [
     "TaskLeaseRenewalTimeoutError",
     "TaskLeaseTermination",
     "TaskNotFoundError",
-    "TaskOutcomeControlStore",
     "TaskPage",
     "TaskPayloadError",
     "TaskPruneReport",
@@ -371,6 +371,7 @@ __all__ = [
     "TaskStepNotFoundError",
     "TaskStepSpec",
     "TaskStepStatus",
+    "TaskStoreBase",
     "TaskTempDirProvider",
     "TaskTempDirs",
     "TaskThroughput",

@@ -12,7 +12,7 @@ from ._lease import TaskLease
 from ._records import TaskCompletion
 from .protocols import ClaimedTaskExecutionStore
 
-__all__ = ["TaskCompletionBatcher", "supports_batched_success"]
+__all__ = ["TaskCompletionBatcher"]
 
 logger = logging.getLogger("aster_forge.tasks.execution")
 
@@ -25,11 +25,6 @@ _Entry = tuple[TaskCompletion, WrittenCallback]
 
 #: The fewest successes a statement carries when it is sent beside another one.
 DEFAULT_MIN_SPLIT = 16
-
-
-def supports_batched_success(store: object) -> bool:
-    """Whether ``store`` has ``mark_tasks_succeeded_many`` (the batcher's fast path)."""
-    return callable(getattr(store, "mark_tasks_succeeded_many", None))
 
 
 class TaskCompletionBatcher:
@@ -51,8 +46,7 @@ class TaskCompletionBatcher:
     costs the database more than the overlap gains.
 
     Args:
-        store: A store with ``mark_tasks_succeeded_many`` (see
-            :func:`supports_batched_success`).
+        store: The store whose ``mark_tasks_succeeded_many`` writes a batch.
         max_batch: The most entries per statement.
         write: What writes one batch (default ``store.mark_tasks_succeeded_many``; a
             worker passes one that also claims the freed slots).

@@ -58,7 +58,7 @@ def check_snooze_delay(delay: object) -> None:
     """Reject a snooze delay that is not a non-negative ``timedelta`` (store input check).
 
     :class:`TaskSnooze` checks it when raised, and every
-    :meth:`~aster_forge.tasks.TaskOutcomeControlStore.mark_task_snoozed` again, because a
+    :meth:`~aster_forge.tasks.ClaimedTaskExecutionStore.mark_task_snoozed` again, because a
     store may be called directly.
 
     Raises:

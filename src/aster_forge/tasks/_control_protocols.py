@@ -1,4 +1,4 @@
-"""Store protocols for operator control: fenced cancel and snooze, lane pause, retention."""
+"""Store protocols for operator control: lane pause and retention."""
 
 from __future__ import annotations
 
@@ -7,55 +7,9 @@ from datetime import timedelta
 from typing import Protocol
 
 from ._control import TaskLaneState
-from ._lease import TaskLease
 from ._records import TaskStatus
 
-__all__ = ["TaskLaneControlStore", "TaskOutcomeControlStore", "TaskRetentionStore"]
-
-
-class TaskOutcomeControlStore(Protocol):
-    """Fenced writes for an operator cancel and a body's snooze.
-
-    Like :class:`~aster_forge.tasks.ClaimedTaskExecutionStore`, each write matches only
-    the row with ``lease.task_id`` still processing under ``lease.processing_token``:
-    ``True`` when written, ``False`` (nothing written) when the fence failed.
-
-    The operator's cancel request travels the other way through the heartbeat: a
-    renewal returns the lease with ``cancel_requested`` read from the row in the same
-    statement (:meth:`~aster_forge.tasks.TaskHeartbeatStore.renew_task_lease`).
-    """
-
-    async def mark_task_cancelled(self, lease: TaskLease, *, steps_json: str | None) -> bool:
-        """End the task ``CANCELLED`` (reason ``cancelled``) and clear the token.
-
-        ``attempt`` and ``last_error`` are unchanged: a cancel is not a product failure.
-
-        Args:
-            lease: The claim that was running the task.
-            steps_json: The step list to store, or ``None`` to keep the stored one.
-
-        Returns:
-            ``True`` when written, ``False`` when the fence failed.
-        """
-        ...
-
-    async def mark_task_snoozed(
-        self, lease: TaskLease, *, delay: timedelta, steps_json: str | None
-    ) -> bool:
-        """Put the task back to pending, due after ``delay``, without counting an attempt.
-
-        ``snooze_count`` grows by one. When a cancel was requested meanwhile the task
-        ends ``CANCELLED`` instead (as a retry would).
-
-        Args:
-            lease: The claim that ran the task.
-            delay: How long from now until it is due again (never negative).
-            steps_json: The step list to store, or ``None`` to keep the stored one.
-
-        Returns:
-            ``True`` when written, ``False`` when the fence failed.
-        """
-        ...
+__all__ = ["TaskLaneControlStore", "TaskRetentionStore"]
 
 
 class TaskLaneControlStore(Protocol):

@@ -21,7 +21,7 @@ from ..runtime import (
 from ._completion import TaskCompletionBatcher
 from ._context import TaskExecutionContext
 from ._control import DEFAULT_MAX_SNOOZES, TaskSnooze
-from ._control_outcomes import retry_policy_for, snooze_failure, write_cancelled, write_snoozed
+from ._control_outcomes import retry_policy_for, snooze_failure
 from ._dispatch import ClaimedTaskOutcome
 from ._heartbeat import SharedTaskHeartbeat
 from ._lease import TaskLease, TaskLeaseGuard, TaskLeaseTermination, task_lease_termination_of
@@ -604,10 +604,12 @@ class ClaimedTaskExecution:
             case ClaimedTaskOutcome.RELEASED:
                 return await store.release_task_for_shutdown(lease)
             case ClaimedTaskOutcome.CANCELLED:
-                return await write_cancelled(store, lease, steps_json)
+                return await store.mark_task_cancelled(lease, steps_json=steps_json)
             case ClaimedTaskOutcome.SNOOZED:
                 assert decision.delay is not None
-                return await write_snoozed(store, lease, decision.delay, steps_json)
+                return await store.mark_task_snoozed(
+                    lease, delay=decision.delay, steps_json=steps_json
+                )
             case ClaimedTaskOutcome.RETRIED:
                 assert failure is not None and decision.delay is not None
                 return await store.mark_task_retry(

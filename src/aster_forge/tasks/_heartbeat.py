@@ -230,10 +230,4 @@ class SharedTaskHeartbeat:
 async def _renew_leases(
     store: TaskHeartbeatStore, leases: list[TaskLease], ttl: timedelta
 ) -> Sequence[TaskLease | None]:
-    many = getattr(store, "renew_task_leases_many", None)
-    if many is not None:
-        results: Sequence[TaskLease | None] = await many(leases, ttl)
-        return results
-    if len(leases) == 1:
-        return [await store.renew_task_lease(leases[0], ttl)]
-    return await asyncio.gather(*(store.renew_task_lease(lease, ttl) for lease in leases))
+    return await store.renew_task_leases_many(leases, ttl)

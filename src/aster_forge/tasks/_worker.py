@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 from ..runtime import CancellationToken, Clock, race
-from ._completion import TaskCompletionBatcher, supports_batched_success
+from ._completion import TaskCompletionBatcher
 from ._dispatch import (
     ClaimedTaskOutcome,
     DispatchBackoff,
@@ -82,7 +82,7 @@ async def recorded_claim(
         stats.record_claim(
             lane,
             claimed=len(records),
-            rescued=sum(1 for record in records if getattr(record, "rescued", False)),
+            rescued=sum(1 for record in records if record.rescued),
             latency_seconds=latency,
             queue_lag_seconds=max(lag, 0.0),
         )
@@ -194,7 +194,6 @@ class TaskWorker(Generic[StateT]):
         self._next_lane = 0
         self._heartbeat: SharedTaskHeartbeat | None = None
         self._completions: TaskCompletionBatcher | None = None
-        self._keep_connection: Callable[[], Callable[[], None]] | None = None
         self._let_go: Callable[[], None] | None = None
         # Bound once, and one copy of the context for the done callbacks (the run's, see
         # run()): per execution, a bound method and a context copy are objects the
@@ -206,13 +205,6 @@ class TaskWorker(Generic[StateT]):
 
     def _attach(self, store: DispatchTaskStore[Any, Any]) -> None:
         self._store = store
-        # A store that keeps tasks not yet due out of its claim index moves those that
-        # came due back in (claims find them either way; this keeps them in order).
-        self._stage: Callable[[], Awaitable[int]] | None = getattr(
-            store, "stage_waiting_tasks", None
-        )
-        # A store holding a pooled connection keeps it while tasks are in flight.
-        self._keep_connection = getattr(store, "keep_connection", None)
         config = self.execution
         self._heartbeat = SharedTaskHeartbeat(
             store,
@@ -220,13 +212,11 @@ class TaskWorker(Generic[StateT]):
             config.lease_ttl,
             late_wake_threshold=config.heartbeat_late_wake_threshold,
         )
-        if self._batch and supports_batched_success(store):
+        if self._batch:
             # A store that claims in the success statement refills the freed slots there.
-            refills = getattr(store, "claims_with_success", False) is True
-            write = self._succeed_and_refill if refills else None
-            in_flight = getattr(store, "success_writes_in_flight", 1)
+            write = self._succeed_and_refill if store.claims_with_success else None
             self._completions = TaskCompletionBatcher(
-                store, write=write, max_in_flight=in_flight if isinstance(in_flight, int) else 1
+                store, write=write, max_in_flight=store.success_writes_in_flight
             )
 
     @property
@@ -294,9 +284,7 @@ class TaskWorker(Generic[StateT]):
         staged_at: float | None = None
         try:
             while not shutdown_token.cancelled and not self.stopping:
-                if self._stage is not None and (
-                    staged_at is None or clock.monotonic() - staged_at >= STAGE_INTERVAL_SECONDS
-                ):
+                if staged_at is None or clock.monotonic() - staged_at >= STAGE_INTERVAL_SECONDS:
                     staged_at = clock.monotonic()
                     await self._stage_waiting()
                 try:
@@ -331,9 +319,8 @@ class TaskWorker(Generic[StateT]):
             await self.shutdown()
 
     async def _stage_waiting(self) -> None:
-        assert self._stage is not None
         try:
-            await self._stage()
+            await self._store.stage_waiting_tasks()
         except Exception as exc:
             logger.warning(
                 "moving tasks that came due into the claim index failed (%s); "
@@ -421,8 +408,8 @@ class TaskWorker(Generic[StateT]):
         )
         self._in_flight[lane] += 1
         self.stats.record_started(lane)
-        if not self._running and self._keep_connection is not None and self._let_go is None:
-            self._let_go = self._keep_connection()
+        if not self._running and self._let_go is None:
+            self._let_go = self._store.keep_connection()
         self._running[record.id] = (lane, execution)
         if self.stopping:
             execution.guard.token.cancel()  # claimed while stopping: released after its grace
@@ -479,7 +466,7 @@ class TaskWorker(Generic[StateT]):
         the batch's tasks in it, which pass straight to the tasks claimed with them once
         the statement returned (the old executions are finished by then).
         """
-        store: Any = self._store
+        store = self._store
         lanes = [
             self._running[c.lease.task_id][0]
             for c in completions

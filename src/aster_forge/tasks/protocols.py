@@ -6,12 +6,12 @@ A product implements these against its own tables (or uses :mod:`aster_forge.db`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Protocol, TypeVar, runtime_checkable
 
-from ._control_protocols import TaskLaneControlStore, TaskOutcomeControlStore, TaskRetentionStore
+from ._control_protocols import TaskLaneControlStore, TaskRetentionStore
 from ._lease import TaskLease
 from ._records import (
     BackgroundTaskRecord,
@@ -107,6 +107,12 @@ class ExecutableTaskRecord(TaskRecord[KindT_co], Protocol[KindT_co]):
         """When the current claim lapses (aware UTC), ``None`` when not processing."""
         ...
 
+    @property
+    def snooze_count(self) -> int:
+        """How many times the body snoozed the task (capped by the worker's
+        ``max_snoozes``; a store without snoozes answers ``0``)."""
+        ...
+
 
 class TaskClaimStore(Protocol[TaskT_co, LaneT_contra]):
     """Claims due tasks of one lane, each under a fresh processing token.
@@ -168,6 +174,15 @@ class TaskHeartbeatStore(Protocol):
 
         Returns:
             The renewed lease, or ``None`` when the fence failed.
+        """
+        ...
+
+    async def renew_task_leases_many(
+        self, leases: Sequence[TaskLease], lease_ttl: timedelta
+    ) -> Sequence[TaskLease | None]:
+        """Batched :meth:`renew_task_lease`: each lease fenced on its own, input order.
+
+        The worker's heartbeat renews every in-flight lease with one call per tick.
         """
         ...
 
@@ -254,6 +269,47 @@ class ClaimedTaskExecutionStore(Protocol):
         Args:
             lease: The claim running the task.
             steps_json: The serialized step list.
+
+        Returns:
+            ``True`` when written, ``False`` when the fence failed.
+        """
+        ...
+
+    async def mark_tasks_succeeded_many(
+        self, completions: Sequence[TaskCompletion]
+    ) -> Sequence[bool]:
+        """Batched :meth:`mark_task_succeeded`: one fenced write per entry, in input order.
+
+        Each entry is fenced independently (``False`` where that fence failed).
+        """
+        ...
+
+    async def mark_task_cancelled(self, lease: TaskLease, *, steps_json: str | None) -> bool:
+        """End the task ``CANCELLED`` (reason ``cancelled``) and clear the token.
+
+        ``attempt`` and ``last_error`` are unchanged: a cancel is not a product failure.
+
+        Args:
+            lease: The claim that was running the task.
+            steps_json: The step list to store, or ``None`` to keep the stored one.
+
+        Returns:
+            ``True`` when written, ``False`` when the fence failed.
+        """
+        ...
+
+    async def mark_task_snoozed(
+        self, lease: TaskLease, *, delay: timedelta, steps_json: str | None
+    ) -> bool:
+        """Put the task back to pending, due after ``delay``, without counting an attempt.
+
+        ``snooze_count`` grows by one. When a cancel was requested meanwhile the task
+        ends ``CANCELLED`` instead (as a retry would).
+
+        Args:
+            lease: The claim that ran the task.
+            delay: How long from now until it is due again (never negative).
+            steps_json: The step list to store, or ``None`` to keep the stored one.
 
         Returns:
             ``True`` when written, ``False`` when the fence failed.
@@ -385,11 +441,13 @@ class ScheduledTaskStore(Protocol):
 class ClaimedTaskRecord(
     ClaimableTaskRecord[KindT_co], ExecutableTaskRecord[KindT_co], Protocol[KindT_co]
 ):
-    """A row as a lane claim returns it: claimable fields plus what execution needs.
+    """A row as a lane claim returns it: claimable fields plus what execution needs."""
 
-    A store may also expose a ``rescued: bool`` attribute (the claim took over an
-    expired lease); the worker counts it in its stats when present.
-    """
+    @property
+    def rescued(self) -> bool:
+        """Whether this claim took over the expired lease of a lost worker (counted in
+        the worker's stats; a store that never rescues answers ``False``)."""
+        ...
 
 
 class ClaimedTaskStore(TaskHeartbeatStore, ClaimedTaskExecutionStore, Protocol):
@@ -402,11 +460,56 @@ class DispatchTaskStore(
     ClaimedTaskExecutionStore,
     Protocol[TaskT_co, LaneT_contra],
 ):
-    """Everything a dispatch worker needs: lane claims, heartbeats and fenced writes.
+    """Everything a :class:`~aster_forge.tasks.TaskWorker` calls: lane claims,
+    heartbeats, fenced writes, and the hints it runs faster with.
 
     :class:`aster_forge.db.BackgroundTaskDbStore` and
-    :class:`aster_forge.testing.InMemoryTaskStore` implement it.
+    :class:`aster_forge.testing.InMemoryTaskStore` implement it; a product's own store
+    subclasses :class:`~aster_forge.tasks.TaskStoreBase`, which derives every method
+    past the claim and the fenced writes.
     """
+
+    async def mark_tasks_succeeded_and_claim(
+        self,
+        completions: Sequence[TaskCompletion],
+        lane: LaneT_contra,
+        limit: int,
+        owner: str,
+        lease_ttl: timedelta,
+    ) -> tuple[Sequence[bool], Sequence[TaskT_co]]:
+        """:meth:`mark_tasks_succeeded_many`, then :meth:`claim_due_for_lane` for the
+        slots they free; the worker calls it only when :attr:`claims_with_success`.
+
+        Returns:
+            The success results in input order, and the claimed records.
+        """
+        ...
+
+    async def stage_waiting_tasks(self) -> int:
+        """Move pending tasks that came due into the claim order (about once a second).
+
+        Returns:
+            How many tasks were moved (``0`` for a store whose claim reads every task).
+        """
+        ...
+
+    def keep_connection(self) -> Callable[[], None]:
+        """Keep a pooled connection while the worker has tasks in flight.
+
+        Returns:
+            Lets go of the connection (a second call does nothing).
+        """
+        ...
+
+    @property
+    def claims_with_success(self) -> bool:
+        """Whether :meth:`mark_tasks_succeeded_and_claim` writes and claims together."""
+        ...
+
+    @property
+    def success_writes_in_flight(self) -> int:
+        """How many batched success writes the worker may have in flight at once."""
+        ...
 
 
 # --- reference task store ---
@@ -414,10 +517,7 @@ class DispatchTaskStore(
 
 @runtime_checkable
 class BackgroundTaskStore(
-    TaskClaimStore[BackgroundTaskRecord, str],
-    TaskHeartbeatStore,
-    ClaimedTaskExecutionStore,
-    TaskOutcomeControlStore,
+    DispatchTaskStore[BackgroundTaskRecord, str],
     TaskLaneControlStore,
     TaskRetentionStore,
     Protocol,
@@ -456,15 +556,6 @@ class BackgroundTaskStore(
 
         A dedupe key repeated inside ``tasks`` yields one row; later entries get it
         back with ``created=False``.
-        """
-        ...
-
-    async def mark_tasks_succeeded_many(
-        self, completions: Sequence[TaskCompletion]
-    ) -> Sequence[bool]:
-        """Batched :meth:`mark_task_succeeded`: one fenced write per entry, in input order.
-
-        Each entry is fenced independently (``False`` where that fence failed).
         """
         ...
 

@@ -75,10 +75,8 @@ class TaskControlChecks:
         renewed = await store.renew_task_lease(lease, LONG)
         assert renewed is not None, "a cancel request must not break the owner's fence"
         assert renewed.cancel_requested is True, "the renewal must report the cancel request"
-        many = getattr(store, "renew_task_leases_many", None)
-        if many is not None:
-            [batched] = await many([lease], LONG)
-            assert batched is not None and batched.cancel_requested is True, "batched renewal"
+        [batched] = await store.renew_task_leases_many([lease], LONG)
+        assert batched is not None and batched.cancel_requested is True, "batched renewal"
         forged = TaskLease(lease.task_id, "forged-" + uuid.uuid4().hex, lease.expires_at)
         assert await store.mark_task_cancelled(forged, steps_json=None) is False
         assert await store.mark_task_cancelled(lease, steps_json="[]") is True

@@ -24,6 +24,7 @@ from ..tasks import (
     TaskRegistry,
     TaskRegistryError,
     TaskStatus,
+    TaskStoreBase,
     check_claim_args,
     check_list_tasks_args,
     check_retry_delay,
@@ -38,7 +39,9 @@ from ._task_store_control import InMemoryTaskControlMixin
 __all__ = ["InMemoryTaskStore"]
 
 
-class InMemoryTaskStore(InMemoryTaskAdminMixin, InMemoryTaskControlMixin):
+class InMemoryTaskStore(
+    InMemoryTaskAdminMixin, InMemoryTaskControlMixin, TaskStoreBase[BackgroundTaskRecord, str]
+):
     """A :class:`~aster_forge.tasks.BackgroundTaskStore` kept in a dict.
 
     Every method runs without awaiting in between reads and writes, so each is atomic
