@@ -14,7 +14,6 @@ from aster_forge.tasks import (
     RuntimeTaskCatalogError,
     RuntimeTaskDefinition,
     RuntimeTaskName,
-    legacy_runtime_task_display_name,
 )
 
 from ._product import RUNTIME_TASKS, Presentation, SystemRuntimeTaskKind
@@ -73,7 +72,7 @@ def test_known_and_legacy_names() -> None:
     assert Name.parse(SystemRuntimeTaskKind, "audit-cleanup").known() is (
         SystemRuntimeTaskKind.AUDIT_CLEANUP
     )
-    assert legacy_runtime_task_display_name("old_task-name") == "old task name"
+    assert Name.parse(SystemRuntimeTaskKind, "old_task-name").display_name() == "old task name"
 
 
 def test_pydantic_serialises_to_the_wire_string() -> None:

@@ -32,6 +32,7 @@ from ._notify_limiter import DEFAULT_NOTIFY_WINDOW, NotifyLimiter
 from ._task_lanes import TaskLaneMixin, lane_open_predicate
 from ._tasks_admin import TaskAdminMixin
 from ._tasks_control import TaskControlMixin
+from ._tasks_effects import DbTaskTransaction
 from ._tasks_enqueue import DEFAULT_TASK_NOTIFY_CHANNEL, TaskEnqueueMixin
 from ._tasks_enqueue_pg import PgEnqueueStatement
 from ._tasks_pg import PgTaskStatements
@@ -416,6 +417,13 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             "rescued": False,
             "finished_at": lambda now: now.expr,
         }
+
+    async def begin_task_transaction(self, lease: TaskLease) -> DbTaskTransaction:
+        """A transaction on the store's database for the body of the task ``lease`` holds;
+        its success commits with it (see :class:`~aster_forge.tasks.TaskTransaction`)."""
+        return await DbTaskTransaction.begin(
+            self._sql, success_values=self._success_values, update_steps=self.update_task_steps
+        )
 
     async def mark_task_succeeded(
         self, lease: TaskLease, result_json: str | None, steps_json: str | None

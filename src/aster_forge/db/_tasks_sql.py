@@ -6,7 +6,7 @@ import asyncio
 import logging
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple, TypeVar
 
@@ -88,6 +88,28 @@ class TaskSql:
     def is_postgres(self) -> bool:
         """Whether the backend is PostgreSQL."""
         return self.backend is DatabaseBackend.POSTGRESQL
+
+    @property
+    def is_sqlite(self) -> bool:
+        """Whether the backend is SQLite."""
+        return self.backend is DatabaseBackend.SQLITE
+
+    async def begin_held(self, stack: AsyncExitStack) -> AsyncConnection:
+        """A connection in a transaction of its own, returned to the pool when ``stack``
+        closes (the caller commits or rolls back first). On SQLite the transaction holds
+        the write lock from the start, as :meth:`run`'s do."""
+        if self.is_sqlite:
+            await stack.enter_async_context(sqlite_write_lock(self._engine))
+            conn = await stack.enter_async_context(self._engine.connect())
+            driver = await driver_connection(conn)
+            await _on_driver(conn, "BEGIN IMMEDIATE", driver.execute("BEGIN IMMEDIATE"))
+            # SQLAlchemy's begin() sends nothing on SQLite: it only records the transaction,
+            # so an ORM session on this connection joins it instead of committing it.
+            await conn.begin()
+            return conn
+        conn = await stack.enter_async_context(self._engine.connect())
+        await conn.begin()
+        return conn
 
     async def run(
         self,

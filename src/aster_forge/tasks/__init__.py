@@ -21,7 +21,6 @@ from ._catalog import (
     RuntimeTaskCatalog,
     RuntimeTaskDefinition,
     RuntimeTaskName,
-    legacy_runtime_task_display_name,
 )
 from ._context import TaskExecutionContext
 from ._heartbeat import SharedTaskHeartbeat, task_heartbeat_interval
@@ -37,7 +36,7 @@ from ._retry import (
     default_task_retry_delay,
     should_auto_retry,
 )
-from ._spec import ErasedTaskSpec, TaskSpec, task_kind_label
+from ._spec import ErasedTaskSpec, TaskSpec
 from ._steps import (
     TaskStepInfo,
     TaskStepSpec,
@@ -64,6 +63,7 @@ from .errors import (
     TaskPayloadError,
     TaskRegistryError,
     TaskStepNotFoundError,
+    TaskTransactionUnavailableError,
     TaskWorkerShutdownRequestedError,
 )
 from .protocols import (
@@ -242,6 +242,7 @@ from ._control import (
     check_snooze_delay,
 )
 from ._control_protocols import TaskLaneControlStore, TaskRetentionStore
+from ._effects import TaskTransaction
 from ._store_base import TaskStoreBase
 from ._retention import prune_finished_tasks, run_task_retention, task_retention_worker
 from .errors import TaskCancelRequestedError
@@ -375,6 +376,8 @@ __all__ = [
     "TaskTempDirProvider",
     "TaskTempDirs",
     "TaskThroughput",
+    "TaskTransaction",
+    "TaskTransactionUnavailableError",
     "TaskWorker",
     "TaskWorkerShutdownRequestedError",
     "background_task_component",
@@ -398,7 +401,6 @@ __all__ = [
     "drain_dispatcher",
     "effective_dispatch_base_interval",
     "initial_task_steps_from_specs",
-    "legacy_runtime_task_display_name",
     "mark_active_step_failed",
     "parse_task_steps_json",
     "periodic_sleep_duration",
@@ -423,7 +425,6 @@ __all__ = [
     "stored_schedule_columns",
     "sweep_task_temp_dirs",
     "task_heartbeat_interval",
-    "task_kind_label",
     "task_lease_termination_of",
     "task_retention_worker",
     "task_step_status_json_schema",

@@ -17,7 +17,6 @@ __all__ = [
     "RuntimeTaskCatalog",
     "RuntimeTaskDefinition",
     "RuntimeTaskName",
-    "legacy_runtime_task_display_name",
 ]
 
 K = TypeVar("K", bound=enum.Enum)
@@ -178,13 +177,8 @@ class RegisteredRuntimeTaskKind(Protocol):
         ...
 
 
-def legacy_runtime_task_display_name(wire: str) -> str:
-    """The display name of a wire value no longer known: separators become spaces.
-
-    Example:
-        >>> legacy_runtime_task_display_name("removed-maintenance-task")
-        'removed maintenance task'
-    """
+def _legacy_display_name(wire: str) -> str:
+    """The display name of a wire value no longer known: separators become spaces."""
     return wire.replace("-", " ").replace("_", " ")
 
 
@@ -226,7 +220,7 @@ class RuntimeTaskName(Generic[RK]):
         """The kind's display name, or the legacy value with separators as spaces."""
         if self._known is not None:
             return self._known.display_name()
-        return legacy_runtime_task_display_name(self._wire)
+        return _legacy_display_name(self._wire)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, RuntimeTaskName):

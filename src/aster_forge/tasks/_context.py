@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import NoReturn
 
-from ..runtime import CancellationToken, Clock, sleep_or_cancelled
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+from ..runtime import CancellationToken, Clock, shielded, sleep_or_cancelled
 from ._control import TaskSnooze
+from ._effects import TaskEffects
 from ._lease import TaskLease, TaskLeaseGuard, TaskLeaseTermination
 from ._steps import (
     TaskStepInfo,
@@ -17,7 +21,7 @@ from ._steps import (
     set_task_step_skipped,
     set_task_step_succeeded,
 )
-from .errors import TaskIoError
+from .errors import TaskIoError, TaskTransactionUnavailableError
 from .protocols import ClaimedTaskExecutionStore, TaskTempDirProvider
 
 __all__ = ["TaskExecutionContext"]
@@ -33,7 +37,15 @@ class TaskExecutionContext:
     store and are fenced by the lease: a lost lease writes nothing and raises.
     """
 
-    __slots__ = ("_attempt", "_guard", "_steps", "_store", "_temp_dir", "_temp_provider")
+    __slots__ = (
+        "_attempt",
+        "_effects",
+        "_guard",
+        "_steps",
+        "_store",
+        "_temp_dir",
+        "_temp_provider",
+    )
 
     def __init__(
         self,
@@ -61,6 +73,7 @@ class TaskExecutionContext:
         self._steps = tuple(steps)
         self._temp_provider = temp_dirs
         self._temp_dir: Path | None = None
+        self._effects: TaskEffects | None = None  # made by the first transaction()
 
     @property
     def task_id(self) -> int:
@@ -151,9 +164,12 @@ class TaskExecutionContext:
         self._guard.ensure_active()
         new_steps = tuple(steps)
         if self._store is not None:
-            written = await self._store.update_task_steps(
-                self._guard.lease, serialize_task_steps_json(new_steps)
+            steps_json = serialize_task_steps_json(new_steps)
+            written = (
+                None if self._effects is None else await self._effects.update_task_steps(steps_json)
             )
+            if written is None:
+                written = await self._store.update_task_steps(self._guard.lease, steps_json)
             if not written:
                 raise self._guard.mark_lost()
         self._steps = new_steps
@@ -177,6 +193,65 @@ class TaskExecutionContext:
     async def step_skipped(self, key: str, *, detail: str | None = None) -> None:
         """Mark step ``key`` skipped (see :func:`~aster_forge.tasks.set_task_step_skipped`)."""
         await self.set_steps(set_task_step_skipped(self._steps, key, detail=detail))
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncConnection]:
+        """Write to the task's database in a transaction that commits with its success.
+
+        ``async with ctx.transaction() as conn:`` opens (on first use) a transaction on
+        the database the task lives in; what the body writes through ``conn`` commits
+        together with the task's success and result once the body returns, only if this
+        execution still holds the task's claim. A failure, a retry, a lost lease or a
+        shutdown rolls it back, so a task retried after a crash writes its effects once.
+        Entering it again in the same execution yields the same transaction. On SQLite
+        it holds the database's write lock until the task's outcome is written: keep
+        such bodies short.
+
+        Raises:
+            TaskTransactionUnavailableError: The worker's store keeps no database.
+            TaskLeaseControlError: The task must stop (lease lost, shutdown, cancel).
+        """
+        if self._store is None:
+            raise TaskTransactionUnavailableError(
+                "ctx.transaction() needs a store; this context writes nothing"
+            )
+        if self._effects is None:
+            self._effects = TaskEffects(self._store.begin_task_transaction, self._guard)
+        effects = self._effects
+        conn = await effects.connection()
+        try:
+            yield conn
+        except BaseException:
+            # Release the locks now; the task's own outcome follows as usual.
+            await shielded(effects.rollback(), name=f"aster-forge:rollback-{self.task_id}")
+            raise
+
+    @property
+    def effects(self) -> TaskEffects | None:
+        """The transaction :meth:`transaction` opened, while it waits for the outcome."""
+        effects = self._effects
+        return effects if effects is not None and effects.open else None
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[AsyncSession]:
+        """:meth:`transaction` as an ORM ``AsyncSession`` (flushed when the block ends).
+
+        The session joins the task's transaction: it commits with the task's success,
+        not when the block ends; ``session.commit()`` inside only flushes.
+
+        Raises:
+            TaskTransactionUnavailableError: The worker's store keeps no database.
+        """
+        async with self.transaction() as conn:
+            session = AsyncSession(
+                bind=conn,
+                expire_on_commit=False,
+            )
+            try:
+                yield session
+                await session.flush()
+            finally:
+                await session.close()
 
     async def temp_dir(self) -> Path:
         """The task's private temp directory, created on first use.

@@ -334,7 +334,7 @@ class ClaimedTaskExecution:
                 detach
                 and self._completions is not None
                 and decision.outcome is ClaimedTaskOutcome.SUCCEEDED
-                and not (ctx is not None and ctx.temp_dir_created)
+                and not (ctx is not None and (ctx.temp_dir_created or ctx.effects is not None))
             ):
                 # No need to wait: the batcher calls back once the statement returned.
                 self.detached = True
@@ -352,6 +352,9 @@ class ClaimedTaskExecution:
         finally:
             # An abandoned run ends like a crash: its lease lapses, the temp dir sweep
             # collects the dir, and nothing is awaited (it may be closed with its loop).
+            if ctx is not None and ctx.effects is not None and not self.abandoned:
+                # Only an error that ended the run before its outcome leaves it open.
+                await shielded(ctx.effects.rollback(), name=f"aster-forge:rollback-{task.id}")
             if not self.abandoned and not self.detached:
                 self._heartbeat.unregister(guard)
                 if ctx is not None and ctx.temp_dir_created and config.temp_dirs is not None:
@@ -382,6 +385,8 @@ class ClaimedTaskExecution:
         if self._cancel_issued and self._task is not None:
             self._task.uncancel()  # our own stop, not the caller's
         if self.abandoned:
+            if ctx.effects is not None:  # the stray body's writes are not kept either
+                await shielded(ctx.effects.rollback(), name=f"aster-forge:rollback-{task.id}")
             return _LOST  # the stray body ended after all: still nothing to write
         if cancelled and (self._caller_cancelled or (self._task and self._task.cancelling())):
             raise asyncio.CancelledError  # the caller was cancelled (the body has stopped)
@@ -519,10 +524,17 @@ class ClaimedTaskExecution:
     ) -> ClaimedTaskReport:
         """Write ``decision`` once, fenced; record and return what the store applied."""
         outcome = ClaimedTaskOutcome.LEASE_LOST if self.guard.lease_lost else decision.outcome
+        effects = None if ctx is None else ctx.effects
         written: bool | BaseException
         try:
             steps_json = self._steps_json(ctx, decision.failure)
-            written = await self._store_write(outcome, decision, steps_json)
+            if effects is not None and outcome is ClaimedTaskOutcome.SUCCEEDED:
+                # The body's writes and the success commit together, or neither does.
+                written = await effects.succeed(decision.result_json, steps_json)
+            else:
+                if effects is not None:
+                    await effects.rollback()
+                written = await self._store_write(outcome, decision, steps_json)
         except Exception as exc:
             written = exc
         self._record(outcome, decision, written)

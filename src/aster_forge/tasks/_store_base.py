@@ -12,8 +12,10 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Generic, TypeVar
 
+from ._effects import TaskTransaction
 from ._lease import TaskLease
 from ._records import TaskCompletion
+from .errors import TaskTransactionUnavailableError
 
 __all__ = ["TaskStoreBase"]
 
@@ -117,6 +119,17 @@ class TaskStoreBase(ABC, Generic[TaskT, LaneT]):
         """A retry after ``delay`` that counts no attempt."""
         return await self.mark_task_retry(
             lease, delay=delay, error="Task snoozed", steps_json=steps_json, count_attempt=False
+        )
+
+    async def begin_task_transaction(self, lease: TaskLease) -> TaskTransaction:
+        """Not available: override to open a transaction on the table's database.
+
+        Raises:
+            TaskTransactionUnavailableError: Always.
+        """
+        raise TaskTransactionUnavailableError(
+            f"{type(self).__name__} keeps no database a task body can write in: "
+            "ctx.transaction() needs a database store"
         )
 
     async def stage_waiting_tasks(self) -> int:

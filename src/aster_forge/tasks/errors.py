@@ -70,6 +70,12 @@ class TaskIoError(TaskCoreError, OSError):
     """Raised when task file-system work (temp directories) fails."""
 
 
+class TaskTransactionUnavailableError(TaskCoreError, RuntimeError):
+    """Raised by ``ctx.transaction()`` when the task's store keeps no database a body
+    can write in (``memory://``, or a store that does not implement
+    ``begin_task_transaction``)."""
+
+
 class TaskLeaseControlError(TaskCoreError):
     """Raised when the worker must stop the task because of its lease, not the task.
 

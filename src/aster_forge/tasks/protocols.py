@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Protocol, TypeVar, runtime_checkable
 
 from ._control_protocols import TaskLaneControlStore, TaskRetentionStore
+from ._effects import TaskTransaction
 from ._lease import TaskLease
 from ._records import (
     BackgroundTaskRecord,
@@ -281,6 +282,15 @@ class ClaimedTaskExecutionStore(Protocol):
         """Batched :meth:`mark_task_succeeded`: one fenced write per entry, in input order.
 
         Each entry is fenced independently (``False`` where that fence failed).
+        """
+        ...
+
+    async def begin_task_transaction(self, lease: TaskLease) -> TaskTransaction:
+        """Open a transaction on the task's database for its body to write in
+        (``ctx.transaction()``); the execution commits it with the fenced success.
+
+        Raises:
+            TaskTransactionUnavailableError: The store keeps no such database.
         """
         ...
 
