@@ -46,6 +46,8 @@ TASKS = "src/aster_forge/db/_tasks.py"
 TASKS_PG = "src/aster_forge/db/_tasks_pg.py"
 TASKS_SQLITE = "src/aster_forge/db/_tasks_sqlite.py"
 PG_RUN = "src/aster_forge/db/_tasks_pg_run.py"
+EFFECTS = "src/aster_forge/db/_tasks_effects.py"
+TRANSACTION_TESTS = "tests/forge/test_task_transaction.py"
 STALE_BATCHED = "tests/chaos/test_stale_writers.py::test_stale_writers_batched"
 STALE_SINGLE = "tests/chaos/test_stale_writers.py::test_stale_writers_one_statement_per_write"
 TAKEN_OVER = (
@@ -141,6 +143,30 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         (TASK_BATCHED, TASK_CONFORMANCE),
+    ),
+    Mutant(
+        "fence-task-transaction",
+        "a body's transaction commits its success whoever holds the claim now",
+        (
+            Edit(
+                EFFECTS,
+                "sa.update(self._sql.table).where(self._sql.fence(lease))",
+                "sa.update(self._sql.table).where(self._sql.table.c.id == lease.task_id)",
+            ),
+        ),
+        (TRANSACTION_TESTS + "::test_a_lost_lease_rolls_the_effect_back",),
+    ),
+    Mutant(
+        "task-transaction-kept-on-failure",
+        "a failed attempt's writes are committed instead of rolled back",
+        (
+            Edit(
+                EFFECTS,
+                "            await self._conn.rollback()\n",
+                "            await self._conn.commit()\n",
+            ),
+        ),
+        (TRANSACTION_TESTS + "::test_a_failed_attempt_rolls_back_and_the_retry_writes_once",),
     ),
     Mutant(
         "fence-retry",
