@@ -30,14 +30,13 @@ from aster_forge.tasks import (
     ClaimedTaskExecutionConfig,
     DispatchPollConfig,
     NewTask,
-    TaskDispatcher,
     TaskExecutionContext,
     TaskLaneConfig,
     TaskRegistry,
     TaskSpec,
     TaskStatus,
     TaskStepSpec,
-    run_dispatch_worker,
+    TaskWorker,
 )
 
 from ._common import make_engine, percentile
@@ -194,15 +193,16 @@ def _task_id(result: Any) -> int:
     return int(result.record.id if task_id is None else task_id)
 
 
-def dispatcher(
+def task_worker(
+    store: BackgroundTaskDbStore,
     state: State,
     concurrency: int,
     token: CancellationToken,
     *,
     uncapped: bool = False,
     **options: Any,
-) -> TaskDispatcher[State]:
-    """A one-lane dispatcher running the benchmark registry.
+) -> TaskWorker[State]:
+    """A one-lane task worker running the benchmark registry.
 
     ``concurrency`` is the lane's ``max_concurrency`` (a hard cap on running tasks); with
     ``uncapped`` it is the lane's ``claim_batch`` instead and the lane has no practical
@@ -216,7 +216,7 @@ def dispatcher(
         if uncapped
         else TaskLaneConfig(Lane.DEFAULT, concurrency)
     )
-    return TaskDispatcher([lane], config, **options)
+    return TaskWorker(store, lanes=[lane], execution=config, poll=POLL, **options)
 
 
 @dataclass
@@ -229,7 +229,7 @@ class Server:
     count_round_trips: bool = False
     uncapped: bool = False
     token: CancellationToken = field(default_factory=CancellationToken)
-    dispatcher: TaskDispatcher[State] | None = None
+    worker: TaskWorker[State] | None = None
     round_trips: RoundTrips | None = None
     engine: AsyncEngine | None = None
 
@@ -240,8 +240,8 @@ class Server:
         # its time at concurrency 10): only the runs that report round trips pay it.
         self.round_trips = RoundTrips(engine) if self.count_round_trips else None
         store = BackgroundTaskDbStore(engine)
-        dispatcher_ = self.dispatcher = dispatcher(
-            self.state, self.concurrency, self.token, uncapped=self.uncapped
+        worker = self.worker = task_worker(
+            store, self.state, self.concurrency, self.token, uncapped=self.uncapped
         )
         try:
             async with engine.connect():
@@ -249,7 +249,7 @@ class Server:
             async with asyncio.TaskGroup() as group:
                 if self.url.startswith("postgresql"):
                     listener = BackgroundTaskNotificationListener(
-                        engine, store.notify_channel, lambda _lane: dispatcher_.wake()
+                        engine, store.notify_channel, lambda _lane: worker.wake()
                     )
                     group.create_task(listener.run(self.token), name="bench-listener")
                     await listener.wait_connected()
@@ -257,10 +257,7 @@ class Server:
                 await go.wait()
                 if self.round_trips is not None:
                     self.round_trips.count = 0
-                group.create_task(
-                    run_dispatch_worker(store, dispatcher_, self.token, poll=POLL),
-                    name="bench-worker",
-                )
+                group.create_task(worker.run(self.token), name="bench-worker")
                 await self.token.wait()
         finally:
             await engine.dispose()
@@ -279,7 +276,7 @@ class Server:
 
     def succeeded(self) -> int:
         """Tasks this worker marked succeeded."""
-        return self.dispatcher.stats.total().succeeded if self.dispatcher is not None else 0
+        return self.worker.stats.total().succeeded if self.worker is not None else 0
 
 
 def check_once(executed: Counter[int], ids: list[int]) -> None:
@@ -327,7 +324,7 @@ async def burn_down(
     With ``count_round_trips`` the statements are counted (:class:`RoundTrips`), which
     slows the client a little; the figure then has ``round_trips_per_task``. With
     ``uncapped``, ``concurrency`` sizes each claim and does not cap the lane (see
-    :func:`dispatcher`).
+    :func:`task_worker`).
     """
     ids, _ = await fill(url, count, kind)
     go = asyncio.Event()
@@ -343,7 +340,7 @@ async def burn_down(
     if profile is not None:
         profile.stop()
     trips = server.round_trips.count if server.round_trips is not None else None
-    claims = server.dispatcher.stats.total().claim_calls if server.dispatcher else 0
+    claims = server.worker.stats.total().claim_calls if server.worker else 0
     server.token.cancel()
     await serving
     check_once(server.state.executed, ids)
@@ -435,7 +432,7 @@ async def latency(url: str, rate: float, seconds: float, concurrency: int = 10) 
     """Scenario (c): a producer enqueues at ``rate``/s; enqueue-return-to-start latency.
 
     On PostgreSQL the enqueue's NOTIFY wakes the worker (as for another process); on
-    SQLite the producer calls the dispatcher's ``wake()`` (the in-process enqueue hook).
+    SQLite the producer calls the worker's ``wake()`` (the in-process enqueue hook).
     """
     await reset_table(url)
     total = max(1, int(rate * seconds))
@@ -446,7 +443,7 @@ async def latency(url: str, rate: float, seconds: float, concurrency: int = 10) 
     go.set()
     engine = make_engine(url)
     store = BackgroundTaskDbStore(engine)
-    wake = None if url.startswith("postgresql") else server.dispatcher
+    wake = None if url.startswith("postgresql") else server.worker
     enqueued_at: dict[int, float] = {}
     try:
         begin = time.perf_counter()

@@ -8,9 +8,7 @@ every call yields to the event loop once (as a statement's round trip would) and
 answers with records claimed before the timing, so what is timed is the worker and the
 benchmark's no-op body. It runs the worker path the PostgreSQL store uses: successes
 written in batches that also claim the freed slots, two such writes in flight. The
-worker is started through the seed's entry points (:class:`TaskDispatcher` and
-:func:`run_dispatch_worker`, a thin layer over ``TaskWorker.run``): they exist in
-every version, so an older tree can be measured the same way.
+worker is a :class:`TaskWorker` over one lane, run until every task succeeded.
 
 The figure is process CPU time per task (``time.process_time``), less noisy than
 throughput against a database on a shared machine; wall time is shown beside it.
@@ -38,9 +36,8 @@ from aster_forge.tasks import (
     DispatchPollConfig,
     NewTask,
     TaskCompletion,
-    TaskDispatcher,
     TaskLaneConfig,
-    run_dispatch_worker,
+    TaskWorker,
 )
 from aster_forge.testing import InMemoryTaskStore
 
@@ -125,15 +122,17 @@ async def drain(count: int, concurrency: int) -> tuple[float, float]:
     """One worker drains ``count`` tasks; (CPU seconds, wall seconds) per task."""
     store = InstantStore(await _claimed(count))
     state = _aster.State()
-    dispatcher = TaskDispatcher(
-        [TaskLaneConfig(_aster.Lane.DEFAULT, concurrency)],
-        ClaimedTaskExecutionConfig(state=state, registry=_aster.REGISTRY, lease_ttl=_LEASE_TTL),
+    worker = TaskWorker(
+        store,
+        lanes=[TaskLaneConfig(_aster.Lane.DEFAULT, concurrency)],
+        execution=ClaimedTaskExecutionConfig(
+            state=state, registry=_aster.REGISTRY, lease_ttl=_LEASE_TTL
+        ),
+        poll=_POLL,
     )
     token = CancellationToken()
     cpu, wall = time.process_time(), time.perf_counter()
-    serving = asyncio.create_task(
-        run_dispatch_worker(store, dispatcher, token, poll=_POLL), name="bench-worker-overhead"
-    )
+    serving = asyncio.create_task(worker.run(token), name="bench-worker-overhead")
     await store.done.wait()
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     token.cancel()

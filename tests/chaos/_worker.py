@@ -30,11 +30,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from aster_forge.runtime import CancellationToken, ShutdownCoordinator
 from aster_forge.tasks import (
     DispatchPollConfig,
-    TaskDispatcher,
     TaskExecutionContext,
     TaskLaneConfig,
     TaskLeaseControlError,
-    run_dispatch_worker,
+    TaskWorker,
 )
 
 from ._product import LANES, REPORT_SEQ_BASE, ChaosState, Job, Lane, execution_config
@@ -229,22 +228,24 @@ async def main(argv: list[str]) -> int:
     lanes = LANES
     if args.fast_limit:
         lanes = [TaskLaneConfig(Lane.FAST, args.fast_limit), TaskLaneConfig(Lane.REPORTS, 3)]
-    dispatcher = TaskDispatcher(
-        lanes,
-        config,
-        owner=args.owner,
-        batch_completions=not args.unbatched,
-    )
     poll = DispatchPollConfig(
         base_interval=timedelta(milliseconds=50),
         max_interval=timedelta(milliseconds=200),
         error_max_interval=timedelta(seconds=1),
     )
+    worker = TaskWorker(
+        store,
+        lanes=lanes,
+        execution=config,
+        poll=poll,
+        owner=args.owner,
+        batch_completions=not args.unbatched,
+    )
     sys.stdout.write("ready\n")
     sys.stdout.flush()
     if not args.budget_ms:
         try:
-            await run_dispatch_worker(store, dispatcher, token, poll=poll)
+            await worker.run(token)
         finally:
             if gate is not None:
                 await gate.join()
@@ -255,14 +256,12 @@ async def main(argv: list[str]) -> int:
     stop = CancellationToken()
     loop.remove_signal_handler(signal.SIGTERM)
     loop.add_signal_handler(signal.SIGTERM, stop.cancel)
-    worker = asyncio.create_task(
-        run_dispatch_worker(store, dispatcher, token, poll=poll), name="chaos:worker"
-    )
+    running = asyncio.create_task(worker.run(token), name="chaos:worker")
     await stop.wait()
 
     async def stop_workers() -> None:
         token.cancel()
-        await worker
+        await running
 
     coordinator = ShutdownCoordinator(grace=timedelta(milliseconds=200))
     coordinator.phase("background-tasks", timedelta(milliseconds=args.budget_ms), stop_workers)

@@ -25,10 +25,9 @@ from aster_forge.runtime import CancellationToken
 from aster_forge.tasks import (
     DispatchPollConfig,
     NewTask,
-    TaskDispatcher,
     TaskFailureReason,
     TaskStatus,
-    run_dispatch_worker,
+    TaskWorker,
 )
 from aster_forge.testing import InMemoryTaskStore
 from aster_forge.web import AdminSources, admin_app
@@ -77,10 +76,8 @@ async def test_rows_whose_payload_no_longer_decodes_fail_permanently(
     # A broken row sorted first in its lane must not block the good ones behind it.
     state = ChaosState()
     token = CancellationToken()
-    dispatcher = TaskDispatcher(LANES, execution_config(state))
-    worker = asyncio.create_task(
-        run_dispatch_worker(store, dispatcher, token, poll=FAST_POLL), name="chaos:bad-rows"
-    )
+    dispatcher = TaskWorker(store, lanes=LANES, execution=execution_config(state), poll=FAST_POLL)
+    worker = asyncio.create_task(dispatcher.run(token), name="chaos:bad-rows")
     try:
         await _wait_terminal(store, ids, 30)
     finally:

@@ -33,7 +33,7 @@ from aster_forge.db import (
     create_runtime_leases_table,
 )
 from aster_forge.runtime import CancellationToken, RuntimeLeaseConfig, run_runtime_lease_supervisor
-from aster_forge.tasks import DispatchPollConfig, TaskDispatcher, run_dispatch_worker
+from aster_forge.tasks import DispatchPollConfig, TaskWorker
 
 from ._cluster import post_mortem, read_log, wait_all_succeeded
 from ._product import LANE_LIMITS, LANES, ChaosState, Kind, Lane, execution_config, new_task
@@ -85,7 +85,7 @@ async def _db_fault_run(
         max_interval=timedelta(milliseconds=200),
         error_max_interval=timedelta(milliseconds=500),
     )
-    dispatcher = TaskDispatcher(LANES, config, owner="faulty-worker")
+    dispatcher = TaskWorker(store, lanes=LANES, execution=config, poll=poll, owner="faulty-worker")
     group_events: list[tuple[str, float]] = []
     loop = asyncio.get_running_loop()
 
@@ -104,9 +104,7 @@ async def _db_fault_run(
         standby_retry_interval=timedelta(milliseconds=300),
     )
     lease_store = RuntimeLeaseDbStore(faulty)
-    worker = asyncio.create_task(
-        run_dispatch_worker(store, dispatcher, token, poll=poll), name="chaos:faulty-worker"
-    )
+    worker = asyncio.create_task(dispatcher.run(token), name="chaos:faulty-worker")
     supervisor = asyncio.create_task(
         run_runtime_lease_supervisor(lease_store, lease_config, token, start_group, stop_group),
         name="chaos:faulty-lease",

@@ -253,7 +253,7 @@ async def test_shutdown_reports_never_contain_exception_messages(
 
 
 async def test_task_failures_store_a_fixed_message_not_the_exception_text() -> None:
-    from aster_forge.tasks import run_claimed_task_with_store
+    from aster_forge.tasks import ClaimedTaskExecution, SharedTaskHeartbeat
 
     state = ChaosState()
 
@@ -264,7 +264,10 @@ async def test_task_failures_store_a_fixed_message_not_the_exception_text() -> N
     store = InMemoryTaskStore()
     created = await store.enqueue(new_task(Kind.NOOP, 1, max_attempts=1))
     [claimed] = await store.claim_due_for_lane("chaos-fast", 1, "w", timedelta(seconds=30))
-    report = await run_claimed_task_with_store(store, claimed, execution_config(state))
+    config = execution_config(state)
+    heartbeat = SharedTaskHeartbeat(store, config.clock, config.lease_ttl)
+    report = await ClaimedTaskExecution(store, claimed, config, heartbeat=heartbeat).run()
+    await heartbeat.join()
     row = await store.get_task(created.record.id)
     assert row is not None and row.status is TaskStatus.FAILED
     assert row.failure_reason is TaskFailureReason.PRODUCT_ERROR

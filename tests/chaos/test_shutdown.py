@@ -22,12 +22,11 @@ from aster_forge.db import BackgroundTaskDbStore, create_background_tasks_table
 from aster_forge.runtime import CancellationToken, ShutdownCoordinator, ShutdownPhaseStatusKind
 from aster_forge.tasks import (
     DispatchPollConfig,
-    TaskDispatcher,
     TaskExecutionContext,
     TaskLaneConfig,
     TaskLease,
     TaskStatus,
-    run_dispatch_worker,
+    TaskWorker,
 )
 from aster_forge.testing import InMemoryTaskStore
 
@@ -163,12 +162,15 @@ async def test_a_stop_phase_timing_out_mid_release_still_releases_every_task(
     await store.enqueue_many([new_task(Kind.WORK, seq, sleep_ms=120_000) for seq in range(tasks)])
     state = ChaosState()
     config = execution_config(state, shutdown_grace=timedelta(milliseconds=50))
-    dispatcher = TaskDispatcher([TaskLaneConfig(Lane.FAST, tasks)], config)
-    token = CancellationToken()
-    poll = DispatchPollConfig(base_interval=timedelta(milliseconds=20))
-    worker = asyncio.create_task(
-        run_dispatch_worker(store, dispatcher, token, poll=poll), name="chaos:slow-release"
+    dispatcher = TaskWorker(
+        store,
+        lanes=[TaskLaneConfig(Lane.FAST, tasks)],
+        execution=config,
+        poll=DispatchPollConfig(base_interval=timedelta(milliseconds=20)),
+        partial_lanes=True,
     )
+    token = CancellationToken()
+    worker = asyncio.create_task(dispatcher.run(token), name="chaos:slow-release")
     for _ in range(1000):
         if state.running[Lane.FAST.value] == tasks:
             break
@@ -206,7 +208,7 @@ async def test_a_stop_phase_timing_out_mid_release_still_releases_every_task(
 
 async def _stubborn_setup(
     release: asyncio.Event, ignored: list[int]
-) -> tuple[InMemoryTaskStore, TaskDispatcher[ChaosState], CancellationToken, asyncio.Task[None]]:
+) -> tuple[InMemoryTaskStore, TaskWorker[ChaosState], CancellationToken, asyncio.Task[None]]:
     async def hook(ctx: TaskExecutionContext, state: ChaosState, job: Job) -> None:
         if job.seq != 0:
             await asyncio.sleep(3600)
@@ -222,12 +224,15 @@ async def _stubborn_setup(
     await store.enqueue_many([new_task(Kind.WORK, seq) for seq in range(5)])
     state = ChaosState(hook=hook)
     config = execution_config(state, shutdown_grace=timedelta(milliseconds=100))
-    dispatcher = TaskDispatcher([TaskLaneConfig(Lane.FAST, 10)], config)
-    token = CancellationToken()
-    poll = DispatchPollConfig(base_interval=timedelta(milliseconds=10))
-    worker = asyncio.create_task(
-        run_dispatch_worker(store, dispatcher, token, poll=poll), name="chaos:stubborn"
+    dispatcher = TaskWorker(
+        store,
+        lanes=[TaskLaneConfig(Lane.FAST, 10)],
+        execution=config,
+        poll=DispatchPollConfig(base_interval=timedelta(milliseconds=10)),
+        partial_lanes=True,
     )
+    token = CancellationToken()
+    worker = asyncio.create_task(dispatcher.run(token), name="chaos:stubborn")
     for _ in range(500):
         if state.running[Lane.FAST.value] == 5:
             break

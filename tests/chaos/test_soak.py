@@ -29,7 +29,7 @@ from aster_forge.runtime import (
     OverflowPolicy,
     RecordFullError,
 )
-from aster_forge.tasks import DispatchPollConfig, TaskDispatcher, TaskStatus, run_dispatch_worker
+from aster_forge.tasks import DispatchPollConfig, TaskStatus, TaskWorker
 
 from ..conftest import drop_all_tables
 from ._product import LANES, ChaosState, Kind, execution_config, new_task
@@ -156,16 +156,14 @@ async def _task_soak(engine: AsyncEngine, backend: str, total: int, *, long: boo
             )
         state = ChaosState(track_done=False)
         token = CancellationToken()
-        dispatcher = TaskDispatcher(LANES, execution_config(state))
-        tasks_before = len(asyncio.all_tasks())
         poll = DispatchPollConfig(
             base_interval=timedelta(milliseconds=20), max_interval=timedelta(milliseconds=100)
         )
+        dispatcher = TaskWorker(store, lanes=LANES, execution=execution_config(state), poll=poll)
+        tasks_before = len(asyncio.all_tasks())
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            worker = asyncio.create_task(
-                run_dispatch_worker(store, dispatcher, token, poll=poll), name="chaos:soak"
-            )
+            worker = asyncio.create_task(dispatcher.run(token), name="chaos:soak")
             warmup = max(total // 10, min(100, total // 2))
             baseline = 0
             task_counts: list[int] = []

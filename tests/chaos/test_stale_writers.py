@@ -37,11 +37,10 @@ from aster_forge.db import BackgroundTaskDbStore, create_background_tasks_table
 from aster_forge.runtime import CancellationToken
 from aster_forge.tasks import (
     DispatchPollConfig,
-    TaskDispatcher,
     TaskExecutionContext,
     TaskLeaseTermination,
     TaskStatus,
-    run_dispatch_worker,
+    TaskWorker,
 )
 
 from ._cluster import Cluster, post_mortem, read_log, wait_all_succeeded
@@ -241,17 +240,16 @@ async def test_a_lease_taken_over_behind_a_live_workers_back_is_reported_lost(
         lease_ttl=timedelta(seconds=3),
         shutdown_grace=timedelta(milliseconds=100),
     )
-    dispatcher = TaskDispatcher(
-        LANES,
-        config,
+    dispatcher = TaskWorker(
+        store,
+        lanes=LANES,
+        execution=config,
+        poll=DispatchPollConfig(base_interval=timedelta(milliseconds=50)),
         owner="worker-a",
         batch_completions=not unbatched,
     )
     token = CancellationToken()
-    poll = DispatchPollConfig(base_interval=timedelta(milliseconds=50))
-    worker = asyncio.create_task(
-        run_dispatch_worker(store, dispatcher, token, poll=poll), name="chaos:worker-a"
-    )
+    worker = asyncio.create_task(dispatcher.run(token), name="chaos:worker-a")
     try:
         await asyncio.wait_for(started.wait(), 30)
         taken = []

@@ -66,7 +66,7 @@ def test_the_forge_modules_hold_no_primitive_logic(module: Path) -> None:
 def test_the_check_catches_a_hand_written_lease_renewal() -> None:
     source = (
         "import sqlalchemy as sa\n"
-        "from ..tasks._heartbeat import run_task_heartbeat\n"
+        "from ..tasks._heartbeat import SharedTaskHeartbeat\n"
         "async def renew_lease(store, lease):\n"
         "    await store.renew_task_lease(lease, 30)\n"
         "    return sa.update(table)\n"

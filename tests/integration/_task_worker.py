@@ -27,12 +27,11 @@ from aster_forge.runtime import CancellationToken
 from aster_forge.tasks import (
     ClaimedTaskExecutionConfig,
     DispatchPollConfig,
-    TaskDispatcher,
     TaskExecutionContext,
     TaskLaneConfig,
     TaskRegistry,
     TaskSpec,
-    run_dispatch_worker,
+    TaskWorker,
 )
 
 
@@ -130,22 +129,23 @@ async def main(url: str, mode: str, lease_ttl: float) -> None:
         shutdown_token=token,
         shutdown_grace=timedelta(seconds=2),
     )
-    dispatcher = TaskDispatcher(
-        [TaskLaneConfig(lane, limit) for lane, limit in LIMITS.items()], config
-    )
-    listener = BackgroundTaskNotificationListener(
-        engine, store.notify_channel, lambda _lane: dispatcher.wake()
-    )
     poll = DispatchPollConfig(
         base_interval=timedelta(milliseconds=50), max_interval=timedelta(milliseconds=250)
+    )
+    worker = TaskWorker(
+        store,
+        lanes=[TaskLaneConfig(lane, limit) for lane, limit in LIMITS.items()],
+        execution=config,
+        poll=poll,
+    )
+    listener = BackgroundTaskNotificationListener(
+        engine, store.notify_channel, lambda _lane: worker.wake()
     )
     loop = asyncio.get_running_loop()
     try:
         async with asyncio.TaskGroup() as group:
             group.create_task(listener.run(token), name="task-listener")
-            group.create_task(
-                run_dispatch_worker(store, dispatcher, token, poll=poll), name="worker"
-            )
+            group.create_task(worker.run(token), name="worker")
             await listener.wait_connected()
             _say("ready")
             await loop.run_in_executor(None, sys.stdin.readline)

@@ -14,8 +14,13 @@ from pydantic import BaseModel
 
 from aster_forge.tasks import (
     BackgroundTaskRecord,
+    ClaimedTaskExecution,
     ClaimedTaskExecutionConfig,
+    ClaimedTaskReport,
+    ClaimedTaskStore,
+    ExecutableTaskRecord,
     NewTask,
+    SharedTaskHeartbeat,
     TaskExecutionContext,
     TaskLease,
     TaskRegistry,
@@ -153,6 +158,36 @@ async def claim_one(
     claimed = await store.claim_due_for_lane(lane, 1, owner, LEASE_TTL)
     assert len(claimed) == 1
     return claimed[0]
+
+
+async def run_claimed(
+    store: ClaimedTaskStore,
+    record: ExecutableTaskRecord[Any],
+    config: ClaimedTaskExecutionConfig[Any],
+) -> ClaimedTaskReport:
+    """Run one claimed record as a worker does: in its own task, with a heartbeat engine.
+
+    A cancelled caller cancels the run (the release is still written) and re-raises.
+    """
+    heartbeat = SharedTaskHeartbeat(
+        store,
+        config.clock,
+        config.lease_ttl,
+        late_wake_threshold=config.heartbeat_late_wake_threshold,
+    )
+    execution = ClaimedTaskExecution(store, record, config, heartbeat=heartbeat)
+    run = execution.start()
+    try:
+        await execution.settled()
+    except asyncio.CancelledError:
+        await execution.cancel()
+        await execution.settled()
+        raise
+    finally:
+        await heartbeat.join()
+    report = execution.report if execution.abandoned else run.result()
+    assert report is not None  # written, refused, or (abandoned) nothing written
+    return report
 
 
 async def until(predicate: Callable[[], bool], *, turns: int = 20_000) -> None:

@@ -16,12 +16,11 @@ from aster_forge.tasks import (
     DispatchStats,
     DispatchStatsRecorder,
     TaskDispatchConfigError,
-    TaskDispatcher,
     TaskLaneConfig,
     TaskStatus,
-    claim_due_for_lane,
+    TaskStoreBase,
+    TaskWorker,
     default_dispatch_owner,
-    drain_dispatcher,
     effective_dispatch_base_interval,
 )
 from aster_forge.testing import InMemoryTaskStore, ManualClock
@@ -48,15 +47,21 @@ def store(clock: ManualClock) -> InMemoryTaskStore:
     return InMemoryTaskStore(clock)
 
 
-def _dispatcher(
-    harness: Harness, clock: ManualClock, media: int, fallback: int, **lane_options: int
-) -> TaskDispatcher[Harness]:
-    return TaskDispatcher(
-        [
+def _worker(
+    store: TaskStoreBase[BackgroundTaskRecord, str],
+    harness: Harness,
+    clock: ManualClock,
+    media: int,
+    fallback: int,
+    **lane_options: int,
+) -> TaskWorker[Harness]:
+    return TaskWorker(
+        store,
+        lanes=[
             TaskLaneConfig(Lane.MEDIA, media, **lane_options),
             TaskLaneConfig(Lane.FALLBACK, fallback, **lane_options),
         ],
-        make_config(harness, clock),
+        execution=make_config(harness, clock),
         owner="worker-1",
     )
 
@@ -68,34 +73,34 @@ async def test_lane_limits_are_never_exceeded(store: InMemoryTaskStore, clock: M
     harness.gate(*renders, *mails)
     await enqueue(store, *(new_task(Kind.RENDER, n) for n in renders))
     await enqueue(store, *(new_task(Kind.MAIL, n) for n in mails))
-    dispatcher = _dispatcher(harness, clock, media=2, fallback=3)
+    worker = _worker(store, harness, clock, media=2, fallback=3)
 
-    result = await drain_dispatcher(store, dispatcher)
+    result = await worker.drain()
     assert result.claimed == {Lane.MEDIA: 2, Lane.FALLBACK: 3}
     assert result.saturated == {Lane.MEDIA, Lane.FALLBACK}
     await until(lambda: len(harness.started) == 5)
     # A second drain with every lane full claims nothing and makes no round trip.
     calls = store.claim_calls
-    assert (await drain_dispatcher(store, dispatcher)).total == 0
+    assert (await worker.drain()).total == 0
     assert store.claim_calls == calls
 
     rng = random.Random(7)
     while len(harness.finished) < 20:
         # Every claimed task has entered its body before we pick one to finish.
-        await until(lambda: len(harness.started) - len(harness.finished) == dispatcher.in_flight())
+        await until(lambda: len(harness.started) - len(harness.finished) == worker.in_flight())
         running = [n for n in harness.started if n not in harness.finished]
         harness.open(rng.choice(running))
         done = len(harness.finished)
         await until(lambda done=done: len(harness.finished) > done)  # type: ignore[misc]
-        await drain_dispatcher(store, dispatcher)
-        assert dispatcher.in_flight(Lane.MEDIA) <= 2
-        assert dispatcher.in_flight(Lane.FALLBACK) <= 3
+        await worker.drain()
+        assert worker.in_flight(Lane.MEDIA) <= 2
+        assert worker.in_flight(Lane.FALLBACK) <= 3
         assert harness.running["media"] <= 2 and harness.running["fallback"] <= 3
-    await dispatcher.join()
+    await worker.join()
     assert harness.max_running == {"media": 2, "fallback": 3}
     assert sorted(harness.started) == sorted(renders + mails)  # each exactly once
     assert {row.status for row in store.all_tasks()} == {TaskStatus.SUCCEEDED}
-    total = dispatcher.stats.total()
+    total = worker.stats.total()
     assert (total.claimed, total.succeeded, total.in_flight) == (20, 20, 0)
 
 
@@ -108,16 +113,16 @@ async def test_a_busy_lane_never_starves_another(
     await enqueue(store, *(new_task(Kind.RENDER, n) for n in renders))
     mails = [f"m{i}" for i in range(6)]
     await enqueue(store, *(new_task(Kind.MAIL, n) for n in mails))
-    dispatcher = _dispatcher(harness, clock, media=1, fallback=2)
+    worker = _worker(store, harness, clock, media=1, fallback=2)
     while len([n for n in harness.finished if n.startswith("m")]) < 6:
-        await drain_dispatcher(store, dispatcher)
-        await until(lambda: dispatcher.in_flight(Lane.FALLBACK) == 0)
+        await worker.drain()
+        await until(lambda: worker.in_flight(Lane.FALLBACK) == 0)
     assert harness.started.count("r0") == 1
     assert [n for n in harness.started if n.startswith("r")] == ["r0"]
-    assert dispatcher.in_flight(Lane.MEDIA) == 1
-    assert dispatcher.stats.lane(Lane.FALLBACK).succeeded == 6
+    assert worker.in_flight(Lane.MEDIA) == 1
+    assert worker.stats.lane(Lane.FALLBACK).succeeded == 6
     harness.open(*renders)
-    await dispatcher.shutdown()
+    await worker.shutdown()
 
 
 async def test_lanes_are_claimed_round_robin(store: InMemoryTaskStore, clock: ManualClock) -> None:
@@ -127,20 +132,20 @@ async def test_lanes_are_claimed_round_robin(store: InMemoryTaskStore, clock: Ma
     harness.gate(*names)
     await enqueue(store, *(new_task(Kind.RENDER, f"r{i}") for i in range(3)))
     await enqueue(store, *(new_task(Kind.MAIL, f"m{i}") for i in range(3)))
-    dispatcher = _dispatcher(harness, clock, media=3, fallback=3, claim_batch=1)
-    await drain_dispatcher(proxy, dispatcher)
+    worker = _worker(proxy, harness, clock, media=3, fallback=3, claim_batch=1)
+    await worker.drain()
     assert proxy.claim_lanes == ["media", "fallback"] * 3
     harness.open("r0", "m0")
-    await until(lambda: dispatcher.in_flight() == 4)
+    await until(lambda: worker.in_flight() == 4)
     proxy.claim_lanes.clear()
-    await drain_dispatcher(proxy, dispatcher)
+    await worker.drain()
     # The next drain starts one lane later.
     assert proxy.claim_lanes == ["fallback", "media"]
     harness.open(*names)
-    await dispatcher.shutdown()
+    await worker.shutdown()
 
 
-async def test_claim_wrapper_records_latency_lag_and_rescues(
+async def test_claims_record_latency_lag_and_rescues(
     store: InMemoryTaskStore, clock: ManualClock
 ) -> None:
     class SlowClaim(ProxyStore):
@@ -151,27 +156,42 @@ async def test_claim_wrapper_records_latency_lag_and_rescues(
             return await super().claim_due_for_lane(lane, limit, owner, lease_ttl)
 
     stats = DispatchStatsRecorder()
+    harness = Harness()
+    harness.gate("a", "b")
     slow = SlowClaim(store)
-    await enqueue(store, new_task(Kind.MAIL, "a"), new_task(Kind.MAIL, "b"))
-    await clock.advance(5)
-    claimed = await claim_due_for_lane(
-        slow, Lane.FALLBACK, 1, "w", timedelta(seconds=2), stats=stats, clock=clock
+    config = make_config(harness, clock, lease_ttl=timedelta(seconds=2))
+    first = TaskWorker(
+        slow,
+        lanes=[TaskLaneConfig(Lane.FALLBACK, 1)],
+        execution=config,
+        stats=stats,
+        partial_lanes=True,
     )
-    assert len(claimed) == 1
+    a, b = await enqueue(store, new_task(Kind.MAIL, "a"), new_task(Kind.MAIL, "b"))
+    await clock.advance(5)
+    assert (await first.drain()).claimed == {Lane.FALLBACK: 1}
     lane = stats.lane(Lane.FALLBACK)
     assert lane.claimed == 1 and lane.claim_calls == 1 and lane.rescued == 0
     assert lane.last_claim_latency_seconds == pytest.approx(0.25)
     assert lane.queue_lag_seconds == pytest.approx(5.25)
-    # The claimed worker dies: its lease expires and the next claim rescues it.
+    # The first worker loses its database: its lease expires and the next claim rescues it.
+    slow.renew_error = ConnectionError("database is down")
     await clock.advance(3)
-    rescued = await claim_due_for_lane(
-        store, Lane.FALLBACK, 5, "w2", timedelta(seconds=2), stats=stats, clock=clock
+    second = TaskWorker(
+        store,
+        lanes=[TaskLaneConfig(Lane.FALLBACK, 5)],
+        execution=config,
+        stats=stats,
+        partial_lanes=True,
     )
-    assert [r.rescued for r in rescued] == [True, False]
+    assert (await second.drain()).claimed == {Lane.FALLBACK: 2}
+    assert [task.task_id for task in second.in_flight_tasks()] == [a, b]
     lane = stats.lane(Lane.FALLBACK)
     assert (lane.claimed, lane.rescued, lane.claim_calls) == (3, 1, 2)
     assert lane.claim_latency_seconds_max == pytest.approx(0.25)
-    assert await claim_due_for_lane(store, Lane.FALLBACK, 0, "w", timedelta(seconds=1)) == ()
+    harness.open("a", "b")
+    await first.shutdown()
+    await second.shutdown()
 
 
 async def test_claim_errors_are_counted_and_raised(
@@ -180,8 +200,15 @@ async def test_claim_errors_are_counted_and_raised(
     proxy = ProxyStore(store)
     proxy.claim_errors = 1
     stats = DispatchStatsRecorder()
+    worker = TaskWorker(
+        proxy,
+        lanes=[TaskLaneConfig(Lane.MEDIA, 1)],
+        execution=make_config(Harness(), clock),
+        stats=stats,
+        partial_lanes=True,
+    )
     with pytest.raises(ConnectionError):
-        await claim_due_for_lane(proxy, Lane.MEDIA, 1, "w", timedelta(seconds=1), stats=stats)
+        await worker.drain()
     lane = stats.lane(Lane.MEDIA)
     assert (lane.claim_calls, lane.claim_errors, lane.claim_latency_seconds_mean) == (1, 1, 0.0)
 
@@ -195,14 +222,14 @@ async def test_over_claiming_store_is_contained(
     names = [f"r{i}" for i in range(4)]
     harness.gate(*names)
     await enqueue(store, *(new_task(Kind.RENDER, n) for n in names))
-    dispatcher = _dispatcher(harness, clock, media=1, fallback=1)
-    await dispatcher.claim_lane(proxy, dispatcher.lanes[0])
-    assert dispatcher.in_flight(Lane.MEDIA) == 1
+    worker = _worker(proxy, harness, clock, media=1, fallback=1)
+    await worker.drain()
+    assert worker.in_flight(Lane.MEDIA) == 1
     statuses = [row.status for row in store.all_tasks()]
     assert statuses.count(TaskStatus.RUNNING) == 1
     assert all(row.attempt == 0 for row in store.all_tasks())
     harness.open(*names)
-    await dispatcher.shutdown()
+    await worker.shutdown()
 
 
 async def test_outcomes_are_counted_per_lane(store: InMemoryTaskStore, clock: ManualClock) -> None:
@@ -221,15 +248,15 @@ async def test_outcomes_are_counted_per_lane(store: InMemoryTaskStore, clock: Ma
     harness.actions.update(p=permanent, t=retry)
     await enqueue(store, *(new_task(Kind.MAIL, n) for n in ("ok", "p", "t")))
     await enqueue(store, new_task(Kind.RENDER, "ok2"))
-    dispatcher = _dispatcher(harness, clock, media=4, fallback=4)
-    await drain_dispatcher(store, dispatcher)
-    await dispatcher.join()
-    fallback = dispatcher.stats.lane(Lane.FALLBACK)
+    worker = _worker(store, harness, clock, media=4, fallback=4)
+    await worker.drain()
+    await worker.join()
+    fallback = worker.stats.lane(Lane.FALLBACK)
     assert (fallback.succeeded, fallback.failed_permanently, fallback.retried) == (1, 1, 1)
     assert fallback.finished == 3
-    total = dispatcher.stats.total()
+    total = worker.stats.total()
     assert (total.claimed, total.succeeded, total.finished) == (4, 2, 4)
-    assert set(dispatcher.stats.lanes()) == {Lane.MEDIA, Lane.FALLBACK}
+    assert set(worker.stats.lanes()) == {Lane.MEDIA, Lane.FALLBACK}
 
 
 def test_stats_combine_sums_and_takes_maxima() -> None:
@@ -287,14 +314,21 @@ def test_configuration_errors() -> None:
         DispatchPollConfig(multiplier=0.5)
     clock = ManualClock()
     config = make_config(Harness(), clock)
+    store = InMemoryTaskStore(clock)
     with pytest.raises(TaskDispatchConfigError):
-        TaskDispatcher([], config)
+        TaskWorker(store, lanes=[], execution=config)
     with pytest.raises(TaskDispatchConfigError):
-        TaskDispatcher([TaskLaneConfig(Lane.MEDIA, 1), TaskLaneConfig(Lane.MEDIA, 2)], config)
-    dispatcher = TaskDispatcher([TaskLaneConfig(Lane.MEDIA, 1)], config)
+        TaskWorker(
+            store,
+            lanes=[TaskLaneConfig(Lane.MEDIA, 1), TaskLaneConfig(Lane.MEDIA, 2)],
+            execution=config,
+        )
+    worker = TaskWorker(
+        store, lanes=[TaskLaneConfig(Lane.MEDIA, 1)], execution=config, partial_lanes=True
+    )
     with pytest.raises(TaskDispatchConfigError):
-        dispatcher.free_slots(Lane.FALLBACK)
-    assert "media" in repr(dispatcher).lower()
+        worker.free_slots(Lane.FALLBACK)
+    assert "media" in repr(worker).lower()
 
 
 def test_default_owner_is_unique_per_call() -> None:

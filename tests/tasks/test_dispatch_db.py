@@ -16,18 +16,16 @@ from aster_forge.tasks import (
     ClaimedTaskOutcome,
     ClassifiedTaskError,
     DispatchPollConfig,
-    TaskDispatcher,
     TaskExecutionContext,
     TaskLaneConfig,
     TaskRetryClass,
     TaskStatus,
-    run_claimed_task_with_store,
-    run_dispatch_worker,
+    TaskWorker,
 )
 from aster_forge.testing import ManualClock
 
 from ..db._support import advance_for
-from ._dispatch_support import Harness, Job, Kind, Lane, make_config, new_task, until
+from ._dispatch_support import Harness, Job, Kind, Lane, make_config, new_task, run_claimed, until
 
 FAST_POLL = DispatchPollConfig(
     base_interval=timedelta(milliseconds=50), max_interval=timedelta(milliseconds=200)
@@ -60,17 +58,17 @@ async def test_worker_runs_every_task_once_within_lane_limits(task_engine: Async
     for name in renders + mails:
         harness.actions[name] = yielding
     clock = SystemClock()
-    dispatcher = TaskDispatcher(
-        [TaskLaneConfig(Lane.MEDIA, 2), TaskLaneConfig(Lane.FALLBACK, 3)],
-        make_config(harness, clock),  # type: ignore[arg-type]
+    worker = TaskWorker(
+        store,
+        lanes=[TaskLaneConfig(Lane.MEDIA, 2), TaskLaneConfig(Lane.FALLBACK, 3)],
+        execution=make_config(harness, clock),  # type: ignore[arg-type]
+        poll=FAST_POLL,
     )
     shutdown = CancellationToken()
-    worker = asyncio.create_task(
-        run_dispatch_worker(store, dispatcher, shutdown, poll=FAST_POLL), name="test-worker"
-    )
+    running = asyncio.create_task(worker.run(shutdown), name="test-worker")
     await store.enqueue_many([new_task(Kind.RENDER, n, value=i) for i, n in enumerate(renders)])
     await store.enqueue_many([new_task(Kind.MAIL, n) for n in mails])
-    dispatcher.wake()
+    worker.wake()
 
     async def all_done() -> bool:
         page = await store.list_tasks(status=TaskStatus.SUCCEEDED, limit=100)
@@ -78,10 +76,10 @@ async def test_worker_runs_every_task_once_within_lane_limits(task_engine: Async
 
     await _eventually(all_done)
     shutdown.cancel()
-    await worker
+    await running
     assert sorted(harness.started) == sorted(renders + mails)
     assert harness.max_running["media"] <= 2 and harness.max_running["fallback"] <= 3
-    total = dispatcher.stats.total()
+    total = worker.stats.total()
     assert (total.claimed, total.succeeded, total.in_flight) == (24, 24, 0)
     row = await store.get_task(1)
     assert row is not None and row.result_json == "0" and row.processing_token is None
@@ -101,7 +99,7 @@ async def test_late_write_of_a_rescued_claim_is_refused(
     )
     assert rescued.rescued and rescued.processing_token != stale.processing_token
     # The dead worker wakes up and runs its stale claim to the end: nothing is written.
-    report = await run_claimed_task_with_store(store, stale, make_config(Harness(), clock))
+    report = await run_claimed(store, stale, make_config(Harness(), clock))
     assert report.outcome is ClaimedTaskOutcome.LEASE_LOST
     row = await store.get_task(task_id)
     assert row is not None
@@ -109,7 +107,7 @@ async def test_late_write_of_a_rescued_claim_is_refused(
     assert row.result_json is None
     # The rescuing claim completes normally.
     assert (
-        await run_claimed_task_with_store(store, rescued, make_config(Harness(), clock))
+        await run_claimed(store, rescued, make_config(Harness(), clock))
     ).outcome is ClaimedTaskOutcome.SUCCEEDED
 
 
@@ -139,11 +137,9 @@ async def test_shutdown_release_and_failed_step_on_the_real_store(
     by_id = {record.id: record for record in claimed}
     shutdown = CancellationToken()
     config = make_config(harness, clock, shutdown_token=shutdown)
-    failed = await run_claimed_task_with_store(store, by_id[broken_id], config)
+    failed = await run_claimed(store, by_id[broken_id], config)
     assert failed.outcome is ClaimedTaskOutcome.FAILED
-    run = asyncio.create_task(
-        run_claimed_task_with_store(store, by_id[waits_id], config), name="test-run"
-    )
+    run = asyncio.create_task(run_claimed(store, by_id[waits_id], config), name="test-run")
     await until(lambda: "waits" in harness.started)
     shutdown.cancel()
     assert (await run).outcome is ClaimedTaskOutcome.RELEASED

@@ -14,11 +14,11 @@ from aster_forge.tasks import (
     BackgroundTaskRecord,
     DispatchPollConfig,
     DispatchWakeSignal,
-    TaskDispatcher,
     TaskExecutionContext,
     TaskLaneConfig,
     TaskStatus,
-    run_dispatch_worker,
+    TaskStoreBase,
+    TaskWorker,
 )
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 
@@ -49,35 +49,34 @@ def store(clock: ManualClock) -> InMemoryTaskStore:
     return InMemoryTaskStore(clock)
 
 
-def _dispatcher(
-    harness: Harness, clock: ManualClock, *, media: int = 2, fallback: int = 2, **options: object
-) -> TaskDispatcher[Harness]:
-    return TaskDispatcher(
-        [TaskLaneConfig(Lane.MEDIA, media), TaskLaneConfig(Lane.FALLBACK, fallback)],
-        make_config(harness, clock, **options),
+def _worker(
+    store: TaskStoreBase[BackgroundTaskRecord, str],
+    harness: Harness,
+    clock: ManualClock,
+    *,
+    media: int = 2,
+    fallback: int = 2,
+    wake: DispatchWakeSignal | None = None,
+    **options: object,
+) -> TaskWorker[Harness]:
+    return TaskWorker(
+        store,
+        lanes=[TaskLaneConfig(Lane.MEDIA, media), TaskLaneConfig(Lane.FALLBACK, fallback)],
+        execution=make_config(harness, clock, **options),
         owner="worker-1",
+        wake=wake,
     )
 
 
 def _start(
-    store: object,
-    dispatcher: TaskDispatcher[Harness],
+    worker: TaskWorker[Harness],
     shutdown: CancellationToken,
     clock: ManualClock,
     *,
     poll: DispatchPollConfig = SLOW_POLL,
-    wake: DispatchWakeSignal | None = None,
 ) -> asyncio.Task[None]:
     return asyncio.create_task(
-        run_dispatch_worker(
-            store,  # type: ignore[arg-type]
-            dispatcher,
-            shutdown,
-            wake=wake,
-            poll=poll,
-            clock=clock,
-        ),
-        name="test-dispatch-worker",
+        worker.run(shutdown, poll=poll, clock=clock), name="test-dispatch-worker"
     )
 
 
@@ -85,24 +84,24 @@ async def test_wake_makes_an_idle_worker_claim_immediately(
     store: InMemoryTaskStore, clock: ManualClock
 ) -> None:
     harness = Harness()
-    dispatcher = _dispatcher(harness, clock)
     external = DispatchWakeSignal()
+    worker = _worker(store, harness, clock, wake=external)
     shutdown = CancellationToken()
-    worker = _start(store, dispatcher, shutdown, clock, wake=external)
+    running = _start(worker, shutdown, clock)
     await until(lambda: store.claim_calls == 2)  # the first (empty) drain
     await clock.wait_for_sleepers(1)  # parked on the 10 s poll
     await enqueue(store, new_task(Kind.MAIL, "a"))
-    dispatcher.wake()
+    worker.wake()
     await until(lambda: "a" in harness.finished)
     # An external signal (an enqueue hook, a NOTIFY listener) works the same way.
-    await until(lambda: dispatcher.in_flight() == 0)
+    await until(lambda: worker.in_flight() == 0)
     await clock.wait_for_sleepers(1)
     await enqueue(store, new_task(Kind.RENDER, "b"))
     external.wake()
     await until(lambda: "b" in harness.finished)
     assert clock.monotonic() == 0.0  # no poll interval elapsed
     shutdown.cancel()
-    await worker
+    await running
     assert {row.status for row in store.all_tasks()} == {TaskStatus.SUCCEEDED}
 
 
@@ -132,9 +131,9 @@ async def test_freed_slot_of_a_full_lane_wakes_the_worker(
     harness = Harness()
     harness.gate("r0")
     await enqueue(store, new_task(Kind.RENDER, "r0"), new_task(Kind.RENDER, "r1"))
-    dispatcher = _dispatcher(harness, clock, media=1)
+    worker = _worker(store, harness, clock, media=1)
     shutdown = CancellationToken()
-    worker = _start(store, dispatcher, shutdown, clock)
+    running = _start(worker, shutdown, clock)
     await until(lambda: "r0" in harness.started)
     await clock.wait_for_sleepers(2)  # poll wait + the heartbeat of r0
     assert "r1" not in harness.started
@@ -142,7 +141,7 @@ async def test_freed_slot_of_a_full_lane_wakes_the_worker(
     await until(lambda: "r1" in harness.finished)
     assert clock.monotonic() == 0.0
     shutdown.cancel()
-    await worker
+    await running
 
 
 async def test_empty_polls_and_store_errors_back_off_then_recover(
@@ -161,7 +160,7 @@ async def test_empty_polls_and_store_errors_back_off_then_recover(
     proxy = Timed(store)
     proxy.claim_errors = 3
     harness = Harness()
-    dispatcher = _dispatcher(harness, clock)
+    worker = _worker(proxy, harness, clock)
     shutdown = CancellationToken()
     poll = DispatchPollConfig(
         base_interval=timedelta(seconds=1),
@@ -169,7 +168,7 @@ async def test_empty_polls_and_store_errors_back_off_then_recover(
         error_max_interval=timedelta(seconds=8),
     )
     with caplog.at_level(logging.WARNING, logger="aster_forge.tasks.dispatch"):
-        worker = _start(proxy, dispatcher, shutdown, clock, poll=poll)
+        running = _start(worker, shutdown, clock, poll=poll)
         while clock.monotonic() < 20:
             await clock.wait_for_sleepers(1)
             await clock.advance(0.5)
@@ -181,16 +180,16 @@ async def test_empty_polls_and_store_errors_back_off_then_recover(
             await clock.wait_for_sleepers(1)
             await clock.advance(0.5)
         assert drains[-1] == 21.0
-        await until(lambda: dispatcher.in_flight() == 0)
+        await until(lambda: worker.in_flight() == 0)
         # Work resets the backoff: the next poll is one base interval later.
         while len(drains) < 8:
             await clock.wait_for_sleepers(1)
             await clock.advance(0.5)
         assert drains[-1] == 22.0
     shutdown.cancel()
-    await worker
+    await running
     assert len([r for r in caplog.records if "claim failed" in r.getMessage()]) == 3
-    assert dispatcher.stats.total().claim_errors == 3
+    assert worker.stats.total().claim_errors == 3
 
 
 async def test_a_store_that_stages_waiting_tasks_is_asked_once_a_second(
@@ -205,13 +204,13 @@ async def test_a_store_that_stages_waiting_tasks_is_asked_once_a_second(
                 raise ConnectionError("database is down")
             return 0
 
-    dispatcher = _dispatcher(Harness(), clock)
+    worker = _worker(Staging(store), Harness(), clock)
     shutdown = CancellationToken()
     poll = DispatchPollConfig(
         base_interval=timedelta(seconds=0.25), max_interval=timedelta(seconds=0.25)
     )
     with caplog.at_level(logging.WARNING, logger="aster_forge.tasks.dispatch"):
-        worker = _start(Staging(store), dispatcher, shutdown, clock, poll=poll)
+        running = _start(worker, shutdown, clock, poll=poll)
         while clock.monotonic() < 3.5:
             await clock.wait_for_sleepers(1)
             await clock.advance(0.25)
@@ -219,10 +218,10 @@ async def test_a_store_that_stages_waiting_tasks_is_asked_once_a_second(
         assert staged_at == [0.0, 1.0, 2.0, 3.0]
         await clock.wait_for_sleepers(1)
         await enqueue(store, new_task(Kind.MAIL, "after"))
-        dispatcher.wake()
-        await until(lambda: dispatcher.in_flight() == 0 and store.all_tasks()[0].status.is_terminal)
+        worker.wake()
+        await until(lambda: worker.in_flight() == 0 and store.all_tasks()[0].status.is_terminal)
     shutdown.cancel()
-    await worker
+    await running
     assert len([r for r in caplog.records if "claims still find them" in r.getMessage()]) == 1
 
 
@@ -245,28 +244,28 @@ async def test_shutdown_releases_in_flight_tasks_without_counting(
         new_task(Kind.MAIL, "stubborn"),
         new_task(Kind.MAIL, "queued"),
     )
-    dispatcher = _dispatcher(
-        harness, clock, media=1, fallback=2, shutdown_grace=timedelta(seconds=3)
+    worker = _worker(
+        store, harness, clock, media=1, fallback=2, shutdown_grace=timedelta(seconds=3)
     )
     shutdown = CancellationToken()
-    worker = _start(store, dispatcher, shutdown, clock)
+    running = _start(worker, shutdown, clock)
     await until(lambda: len(harness.started) == 3)
     shutdown.cancel()
     await until(lambda: "c1" in harness.finished and "c2" in harness.finished)
     # The stubborn body ignores its context: it gets the 3 s grace on the manual clock.
-    while not worker.done():
+    while not running.done():
         assert "stubborn" not in harness.finished or clock.monotonic() >= 3
         await clock.advance(0.5)
         assert clock.monotonic() <= 5, "the grace period was not honoured"
-    await worker
+    await running
     assert clock.monotonic() >= 3
-    assert dispatcher.in_flight() == 0
+    assert worker.in_flight() == 0
     rows = {row.id: row for row in store.all_tasks()}
     assert all(row.status is TaskStatus.PENDING for row in rows.values())
     assert all(row.attempt == 0 and row.last_error is None for row in rows.values())
     assert "queued" not in harness.started
-    assert dispatcher.stats.total().released_on_shutdown == 3
-    assert dispatcher.stopping
+    assert worker.stats.total().released_on_shutdown == 3
+    assert worker.stopping
 
 
 async def test_cancelling_the_worker_still_releases_and_joins(
@@ -275,20 +274,20 @@ async def test_cancelling_the_worker_still_releases_and_joins(
     harness = Harness()
     harness.gate("g")
     await enqueue(store, new_task(Kind.MAIL, "g"))
-    dispatcher = _dispatcher(harness, clock)
-    worker = _start(store, dispatcher, CancellationToken(), clock)
+    worker = _worker(store, harness, clock)
+    running = _start(worker, CancellationToken(), clock)
     await until(lambda: "g" in harness.started)
     await clock.wait_for_sleepers(2)
-    worker.cancel()
+    running.cancel()
     # The body ignores its context: the default 10 s grace runs on the manual clock.
-    while not worker.done():
+    while not running.done():
         await clock.advance(1)
         assert clock.monotonic() <= 12, "the worker did not finish after the grace period"
     with pytest.raises(asyncio.CancelledError):
-        await worker
+        await running
     (row,) = store.all_tasks()
     assert (row.status, row.attempt) == (TaskStatus.PENDING, 0)
-    assert dispatcher.in_flight() == 0
+    assert worker.in_flight() == 0
 
 
 async def test_invalid_payload_fails_and_the_worker_keeps_going(
@@ -300,15 +299,15 @@ async def test_invalid_payload_fails_and_the_worker_keeps_going(
         new_task(Kind.MAIL, "bad", payload='{"name": 5}'),
         new_task(Kind.MAIL, "good"),
     )
-    dispatcher = _dispatcher(harness, clock)
+    worker = _worker(store, harness, clock)
     shutdown = CancellationToken()
-    worker = _start(store, dispatcher, shutdown, clock)
-    await until(lambda: "good" in harness.finished and dispatcher.in_flight() == 0)
+    running = _start(worker, shutdown, clock)
+    await until(lambda: "good" in harness.finished and worker.in_flight() == 0)
     shutdown.cancel()
-    await worker
+    await running
     bad, good = store.all_tasks()
     assert bad.status is TaskStatus.FAILED and bad.last_error is not None
     assert "mail" in bad.last_error and "'name'" in bad.last_error
     assert good.status is TaskStatus.SUCCEEDED
-    stats = dispatcher.stats.lane(Lane.FALLBACK)
+    stats = worker.stats.lane(Lane.FALLBACK)
     assert (stats.failed_permanently, stats.succeeded) == (1, 1)

@@ -27,11 +27,19 @@ from aster_forge.tasks import (
     TaskSpec,
     TaskStatus,
     _records,
-    run_claimed_task_with_store,
 )
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 
-from ._dispatch_support import REGISTRY, Harness, Job, Kind, Lane, claim_one, make_config
+from ._dispatch_support import (
+    REGISTRY,
+    Harness,
+    Job,
+    Kind,
+    Lane,
+    claim_one,
+    make_config,
+    run_claimed,
+)
 
 SECRET = "s3cret-value-4711"
 
@@ -242,7 +250,7 @@ async def test_a_task_enqueued_without_steps_runs_with_its_specs_steps() -> None
     assert bare.steps_json is None
     task_id = (await store.enqueue(bare)).record.id
     record = await claim_one(store, Lane.FALLBACK)
-    outcome = await run_claimed_task_with_store(store, record, make_config(harness, clock))
+    outcome = await run_claimed(store, record, make_config(harness, clock))
     assert outcome.outcome is ClaimedTaskOutcome.SUCCEEDED
     row = await store.get_task(task_id)
     assert row is not None and row.status is TaskStatus.SUCCEEDED

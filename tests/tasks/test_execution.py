@@ -24,8 +24,6 @@ from aster_forge.tasks import (
     TaskRegistryError,
     TaskRetryClass,
     TaskStatus,
-    run_claimed_task_batch_with_store,
-    run_claimed_task_with_store,
 )
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 
@@ -41,6 +39,7 @@ from ._dispatch_support import (
     enqueue,
     make_config,
     new_task,
+    run_claimed,
     until,
 )
 
@@ -49,7 +48,7 @@ async def _run_once(
     store: InMemoryTaskStore, config: ClaimedTaskExecutionConfig[Harness]
 ) -> ClaimedTaskReport:
     """Claim the one due fallback-lane task and run it to its stored outcome."""
-    return await run_claimed_task_with_store(store, await claim_one(store, Lane.FALLBACK), config)
+    return await run_claimed(store, await claim_one(store, Lane.FALLBACK), config)
 
 
 @pytest.fixture
@@ -75,7 +74,7 @@ async def test_success_writes_result_and_steps(
     harness.actions["r"] = report
     (task_id,) = await enqueue(store, new_task(Kind.REPORT, "r"))
     record = await claim_one(store, Lane.FALLBACK)
-    report_ = await run_claimed_task_with_store(store, record, make_config(harness, clock))
+    report_ = await run_claimed(store, record, make_config(harness, clock))
     assert report_.outcome is ClaimedTaskOutcome.SUCCEEDED
     assert report_.attempt == 1
     row = await store.get_task(task_id)
@@ -138,7 +137,7 @@ async def test_attempts_exhausted_turns_retryable_into_failed(
     outcomes = []
     for _ in range(2):
         record = await claim_one(store, Lane.FALLBACK)
-        outcomes.append((await run_claimed_task_with_store(store, record, config)).outcome)
+        outcomes.append((await run_claimed(store, record, config)).outcome)
         await clock.advance(60)
     assert outcomes == [ClaimedTaskOutcome.RETRIED, ClaimedTaskOutcome.FAILED]
     row = await store.get_task(task_id)
@@ -266,7 +265,7 @@ async def test_invalid_payload_fails_permanently_naming_kind_and_field(
     store: InMemoryTaskStore, clock: ManualClock
 ) -> None:
     (task_id,) = await enqueue(store, new_task(Kind.MAIL, "bad", payload='{"value": 3}'))
-    result = await run_claimed_task_with_store(
+    result = await run_claimed(
         store, await claim_one(store, Lane.FALLBACK), make_config(Harness(), clock)
     )
     assert result.outcome is ClaimedTaskOutcome.FAILED
@@ -286,9 +285,7 @@ async def test_lease_lost_mid_run_never_writes_success(
     (task_id,) = await enqueue(store, new_task(Kind.MAIL, "slow"))
     config = make_config(harness, clock, lease_ttl=timedelta(seconds=3))
     record = await store.claim_due_for_lane(Lane.FALLBACK, 1, "old", timedelta(seconds=3))
-    run = asyncio.create_task(
-        run_claimed_task_with_store(proxy, record[0], config), name="test-run"
-    )
+    run = asyncio.create_task(run_claimed(proxy, record[0], config), name="test-run")
     await until(lambda: "slow" in harness.started)
     # The database goes away for the old worker: its renewals fail until the lease lapses.
     proxy.renew_error = ConnectionError("db down")
@@ -317,7 +314,7 @@ async def test_refused_success_write_reports_lease_lost(
     proxy = ProxyStore(store)
     proxy.refuse_success = True
     await enqueue(store, new_task(Kind.MAIL, "a"))
-    report = await run_claimed_task_with_store(
+    report = await run_claimed(
         proxy, await claim_one(store, Lane.FALLBACK), make_config(Harness(), clock)
     )
     assert report.outcome is ClaimedTaskOutcome.LEASE_LOST
@@ -409,7 +406,7 @@ def test_a_body_raising_a_base_exception_propagates_it(
         (task_id,) = await enqueue(store, new_task(Kind.MAIL, "x"))
         ids.append(task_id)
         record = await claim_one(store, Lane.FALLBACK)
-        await run_claimed_task_with_store(store, record, make_config(harness, clock))
+        await run_claimed(store, record, make_config(harness, clock))
 
     ids: list[int] = []
     reported: list[BaseException] = []
@@ -477,7 +474,7 @@ async def test_heartbeat_renews_while_the_body_runs(
     (task_id,) = await enqueue(store, new_task(Kind.MAIL, "long"))
     config = make_config(harness, clock, lease_ttl=timedelta(seconds=3))
     (record,) = await store.claim_due_for_lane(Lane.FALLBACK, 1, "w", timedelta(seconds=3))
-    run = asyncio.create_task(run_claimed_task_with_store(proxy, record, config), name="test-run")
+    run = asyncio.create_task(run_claimed(proxy, record, config), name="test-run")
     await until(lambda: "long" in harness.started)
     expiries = []
     for _ in range(10):  # 10 s: far beyond the 3 s TTL
@@ -500,7 +497,7 @@ async def test_store_error_on_final_write_is_reported(
     proxy = ProxyStore(store)
     proxy.success_error = ConnectionError("db down")
     (task_id,) = await enqueue(store, new_task(Kind.MAIL, "a"))
-    report = await run_claimed_task_with_store(
+    report = await run_claimed(
         proxy, await claim_one(store, Lane.FALLBACK), make_config(Harness(), clock)
     )
     assert report.outcome is ClaimedTaskOutcome.STORE_ERROR
@@ -514,7 +511,7 @@ async def test_unknown_kind_fails_permanently(store: InMemoryTaskStore, clock: M
     from aster_forge.tasks import NewTask
 
     (task_id,) = await enqueue(store, NewTask(kind="retired-kind", lane=Lane.FALLBACK))
-    report = await run_claimed_task_with_store(
+    report = await run_claimed(
         store, await claim_one(store, Lane.FALLBACK), make_config(Harness(), clock)
     )
     assert report.outcome is ClaimedTaskOutcome.FAILED
@@ -549,29 +546,13 @@ async def test_an_execution_run_inline_writes_its_outcome(
     assert row is not None and row.status is TaskStatus.SUCCEEDED
 
 
-async def test_batch_runs_concurrently_and_reports_in_order(
-    store: InMemoryTaskStore, clock: ManualClock
-) -> None:
-    harness = Harness()
-    harness.gate("a", "b", "c")
-    await enqueue(store, *(new_task(Kind.MAIL, name) for name in "abc"))
-    records = await store.claim_due_for_lane(Lane.FALLBACK, 3, "w", LEASE_TTL)
-    run = asyncio.create_task(
-        run_claimed_task_batch_with_store(store, records, make_config(harness, clock)),
-        name="test-batch",
-    )
-    await until(lambda: harness.running["fallback"] == 3)
-    harness.open("c", "a", "b")
-    reports = await run
-    assert [r.task_id for r in reports] == [r.id for r in records]
-    assert {r.outcome for r in reports} == {ClaimedTaskOutcome.SUCCEEDED}
-
-
 async def test_unclaimed_record_is_rejected(store: InMemoryTaskStore, clock: ManualClock) -> None:
     await enqueue(store, new_task(Kind.MAIL, "a"))
     (row,) = store.all_tasks()
+    heartbeat = SharedTaskHeartbeat(store, clock, LEASE_TTL)
     with pytest.raises(TaskInvalidValueError):
-        await run_claimed_task_batch_with_store(store, [row], make_config(Harness(), clock))
+        ClaimedTaskExecution(store, row, make_config(Harness(), clock), heartbeat=heartbeat)
+    assert len(heartbeat) == 0
 
 
 def test_config_validation(clock: ManualClock) -> None:

@@ -19,7 +19,6 @@ from aster_forge.tasks import (
     TaskRetryClass,
     TaskSpec,
     TaskStatus,
-    run_claimed_task_with_store,
 )
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 
@@ -33,6 +32,7 @@ from ._dispatch_support import (
     enqueue,
     make_config,
     new_task,
+    run_claimed,
     until,
 )
 
@@ -58,7 +58,7 @@ async def _run_one(
     store: InMemoryTaskStore, clock: ManualClock, harness: Harness
 ) -> ClaimedTaskOutcome:
     record = await claim_one(store, Lane.FALLBACK)
-    report = await run_claimed_task_with_store(store, record, make_config(harness, clock))
+    report = await run_claimed(store, record, make_config(harness, clock))
     return report.outcome
 
 
@@ -145,7 +145,7 @@ async def test_a_plain_def_body_runs_in_a_worker_thread(
     (result,) = await store.enqueue_many([task])
     (record,) = await store.claim_due_for_lane(SyncLane.ONLY, 1, "w", LEASE_TTL)
     config = make_config(Harness(), clock, registry=registry)
-    run = asyncio.create_task(run_claimed_task_with_store(store, record, config), name="t")
+    run = asyncio.create_task(run_claimed(store, record, config), name="t")
     await until(lambda: "thread" in seen, turns=10**6)
     assert seen["thread"] != threading.get_ident()
     assert not run.done()  # the loop keeps running while the body blocks its thread
@@ -188,7 +188,7 @@ async def test_a_body_that_blocks_the_loop_is_named_in_the_log(
     record = await claim_one(store, Lane.FALLBACK)
     config = make_config(harness, jumping)  # type: ignore[arg-type]
     with caplog.at_level(logging.WARNING, logger="aster_forge.tasks.execution"):
-        report = await run_claimed_task_with_store(store, record, config)
+        report = await run_claimed(store, record, config)
     assert report.outcome is ClaimedTaskOutcome.SUCCEEDED
     (line,) = [r.getMessage() for r in caplog.records if "blocked the event loop" in r.getMessage()]
     assert f"task #{task_id} (mail) blocked the event loop for 2.500s" in line

@@ -1,4 +1,4 @@
-"""The heartbeat loop, driven by a manual clock."""
+"""The heartbeat engine, driven by a manual clock."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from aster_forge.tasks import (
     TaskLease,
     TaskLeaseGuard,
     TaskLeaseTermination,
-    run_task_heartbeat,
     task_heartbeat_interval,
 )
 from aster_forge.testing import ManualClock
@@ -52,6 +51,19 @@ def _setup(
     return store, guard
 
 
+def _renewing(store: FakeHeartbeatStore, guard: TaskLeaseGuard) -> SharedTaskHeartbeat:
+    """A heartbeat engine renewing just ``guard`` (on the guard's clock and TTL)."""
+    engine = SharedTaskHeartbeat(store, guard.clock, guard.lease_ttl)
+    engine.register(guard)
+    return engine
+
+
+async def _stop(engine: SharedTaskHeartbeat, guard: TaskLeaseGuard) -> None:
+    """Stop renewing ``guard`` and wait for the engine's loop to end."""
+    engine.unregister(guard)
+    await engine.join()
+
+
 def test_interval_is_a_third_of_the_ttl_with_a_floor() -> None:
     assert task_heartbeat_interval(TTL) == timedelta(seconds=10)
     assert task_heartbeat_interval(timedelta(milliseconds=3)) == timedelta(milliseconds=10)
@@ -60,8 +72,7 @@ def test_interval_is_a_third_of_the_ttl_with_a_floor() -> None:
 async def test_renews_every_third_of_the_ttl_until_stopped() -> None:
     clock = ManualClock()
     store, guard = _setup(clock)
-    stop = CancellationToken()
-    loop = asyncio.create_task(run_task_heartbeat(store, guard, stop=stop), name="test-hb")
+    engine = _renewing(store, guard)
     for expected in (1, 2, 3):
         await clock.wait_for_sleepers(1)
         await clock.advance(10)
@@ -73,8 +84,7 @@ async def test_renews_every_third_of_the_ttl_until_stopped() -> None:
         await clock.advance(10)
     assert store.calls == 13
     guard.ensure_active()
-    stop.cancel()
-    await loop
+    await _stop(engine, guard)
     assert not guard.lease_lost
 
 
@@ -82,12 +92,10 @@ async def test_fence_failure_marks_the_lease_lost_at_once() -> None:
     clock = ManualClock()
     store, guard = _setup(clock)
     store.owner_token = "new-owner"
-    loop = asyncio.create_task(
-        run_task_heartbeat(store, guard, stop=CancellationToken()), name="test-hb"
-    )
+    engine = _renewing(store, guard)
     await clock.wait_for_sleepers(1)
     await clock.advance(10)
-    await loop  # the loop ends by itself
+    await engine.join()  # the loop ends by itself
     assert store.calls == 1
     assert guard.termination is TaskLeaseTermination.LOST
     assert guard.token.cancelled
@@ -99,9 +107,7 @@ async def test_errors_are_retried_until_the_lease_would_expire(
     clock = ManualClock()
     store, guard = _setup(clock)
     store.fail_with = ConnectionError("db down: password=hunter2")
-    loop = asyncio.create_task(
-        run_task_heartbeat(store, guard, stop=CancellationToken()), name="test-hb"
-    )
+    engine = _renewing(store, guard)
     await clock.wait_for_sleepers(1)
     for _ in range(29):
         await clock.advance(1)
@@ -110,7 +116,7 @@ async def test_errors_are_retried_until_the_lease_would_expire(
     calls_before_expiry = store.calls
     assert calls_before_expiry >= 3  # retried sooner than a full interval
     await clock.advance(1)
-    await loop
+    await engine.join()
     assert guard.termination is TaskLeaseTermination.RENEWAL_TIMED_OUT
     assert guard.token.cancelled
     assert "ConnectionError" in caplog.text and "hunter2" not in caplog.messages[-1]
@@ -119,17 +125,15 @@ async def test_errors_are_retried_until_the_lease_would_expire(
 async def test_recovering_store_keeps_the_lease() -> None:
     clock = ManualClock()
     store, guard = _setup(clock)
-    stop = CancellationToken()
     store.fail_with = ConnectionError("blip")
-    loop = asyncio.create_task(run_task_heartbeat(store, guard, stop=stop), name="test-hb")
+    engine = _renewing(store, guard)
     await clock.wait_for_sleepers(1)
     await clock.advance(10)
     assert store.calls == 1
     store.fail_with = None
     await clock.advance(4)
     assert store.calls == 2 and guard.deadline == pytest.approx(10 + 10 / 3 + 30)
-    stop.cancel()
-    await loop
+    await _stop(engine, guard)
     assert guard.termination is None
 
 
@@ -137,33 +141,29 @@ async def test_a_renewal_that_cannot_finish_in_time_is_a_timeout() -> None:
     clock = ManualClock()
     store, guard = _setup(clock)
     store.hang = asyncio.Event()
-    loop = asyncio.create_task(
-        run_task_heartbeat(store, guard, stop=CancellationToken()), name="test-hb"
-    )
+    engine = _renewing(store, guard)
     await clock.wait_for_sleepers(1)
     await clock.advance(10)  # renewal starts and hangs
     await clock.advance(19)
     assert not guard.lease_lost
     await clock.advance(1)  # the lease would expire now
-    await loop
+    await engine.join()
     assert guard.termination is TaskLeaseTermination.RENEWAL_TIMED_OUT
     assert store.cancelled_renewals == 1
 
 
-async def test_shutdown_does_not_stop_renewals_but_stop_does() -> None:
+async def test_shutdown_does_not_stop_renewals_but_unregistering_does() -> None:
     clock = ManualClock()
     shutdown = CancellationToken()
     store, guard = _setup(clock, shutdown)
-    stop = CancellationToken()
-    loop = asyncio.create_task(run_task_heartbeat(store, guard, stop=stop), name="test-hb")
+    engine = _renewing(store, guard)
     shutdown.cancel()
     await clock.wait_for_sleepers(1)
     await clock.advance(10)
     assert store.calls == 1  # still renewing while the executor releases the task
     store.hang = asyncio.Event()
     await clock.advance(10)
-    stop.cancel()  # stop while a renewal is in flight: it is abandoned quietly
-    await loop
+    await _stop(engine, guard)  # stop while a renewal is in flight: abandoned quietly
     assert store.cancelled_renewals == 1
     assert guard.termination is TaskLeaseTermination.SHUTDOWN_REQUESTED
 
@@ -173,8 +173,7 @@ async def test_late_wake_is_logged(caplog: pytest.LogCaptureFixture) -> None:
     clock = StarvedClock(inner)
     store = FakeHeartbeatStore(inner, owner_token="tok")
     guard = TaskLeaseGuard(TaskLease(5, "tok", inner.now() + TTL), TTL, clock=clock)
-    stop = CancellationToken()
-    loop = asyncio.create_task(run_task_heartbeat(store, guard, stop=stop), name="test-hb")
+    engine = _renewing(store, guard)
     await inner.wait_for_sleepers(1)
     with caplog.at_level(logging.WARNING, logger="aster_forge.tasks.heartbeat"):
         await inner.advance(10)
@@ -184,12 +183,11 @@ async def test_late_wake_is_logged(caplog: pytest.LogCaptureFixture) -> None:
         await inner.advance(10)
     assert "woke 7.000s late for task #5" in caplog.text
     assert store.calls == 2 and not guard.lease_lost
-    stop.cancel()
-    await loop
+    await _stop(engine, guard)
 
 
 async def test_one_tick_renews_every_lease_and_a_refusal_stops_only_its_own() -> None:
-    # A store with only the seed's single renewal: the engine renews the leases due in
+    # A store with only the single renewal: the engine renews the leases due in
     # one tick concurrently, one call each; the lease another claim took over is lost,
     # the other one lives on.
     clock = ManualClock()

@@ -29,7 +29,6 @@ from aster_forge.tasks import (
     TaskSnooze,
     TaskSpec,
     TaskStatus,
-    run_claimed_task_with_store,
     task_heartbeat_interval,
 )
 from aster_forge.testing import InMemoryTaskStore, ManualClock
@@ -37,6 +36,7 @@ from aster_forge.web import AdminSources, admin_app
 
 from ..conftest import drop_all_tables
 from ..web._support import client
+from ._dispatch_support import run_claimed
 
 LEASE_TTL = timedelta(seconds=30)
 INTERVAL = task_heartbeat_interval(LEASE_TTL)
@@ -193,9 +193,7 @@ async def _tick_until_done(stack: Stack, run: asyncio.Task[Any], ticks: int) -> 
 
 async def test_admin_cancel_stops_a_looping_body_within_two_heartbeats(stack: Stack) -> None:
     record = await stack.claim(Kind.LOOP)
-    run = asyncio.create_task(
-        run_claimed_task_with_store(stack.store, record, stack.config()), name="test-run"
-    )
+    run = asyncio.create_task(run_claimed(stack.store, record, stack.config()), name="test-run")
     await asyncio.wait_for(stack.state.started.wait(), STEP_TIMEOUT)
     async with client(admin_app(AdminSources(task_store=stack.store), dashboard=False)) as http:
         response = await http.post(f"/api/tasks/{record.id}/cancel")
@@ -270,7 +268,7 @@ async def test_cancel_racing_the_body_finishing_writes_exactly_one_outcome(stack
         counting = _CountingStore(stack.store)
         record = await stack.claim(Kind.GATED, round_)
         run = asyncio.create_task(
-            run_claimed_task_with_store(counting, record, stack.config()),
+            run_claimed(counting, record, stack.config()),
             name=f"race-{round_}",
         )
         await asyncio.wait_for(stack.state.started.wait(), STEP_TIMEOUT)
@@ -305,7 +303,7 @@ async def test_cancel_racing_the_body_finishing_writes_exactly_one_outcome(stack
 
 async def test_snooze_reruns_later_without_an_attempt(stack: Stack) -> None:
     record = await stack.claim(Kind.SNOOZE, 1, max_attempts=1)
-    report = await run_claimed_task_with_store(stack.store, record, stack.config())
+    report = await run_claimed(stack.store, record, stack.config())
     assert report.outcome is ClaimedTaskOutcome.SNOOZED
     row = await stack.row(record.id)
     assert row.status is TaskStatus.PENDING and row.attempt == 0 and row.snooze_count == 1
@@ -318,11 +316,11 @@ async def test_snoozing_past_the_cap_fails_the_task(stack: Stack) -> None:
     record = await stack.claim(Kind.SNOOZE, 2)
     config = stack.config(max_snoozes=2)
     for expected in (1, 2):
-        report = await run_claimed_task_with_store(stack.store, record, config)
+        report = await run_claimed(stack.store, record, config)
         assert report.outcome is ClaimedTaskOutcome.SNOOZED
         assert (await stack.row(record.id)).snooze_count == expected
         (record,) = await stack.store.claim_due_for_lane(Lane.WORK, 1, "worker", LEASE_TTL)
-    report = await run_claimed_task_with_store(stack.store, record, config)
+    report = await run_claimed(stack.store, record, config)
     assert report.outcome is ClaimedTaskOutcome.FAILED
     row = await stack.row(record.id)
     assert row.status is TaskStatus.FAILED and row.snooze_count == 2
@@ -332,13 +330,13 @@ async def test_snoozing_past_the_cap_fails_the_task(stack: Stack) -> None:
 
 async def test_retry_policy_comes_from_the_kind_else_the_worker(stack: Stack) -> None:
     patient = await stack.claim(Kind.PATIENT)
-    report = await run_claimed_task_with_store(stack.store, patient, stack.config())
+    report = await run_claimed(stack.store, patient, stack.config())
     assert report.outcome is ClaimedTaskOutcome.RETRIED
     assert report.retry_delay == timedelta(hours=1), "the kind's own policy"
     row = await stack.row(patient.id)
     assert row.run_at >= patient.run_at + timedelta(minutes=59)
     flaky = await stack.claim(Kind.FLAKY)
-    report = await run_claimed_task_with_store(stack.store, flaky, stack.config())
+    report = await run_claimed(stack.store, flaky, stack.config())
     assert report.outcome is ClaimedTaskOutcome.RETRIED
     assert report.retry_delay == timedelta(seconds=2), "the worker's policy by default"
 

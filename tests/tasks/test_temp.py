@@ -17,7 +17,6 @@ from aster_forge.tasks import (
     TaskLease,
     TaskRetryClass,
     TaskTempDirs,
-    run_claimed_task_with_store,
     sweep_task_temp_dirs,
     task_temp_dir_name,
     task_temp_dirs_root,
@@ -34,6 +33,7 @@ from ._dispatch_support import (
     enqueue,
     make_config,
     new_task,
+    run_claimed,
 )
 
 EXPIRES = datetime(2030, 1, 1, tzinfo=UTC)
@@ -81,7 +81,7 @@ async def test_temp_dir_is_created_lazily(
 ) -> None:
     await enqueue(store, new_task(Kind.MAIL, "plain"))
     config = make_config(Harness(), clock, temp_dirs=TaskTempDirs(tmp_path))
-    report = await run_claimed_task_with_store(store, await claim_one(store, Lane.FALLBACK), config)
+    report = await run_claimed(store, await claim_one(store, Lane.FALLBACK), config)
     assert report.outcome is ClaimedTaskOutcome.SUCCEEDED
     assert not task_temp_dirs_root(tmp_path).exists()
 
@@ -121,7 +121,7 @@ async def test_temp_dir_is_removed_after_every_outcome(
     shutdown = CancellationToken()
     config = make_config(harness, clock, temp_dirs=TaskTempDirs(tmp_path), shutdown_token=shutdown)
     run = asyncio.create_task(
-        run_claimed_task_with_store(store, await claim_one(store, Lane.FALLBACK), config),
+        run_claimed(store, await claim_one(store, Lane.FALLBACK), config),
         name="test-run",
     )
     if value == 3:
@@ -143,7 +143,7 @@ async def test_temp_dir_is_removed_when_the_lease_is_lost(
     harness.actions["t"] = _writes_temp
     await enqueue(store, new_task(Kind.MAIL, "t"))
     config = make_config(harness, clock, temp_dirs=TaskTempDirs(tmp_path))
-    report = await run_claimed_task_with_store(proxy, await claim_one(store, Lane.FALLBACK), config)
+    report = await run_claimed(proxy, await claim_one(store, Lane.FALLBACK), config)
     assert report.outcome is ClaimedTaskOutcome.LEASE_LOST
     assert _entries(tmp_path) == []
 

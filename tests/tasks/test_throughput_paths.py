@@ -1,4 +1,4 @@
-"""The batched hot path: shared heartbeat, batched fenced successes, dispatcher."""
+"""The batched hot path: shared heartbeat, batched fenced successes, the worker."""
 
 from __future__ import annotations
 
@@ -13,12 +13,11 @@ from aster_forge.tasks import (
     BackgroundTaskRecord,
     SharedTaskHeartbeat,
     TaskCompletion,
-    TaskDispatcher,
     TaskLaneConfig,
     TaskLease,
     TaskLeaseGuard,
     TaskStatus,
-    drain_dispatcher,
+    TaskWorker,
     task_heartbeat_interval,
 )
 from aster_forge.tasks._completion import TaskCompletionBatcher
@@ -172,27 +171,29 @@ async def test_batcher_error_reaches_every_waiter(store: CountingStore, clock: M
         TaskCompletionBatcher(store, max_batch=0)
 
 
-async def test_dispatcher_batches_successes_and_counts_store_errors(
+async def test_worker_batches_successes_and_counts_store_errors(
     store: CountingStore, clock: ManualClock
 ) -> None:
     harness = Harness()
     token = CancellationToken()
-    dispatcher = TaskDispatcher(
-        [TaskLaneConfig(Lane.FALLBACK, 4)],
-        make_config(harness, clock, shutdown_token=token),
+    worker = TaskWorker(
+        store,
+        lanes=[TaskLaneConfig(Lane.FALLBACK, 4)],
+        execution=make_config(harness, clock, shutdown_token=token),
         owner="w",
+        partial_lanes=True,
     )
     await enqueue(store, *(new_task(Kind.MAIL, f"m{n}") for n in range(4)))
-    await drain_dispatcher(store, dispatcher)
-    await dispatcher.join()
+    await worker.drain()
+    await worker.join()
     assert store.success_batches == [4]
-    assert dispatcher.stats.total().succeeded == 4
+    assert worker.stats.total().succeeded == 4
     # A batch whose statement raises: every task of it is a store error (rescued later).
     store.success_error = ConnectionError("lost connection")
     await enqueue(store, *(new_task(Kind.MAIL, f"x{n}") for n in range(2)))
-    await drain_dispatcher(store, dispatcher)
-    await dispatcher.join()
-    assert dispatcher.stats.total().store_errors == 2
+    await worker.drain()
+    await worker.join()
+    assert worker.stats.total().store_errors == 2
     running = [row for row in store.all_tasks() if row.status is TaskStatus.RUNNING]
     assert len(running) == 2
-    await dispatcher.shutdown()
+    await worker.shutdown()

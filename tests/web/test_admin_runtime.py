@@ -33,8 +33,8 @@ from aster_forge.tasks import (
     NewTask,
     ScheduledTaskOutcome,
     ScheduledTaskStore,
-    TaskDispatcher,
     TaskLaneConfig,
+    TaskWorker,
 )
 from aster_forge.testing import (
     InMemoryRuntimeLeaseStore,
@@ -322,12 +322,13 @@ async def test_lanes_from_limits_stats_and_store_counts() -> None:
 
 async def test_lanes_from_a_dispatcher_factory() -> None:
     store = InMemoryTaskStore(ManualClock(T0))
-    dispatcher: TaskDispatcher[None] = TaskDispatcher(
-        [TaskLaneConfig(Lane.MEDIA, 2), TaskLaneConfig(Lane.FALLBACK, 4)],
-        ClaimedTaskExecutionConfig(state=None, specs={}),
+    dispatcher: TaskWorker[None] = TaskWorker(
+        store,
+        lanes=[TaskLaneConfig(Lane.MEDIA, 2), TaskLaneConfig(Lane.FALLBACK, 4)],
+        execution=ClaimedTaskExecutionConfig(state=None, specs={}),
     )
     dispatcher.stats.record_outcome(Lane.MEDIA, ClaimedTaskOutcome.SUCCEEDED)
-    current: list[TaskDispatcher[None] | None] = [None]
+    current: list[TaskWorker[None] | None] = [None]
     sources = AdminSources(task_store=store, dispatcher=lambda: current[0])
     async with client(admin_app(sources)) as http:
         standby = (await http.get("/api/lanes")).json()

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..tasks import (
     ClaimedTaskExecutionConfig,
     ClaimedTaskOutcome,
-    claim_due_for_lane,
+    DispatchStatsRecorder,
+    TaskLaneConfig,
+    TaskWorker,
     default_dispatch_owner,
-    run_claimed_task_with_store,
 )
 
 if TYPE_CHECKING:
@@ -81,13 +82,31 @@ class ForgeDrainResult:
         return tuple(item for item in self.tasks if item.task == task)
 
 
+#: The outcomes whose write stores the failure's text in the row.
+_WRITES_ERROR = frozenset({ClaimedTaskOutcome.FAILED, ClaimedTaskOutcome.RETRIED})
+
+
+class _Outcomes(DispatchStatsRecorder):
+    """A worker's stats that also keep each execution's outcome, in order."""
+
+    __slots__ = ("ended",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ended: list[ClaimedTaskOutcome] = []
+
+    def record_outcome(self, lane: Hashable, outcome: ClaimedTaskOutcome) -> None:
+        super().record_outcome(lane, outcome)
+        self.ended.append(outcome)
+
+
 async def drain_forge(forge: Forge, *, max_tasks: int) -> ForgeDrainResult:
     """Claim and run due tasks one at a time, lane by lane, until none is due.
 
-    Uses the primitives' claim and execution (``claim_due_for_lane``,
-    ``run_claimed_task_with_store``): fenced writes, retries, steps, exactly as a
-    worker would, only inline and sequential. A retried task runs again in the same
-    drain only if its backoff has already passed.
+    Each task is claimed and run by a :class:`TaskWorker` with one slot in its lane:
+    fenced writes, retries, steps, exactly as a running worker would, only one task
+    at a time. A retried task runs again in the same drain only if its backoff has
+    already passed.
     """
     registry = forge.registry
     settings = forge.worker_settings
@@ -104,19 +123,35 @@ async def drain_forge(forge: Forge, *, max_tasks: int) -> ForgeDrainResult:
     while progress and len(ran) < max_tasks:
         progress = False
         for lane in forge.lanes:
-            claimed = await claim_due_for_lane(
-                store, registry.lane_type(lane), 1, owner, config.lease_ttl
+            outcomes = _Outcomes()
+            worker = TaskWorker(
+                store,
+                lanes=[TaskLaneConfig(registry.lane_type(lane), 1)],
+                execution=config,
+                owner=owner,
+                stats=outcomes,
+                partial_lanes=True,
+                batch_completions=False,  # a success claims nothing with it
             )
-            for record in claimed:
-                report = await run_claimed_task_with_store(store, record, config)
-                stored = await store.get_task(record.id)
+            try:
+                await worker.drain()
+                started = worker.in_flight_tasks()  # a drain returns before its task runs
+                await worker.join()
+            finally:
+                await worker.shutdown()
+            for task, outcome in zip(started, outcomes.ended, strict=True):
+                stored = await store.get_task(task.task_id)
                 ran.append(
                     DrainedTask(
-                        task_id=record.id,
-                        task=record.kind,
-                        outcome=report.outcome,
-                        attempt=report.attempt,
-                        error=report.error,
+                        task_id=task.task_id,
+                        task=task.kind,
+                        outcome=outcome,
+                        attempt=task.attempt,
+                        error=(
+                            stored.last_error
+                            if stored is not None and outcome in _WRITES_ERROR
+                            else None
+                        ),
                         result_json=None if stored is None else stored.result_json,
                     )
                 )

@@ -186,7 +186,7 @@ class DispatchWakeSignal(asyncio.Event):
 
 @dataclass(frozen=True, slots=True)
 class DispatchDrainResult:
-    """What one :func:`drain_dispatcher` call claimed.
+    """What one :meth:`TaskWorker.drain` call claimed.
 
     Attributes:
         claimed: Tasks claimed per lane (lanes that claimed nothing are omitted).

@@ -294,7 +294,7 @@ class ClaimedTaskExecution:
         return self._task
 
     async def run(self) -> ClaimedTaskReport:
-        """Run the task and write its outcome; see :func:`run_claimed_task_with_store`."""
+        """Run the task in the caller's task and write its outcome (see the class)."""
         report = await self._run(detach=False)
         assert report is not None  # only a detached run leaves it to the batcher
         return report

@@ -267,8 +267,8 @@ class LeasedScheduledRuntime(Generic[StateT, OutcomeT]):
     def worker(self, fn: WorkerBody[StateT], *, name: str | None = None) -> None:
         """Declare a long-running worker ``fn(state, token)`` needing only the lease.
 
-        Suits loops like a background-task dispatcher (``run_dispatch_worker``) that
-        do not map to catalog firings. The worker must return once ``token`` is
+        Suits loops like a task worker (``TaskWorker.run``) that do not map to
+        catalog firings. The worker must return once ``token`` is
         cancelled (lease loss or shutdown).
 
         Raises:

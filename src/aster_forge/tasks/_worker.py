@@ -149,20 +149,6 @@ class TaskWorker(Generic[StateT]):
         partial_lanes: bool = False,
         batch_completions: bool = True,
     ) -> None:
-        self._configure(lanes, execution, poll, owner, stats, wake, partial_lanes)
-        self._batch = batch_completions
-        self._attach(store)
-
-    def _configure(
-        self,
-        lanes: Sequence[TaskLaneConfig],
-        execution: ClaimedTaskExecutionConfig[StateT],
-        poll: DispatchPollConfig | None,
-        owner: str | None,
-        stats: DispatchStatsRecorder | None,
-        wake: DispatchWakeSignal | None,
-        partial_lanes: bool,
-    ) -> None:
         names = [config.lane for config in lanes]
         if not names:
             raise TaskDispatchConfigError("a task worker needs at least one lane")
@@ -172,6 +158,7 @@ class TaskWorker(Generic[StateT]):
             _check_lanes(execution.registry, names, partial=partial_lanes)
         parent = execution.shutdown_token
         self._stop = parent.child_token() if parent is not None else CancellationToken()
+        self._store = store
         self.lanes = tuple(lanes)
         self.execution = replace(execution, shutdown_token=self._stop)
         # Executions get their own tokens, which the worker cancels when it stops: no
@@ -192,8 +179,19 @@ class TaskWorker(Generic[StateT]):
         self._running: dict[int, tuple[Hashable, ClaimedTaskExecution]] = {}
         self._tasks: dict[asyncio.Task[Any], ClaimedTaskExecution] = {}
         self._next_lane = 0
-        self._heartbeat: SharedTaskHeartbeat | None = None
+        self._heartbeat = SharedTaskHeartbeat(
+            store,
+            execution.clock,
+            execution.lease_ttl,
+            late_wake_threshold=execution.heartbeat_late_wake_threshold,
+        )
         self._completions: TaskCompletionBatcher | None = None
+        if batch_completions:
+            # A store that claims in the success statement refills the freed slots there.
+            write = self._succeed_and_refill if store.claims_with_success else None
+            self._completions = TaskCompletionBatcher(
+                store, write=write, max_in_flight=store.success_writes_in_flight
+            )
         self._let_go: Callable[[], None] | None = None
         # Bound once, and one copy of the context for the done callbacks (the run's, see
         # run()): per execution, a bound method and a context copy are objects the
@@ -202,22 +200,6 @@ class TaskWorker(Generic[StateT]):
         self._on_done = self._finished
         self._callback_context = contextvars.copy_context()
         self._stop.add_cancel_callback(self._stop_running)
-
-    def _attach(self, store: DispatchTaskStore[Any, Any]) -> None:
-        self._store = store
-        config = self.execution
-        self._heartbeat = SharedTaskHeartbeat(
-            store,
-            config.clock,
-            config.lease_ttl,
-            late_wake_threshold=config.heartbeat_late_wake_threshold,
-        )
-        if self._batch:
-            # A store that claims in the success statement refills the freed slots there.
-            write = self._succeed_and_refill if store.claims_with_success else None
-            self._completions = TaskCompletionBatcher(
-                store, write=write, max_in_flight=store.success_writes_in_flight
-            )
 
     @property
     def store(self) -> DispatchTaskStore[Any, Any]:
@@ -396,7 +378,6 @@ class TaskWorker(Generic[StateT]):
             self._landed = None
 
     def _start(self, lane: Hashable, record: Any, claimed_at: float) -> None:
-        assert self._heartbeat is not None  # attached: claims need the store
         execution = ClaimedTaskExecution(
             self._store,
             record,
@@ -549,8 +530,7 @@ class TaskWorker(Generic[StateT]):
                 await self._completions.join()
             if not self._tasks and not self._claiming:
                 break
-        if self._heartbeat is not None:
-            await self._heartbeat.join()
+        await self._heartbeat.join()
 
     async def shutdown(self) -> None:
         """Stop claiming, cancel every running context, and wait for the executions.

@@ -25,8 +25,8 @@ LaneLimits = Mapping[Any, int] | Callable[[], Mapping[Any, int]]
 """Lane concurrency limits: a mapping (lane or wire value -> limit) or a callable."""
 
 DispatcherSource = TaskWorker[Any] | Callable[[], TaskWorker[Any] | None]
-"""A task worker (a seed ``TaskDispatcher`` is one), or a callable returning the current
-one (``None`` while this instance holds no runtime lease and so runs no worker)."""
+"""A task worker, or a callable returning the current one (``None`` while this instance
+holds no runtime lease and so runs no worker)."""
 
 
 @dataclass(frozen=True, slots=True)
