@@ -23,6 +23,7 @@ from ..runtime import (
     HealthCheckScope,
     HealthComponentReport,
     RuntimeComponentBundleRegistration,
+    RuntimeComponentRegistry,
     SystemHealthReport,
     new_runtime_lease_owner_id,
     runtime_component,
@@ -40,6 +41,7 @@ from ..tasks import (
 from ._backend import ForgeBackend
 from ._declarations import ForgeDeclarations, check_name
 from ._drain import ForgeDrainResult, drain_forge
+from ._health import ProcessRole, web_process_health
 from ._lifespan import run_forge
 from ._operations import ForgeOperations
 from ._task import ForgeTask
@@ -117,6 +119,7 @@ class Forge(ForgeDeclarations, ForgeOperations):
         self._instance_id = new_runtime_lease_owner_id()
         self._workers: list[ForgeWorker] = []
         self._runtime: AsterRuntime | None = None
+        self._web_health: RuntimeComponentRegistry | None = None
 
     @property
     def name(self) -> str:
@@ -374,11 +377,26 @@ class Forge(ForgeDeclarations, ForgeOperations):
         async with run_forge(self):
             yield
 
-    async def run_health(self, scope: HealthCheckScope) -> SystemHealthReport:
-        """Run the health checks of the forge's runtime in this process.
+    def _process_role(self) -> ProcessRole:
+        # A worker once it built a runtime or a worker attached; the role then stays,
+        # so workers that stopped read as "not running", never as a healthy web process.
+        if self._runtime is None and not self._workers:
+            return ProcessRole.WEB
+        return ProcessRole.WORKER
 
-        Unhealthy (one ``background_tasks`` component) while no runtime is running.
+    async def run_health(self, scope: HealthCheckScope) -> SystemHealthReport:
+        """Run the health checks of this process's role.
+
+        A worker process runs its runtime's checks, and is unhealthy (one
+        ``background_tasks`` component, ``not running``) while its workers are not
+        running. A web process (one that never started the workers: they run in
+        ``aster-forge worker`` processes) is live, and ready while its database answers
+        a ``SELECT 1`` within two seconds; its reports carry a ``role`` component.
         """
+        if self._process_role() is ProcessRole.WEB:
+            if self._web_health is None:
+                self._web_health = web_process_health(self._backend)
+            return await self._web_health.run_health(scope)
         if self._runtime is None or not self._workers:
             down = HealthComponentReport.unhealthy(BACKGROUND_TASKS_COMPONENT, "not running")
             return SystemHealthReport((down,))

@@ -20,8 +20,9 @@ __all__ = ["forge_asgi_app"]
 def forge_asgi_app(forge: Forge, *, admin_token: str | None, title: str | None) -> Starlette:
     """The composed web app of ``forge``, mountable under any prefix.
 
-    Health runs the checks of the forge's runtime in this process (unhealthy while it
-    is not running); the dispatcher view and dispatch metrics follow the running worker.
+    Health follows the process's role (:meth:`Forge.run_health`): a web process is
+    live, and ready while its database answers; a worker process runs its runtime's
+    checks. The dispatcher view and dispatch metrics follow the running worker.
     """
     backend = forge.backend
 
