@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -402,18 +402,44 @@ class Forge(ForgeDeclarations, ForgeOperations):
             return SystemHealthReport((down,))
         return await self._runtime.run_health(scope)
 
-    def asgi_app(self, *, admin_token: str | None = None, title: str | None = None) -> Any:
+    def asgi_app(
+        self,
+        *,
+        admin_token: str | None = None,
+        auth: Callable[[Any], Awaitable[bool]] | None = None,
+        allowed_hosts: Sequence[str] | None = None,
+        title: str | None = None,
+    ) -> Any:
         """The dashboard, admin API, health and metrics (mount under any prefix).
 
-        Needs the ``web`` extra. ``app.mount("/ops", forge.asgi_app())``.
+        Needs the ``web`` extra. ``app.mount("/ops", forge.asgi_app(admin_token=...))``.
+
+        Who may change tasks: with neither ``admin_token`` nor ``auth`` (the default),
+        the lists, counts, health and metrics answer anyone, and retry, cancel, lane
+        pause and a task's payload and result answer only a client connected from this
+        machine (403 ``admin_access_not_configured`` otherwise). With either, every
+        admin endpoint requires one of them (401 otherwise).
 
         Args:
-            admin_token: When set, the admin API requires it as a bearer token.
+            admin_token: A bearer token the admin API accepts (``Authorization: Bearer
+                <token>``; the dashboard asks for it).
+            auth: The product's own check, ``async def auth(request) -> bool`` on the
+                Starlette ``Request`` (its session cookie, a header); ``True`` lets the
+                request in.
+            allowed_hosts: ``Host`` names the admin API and dashboard answer (default:
+                loopback and the server's bind address); list the name the operators
+                use, e.g. ``["ops.example.com"]``.
             title: The dashboard's title (default: the forge's name).
+
+        Raises:
+            ValueError: A malformed ``admin_token`` (blank, surrounding whitespace).
+            TypeError: ``auth`` is not callable.
         """
         from ._web import forge_asgi_app  # needs the web extra
 
-        return forge_asgi_app(self, admin_token=admin_token, title=title)
+        return forge_asgi_app(
+            self, admin_token=admin_token, auth=auth, allowed_hosts=allowed_hosts, title=title
+        )
 
     async def migrate(self) -> None:
         """Create every missing table and index of :attr:`metadata` (idempotent)."""

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
+from starlette.requests import Request
 
 from ..metrics import PrometheusDispatchStatsCollector, PrometheusHealthMetricsRecorder
 from ..runtime import HealthCheckScope
@@ -17,7 +19,14 @@ if TYPE_CHECKING:
 __all__ = ["forge_asgi_app"]
 
 
-def forge_asgi_app(forge: Forge, *, admin_token: str | None, title: str | None) -> Starlette:
+def forge_asgi_app(
+    forge: Forge,
+    *,
+    admin_token: str | None,
+    auth: Callable[[Request], Awaitable[bool]] | None,
+    allowed_hosts: Sequence[str] | None,
+    title: str | None,
+) -> Starlette:
     """The composed web app of ``forge``, mountable under any prefix.
 
     Health follows the process's role (:meth:`Forge.run_health`): a web process is
@@ -48,4 +57,6 @@ def forge_asgi_app(forge: Forge, *, admin_token: str | None, title: str | None) 
         health_recorder=recorder,
         scrape_health_scope=HealthCheckScope.READINESS,
         admin_token=admin_token,
+        auth=auth,
+        allowed_hosts=allowed_hosts,
     )

@@ -11,7 +11,7 @@ from starlette.routing import BaseRoute
 
 from ..runtime import CancellationToken, HealthCheckScope, HealthMetricsRecorder
 from ._admin import admin_routes
-from ._auth import check_admin_token
+from ._auth import AdminAuth, AdminDoor
 from ._dashboard import dashboard_routes
 from ._health import HealthSource, health_routes, resolve_health_runner
 from ._metrics import metrics_routes
@@ -24,6 +24,7 @@ def admin_app(
     sources: AdminSources,
     *,
     admin_token: str | None = None,
+    auth: AdminAuth | None = None,
     dashboard: bool = True,
     allowed_hosts: Sequence[str] | None = None,
 ) -> Starlette:
@@ -34,8 +35,11 @@ def admin_app(
 
     Args:
         sources: What the API reads from.
-        admin_token: When set, every API endpoint requires ``Authorization: Bearer
-            <token>`` (401 otherwise, before anything is read or changed).
+        admin_token: When set, every API endpoint accepts ``Authorization: Bearer
+            <token>`` (401 without it or ``auth``, before anything is read or changed).
+        auth: The product's own check (``async def auth(request) -> bool``); when set,
+            every API endpoint accepts a request it lets in. With neither, changing
+            tasks and reading their payloads answer a loopback client only (403).
         dashboard: Serve the dashboard page and its assets.
         allowed_hosts: ``Host`` names the API and page answer (403 otherwise);
             default the loopback names and the address the server is bound to. A
@@ -43,10 +47,10 @@ def admin_app(
 
     Raises:
         ValueError: A malformed ``admin_token`` or an empty allowed host.
-        TypeError: ``allowed_hosts`` is a bare string.
+        TypeError: ``allowed_hosts`` is a bare string, ``auth`` is not callable.
     """
     routes: list[BaseRoute] = admin_routes(
-        sources, admin_token=admin_token, allowed_hosts=allowed_hosts
+        sources, admin_token=admin_token, auth=auth, allowed_hosts=allowed_hosts
     )
     if dashboard:
         routes += dashboard_routes(allowed_hosts=allowed_hosts)
@@ -62,6 +66,7 @@ def create_app(
     health_recorder: HealthMetricsRecorder | None = None,
     scrape_health_scope: HealthCheckScope | None = None,
     admin_token: str | None = None,
+    auth: AdminAuth | None = None,
     dashboard: bool = True,
     allowed_hosts: Sequence[str] | None = None,
 ) -> Starlette:
@@ -84,18 +89,22 @@ def create_app(
             ``/metrics`` first runs this scope and records it, so the health gauges
             are fresh even when nobody calls the health endpoints. A readiness scrape
             during shutdown records nothing.
-        admin_token: When set, the admin API and ``/diagnostics`` require it as a
-            bearer token; ``/livez``, ``/readyz``, ``/metrics`` and the page's static
-            assets stay open (the page asks for the token).
+        admin_token: When set, the admin API and ``/diagnostics`` require it (or
+            ``auth``) as a bearer token; ``/livez``, ``/readyz``, ``/metrics`` and the
+            page's static assets stay open (the page asks for the token).
+        auth: The product's own admin check (see :func:`admin_app`). With neither
+            ``admin_token`` nor ``auth``, changing tasks and reading their payloads
+            answer a loopback client only.
         dashboard: Serve the dashboard page.
         allowed_hosts: ``Host`` names the admin API and page answer (see
             :func:`admin_app`); the health and metrics endpoints answer any host.
 
     Raises:
         ValueError: A malformed ``admin_token`` or an empty allowed host.
-        TypeError: ``health`` is not a health source, or ``allowed_hosts`` is a str.
+        TypeError: ``health`` is not a health source, ``allowed_hosts`` is a str, or
+            ``auth`` is not callable.
     """
-    check_admin_token(admin_token)
+    AdminDoor(token=admin_token, auth=auth)  # refuse a bad token or auth before building
     sources = sources if sources is not None else AdminSources()
     if health is None:
         health = sources.health_source()
@@ -110,6 +119,7 @@ def create_app(
             shutdown_token=shutdown_token,
             recorder=health_recorder,
             admin_token=admin_token,
+            auth=auth,
         )
     if metrics_registry is not None:
         before_scrape = None
@@ -118,7 +128,7 @@ def create_app(
                 health, scrape_health_scope, health_recorder, shutdown_token
             )
         routes += metrics_routes(metrics_registry, before_scrape=before_scrape)
-    routes += admin_routes(sources, admin_token=admin_token, allowed_hosts=allowed_hosts)
+    routes += admin_routes(sources, admin_token=admin_token, auth=auth, allowed_hosts=allowed_hosts)
     if dashboard:
         routes += dashboard_routes(allowed_hosts=allowed_hosts)
     return Starlette(routes=routes)

@@ -54,6 +54,11 @@ _SCHEMAS: dict[str, Any] = {
         {
             "title": {"type": "string"},
             "auth_required": {"type": "boolean"},
+            "actions_allowed": {
+                "type": "boolean",
+                "description": "Whether this client may retry, cancel, pause lanes and "
+                "read payloads (without a token or auth configured: loopback clients only).",
+            },
             "features": {"type": "object", "additionalProperties": {"type": "boolean"}},
             "now": {"type": "string", "format": "date-time"},
         }
@@ -318,8 +323,9 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 def _errors(*codes: int) -> dict[str, Any]:
     text = {
         400: "Invalid query parameter.",
-        401: "Missing or wrong bearer token.",
-        403: "Cross-origin mutation refused.",
+        401: "Missing or wrong bearer token (or refused by the product's auth).",
+        403: "Refused: a cross-origin mutation, a Host not allowed, or (with no token "
+        "or auth configured) a client not connected from loopback.",
         404: "Not found, or the source is not configured.",
         409: "The task's status does not allow the operation.",
         503: "The store is unavailable.",
@@ -404,6 +410,7 @@ def openapi_document(title: str, *, auth: bool) -> dict[str, Any]:
         "/api/tasks/{task_id}": _get(
             "One task with steps, payload and result",
             _ref("TaskDetail"),
+            403,
             404,
             503,
             parameters=[_TASK_ID],

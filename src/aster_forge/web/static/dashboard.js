@@ -14,7 +14,7 @@
   const POLL_MS = { overview: 2000, tasks: 2000, task: 2000, runtime: 5000 };
 
   const state = {
-    features: null, view: "overview", timer: null, busy: new Set(),
+    features: null, actionsAllowed: false, view: "overview", timer: null, busy: new Set(),
     filters: {}, status: "", cursor: {}, page: null, taskId: null,
   };
   const $ = (id) => document.getElementById(id);
@@ -130,7 +130,7 @@
     const live = item.live || {};
     const counts = (item.totals && item.totals.counts) || {};
     const paused = typeof live.paused === "boolean" ? live.paused : null; // null: the store cannot pause
-    const control = paused === null ? "" : el("button", {
+    const control = paused === null || !state.actionsAllowed ? "" : el("button", {
       type: "button", "data-lane-action": paused ? "resume" : "pause", "data-lane": item.lane, text: paused ? "Resume" : "Pause",
     });
     if (control) control.addEventListener("click", () => laneAction(item.lane, paused ? "resume" : "pause"));
@@ -238,7 +238,7 @@
     $("page-newer").disabled = page.body.prev_after_id === null;
     $("page-older").disabled = page.body.next_before_id === null;
     $("page-newest").disabled = !state.cursor.before_id && !state.cursor.after_id;
-    for (const button of document.querySelectorAll("[data-bulk]")) button.hidden = !f.overview;
+    for (const button of document.querySelectorAll("[data-bulk]")) button.hidden = !f.overview || !state.actionsAllowed;
   }
 
   function drawTabs(counts) {
@@ -270,6 +270,7 @@
   function actionButtons(task) {
     // The server says what it accepts; the page never guesses from the status.
     const labels = { retry: "Retry", cancel: "Cancel" };
+    if (!state.actionsAllowed) return [];
     return task.actions.map((action) => {
       const button = el("button", { type: "button", "data-action": action, "data-task-id": task.id, text: labels[action] || action });
       button.disabled = state.busy.has(task.id);
@@ -357,7 +358,7 @@
     }
     say("detail-title", "Task #" + task.id + " · " + task.kind);
     $("detail-status").replaceChildren(badge(task.status));
-    $("detail-actions").replaceChildren(...task.actions.map((action) => {
+    $("detail-actions").replaceChildren(...(state.actionsAllowed ? task.actions : []).map((action) => {
       const button = el("button", { type: "button", "data-action": action, "data-task-id": task.id, text: action === "retry" ? "Retry" : "Cancel" });
       button.addEventListener("click", () => act(task.id, action, "detail-message"));
       return button;
@@ -508,6 +509,9 @@
     const { status, body: info } = await request(API + "/info");
     if (status !== 200) throw new Error("info: " + status);
     state.features = info.features;
+    // Without a token or auth configured, only a loopback client may change tasks.
+    state.actionsAllowed = info.actions_allowed === true;
+    $("read-only").hidden = state.actionsAllowed;
     say("title", info.title);
     document.title = info.title;
     for (const section of document.querySelectorAll("[data-feature]")) section.hidden = !state.features[section.dataset.feature];
