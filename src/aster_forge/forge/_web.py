@@ -12,6 +12,7 @@ from starlette.requests import Request
 from ..metrics import PrometheusDispatchStatsCollector, PrometheusHealthMetricsRecorder
 from ..runtime import HealthCheckScope
 from ..web import AdminSources, create_app
+from ._metrics import ForgeQueueCollector
 
 if TYPE_CHECKING:
     from ._app import Forge
@@ -31,7 +32,8 @@ def forge_asgi_app(
 
     Health follows the process's role (:meth:`Forge.run_health`): a web process is
     live, and ready while its database answers; a worker process runs its runtime's
-    checks. The dispatcher view and dispatch metrics follow the running worker.
+    checks. The dispatcher view and dispatch metrics follow the running worker; the
+    queue gauges are read from the store at each scrape (see ``_metrics``).
     """
     backend = forge.backend
 
@@ -42,6 +44,7 @@ def forge_asgi_app(
     registry = CollectorRegistry()
     recorder = PrometheusHealthMetricsRecorder(registry)
     PrometheusDispatchStatsCollector(stats, registry)
+    queue = ForgeQueueCollector(forge, registry)
     sources = AdminSources(
         task_store=backend.task_store,
         scheduled_store=backend.scheduled_store,
@@ -56,6 +59,7 @@ def forge_asgi_app(
         metrics_registry=registry,
         health_recorder=recorder,
         scrape_health_scope=HealthCheckScope.READINESS,
+        before_scrape=queue.refresh,
         admin_token=admin_token,
         auth=auth,
         allowed_hosts=allowed_hosts,

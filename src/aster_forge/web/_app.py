@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 
@@ -18,6 +19,8 @@ from ._metrics import metrics_routes
 from ._sources import AdminSources
 
 __all__ = ["admin_app", "create_app"]
+
+logger = logging.getLogger("aster_forge.web.metrics")
 
 
 def admin_app(
@@ -69,6 +72,7 @@ def create_app(
     auth: AdminAuth | None = None,
     dashboard: bool = True,
     allowed_hosts: Sequence[str] | None = None,
+    before_scrape: Callable[[], Awaitable[object]] | None = None,
 ) -> Starlette:
     """Return one app with everything: health, metrics, admin API and dashboard.
 
@@ -98,6 +102,9 @@ def create_app(
         dashboard: Serve the dashboard page.
         allowed_hosts: ``Host`` names the admin API and page answer (see
             :func:`admin_app`); the health and metrics endpoints answer any host.
+        before_scrape: Awaited before each scrape of ``/metrics`` (after the health
+            refresh), e.g. to read the figures a collector on the registry exposes; an
+            exception is logged and the scrape still answers.
 
     Raises:
         ValueError: A malformed ``admin_token`` or an empty allowed host.
@@ -122,16 +129,32 @@ def create_app(
             auth=auth,
         )
     if metrics_registry is not None:
-        before_scrape = None
+        hooks = [] if before_scrape is None else [before_scrape]
         if scrape_health_scope is not None and health is not None and health_recorder is not None:
-            before_scrape = _scrape_health(
-                health, scrape_health_scope, health_recorder, shutdown_token
-            )
-        routes += metrics_routes(metrics_registry, before_scrape=before_scrape)
+            refresh = _scrape_health(health, scrape_health_scope, health_recorder, shutdown_token)
+            hooks.insert(0, refresh)
+        routes += metrics_routes(metrics_registry, before_scrape=_in_turn(hooks))
     routes += admin_routes(sources, admin_token=admin_token, auth=auth, allowed_hosts=allowed_hosts)
     if dashboard:
         routes += dashboard_routes(allowed_hosts=allowed_hosts)
     return Starlette(routes=routes)
+
+
+def _in_turn(
+    hooks: Sequence[Callable[[], Awaitable[object]]],
+) -> Callable[[], Awaitable[None]] | None:
+    """One hook awaiting ``hooks`` in order; a failing one is logged and the rest run."""
+    if not hooks:
+        return None
+
+    async def run() -> None:
+        for hook in hooks:
+            try:
+                await hook()
+            except Exception:
+                logger.exception("metrics before_scrape hook failed")
+
+    return run
 
 
 def _scrape_health(

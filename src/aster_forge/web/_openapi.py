@@ -100,6 +100,11 @@ _SCHEMAS: dict[str, Any] = {
             "run_at": _TIME,
             "claimed_by": _nullable("string"),
             "lease_expires_at": _TIME,
+            "lease_expired": {
+                "type": "boolean",
+                "description": "Running on a lease that has expired: its worker is lost "
+                "and the next claim of its lane rescues it.",
+            },
             "dedupe_key": _nullable("string"),
             "last_error": _nullable("string"),
             "failure_reason": {"enum": ["product_error", "lease_expired", "cancelled", None]},
@@ -175,6 +180,11 @@ _SCHEMAS: dict[str, Any] = {
                         "counts": _object(
                             {status: {"type": "integer", "minimum": 0} for status in _STATUS}
                         ),
+                        "lease_expired": {
+                            "type": "integer",
+                            "minimum": 0,
+                            "description": "Running tasks whose lease has expired.",
+                        },
                         "oldest_pending_created_at": _TIME,
                         "oldest_pending_age_seconds": _nullable("number"),
                     }
