@@ -10,9 +10,9 @@ Read from the store, so a web process that runs no workers exports them too:
 - ``task_queue_lag_seconds{lane}``: how long the oldest due task has waited.
 
 These are measured at scrape time by one ``lane_counts`` read over the forge's
-declared lanes (only pending and running rows, through the lane and status indexes),
-bounded by a timeout; a read that fails or times out leaves them out of that scrape.
-The same figures come from every process, so aggregate them with ``max``, not ``sum``.
+declared lanes (it reads only pending and running rows), bounded by a timeout; a read
+that fails or times out leaves them out of that scrape. The same figures come from
+every process, so aggregate them with ``max``, not ``sum``.
 
 - ``dispatch_tasks_lease_expired_total{lane,outcome}``: tasks this process's claims
   ended because their lease had expired: ``failed`` (no attempt left) or

@@ -1,14 +1,14 @@
 """The admin JSON API under ``/api``: tasks, lanes, scheduled catalog, leases, components.
 
 Every endpoint reads from an :class:`AdminSources` field; an endpoint whose source is
-not configured answers 404 ``{"error": "not_configured"}``. Access follows the
-:class:`~aster_forge.web._auth.AdminDoor`: with an admin token or the product's
-``auth``, every endpoint requires one (401 otherwise, before anything is read or
-written); with neither, mutations and a task's detail (payload, result) answer only a
-client connected from loopback (403 ``admin_access_not_configured`` otherwise).
-Mutations (``POST``) additionally refuse a browser request from another origin (403),
-so an unprotected local API cannot be driven cross-site. Retry and cancel go through
-the store's conditional writes: they never touch a running task's processing token.
+not configured answers 404 ``{"error": "not_configured"}``. Access follows the admin
+door (``_auth.AdminDoor``): with an admin token or the product's ``auth``, every
+endpoint requires one (401 otherwise, before anything is read or written); with
+neither, mutations and a task's detail (payload, result) answer only a client
+connected from loopback (403 ``admin_access_not_configured`` otherwise). Mutations
+(``POST``) additionally refuse a browser request from another origin (403), so an
+unprotected local API cannot be driven cross-site. Retry and cancel go through the
+store's conditional writes: they never touch a running task's processing token.
 """
 
 from __future__ import annotations

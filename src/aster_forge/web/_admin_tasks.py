@@ -103,9 +103,10 @@ class TaskEndpoints:
                 before_id=query.before_id,
             )
             items, older, newer = tuple(legacy.items), legacy.next_before_id, None
+        now = self.sources.clock.now()
         return ok(
             {
-                "items": [task_json(item, now=self.sources.clock.now()) for item in items],
+                "items": [task_json(item, now=now) for item in items],
                 "next_before_id": older,
                 "prev_after_id": newer,
                 "limit": query.limit,
