@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 
 import sqlalchemy as sa
+from fastapi import HTTPException
 from pydantic import BaseModel, Field
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -31,6 +32,17 @@ class OrderIn(BaseModel):
 class Confirmation(BaseModel):
     order_id: int
     email: str
+
+
+class PaymentDeclined(HTTPException):
+    def __init__(self) -> None:
+        super().__init__(402, "payment declined")
+
+
+def authorize_payment(order: OrderIn) -> None:
+    """The payment provider (simulated): it declines the test domain ``declined.invalid``."""
+    if order.email.endswith("@declined.invalid"):
+        raise PaymentDeclined
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,8 @@ logger = logging.getLogger("aster_forge.db")
 _RESCUE_BATCH = 500
 _PENDING = TaskStatus.PENDING.value
 _RUNNING = TaskStatus.RUNNING.value
+# What a rescue ends a task in when it does not run it again.
+_LEASE_ENDINGS = (TaskStatus.FAILED, TaskStatus.CANCELLED)
 
 
 class _ClaimsNotAllHeld(Exception):
@@ -184,6 +186,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         )
         self._succeed_many_cached: Any = None
         self._succeed_many_driver: DriverStatement | None = None
+        self._lease_expiries: dict[str, dict[TaskStatus, int]] = {}
 
     @property
     def table(self) -> sa.Table:
@@ -195,6 +198,23 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         """The PostgreSQL ``NOTIFY`` channel."""
         return self._channel
 
+    def lease_expiry_counts(self) -> dict[str, dict[TaskStatus, int]]:
+        """Tasks this store's claims ended because their lease had expired, per lane.
+
+        A claim rescues its lane's expired leases first; a task with no attempt left
+        ends ``FAILED``, one with a cancel pending ends ``CANCELLED`` (both with
+        ``failure_reason`` set). The counts are of those endings, by status, since
+        the store was created; a rescued task that runs again is counted by the worker
+        that claims it (``rescued`` on its record), not here.
+        """
+        return {lane: dict(counts) for lane, counts in self._lease_expiries.items()}
+
+    def _count_ended(self, lane: str, statuses: Sequence[TaskStatus]) -> None:
+        for status in statuses:
+            if status in _LEASE_ENDINGS:
+                counts = self._lease_expiries.setdefault(lane, dict.fromkeys(_LEASE_ENDINGS, 0))
+                counts[status] += 1
+
     # -- claim ------------------------------------------------------------------------
 
     async def claim_due_for_lane(
@@ -205,18 +225,25 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         if limit <= 0:
             return []
         if self._pg_run is not None and lease_ttl < _SATURATING_DELTA:
-            return await self._pg_run.claim(lane_value, limit, owner, lease_ttl)
+            claimed, ended = await self._pg_run.claim(lane_value, limit, owner, lease_ttl)
+            self._count_ended(lane_value, ended)
+            return claimed
         if self._lite is not None:
             return await self._claim_sqlite(self._lite, lane_value, limit, owner, lease_ttl)
 
-        async def body(conn: AsyncConnection) -> list[BackgroundTaskRecord]:
+        async def body(
+            conn: AsyncConnection,
+        ) -> tuple[list[BackgroundTaskRecord], list[TaskStatus]]:
             now = await self._sql.now(conn)
-            await self._rescue(conn, lane_value, now)
-            return await self._claim(conn, lane_value, limit, owner, lease_ttl, now)
+            ended = await self._rescue(conn, lane_value, now)
+            return await self._claim(conn, lane_value, limit, owner, lease_ttl, now), ended
 
         # PostgreSQL: the rescue and the claim are each one atomic statement and need
         # not share a transaction, so both run in autocommit (2 round trips, not 4).
-        records = await self._sql.run("claim tasks", body, single_statement=self._sql.is_postgres)
+        records, ended = await self._sql.run(
+            "claim tasks", body, single_statement=self._sql.is_postgres
+        )
+        self._count_ended(lane_value, ended)
         return sorted(records, key=lambda r: (-r.priority, r.run_at, r.id))
 
     async def _claim_sqlite(
@@ -227,12 +254,21 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             return await _claim_on_sqlite(lite, conn, now, lane, limit, owner, lease_ttl)
 
         records = await self._sql.run("claim tasks", body)
-        return sorted(records, key=lambda r: (-r.priority, r.run_at, r.id))
+        return self._claimed_sqlite(lane, records)
+
+    def _claimed_sqlite(
+        self, lane: str, records: list[BackgroundTaskRecord]
+    ) -> list[BackgroundTaskRecord]:
+        # The statement also returns the rows it rescued without claiming them.
+        self._count_ended(lane, [r.status for r in records if r.status is not TaskStatus.RUNNING])
+        claimed = [r for r in records if r.status is TaskStatus.RUNNING]
+        return sorted(claimed, key=lambda r: (-r.priority, r.run_at, r.id))
 
     async def _locked_ids(self, conn: AsyncConnection, query: Any) -> list[int]:
         return [int(row[0]) for row in await conn.execute(query)]
 
-    async def _rescue(self, conn: AsyncConnection, lane: str, now: DbNow) -> None:
+    async def _rescue(self, conn: AsyncConnection, lane: str, now: DbNow) -> list[TaskStatus]:
+        """Rescue the lane's expired leases; the status each rescued row ends in."""
         t = self._table
         now_expr = now.expr
         expired = (
@@ -270,11 +306,22 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             (t.c.attempt, t.c.attempt + 1),
         ]
         if self._sql.backend is DatabaseBackend.MYSQL:
-            ids = await self._locked_ids(conn, expired)
-            if ids:
+            # No UPDATE ... RETURNING on MariaDB: the locked rows' outcome is read first.
+            outcome = sa.case(
+                (t.c.cancel_requested, TaskStatus.CANCELLED.value),
+                (exhausted, TaskStatus.FAILED.value),
+                else_=_PENDING,
+            )
+            locked = expired.with_only_columns(t.c.id, outcome)
+            rows = (await conn.execute(locked)).all()
+            if rows:
+                ids = [int(row[0]) for row in rows]
                 await conn.execute(sa.update(t).where(t.c.id.in_(ids)).ordered_values(*values))
-            return
-        await conn.execute(sa.update(t).where(t.c.id.in_(expired)).ordered_values(*values))
+            return [TaskStatus(row[1]) for row in rows]
+        rescued = await conn.execute(
+            sa.update(t).where(t.c.id.in_(expired)).ordered_values(*values).returning(t.c.status)
+        )
+        return [TaskStatus(row[0]) for row in rescued]
 
     async def _claim(
         self,
@@ -525,7 +572,10 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
                 logger.warning("claim after batched successes failed (%s)", type(exc).__name__)
                 claimed = []
             return results, claimed
-        done, records = await pg.succeed_and_claim(completions, lane_value, limit, owner, lease_ttl)
+        done, records, ended = await pg.succeed_and_claim(
+            completions, lane_value, limit, owner, lease_ttl
+        )
+        self._count_ended(lane_value, ended)
         return _applied(completions, done), records
 
     async def mark_tasks_succeeded_many(self, completions: Sequence[TaskCompletion]) -> list[bool]:
@@ -614,10 +664,10 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             return written, claimed
 
         try:
-            written, claimed = await self._sql.run("mark tasks succeeded and claim", body)
+            written, records = await self._sql.run("mark tasks succeeded and claim", body)
         except _ClaimsNotAllHeld:
             return None
-        return written, sorted(claimed, key=lambda r: (-r.priority, r.run_at, r.id))
+        return written, self._claimed_sqlite(lane, records)
 
     async def _all_succeed_on_sqlite(
         self, conn: AsyncConnection, now: datetime, completions: Sequence[TaskCompletion]
@@ -767,7 +817,10 @@ async def _claim_on_sqlite(
     owner: str,
     lease_ttl: timedelta,
 ) -> list[BackgroundTaskRecord]:
-    """The rescue-and-claim statement on SQLite, inside the caller's transaction."""
+    """The rescue-and-claim statement on SQLite, inside the caller's transaction.
+
+    Returns the claimed rows (``RUNNING``) and the rows it rescued without claiming.
+    """
     params = {
         "lane": lane,
         "now": now,
@@ -780,5 +833,4 @@ async def _claim_on_sqlite(
         else saturating_expiry(now, lease_ttl),
         "owner": owner,
     }
-    records = await lite.claim.records(conn, params)
-    return [record for record in records if record.status is TaskStatus.RUNNING]
+    return await lite.claim.records(conn, params)

@@ -89,13 +89,18 @@ class PgTaskRunner:
 
     async def claim(
         self, lane: str, limit: int, owner: str, lease_ttl: timedelta
-    ) -> list[BackgroundTaskRecord]:
-        """The lane's rescue-and-claim; the claimed records in claim order."""
+    ) -> tuple[list[BackgroundTaskRecord], list[TaskStatus]]:
+        """The lane's rescue-and-claim.
+
+        Returns:
+            The claimed records in claim order, and the status of each row the
+            rescue left unclaimed (pending again, failed or cancelled).
+        """
         statement = self._for_limit(self._claims, self._statements.claim, limit)
         rows = await self._rows(
             "claim tasks", statement, claim_params(lane, limit, owner, lease_ttl)
         )
-        return self._claimed(rows)
+        return self._claimed(rows), _unclaimed(rows)
 
     async def succeed_and_claim(
         self,
@@ -104,11 +109,12 @@ class PgTaskRunner:
         limit: int,
         owner: str,
         lease_ttl: timedelta,
-    ) -> tuple[set[tuple[int, str]], list[BackgroundTaskRecord]]:
+    ) -> tuple[set[tuple[int, str]], list[BackgroundTaskRecord], list[TaskStatus]]:
         """The fenced successes and the claim in one statement.
 
         Returns:
-            The ``(id, token)`` pairs written, and the claimed records in claim order.
+            The ``(id, token)`` pairs written, the claimed records in claim order, and
+            the status of each row the rescue left unclaimed.
         """
         params = {**success_params(completions), **claim_params(lane, limit, owner, lease_ttl)}
         statement = self._for_limit(
@@ -117,7 +123,8 @@ class PgTaskRunner:
         rows = await self._rows("mark tasks succeeded and claim", statement, params, queue=True)
         # One row at least (a LEFT JOIN): the written pairs ride on the first one.
         done = zip(rows[0][0] or (), rows[0][1] or (), strict=True)
-        return {(int(i), str(token)) for i, token in done}, self._claimed(rows, offset=2)
+        claimed = self._claimed(rows, offset=2)
+        return {(int(i), str(token)) for i, token in done}, claimed, _unclaimed(rows, offset=2)
 
     async def succeed_many(self, completions: Sequence[TaskCompletion]) -> set[tuple[int, str]]:
         """The fenced successes in one statement; the ``(id, token)`` pairs written."""
@@ -180,6 +187,13 @@ class PgTaskRunner:
 
 def _same(value: Any) -> Any:
     return value
+
+
+def _unclaimed(rows: Sequence[Any], offset: int = 0) -> list[TaskStatus]:
+    """The status of each row a claim returned without claiming it (rescued rows)."""
+    status = offset + _STATUS
+    # The success-and-claim's LEFT JOIN answers one all-null row when it claims nothing.
+    return [TaskStatus(row[status]) for row in rows if row[status] not in (None, _RUNNING)]
 
 
 def claim_params(lane: str, limit: int, owner: str, lease_ttl: timedelta) -> dict[str, Any]:

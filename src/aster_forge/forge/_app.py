@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,6 +23,7 @@ from ..runtime import (
     HealthCheckScope,
     HealthComponentReport,
     RuntimeComponentBundleRegistration,
+    RuntimeComponentRegistry,
     SystemHealthReport,
     new_runtime_lease_owner_id,
     runtime_component,
@@ -40,6 +41,7 @@ from ..tasks import (
 from ._backend import ForgeBackend
 from ._declarations import ForgeDeclarations, check_name
 from ._drain import ForgeDrainResult, drain_forge
+from ._health import ProcessRole, web_process_health
 from ._lifespan import run_forge
 from ._operations import ForgeOperations
 from ._task import ForgeTask
@@ -117,6 +119,7 @@ class Forge(ForgeDeclarations, ForgeOperations):
         self._instance_id = new_runtime_lease_owner_id()
         self._workers: list[ForgeWorker] = []
         self._runtime: AsterRuntime | None = None
+        self._web_health: RuntimeComponentRegistry | None = None
 
     @property
     def name(self) -> str:
@@ -374,28 +377,69 @@ class Forge(ForgeDeclarations, ForgeOperations):
         async with run_forge(self):
             yield
 
-    async def run_health(self, scope: HealthCheckScope) -> SystemHealthReport:
-        """Run the health checks of the forge's runtime in this process.
+    def _process_role(self) -> ProcessRole:
+        # A worker once it built a runtime or a worker attached; the role then stays,
+        # so workers that stopped read as "not running", never as a healthy web process.
+        if self._runtime is None and not self._workers:
+            return ProcessRole.WEB
+        return ProcessRole.WORKER
 
-        Unhealthy (one ``background_tasks`` component) while no runtime is running.
+    async def run_health(self, scope: HealthCheckScope) -> SystemHealthReport:
+        """Run the health checks of this process's role.
+
+        A worker process runs its runtime's checks, and is unhealthy (one
+        ``background_tasks`` component, ``not running``) while its workers are not
+        running. A web process (one that never started the workers: they run in
+        ``aster-forge worker`` processes) is live, and ready while its database answers
+        a ``SELECT 1`` within two seconds; its reports carry a ``role`` component.
         """
+        if self._process_role() is ProcessRole.WEB:
+            if self._web_health is None:
+                self._web_health = web_process_health(self._backend)
+            return await self._web_health.run_health(scope)
         if self._runtime is None or not self._workers:
             down = HealthComponentReport.unhealthy(BACKGROUND_TASKS_COMPONENT, "not running")
             return SystemHealthReport((down,))
         return await self._runtime.run_health(scope)
 
-    def asgi_app(self, *, admin_token: str | None = None, title: str | None = None) -> Any:
+    def asgi_app(
+        self,
+        *,
+        admin_token: str | None = None,
+        auth: Callable[[Any], Awaitable[bool]] | None = None,
+        allowed_hosts: Sequence[str] | None = None,
+        title: str | None = None,
+    ) -> Any:
         """The dashboard, admin API, health and metrics (mount under any prefix).
 
-        Needs the ``web`` extra. ``app.mount("/ops", forge.asgi_app())``.
+        Needs the ``web`` extra. ``app.mount("/ops", forge.asgi_app(admin_token=...))``.
+
+        Who may change tasks: with neither ``admin_token`` nor ``auth`` (the default),
+        the lists, counts, health and metrics answer anyone, and retry, cancel, lane
+        pause and a task's payload and result answer only a client connected from this
+        machine (403 ``admin_access_not_configured`` otherwise). With either, every
+        admin endpoint requires one of them (401 otherwise).
 
         Args:
-            admin_token: When set, the admin API requires it as a bearer token.
+            admin_token: A bearer token the admin API accepts (``Authorization: Bearer
+                <token>``; the dashboard asks for it).
+            auth: The product's own check, ``async def auth(request) -> bool`` on the
+                Starlette ``Request`` (its session cookie, a header); ``True`` lets the
+                request in.
+            allowed_hosts: ``Host`` names the admin API and dashboard answer (default:
+                loopback and the server's bind address); list the name the operators
+                use, e.g. ``["ops.example.com"]``.
             title: The dashboard's title (default: the forge's name).
+
+        Raises:
+            ValueError: A malformed ``admin_token`` (blank, surrounding whitespace).
+            TypeError: ``auth`` is not callable.
         """
         from ._web import forge_asgi_app  # needs the web extra
 
-        return forge_asgi_app(self, admin_token=admin_token, title=title)
+        return forge_asgi_app(
+            self, admin_token=admin_token, auth=auth, allowed_hosts=allowed_hosts, title=title
+        )
 
     async def migrate(self) -> None:
         """Create every missing table and index of :attr:`metadata` (idempotent)."""

@@ -59,12 +59,16 @@ class ForgeBackend:
         scheduled_tasks_table(metadata)
         self.engine: AsyncEngine | None = None
         self.task_store: BackgroundTaskStore
+        self.builtin_task_store: BackgroundTaskDbStore | InMemoryTaskStore
+        """The same store as its class, for what only aster-forge's own stores report
+        (``lease_expiry_counts()``)."""
         self.scheduled_store: ScheduledTaskStore
         self.lease_store: RuntimeLeaseStore
         self._bridge: SyncBridge | None = None
         if url.startswith(MEMORY_URL):
             self.url: str | None = None
-            self.task_store = InMemoryTaskStore()
+            self.builtin_task_store = InMemoryTaskStore()
+            self.task_store = self.builtin_task_store
             self.scheduled_store = InMemoryScheduledTaskStore()
             self.lease_store = InMemoryRuntimeLeaseStore()
             return
@@ -73,6 +77,7 @@ class ForgeBackend:
         self._db_store = BackgroundTaskDbStore(
             self.engine, table=self.tasks_table, connection_linger=ENQUEUE_CONNECTION_LINGER
         )
+        self.builtin_task_store = self._db_store
         self.task_store = self._db_store
         self.scheduled_store = ScheduledTaskDbStore(self.engine)
         self.lease_store = RuntimeLeaseDbStore(self.engine)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
+from starlette.requests import Request
 
 from ..metrics import PrometheusDispatchStatsCollector, PrometheusHealthMetricsRecorder
 from ..runtime import HealthCheckScope
 from ..web import AdminSources, create_app
+from ._metrics import ForgeQueueCollector
 
 if TYPE_CHECKING:
     from ._app import Forge
@@ -17,11 +20,20 @@ if TYPE_CHECKING:
 __all__ = ["forge_asgi_app"]
 
 
-def forge_asgi_app(forge: Forge, *, admin_token: str | None, title: str | None) -> Starlette:
+def forge_asgi_app(
+    forge: Forge,
+    *,
+    admin_token: str | None,
+    auth: Callable[[Request], Awaitable[bool]] | None,
+    allowed_hosts: Sequence[str] | None,
+    title: str | None,
+) -> Starlette:
     """The composed web app of ``forge``, mountable under any prefix.
 
-    Health runs the checks of the forge's runtime in this process (unhealthy while it
-    is not running); the dispatcher view and dispatch metrics follow the running worker.
+    Health follows the process's role (:meth:`Forge.run_health`): a web process is
+    live, and ready while its database answers; a worker process runs its runtime's
+    checks. The dispatcher view and dispatch metrics follow the running worker; the
+    queue gauges are read from the store at each scrape (see ``_metrics``).
     """
     backend = forge.backend
 
@@ -32,6 +44,7 @@ def forge_asgi_app(forge: Forge, *, admin_token: str | None, title: str | None) 
     registry = CollectorRegistry()
     recorder = PrometheusHealthMetricsRecorder(registry)
     PrometheusDispatchStatsCollector(stats, registry)
+    queue = ForgeQueueCollector(forge, registry)
     sources = AdminSources(
         task_store=backend.task_store,
         scheduled_store=backend.scheduled_store,
@@ -46,5 +59,8 @@ def forge_asgi_app(forge: Forge, *, admin_token: str | None, title: str | None) 
         metrics_registry=registry,
         health_recorder=recorder,
         scrape_health_scope=HealthCheckScope.READINESS,
+        before_scrape=queue.refresh,
         admin_token=admin_token,
+        auth=auth,
+        allowed_hosts=allowed_hosts,
     )

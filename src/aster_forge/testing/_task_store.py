@@ -79,11 +79,17 @@ class InMemoryTaskStore(
         self._next_id = 1
         self.claim_calls = 0
         """How many times :meth:`claim_due_for_lane` was called (for dispatcher tests)."""
+        self._lease_expiries: dict[str, dict[TaskStatus, int]] = {}
 
     @property
     def clock(self) -> Clock:
         """The store's clock."""
         return self._clock
+
+    def lease_expiry_counts(self) -> dict[str, dict[TaskStatus, int]]:
+        """Tasks this store's claims ended because their lease had expired, per lane
+        (see :meth:`aster_forge.db.BackgroundTaskDbStore.lease_expiry_counts`)."""
+        return {lane: dict(counts) for lane, counts in self._lease_expiries.items()}
 
     def all_tasks(self) -> list[BackgroundTaskRecord]:
         """Every row, by id (a synchronous snapshot for test assertions)."""
@@ -177,6 +183,11 @@ class InMemoryTaskStore(
                 reason = TaskFailureReason.CANCELLED
             elif attempt >= row.max_attempts:
                 status, finished = TaskStatus.FAILED, now
+            if finished is not None:
+                ended = self._lease_expiries.setdefault(
+                    lane, {TaskStatus.FAILED: 0, TaskStatus.CANCELLED: 0}
+                )
+                ended[status] += 1
             self._rows[row.id] = replace(
                 row,
                 status=status,

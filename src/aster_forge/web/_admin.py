@@ -1,12 +1,14 @@
 """The admin JSON API under ``/api``: tasks, lanes, scheduled catalog, leases, components.
 
 Every endpoint reads from an :class:`AdminSources` field; an endpoint whose source is
-not configured answers 404 ``{"error": "not_configured"}``. With a token every
-endpoint requires ``Authorization: Bearer <token>`` (401 otherwise, before anything
-is read or written). Mutations (``POST``) additionally refuse a browser request
-from another origin (403), so an unprotected local API cannot be driven cross-site.
-Retry and cancel go through the store's conditional writes: they never touch a
-running task's processing token.
+not configured answers 404 ``{"error": "not_configured"}``. Access follows the admin
+door (``_auth.AdminDoor``): with an admin token or the product's ``auth``, every
+endpoint requires one (401 otherwise, before anything is read or written); with
+neither, mutations and a task's detail (payload, result) answer only a client
+connected from loopback (403 ``admin_access_not_configured`` otherwise). Mutations
+(``POST``) additionally refuse a browser request from another origin (403), so an
+unprotected local API cannot be driven cross-site. Retry and cancel go through the
+store's conditional writes: they never touch a running task's processing token.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from ..db import AsterForgeDbError
 from ..runtime import HealthCheckScope
 from ..tasks import TaskInvalidValueError, TaskNotFoundError, TaskStateError
 from ._admin_tasks import TaskEndpoints
-from ._auth import BearerTokenGuard, HostAllowList, same_origin
+from ._auth import AdminAuth, AdminDoor, HostAllowList, same_origin
 from ._health import health_report, resolve_health_runner
 from ._lanes_control import lane_control_endpoints
 from ._leases import leases_json
@@ -49,11 +51,9 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 class _AdminApi:
     """The endpoint implementations, bound to one :class:`AdminSources`."""
 
-    def __init__(
-        self, sources: AdminSources, guard: BearerTokenGuard, hosts: HostAllowList
-    ) -> None:
+    def __init__(self, sources: AdminSources, door: AdminDoor, hosts: HostAllowList) -> None:
         self.sources = sources
-        self.guard = guard
+        self.door = door
         self.hosts = hosts
 
     async def info(self, request: Request) -> Response:
@@ -61,7 +61,8 @@ class _AdminApi:
         return ok(
             {
                 "title": s.title,
-                "auth_required": self.guard.enabled,
+                "auth_required": self.door.configured,
+                "actions_allowed": await self.door.may_act(request),
                 "features": s.features(),
                 "now": s.clock.now().isoformat(),
             }
@@ -121,10 +122,15 @@ class _AdminApi:
         return ok({"scope": scope.value, **report.to_json_dict()})
 
     async def openapi(self, request: Request) -> Response:
-        return ok(openapi_document(self.sources.title, auth=self.guard.enabled))
+        return ok(openapi_document(self.sources.title, auth=self.door.configured))
 
-    def wrap(self, endpoint: Endpoint, *, mutating: bool = False) -> Endpoint:
-        """Map typed errors to status codes, then guard with the token (and origin)."""
+    def wrap(
+        self, endpoint: Endpoint, *, mutating: bool = False, sensitive: bool = False
+    ) -> Endpoint:
+        """Map typed errors to status codes, then guard with the door (and origin).
+
+        ``mutating`` implies ``sensitive`` (see :meth:`AdminDoor.protect`).
+        """
 
         async def handled(request: Request) -> Response:
             if mutating and not same_origin(request):
@@ -145,13 +151,14 @@ class _AdminApi:
                 logger.exception("admin API store operation failed")
                 return error(503, "store_unavailable", "the store is unavailable")
 
-        return self.hosts.protect(self.guard.protect(handled))
+        return self.hosts.protect(self.door.protect(handled, sensitive=sensitive or mutating))
 
 
 def admin_routes(
     sources: AdminSources,
     *,
     admin_token: str | None = None,
+    auth: AdminAuth | None = None,
     prefix: str = "/api",
     allowed_hosts: Sequence[str] | None = None,
 ) -> list[BaseRoute]:
@@ -159,7 +166,10 @@ def admin_routes(
 
     Args:
         sources: What the API reads from.
-        admin_token: When set, every endpoint requires it as a bearer token.
+        admin_token: When set, every endpoint accepts it as a bearer token.
+        auth: The product's own check (``async def auth(request) -> bool``); when set,
+            every endpoint accepts a request it lets in. With neither, mutations and
+            task details answer loopback clients only.
         prefix: The path prefix.
         allowed_hosts: ``Host`` names the API answers (403 ``host_not_allowed``
             otherwise); default the loopback names and the address the server is
@@ -167,9 +177,10 @@ def admin_routes(
 
     Raises:
         ValueError: An empty or malformed ``admin_token``, an empty allowed host.
-        TypeError: ``allowed_hosts`` is a bare string.
+        TypeError: ``allowed_hosts`` is a bare string, ``auth`` is not callable.
     """
-    api = _AdminApi(sources, BearerTokenGuard(admin_token), HostAllowList(allowed_hosts))
+    door = AdminDoor(token=admin_token, auth=auth)
+    api = _AdminApi(sources, door, HostAllowList(allowed_hosts))
     tasks = TaskEndpoints(sources)
     get: list[tuple[str, Endpoint]] = [
         ("/info", api.info),
@@ -191,8 +202,11 @@ def admin_routes(
         ("/tasks/{task_id}/cancel", tasks.cancel_task),
         *lane_control_endpoints(lambda: sources.task_store),
     ]
+    # A task's detail carries its payload and result: the product's data.
+    sensitive = {"/tasks/{task_id}"}
     routes: list[BaseRoute] = [
-        Route(prefix + path, api.wrap(fn), methods=["GET"]) for path, fn in get
+        Route(prefix + path, api.wrap(fn, sensitive=path in sensitive), methods=["GET"])
+        for path, fn in get
     ]
     routes += [
         Route(prefix + path, api.wrap(fn, mutating=True), methods=["POST"]) for path, fn in post

@@ -7,6 +7,7 @@ Every write goes through the store's conditional writes and is logged on
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -18,6 +19,7 @@ from ..tasks import (
     TaskAdminStore,
     TaskBulkResult,
     TaskCancelOutcome,
+    TaskLaneCounts,
     TaskNotFoundError,
     TaskStateError,
     TaskStatus,
@@ -71,6 +73,10 @@ class TaskEndpoints:
         store = self.sources.task_store
         return store if isinstance(store, TaskAdminStore) else None
 
+    async def _lane_counts(self) -> Sequence[TaskLaneCounts]:
+        store = self.sources.task_store
+        return () if store is None else await store.lane_counts()
+
     async def list_tasks(self, request: Request) -> Response:
         """``GET /api/tasks``."""
         store = self.sources.task_store
@@ -97,9 +103,10 @@ class TaskEndpoints:
                 before_id=query.before_id,
             )
             items, older, newer = tuple(legacy.items), legacy.next_before_id, None
+        now = self.sources.clock.now()
         return ok(
             {
-                "items": [task_json(item) for item in items],
+                "items": [task_json(item, now=now) for item in items],
                 "next_before_id": older,
                 "prev_after_id": newer,
                 "limit": query.limit,
@@ -129,7 +136,7 @@ class TaskEndpoints:
         record = await store.get_task(task_id)
         if record is None:
             return error(404, "task_not_found", f"background task #{task_id} not found")
-        return ok(task_json(record, detail=True))
+        return ok(task_json(record, now=self.sources.clock.now(), detail=True))
 
     async def retry_task(self, request: Request) -> Response:
         """``POST /api/tasks/{task_id}/retry``."""
@@ -142,7 +149,7 @@ class TaskEndpoints:
             await _check_retry_allowed(store, task_id)
         record = await store.retry_task(task_id, force=force)
         logger.info("admin: task #%d retried (force=%s) by %s", task_id, force, _client(request))
-        return ok(task_json(record, detail=True))
+        return ok(task_json(record, now=self.sources.clock.now(), detail=True))
 
     async def cancel_task(self, request: Request) -> Response:
         """``POST /api/tasks/{task_id}/cancel``."""
@@ -160,7 +167,9 @@ class TaskEndpoints:
         return ok(
             {
                 "outcome": outcome.value,
-                "task": None if record is None else task_json(record, detail=True),
+                "task": None
+                if record is None
+                else task_json(record, now=self.sources.clock.now(), detail=True),
             }
         )
 
@@ -187,12 +196,14 @@ class TaskEndpoints:
         return ok(bulk_json(action, result, dry_run=body.dry_run))
 
     async def overview(self, request: Request) -> Response:
-        """``GET /api/overview``: status counts per lane and the throughput chart's data."""
+        """``GET /api/overview``: status counts per lane (running tasks whose lease expired
+        as ``lease_expired``) and the throughput chart's data."""
         admin = self._admin_store()
         if admin is None:
             return not_configured("task store with operator queries")
         lanes = await admin.lane_status_counts()
         rows = await admin.task_throughput(minutes=THROUGHPUT_MINUTES)
+        expired = {c.lane: c.expired for c in await self._lane_counts()}
         now = lanes[0].now if lanes else self.sources.clock.now()
         start = now.replace(second=0, microsecond=0) - timedelta(minutes=THROUGHPUT_MINUTES - 1)
         series: dict[str, dict[str, list[int]]] = {}
@@ -214,6 +225,7 @@ class TaskEndpoints:
                     {
                         "lane": c.lane,
                         "counts": {status.value: c.counts.get(status, 0) for status in TaskStatus},
+                        "lease_expired": expired.get(c.lane, 0),
                         "oldest_pending_created_at": iso(c.oldest_pending_created_at),
                         "oldest_pending_age_seconds": None
                         if c.oldest_pending_created_at is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 
@@ -11,7 +12,7 @@ from starlette.routing import BaseRoute
 
 from ..runtime import CancellationToken, HealthCheckScope, HealthMetricsRecorder
 from ._admin import admin_routes
-from ._auth import check_admin_token
+from ._auth import AdminAuth, AdminDoor
 from ._dashboard import dashboard_routes
 from ._health import HealthSource, health_routes, resolve_health_runner
 from ._metrics import metrics_routes
@@ -19,11 +20,14 @@ from ._sources import AdminSources
 
 __all__ = ["admin_app", "create_app"]
 
+logger = logging.getLogger("aster_forge.web.metrics")
+
 
 def admin_app(
     sources: AdminSources,
     *,
     admin_token: str | None = None,
+    auth: AdminAuth | None = None,
     dashboard: bool = True,
     allowed_hosts: Sequence[str] | None = None,
 ) -> Starlette:
@@ -34,8 +38,11 @@ def admin_app(
 
     Args:
         sources: What the API reads from.
-        admin_token: When set, every API endpoint requires ``Authorization: Bearer
-            <token>`` (401 otherwise, before anything is read or changed).
+        admin_token: When set, every API endpoint accepts ``Authorization: Bearer
+            <token>`` (401 without it or ``auth``, before anything is read or changed).
+        auth: The product's own check (``async def auth(request) -> bool``); when set,
+            every API endpoint accepts a request it lets in. With neither, changing
+            tasks and reading their payloads answer a loopback client only (403).
         dashboard: Serve the dashboard page and its assets.
         allowed_hosts: ``Host`` names the API and page answer (403 otherwise);
             default the loopback names and the address the server is bound to. A
@@ -43,10 +50,10 @@ def admin_app(
 
     Raises:
         ValueError: A malformed ``admin_token`` or an empty allowed host.
-        TypeError: ``allowed_hosts`` is a bare string.
+        TypeError: ``allowed_hosts`` is a bare string, ``auth`` is not callable.
     """
     routes: list[BaseRoute] = admin_routes(
-        sources, admin_token=admin_token, allowed_hosts=allowed_hosts
+        sources, admin_token=admin_token, auth=auth, allowed_hosts=allowed_hosts
     )
     if dashboard:
         routes += dashboard_routes(allowed_hosts=allowed_hosts)
@@ -62,8 +69,10 @@ def create_app(
     health_recorder: HealthMetricsRecorder | None = None,
     scrape_health_scope: HealthCheckScope | None = None,
     admin_token: str | None = None,
+    auth: AdminAuth | None = None,
     dashboard: bool = True,
     allowed_hosts: Sequence[str] | None = None,
+    before_scrape: Callable[[], Awaitable[object]] | None = None,
 ) -> Starlette:
     """Return one app with everything: health, metrics, admin API and dashboard.
 
@@ -84,18 +93,25 @@ def create_app(
             ``/metrics`` first runs this scope and records it, so the health gauges
             are fresh even when nobody calls the health endpoints. A readiness scrape
             during shutdown records nothing.
-        admin_token: When set, the admin API and ``/diagnostics`` require it as a
-            bearer token; ``/livez``, ``/readyz``, ``/metrics`` and the page's static
-            assets stay open (the page asks for the token).
+        admin_token: When set, the admin API and ``/diagnostics`` require it (or
+            ``auth``) as a bearer token; ``/livez``, ``/readyz``, ``/metrics`` and the
+            page's static assets stay open (the page asks for the token).
+        auth: The product's own admin check (see :func:`admin_app`). With neither
+            ``admin_token`` nor ``auth``, changing tasks and reading their payloads
+            answer a loopback client only.
         dashboard: Serve the dashboard page.
         allowed_hosts: ``Host`` names the admin API and page answer (see
             :func:`admin_app`); the health and metrics endpoints answer any host.
+        before_scrape: Awaited before each scrape of ``/metrics`` (after the health
+            refresh), e.g. to read the figures a collector on the registry exposes; an
+            exception is logged and the scrape still answers.
 
     Raises:
         ValueError: A malformed ``admin_token`` or an empty allowed host.
-        TypeError: ``health`` is not a health source, or ``allowed_hosts`` is a str.
+        TypeError: ``health`` is not a health source, ``allowed_hosts`` is a str, or
+            ``auth`` is not callable.
     """
-    check_admin_token(admin_token)
+    AdminDoor(token=admin_token, auth=auth)  # refuse a bad token or auth before building
     sources = sources if sources is not None else AdminSources()
     if health is None:
         health = sources.health_source()
@@ -110,18 +126,35 @@ def create_app(
             shutdown_token=shutdown_token,
             recorder=health_recorder,
             admin_token=admin_token,
+            auth=auth,
         )
     if metrics_registry is not None:
-        before_scrape = None
+        hooks = [] if before_scrape is None else [before_scrape]
         if scrape_health_scope is not None and health is not None and health_recorder is not None:
-            before_scrape = _scrape_health(
-                health, scrape_health_scope, health_recorder, shutdown_token
-            )
-        routes += metrics_routes(metrics_registry, before_scrape=before_scrape)
-    routes += admin_routes(sources, admin_token=admin_token, allowed_hosts=allowed_hosts)
+            refresh = _scrape_health(health, scrape_health_scope, health_recorder, shutdown_token)
+            hooks.insert(0, refresh)
+        routes += metrics_routes(metrics_registry, before_scrape=_in_turn(hooks))
+    routes += admin_routes(sources, admin_token=admin_token, auth=auth, allowed_hosts=allowed_hosts)
     if dashboard:
         routes += dashboard_routes(allowed_hosts=allowed_hosts)
     return Starlette(routes=routes)
+
+
+def _in_turn(
+    hooks: Sequence[Callable[[], Awaitable[object]]],
+) -> Callable[[], Awaitable[None]] | None:
+    """One hook awaiting ``hooks`` in order; a failing one is logged and the rest run."""
+    if not hooks:
+        return None
+
+    async def run() -> None:
+        for hook in hooks:
+            try:
+                await hook()
+            except Exception:
+                logger.exception("metrics before_scrape hook failed")
+
+    return run
 
 
 def _scrape_health(

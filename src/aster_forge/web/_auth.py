@@ -1,13 +1,18 @@
-"""Optional bearer-token protection for the admin API, dashboard data and diagnostics.
+"""Who may use the admin API: an admin token, the product's own auth, or loopback only.
 
-The token is compared in constant time (:func:`hmac.compare_digest` on UTF-8 bytes).
-A missing or wrong token answers 401 with ``WWW-Authenticate: Bearer`` before the
-endpoint runs, so nothing is read or changed.
+With an admin token or an ``auth`` callable configured, every admin endpoint (and
+``/diagnostics``) needs one of them: 401 otherwise, before the endpoint runs, so nothing
+is read or changed. With neither, the lists, counts and health stay readable, and what
+changes tasks or reveals their data (mutations, a task's payload and result) answers
+only a client connected from this machine: 403 ``admin_access_not_configured``
+otherwise, naming what to configure. The token is compared in constant time
+(:func:`hmac.compare_digest` on UTF-8 bytes).
 """
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 from collections.abc import Awaitable, Callable, Iterable
 from urllib.parse import urlsplit
 
@@ -17,9 +22,12 @@ from starlette.responses import JSONResponse, Response
 __all__ = [
     "ADMIN_TOKEN_ENV",
     "LOCAL_HOSTS",
+    "AdminAuth",
+    "AdminDoor",
     "BearerTokenGuard",
     "HostAllowList",
     "check_admin_token",
+    "direct_loopback_client",
     "same_origin",
 ]
 
@@ -93,6 +101,126 @@ class BearerTokenGuard:
                     {"error": "unauthorized", "message": "a valid bearer token is required"},
                     status_code=401,
                     headers={"WWW-Authenticate": 'Bearer realm="aster-forge"'},
+                )
+            return await endpoint(request)
+
+        return guarded
+
+
+AdminAuth = Callable[[Request], Awaitable[bool]]
+"""The product's own admin check: ``async def auth(request) -> bool`` (``True`` lets the
+request in; it may read the product's session cookie, a header, a client certificate)."""
+
+# Set by a reverse proxy: a request carrying one came through a proxy, whatever the peer.
+_FORWARDING_HEADERS = ("forwarded", "x-forwarded-for", "x-forwarded-host", "x-real-ip")
+_NO_STORE = {"Cache-Control": "no-store"}
+
+
+def direct_loopback_client(request: Request) -> bool:
+    """Return whether ``request`` came straight from this machine.
+
+    The connection's peer (the ASGI ``client``) must be a loopback address, and the
+    request must carry no forwarding header: a proxy on this machine connects from
+    loopback for every client it forwards. Headers never grant trust, they can only
+    withdraw it, so a forged ``X-Forwarded-For`` or ``Host`` changes nothing. A server
+    that rewrites the peer from trusted proxy headers (uvicorn's ``--proxy-headers``
+    for ``--forwarded-allow-ips``) hands over the original client's address, which is
+    then judged. A peer that is no IP address (a Unix socket) is not loopback.
+    """
+    if any(name in request.headers for name in _FORWARDING_HEADERS):
+        return False
+    client = request.client
+    if client is None:
+        return False
+    try:
+        address = ipaddress.ip_address(client.host)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
+
+
+class AdminDoor:
+    """The admin API's access rule (see the module docstring).
+
+    Args:
+        token: The admin token (sent as ``Authorization: Bearer <token>``), or ``None``.
+        auth: The product's own check (:data:`AdminAuth`), or ``None``. With both, either
+            one lets a request in (the CLI sends the token, a browser the product's
+            session).
+
+    Raises:
+        TypeError: ``token`` is not a str, or ``auth`` is not callable.
+        ValueError: A malformed ``token`` (see :func:`check_admin_token`).
+    """
+
+    __slots__ = ("_auth", "_token")
+
+    def __init__(self, *, token: str | None = None, auth: AdminAuth | None = None) -> None:
+        if auth is not None and not callable(auth):
+            raise TypeError(f"auth must be an async callable, got {type(auth).__name__}")
+        self._token = BearerTokenGuard(token)
+        self._auth = auth
+
+    @property
+    def configured(self) -> bool:
+        """Whether a token or an auth callable is set (every admin endpoint needs one)."""
+        return self._token.enabled or self._auth is not None
+
+    async def admits(self, request: Request) -> bool:
+        """Whether ``request`` carries the token or passes ``auth`` (``True`` when neither
+        is configured)."""
+        if not self.configured:
+            return True
+        if self._token.enabled and self._token.authorized(request):
+            return True
+        return self._auth is not None and bool(await self._auth(request))
+
+    async def may_act(self, request: Request) -> bool:
+        """Whether ``request`` may change tasks and read their payloads: admitted when a
+        token or auth is configured, else connected straight from loopback."""
+        if self.configured:
+            return await self.admits(request)
+        return direct_loopback_client(request)
+
+    def _unauthorized(self) -> Response:
+        if self._auth is None:
+            message = "a valid bearer token is required"
+        elif self._token.enabled:
+            message = "a valid bearer token or the product's admin sign-in is required"
+        else:
+            message = "the product's admin sign-in is required"
+        headers = dict(_NO_STORE)
+        if self._token.enabled:
+            headers["WWW-Authenticate"] = 'Bearer realm="aster-forge"'
+        return JSONResponse(
+            {"error": "unauthorized", "message": message}, status_code=401, headers=headers
+        )
+
+    def protect(self, endpoint: Endpoint, *, sensitive: bool = False) -> Endpoint:
+        """Return ``endpoint`` behind the rule.
+
+        Args:
+            endpoint: The endpoint.
+            sensitive: It changes tasks or reveals their data: without a token or auth
+                configured, only a direct loopback client may call it.
+        """
+
+        async def guarded(request: Request) -> Response:
+            if self.configured:
+                if not await self.admits(request):
+                    return self._unauthorized()
+            elif sensitive and not direct_loopback_client(request):
+                return JSONResponse(
+                    {
+                        "error": "admin_access_not_configured",
+                        "message": "changing tasks and reading their payloads is allowed "
+                        "from this machine only: configure an admin token or auth "
+                        "(asgi_app(admin_token=...) or auth=...) to allow it from elsewhere",
+                    },
+                    status_code=403,
+                    headers=_NO_STORE,
                 )
             return await endpoint(request)
 

@@ -37,7 +37,7 @@ from ..runtime import (
     HealthStatus,
     SystemHealthReport,
 )
-from ._auth import BearerTokenGuard
+from ._auth import AdminAuth, AdminDoor
 
 __all__ = [
     "HEALTH_PATHS",
@@ -203,6 +203,7 @@ def health_routes(
     recorder: HealthMetricsRecorder | None = None,
     scopes: Sequence[HealthCheckScope] = tuple(HealthCheckScope),
     admin_token: str | None = None,
+    auth: AdminAuth | None = None,
 ) -> list[BaseRoute]:
     """Return Starlette routes for the health endpoints, to add to a product's app.
 
@@ -216,20 +217,22 @@ def health_routes(
         scopes: Which endpoints to serve (default: all three, see :data:`HEALTH_PATHS`).
         admin_token: When set, ``/diagnostics`` requires it as a bearer token (its
             details are operator information); the probes stay open.
+        auth: The product's own admin check; when set, ``/diagnostics`` also accepts
+            a request it lets in (see :func:`~aster_forge.web.admin_routes`).
 
     Raises:
-        TypeError: ``source`` is not a health source.
+        TypeError: ``source`` is not a health source, ``auth`` is not callable.
         ValueError: A malformed ``admin_token``.
     """
     run = resolve_health_runner(source)
-    guard = BearerTokenGuard(admin_token)
+    door = AdminDoor(token=admin_token, auth=auth)
     if shutdown_token is None and isinstance(source, AsterRuntime):
         shutdown_token = source.shutdown_token
     routes: list[BaseRoute] = []
     for scope in scopes:
         endpoint = _endpoint(scope, run, shutdown_token, recorder)
         if scope is HealthCheckScope.DIAGNOSTICS:
-            endpoint = guard.protect(endpoint)
+            endpoint = door.protect(endpoint)
         routes.append(
             Route(HEALTH_PATHS[scope], endpoint, methods=["GET"], name=f"health_{scope.value}")
         )

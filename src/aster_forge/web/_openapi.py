@@ -54,6 +54,11 @@ _SCHEMAS: dict[str, Any] = {
         {
             "title": {"type": "string"},
             "auth_required": {"type": "boolean"},
+            "actions_allowed": {
+                "type": "boolean",
+                "description": "Whether this client may retry, cancel, pause lanes and "
+                "read payloads (without a token or auth configured: loopback clients only).",
+            },
             "features": {"type": "object", "additionalProperties": {"type": "boolean"}},
             "now": {"type": "string", "format": "date-time"},
         }
@@ -95,6 +100,11 @@ _SCHEMAS: dict[str, Any] = {
             "run_at": _TIME,
             "claimed_by": _nullable("string"),
             "lease_expires_at": _TIME,
+            "lease_expired": {
+                "type": "boolean",
+                "description": "Running on a lease that has expired: its worker is lost "
+                "and the next claim of its lane rescues it.",
+            },
             "dedupe_key": _nullable("string"),
             "last_error": _nullable("string"),
             "failure_reason": {"enum": ["product_error", "lease_expired", "cancelled", None]},
@@ -170,6 +180,11 @@ _SCHEMAS: dict[str, Any] = {
                         "counts": _object(
                             {status: {"type": "integer", "minimum": 0} for status in _STATUS}
                         ),
+                        "lease_expired": {
+                            "type": "integer",
+                            "minimum": 0,
+                            "description": "Running tasks whose lease has expired.",
+                        },
                         "oldest_pending_created_at": _TIME,
                         "oldest_pending_age_seconds": _nullable("number"),
                     }
@@ -318,8 +333,9 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 def _errors(*codes: int) -> dict[str, Any]:
     text = {
         400: "Invalid query parameter.",
-        401: "Missing or wrong bearer token.",
-        403: "Cross-origin mutation refused.",
+        401: "Missing or wrong bearer token (or refused by the product's auth).",
+        403: "Refused: a cross-origin mutation, a Host not allowed, or (with no token "
+        "or auth configured) a client not connected from loopback.",
         404: "Not found, or the source is not configured.",
         409: "The task's status does not allow the operation.",
         503: "The store is unavailable.",
@@ -404,6 +420,7 @@ def openapi_document(title: str, *, auth: bool) -> dict[str, Any]:
         "/api/tasks/{task_id}": _get(
             "One task with steps, payload and result",
             _ref("TaskDetail"),
+            403,
             404,
             503,
             parameters=[_TASK_ID],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from .._json import load_json
@@ -13,6 +14,7 @@ __all__ = [
     "MAX_DETAIL_JSON_CHARS",
     "dispatch_stats_json",
     "lanes_json",
+    "lease_has_expired",
     "task_actions",
     "task_json",
     "task_runs",
@@ -43,6 +45,16 @@ def task_actions(record: BackgroundTaskRecord) -> list[str]:
     ):
         actions.append("cancel")
     return actions
+
+
+def lease_has_expired(record: BackgroundTaskRecord, now: datetime) -> bool:
+    """Whether ``record`` runs on a lease that expired by ``now``: its worker stopped
+    renewing (crashed, killed, cut off) and the next claim of its lane rescues it."""
+    return (
+        record.status is TaskStatus.RUNNING
+        and record.lease_expires_at is not None
+        and record.lease_expires_at <= now
+    )
 
 
 def task_runs(record: BackgroundTaskRecord) -> int:
@@ -78,8 +90,13 @@ def _steps(text: str | None) -> tuple[list[dict[str, Any]] | None, bool]:
     return value, True
 
 
-def task_json(record: BackgroundTaskRecord, *, detail: bool = False) -> dict[str, Any]:
+def task_json(
+    record: BackgroundTaskRecord, *, now: datetime, detail: bool = False
+) -> dict[str, Any]:
     """Return one task row as JSON.
+
+    ``lease_expired`` says a running task's lease expired by ``now`` (see
+    :func:`lease_has_expired`): it shows ``running`` but no worker runs it.
 
     Steps are the stored step objects (``key``, ``title``, ``status``,
     ``progress_current``, ``progress_total``, ``detail``, timestamps), plus a summary
@@ -102,6 +119,7 @@ def task_json(record: BackgroundTaskRecord, *, detail: bool = False) -> dict[str
         "run_at": iso(record.run_at),
         "claimed_by": record.claimed_by,
         "lease_expires_at": iso(record.lease_expires_at),
+        "lease_expired": lease_has_expired(record, now),
         "dedupe_key": record.dedupe_key,
         "last_error": record.last_error,
         "failure_reason": wire(record.failure_reason),

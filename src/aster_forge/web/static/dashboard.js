@@ -14,7 +14,7 @@
   const POLL_MS = { overview: 2000, tasks: 2000, task: 2000, runtime: 5000 };
 
   const state = {
-    features: null, view: "overview", timer: null, busy: new Set(),
+    features: null, actionsAllowed: false, view: "overview", timer: null, busy: new Set(),
     filters: {}, status: "", cursor: {}, page: null, taskId: null,
   };
   const $ = (id) => document.getElementById(id);
@@ -68,6 +68,12 @@
   }
   const td = (text, cls) => el("td", { text: text === null || text === undefined ? "-" : text, class: cls });
   function badge(status) { return el("span", { class: "status", "data-status": status, text: status || "-" }); }
+  // A running task whose lease expired: its worker is gone, the next claim rescues it.
+  function statusBadges(task) {
+    return task.lease_expired
+      ? [badge(task.status), " ", el("span", { class: "status", "data-status": "lease_expired", text: "lease expired", title: "its worker stopped renewing the lease; the next claim of the lane rescues it" })]
+      : [badge(task.status)];
+  }
   function fill(tbody, rows, columns, empty) {
     tbody.replaceChildren(...(rows.length ? rows : [el("tr", {}, [el("td", { colspan: columns, class: "muted", text: empty })])]));
   }
@@ -122,7 +128,7 @@
     if (lanes && lanes.status === 200) for (const item of lanes.body.items) Object.assign(entry(item.lane), { live: item });
     if (overview && overview.status === 200) for (const item of overview.body.lanes) Object.assign(entry(item.lane), { totals: item });
     const rows = [...byLane.values()].sort((a, b) => (a.lane < b.lane ? -1 : 1)).map(laneRow);
-    fill(body("lanes"), rows, 12, "no lanes yet");
+    fill(body("lanes"), rows, 13, "no lanes yet");
     if (overview && overview.status === 200) drawCharts(overview.body);
   }
 
@@ -130,17 +136,19 @@
     const live = item.live || {};
     const counts = (item.totals && item.totals.counts) || {};
     const paused = typeof live.paused === "boolean" ? live.paused : null; // null: the store cannot pause
-    const control = paused === null ? "" : el("button", {
+    const control = paused === null || !state.actionsAllowed ? "" : el("button", {
       type: "button", "data-lane-action": paused ? "resume" : "pause", "data-lane": item.lane, text: paused ? "Resume" : "Pause",
     });
     if (control) control.addEventListener("click", () => laneAction(item.lane, paused ? "resume" : "pause"));
     const age = item.totals ? item.totals.oldest_pending_age_seconds : null;
+    const expired = item.totals ? item.totals.lease_expired : live.expired;
     return el("tr", { "data-lane": item.lane, "data-paused": paused === null ? "unsupported" : String(paused) }, [
       td(item.lane),
       el("td", {}, [paused ? badge("paused") : el("span", { class: "muted", text: paused === null ? "-" : "active" })]),
       td(counts.pending ?? live.pending, "num count-pending"),
       td(live.due, "num"),
       td(counts.running ?? live.running, "num count-running"),
+      td(expired, expired ? "num count-expired alert" : "num count-expired"),
       td(counts.succeeded, "num count-succeeded"),
       td(counts.failed, "num count-failed"),
       td(counts.cancelled, "num count-cancelled"),
@@ -238,7 +246,7 @@
     $("page-newer").disabled = page.body.prev_after_id === null;
     $("page-older").disabled = page.body.next_before_id === null;
     $("page-newest").disabled = !state.cursor.before_id && !state.cursor.after_id;
-    for (const button of document.querySelectorAll("[data-bulk]")) button.hidden = !f.overview;
+    for (const button of document.querySelectorAll("[data-bulk]")) button.hidden = !f.overview || !state.actionsAllowed;
   }
 
   function drawTabs(counts) {
@@ -270,6 +278,7 @@
   function actionButtons(task) {
     // The server says what it accepts; the page never guesses from the status.
     const labels = { retry: "Retry", cancel: "Cancel" };
+    if (!state.actionsAllowed) return [];
     return task.actions.map((action) => {
       const button = el("button", { type: "button", "data-action": action, "data-task-id": task.id, text: labels[action] || action });
       button.disabled = state.busy.has(task.id);
@@ -285,7 +294,7 @@
       el("td", {}, [el("a", { href: "#task/" + task.id, text: "#" + task.id })]),
       td(task.kind, "kind"),
       td(task.lane),
-      el("td", {}, [badge(task.status), task.cancel_requested ? el("span", { class: "muted", text: " cancel requested" }) : ""]),
+      el("td", {}, [...statusBadges(task), task.cancel_requested ? el("span", { class: "muted", text: " cancel requested" }) : ""]),
       td(runs(task), "runs"),
       stepsCell(task),
       td(task.status === "succeeded" ? "" : task.last_error || "", "err"),
@@ -356,18 +365,18 @@
       return;
     }
     say("detail-title", "Task #" + task.id + " · " + task.kind);
-    $("detail-status").replaceChildren(badge(task.status));
-    $("detail-actions").replaceChildren(...task.actions.map((action) => {
+    $("detail-status").replaceChildren(...statusBadges(task));
+    $("detail-actions").replaceChildren(...(state.actionsAllowed ? task.actions : []).map((action) => {
       const button = el("button", { type: "button", "data-action": action, "data-task-id": task.id, text: action === "retry" ? "Retry" : "Cancel" });
       button.addEventListener("click", () => act(task.id, action, "detail-message"));
       return button;
     }));
     const fields = [
-      ["Lane", task.lane], ["Status", task.status + (task.cancel_requested ? " (cancel requested)" : "")],
+      ["Lane", task.lane], ["Status", task.status + (task.lease_expired ? ", lease expired (worker lost; the next claim rescues it)" : "") + (task.cancel_requested ? " (cancel requested)" : "")],
       ["Runs", runs(task)], ["Failed attempts", task.attempt], ["Snoozed", task.snooze_count], ["Priority", task.priority],
       ["Dedupe key", task.dedupe_key], ["Failure reason", task.failure_reason],
       ["Manual retry allowed", String(task.manual_retry_allowed)], ["Rescued after lost lease", String(task.rescued)],
-      ["Lease owner", task.claimed_by], ["Lease expires", stamp(task.lease_expires_at)],
+      ["Lease owner", task.claimed_by], ["Lease expires", task.lease_expired ? "expired " + ago(task.lease_expires_at) : stamp(task.lease_expires_at)],
       ["Created", stamp(task.created_at)], ["Run at", stamp(task.run_at)], ["Started", stamp(task.started_at)],
       ["Finished", stamp(task.finished_at)], ["Updated", stamp(task.updated_at)],
     ];
@@ -508,6 +517,9 @@
     const { status, body: info } = await request(API + "/info");
     if (status !== 200) throw new Error("info: " + status);
     state.features = info.features;
+    // Without a token or auth configured, only a loopback client may change tasks.
+    state.actionsAllowed = info.actions_allowed === true;
+    $("read-only").hidden = state.actionsAllowed;
     say("title", info.title);
     document.title = info.title;
     for (const section of document.querySelectorAll("[data-feature]")) section.hidden = !state.features[section.dataset.feature];
