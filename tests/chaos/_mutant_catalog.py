@@ -420,9 +420,9 @@ MUTANTS: tuple[Mutant, ...] = (
             Edit(
                 TASKS,
                 "    async def _rescue(self, conn: AsyncConnection, lane: str, now: DbNow) "
-                "-> None:\n",
+                "-> list[TaskStatus]:\n",
                 "    async def _rescue(self, conn: AsyncConnection, lane: str, now: DbNow) "
-                "-> None:\n        return\n",
+                "-> list[TaskStatus]:\n        return []\n",
             ),
         ),
         (TASK_CONFORMANCE,),
