@@ -86,6 +86,9 @@ class ForgeWorkerSettings:
         temp_root: Root of the per-task temp directories ``ctx.temp_dir()`` creates
             (``<temp_root>/_runtime/tasks/<id>-<token>``, removed after each execution);
             ``None``: bodies get no temp directory.
+        redact_errors: Store and log only the exception type of a failure nobody
+            classified (no message, no traceback); messages your code chose
+            (``ClassifiedTaskError``, classifiers) are kept.
     """
 
     poll: DispatchPollConfig = field(
@@ -99,6 +102,7 @@ class ForgeWorkerSettings:
     scheduler_lease_ttl: timedelta = timedelta(seconds=15)
     scheduler_claim_ttl: timedelta = timedelta(seconds=120)
     temp_root: Path | None = None
+    redact_errors: bool = False
 
 
 def _on_panic(exc: Exception) -> ScheduledTaskOutcome:
@@ -140,6 +144,7 @@ class ForgeWorker:
                 retry_policy=settings.retry,
                 shutdown_grace=settings.shutdown_grace,
                 temp_dirs=None if settings.temp_root is None else TaskTempDirs(settings.temp_root),
+                redact_errors=settings.redact_errors,
             ),
             poll=settings.poll,
             owner=forge.instance_id,

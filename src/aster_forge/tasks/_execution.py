@@ -23,6 +23,7 @@ from ._context import TaskExecutionContext
 from ._control import DEFAULT_MAX_SNOOZES, TaskSnooze
 from ._control_outcomes import retry_policy_for, snooze_failure, write_cancelled, write_snoozed
 from ._dispatch import ClaimedTaskOutcome
+from ._failure import format_task_traceback
 from ._heartbeat import SharedTaskHeartbeat
 from ._lease import TaskLease, TaskLeaseGuard, TaskLeaseTermination, task_lease_termination_of
 from ._registry import TaskRegistry
@@ -69,8 +70,13 @@ class ClaimedTaskExecutionConfig(Generic[StateT]):
         max_snoozes: How many times a task may snooze (``TaskSnooze``); the next
             snooze fails it (manual retry allowed), so an endless snooze is visible.
         error_classifier: A product-wide mapping consulted after the spec's own classifier
-            and before the registry fallback; unclassified errors are RETRYABLE with a
-            fixed message naming only the exception type.
+            and before the registry fallback; unclassified errors are RETRYABLE, stored
+            as ``Type: message`` (at most 2,000 characters) with their traceback (the
+            innermost frames, at most 8 KiB) in ``last_traceback``.
+        redact_errors: Store and log only the exception's type of an unclassified
+            failure: no message, no traceback (for teams whose exception texts may hold
+            personal data or secrets). Messages the product chose
+            (``ClassifiedTaskError``, classifiers) are kept.
         lease_control_of: Maps an exception from the body to a lease-control stop
             (lost / renewal timeout / shutdown); default :func:`task_lease_termination_of`.
         shutdown_token: The worker's shutdown token; each context's cancellation is its child.
@@ -101,6 +107,7 @@ class ClaimedTaskExecutionConfig(Generic[StateT]):
     clock: Clock = field(default_factory=SystemClock)
     heartbeat_late_wake_threshold: timedelta | None = None
     blocking_step_threshold: timedelta | None = timedelta(milliseconds=250)
+    redact_errors: bool = False
     _lookup: dict[Any, ErasedTaskSpec[StateT]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -181,10 +188,18 @@ class _Decision:
     failure: TaskFailureClassification | None = None
     reraise: BaseException | None = None
     delay: timedelta | None = None
+    traceback: str | None = None
 
 
 _LOST = _Decision(ClaimedTaskOutcome.LEASE_LOST)
 _SUCCESS = _Decision(ClaimedTaskOutcome.SUCCEEDED)
+
+#: What a final failure's log line says happens next, per class.
+_FINAL = {
+    TaskRetryClass.RETRYABLE: "no attempts left",
+    TaskRetryClass.MANUAL: "an operator may retry it",
+    TaskRetryClass.PERMANENT: "no retry",
+}
 
 #: A body cancelled at the end of its grace gets this many loop turns to finish.
 _CANCEL_SETTLE_TURNS = 10
@@ -413,20 +428,49 @@ class ClaimedTaskExecution:
             if over is not None:
                 return _Decision(ClaimedTaskOutcome.FAILED, failure=over)
             return _Decision(ClaimedTaskOutcome.SNOOZED, delay=exc.delay)
-        failure, expected = erased.classify_failure(exc, config.error_classifier)
+        redact = config.redact_errors
+        failure, expected = erased.classify_failure(exc, config.error_classifier, redact=redact)
+        # Expected outcomes carry no traceback: the product chose their words, and a codec
+        # error's chain holds the payload.
+        traced = not expected and not redact
+        decision = self._failure(
+            failure, erased, traceback=format_task_traceback(exc) if traced else None
+        )
+        self._log_failure(decision, failure, exc if traced else None)
+        return decision
+
+    def _log_failure(
+        self, decision: _Decision, failure: TaskFailureClassification, exc: BaseException | None
+    ) -> None:
+        """One line per failed attempt: what happens next and the stored error text."""
+        task = self.task
         label = task_kind_label(task.kind)
-        logger.warning(
-            "task #%s (%s) attempt %s failed: %s (%s)",
+        if decision.outcome is ClaimedTaskOutcome.RETRIED:
+            assert decision.delay is not None
+            level = logging.WARNING
+            then = f"retrying in {decision.delay.total_seconds():.1f}s"
+        else:
+            # A failure nobody expected that ends the task is what an operator must see.
+            level = logging.WARNING if exc is None else logging.ERROR
+            then = _FINAL[failure.retry_class]
+        logger.log(
+            level,
+            "task #%s (%s) attempt %s/%s failed (%s, %s): %s",
             task.id,
             label,
             self.attempt,
+            task.max_attempts,
             failure.retry_class.value,
-            type(exc).__name__,
-            # Expected outcomes carry no traceback; a codec error's chain holds the payload.
-            exc_info=None if expected else exc,
-            extra={"task_id": task.id, "task_kind": label},
+            then,
+            failure.message,
+            exc_info=exc,
+            extra={
+                "task_id": task.id,
+                "task_kind": label,
+                "attempt": self.attempt,
+                "retry_class": failure.retry_class.value,
+            },
         )
-        return self._failure(failure, erased)
 
     def _on_stop(self) -> None:
         """The context was cancelled while the body runs: stop it after its grace."""
@@ -507,12 +551,18 @@ class ClaimedTaskExecution:
             self._on_finished(self)
 
     def _failure(
-        self, failure: TaskFailureClassification, erased: ErasedTaskSpec[Any]
+        self,
+        failure: TaskFailureClassification,
+        erased: ErasedTaskSpec[Any],
+        *,
+        traceback: str | None = None,
     ) -> _Decision:
         if not should_auto_retry(failure.retry_class, self.attempt, self.task.max_attempts):
-            return _Decision(ClaimedTaskOutcome.FAILED, failure=failure)
+            return _Decision(ClaimedTaskOutcome.FAILED, failure=failure, traceback=traceback)
         delay = retry_policy_for(erased, self._config.retry_policy).delay(self.attempt)
-        return _Decision(ClaimedTaskOutcome.RETRIED, failure=failure, delay=delay)
+        return _Decision(
+            ClaimedTaskOutcome.RETRIED, failure=failure, delay=delay, traceback=traceback
+        )
 
     async def _write(
         self, decision: _Decision, ctx: TaskExecutionContext | None
@@ -616,6 +666,7 @@ class ClaimedTaskExecution:
                     error=failure.message,
                     steps_json=steps_json,
                     count_attempt=True,
+                    traceback=decision.traceback,
                 )
             case ClaimedTaskOutcome.FAILED:
                 assert failure is not None
@@ -624,6 +675,7 @@ class ClaimedTaskExecution:
                     error=failure.message,
                     steps_json=steps_json,
                     manual_retry=failure.retry_class.can_manual_retry(),
+                    traceback=decision.traceback,
                 )
         return False  # LEASE_LOST: nothing to write
 

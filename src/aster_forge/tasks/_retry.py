@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
+from ._failure import describe_exception
 from .errors import AsterForgeTasksError, TaskCodecError
 
 __all__ = [
@@ -21,10 +22,6 @@ __all__ = [
     "default_task_retry_delay",
     "should_auto_retry",
 ]
-
-#: The stored message for an exception the product did not classify: fixed text plus
-#: the exception type, never the exception's own message (it may hold secrets).
-UNCLASSIFIED_ERROR_MESSAGE = "Task failed with an unexpected error ({type_name})"
 
 
 class TaskRetryClass(enum.StrEnum):
@@ -94,8 +91,9 @@ def classify_task_error(
     failure such as an invalid payload (:class:`~aster_forge.tasks.TaskCodecError`,
     permanent: the same stored value fails the same way again; its message names kind and
     field, never values); each product ``classifier`` in turn (``None`` entries and
-    ``None`` answers are skipped); finally RETRYABLE with a fixed message that names only
-    the exception type, never its text.
+    ``None`` answers are skipped); finally RETRYABLE with ``Type: message``, the
+    exception's type and its own text, at most 2,000 characters (a worker with
+    ``redact_errors`` stores only the type).
 
     Args:
         exc: The exception the task body raised.
@@ -114,9 +112,7 @@ def classify_task_error(
         chosen = classifier(exc)
         if chosen is not None:
             return chosen
-    return TaskFailureClassification(
-        TaskRetryClass.RETRYABLE, UNCLASSIFIED_ERROR_MESSAGE.format(type_name=type(exc).__name__)
-    )
+    return TaskFailureClassification(TaskRetryClass.RETRYABLE, describe_exception(exc))
 
 
 def should_auto_retry(retry_class: TaskRetryClass, attempt: int, max_attempts: int) -> bool:
