@@ -117,6 +117,11 @@ _SCHEMAS: dict[str, Any] = {
             _ref("Task"),
             _object(
                 {
+                    "last_traceback": {
+                        **_nullable("string"),
+                        "description": "The bounded traceback of the failure last_error "
+                        "describes (an unexpected exception), or null.",
+                    },
                     "payload": {"description": "The decoded payload JSON (null when truncated)."},
                     "payload_invalid": {"type": "boolean"},
                     "payload_truncated": {"type": "boolean"},

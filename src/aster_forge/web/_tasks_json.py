@@ -84,8 +84,9 @@ def task_json(record: BackgroundTaskRecord, *, detail: bool = False) -> dict[str
     Steps are the stored step objects (``key``, ``title``, ``status``,
     ``progress_current``, ``progress_total``, ``detail``, timestamps), plus a summary
     (``steps_done``/``steps_total``) for progress bars. ``detail`` adds the decoded
-    payload and result. A stored value that is not valid JSON is reported as ``null``
-    with ``*_invalid: true`` rather than failing the whole response.
+    payload and result, and the failure's stored traceback (``last_traceback``). A
+    stored value that is not valid JSON is reported as ``null`` with ``*_invalid: true``
+    rather than failing the whole response.
     """
     steps, steps_ok = _steps(record.steps_json)
     done = sum(1 for step in steps or () if step.get("status") in _DONE_STEPS)
@@ -119,6 +120,7 @@ def task_json(record: BackgroundTaskRecord, *, detail: bool = False) -> dict[str
         "steps_total": len(steps or ()),
     }
     if detail:
+        item["last_traceback"] = record.last_traceback  # list rows stay small
         item.update(_stored_json("payload", record.payload_json))
         item.update(_stored_json("result", record.result_json))
     return item
