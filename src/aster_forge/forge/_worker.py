@@ -46,6 +46,7 @@ from ..tasks import (
     TaskTempDirs,
     TaskWorker,
 )
+from .errors import ForgeDeclarationError
 
 if TYPE_CHECKING:
     from ._app import Forge
@@ -75,6 +76,10 @@ RESOURCES_COMPONENT = "forge_resources"
 class ForgeWorkerSettings:
     """Timings of a forge's workers (the defaults suit most services).
 
+    Every field is checked when the settings are built: a wrong type or value raises
+    :class:`~aster_forge.forge.errors.ForgeDeclarationError` naming the field and what to
+    pass, before any worker starts.
+
     Attributes:
         poll: The dispatch poll (NOTIFY wakes idle workers sooner on PostgreSQL).
         task_lease_ttl: Each claimed task's lease; the heartbeat renews every third.
@@ -103,6 +108,44 @@ class ForgeWorkerSettings:
     scheduler_claim_ttl: timedelta = timedelta(seconds=120)
     temp_root: Path | None = None
     redact_errors: bool = False
+
+    def __post_init__(self) -> None:
+        # Checked here: a wrong value accepted now would only fail inside the running
+        # worker, where nothing reports it until shutdown.
+        _require(
+            "poll",
+            self.poll,
+            DispatchPollConfig,
+            "DispatchPollConfig(base_interval=timedelta(milliseconds=200))",
+        )
+        _require(
+            "retry", self.retry, TaskRetryPolicy, "TaskRetryPolicy(base_delay=timedelta(seconds=5))"
+        )
+        _require_duration("task_lease_ttl", self.task_lease_ttl, allow_zero=False)
+        _require_duration("shutdown_grace", self.shutdown_grace, allow_zero=True)
+        _require_duration("scheduler_lease_ttl", self.scheduler_lease_ttl, allow_zero=False)
+        _require_duration("scheduler_claim_ttl", self.scheduler_claim_ttl, allow_zero=False)
+        if self.temp_root is not None:
+            _require("temp_root", self.temp_root, Path, "Path('/var/tmp/app')")
+        _require("redact_errors", self.redact_errors, bool, "True")
+
+
+def _require(name: str, value: object, expected: type, example: str) -> None:
+    """Refuse a setting of the wrong type, naming it and what to pass."""
+    if not isinstance(value, expected):
+        raise ForgeDeclarationError(
+            f"ForgeWorkerSettings.{name} must be a {expected.__name__} such as {example}, "
+            f"got {type(value).__name__}: {value!r}"
+        )
+
+
+def _require_duration(name: str, value: object, *, allow_zero: bool) -> None:
+    """Refuse a duration setting that is not a ``timedelta`` or is out of range."""
+    _require(name, value, timedelta, "timedelta(seconds=30)")
+    assert isinstance(value, timedelta)
+    if value < timedelta(0) or (value == timedelta(0) and not allow_zero):
+        bound = "non-negative" if allow_zero else "positive"
+        raise ForgeDeclarationError(f"ForgeWorkerSettings.{name} must be {bound}, got {value}")
 
 
 def _on_panic(exc: Exception) -> ScheduledTaskOutcome:

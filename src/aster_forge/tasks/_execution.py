@@ -9,6 +9,12 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
+from .._validation import (
+    check_instance,
+    check_int_setting,
+    check_optional_duration,
+    check_stored_duration,
+)
 from ..runtime import (
     CancellationToken,
     Clock,
@@ -117,18 +123,7 @@ class ClaimedTaskExecutionConfig(Generic[StateT]):
             )
         if self.registry is not None and not self.registry.validated:
             raise TaskRegistryError("task registry is not validated; call validate() first")
-        if self.lease_ttl <= timedelta(0):
-            raise TaskInvalidValueError("ClaimedTaskExecutionConfig.lease_ttl must be positive")
-        if isinstance(self.max_snoozes, bool) or not (
-            isinstance(self.max_snoozes, int) and self.max_snoozes >= 0
-        ):
-            raise TaskInvalidValueError(
-                "ClaimedTaskExecutionConfig.max_snoozes must be an int >= 0"
-            )
-        if self.shutdown_grace < timedelta(0):
-            raise TaskInvalidValueError(
-                "ClaimedTaskExecutionConfig.shutdown_grace must not be negative"
-            )
+        self._check_settings()
         # Resolved once: stores return a kind's wire value, so both spellings are keys.
         if self.registry is not None:
             by_kind = {kind: self.registry.spec_for(kind) for kind in self.registry.kinds()}
@@ -136,6 +131,35 @@ class ClaimedTaskExecutionConfig(Generic[StateT]):
         else:
             lookup = dict(self.specs or {})
         object.__setattr__(self, "_lookup", lookup)
+
+    def _check_settings(self) -> None:
+        """Each setting's type and range, so a wrong one fails here, not in the worker."""
+        error, name = TaskInvalidValueError, "ClaimedTaskExecutionConfig"
+        check_stored_duration(f"{name}.lease_ttl", self.lease_ttl, allow_zero=False, error=error)
+        check_instance(
+            f"{name}.retry_policy",
+            self.retry_policy,
+            TaskRetryPolicy,
+            error=error,
+            example="TaskRetryPolicy(base_delay=timedelta(seconds=5))",
+        )
+        check_int_setting(f"{name}.max_snoozes", self.max_snoozes, minimum=0, error=error)
+        check_stored_duration(
+            f"{name}.shutdown_grace", self.shutdown_grace, allow_zero=True, error=error
+        )
+        check_optional_duration(
+            f"{name}.heartbeat_late_wake_threshold",
+            self.heartbeat_late_wake_threshold,
+            allow_zero=False,
+            error=error,
+        )
+        check_optional_duration(
+            f"{name}.blocking_step_threshold",
+            self.blocking_step_threshold,
+            allow_zero=False,
+            error=error,
+        )
+        check_instance(f"{name}.redact_errors", self.redact_errors, bool, error=error)
 
     def spec_for(self, kind: Any) -> ErasedTaskSpec[StateT]:
         """The erased spec for ``kind`` (an enum member, or its wire value as stored).

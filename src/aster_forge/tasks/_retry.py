@@ -9,8 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
+from .._validation import check_int_setting, check_number_setting, check_stored_duration
 from ._failure import describe_exception
-from .errors import AsterForgeTasksError, TaskCodecError
+from .errors import AsterForgeTasksError, TaskCodecError, TaskInvalidValueError
 
 __all__ = [
     "ClassifiedTaskError",
@@ -152,16 +153,22 @@ class TaskRetryPolicy:
     max_attempts: int = 5
 
     def __post_init__(self) -> None:
-        if self.base_delay < timedelta(0):
-            raise ValueError("TaskRetryPolicy.base_delay must not be negative")
+        error = TaskInvalidValueError
+        check_stored_duration(
+            "TaskRetryPolicy.base_delay", self.base_delay, allow_zero=True, error=error
+        )
+        check_stored_duration(
+            "TaskRetryPolicy.max_delay", self.max_delay, allow_zero=True, error=error
+        )
         if self.max_delay < self.base_delay:
-            raise ValueError("TaskRetryPolicy.max_delay must be >= base_delay")
+            raise error("TaskRetryPolicy.max_delay must be >= base_delay")
+        check_number_setting("TaskRetryPolicy.multiplier", self.multiplier, error=error)
         if not (self.multiplier >= 1.0 and math.isfinite(self.multiplier)):
-            raise ValueError("TaskRetryPolicy.multiplier must be a finite number >= 1")
+            raise error("TaskRetryPolicy.multiplier must be a finite number >= 1")
+        check_number_setting("TaskRetryPolicy.jitter", self.jitter, error=error)
         if not 0.0 <= self.jitter <= 1.0:
-            raise ValueError("TaskRetryPolicy.jitter must be within [0, 1]")
-        if self.max_attempts < 1:
-            raise ValueError("TaskRetryPolicy.max_attempts must be >= 1")
+            raise error("TaskRetryPolicy.jitter must be within [0, 1]")
+        check_int_setting("TaskRetryPolicy.max_attempts", self.max_attempts, minimum=1, error=error)
 
     def backoff(self, attempt: int) -> timedelta:
         """The delay before the next run after ``attempt`` counted attempts, without jitter.
