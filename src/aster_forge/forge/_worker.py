@@ -195,19 +195,32 @@ class ForgeWorker:
         self.started = asyncio.Event()
         self.loop: asyncio.AbstractEventLoop | None = None
         self._exit = AsyncExitStack()
+        # The first of the forge's loops that crashed, for readiness.
+        self._crash: tuple[str, BaseException] | None = None
 
     def wake(self) -> None:
         """Wake the dispatcher (an enqueue in this process)."""
         self.dispatcher.wake()
 
+    async def _watched(self, name: str, loop: Awaitable[None]) -> None:
+        """Run one of the forge's loops, remembering a crash for readiness."""
+        try:
+            await loop
+        except Exception as exc:
+            self._crash = self._crash or (name, exc)
+            raise
+
     async def _dispatch(self, token: CancellationToken) -> None:
-        await self.dispatcher.run(token)
+        await self._watched("dispatch", self.dispatcher.run(token))
 
     async def _listen(self, token: CancellationToken) -> None:
         engine = self._forge.backend.engine
         assert engine is not None
-        await listen_for_task_notifications(
-            engine, DEFAULT_TASK_NOTIFY_CHANNEL, lambda _lane: self.dispatcher.wake(), token
+        await self._watched(
+            "task_notifications",
+            listen_for_task_notifications(
+                engine, DEFAULT_TASK_NOTIFY_CHANNEL, lambda _lane: self.dispatcher.wake(), token
+            ),
         )
 
     async def _schedule(self, token: CancellationToken) -> None:
@@ -233,7 +246,7 @@ class ForgeWorker:
             for periodic in forge.periodics:
                 periodic.declare(runtime)
 
-        await config.run(token, declare, owner_id=forge.instance_id)
+        await self._watched("scheduler", config.run(token, declare, owner_id=forge.instance_id))
 
     async def _ready(self) -> None:
         self.loop = asyncio.get_running_loop()
@@ -243,9 +256,23 @@ class ForgeWorker:
     async def _stopped(self) -> None:
         self._forge.detach_worker(self)
 
+    def _crashed(self) -> str | None:
+        """Which loop crashed, and with what type of error (``None``: none did)."""
+        # The dispatcher says so before it releases its tasks; the others once they end.
+        crashed = self.dispatcher.crashed
+        if crashed is not None:
+            return f"dispatch crashed ({type(crashed).__name__})"
+        if self._crash is not None:
+            name, error = self._crash
+            return f"{name} crashed ({type(error).__name__})"
+        return None
+
     async def _health(self) -> HealthComponentReport:
         total = self.dispatcher.stats.total()
-        if total.claim_calls > 0 and total.claim_errors == total.claim_calls:
+        crashed = self._crashed()
+        if crashed is not None:
+            report = HealthComponentReport.unhealthy(BACKGROUND_TASKS_COMPONENT, crashed)
+        elif total.claim_calls > 0 and total.claim_errors == total.claim_calls:
             report = HealthComponentReport.unhealthy(BACKGROUND_TASKS_COMPONENT, "claims fail")
         elif self.dispatcher.stopping:
             report = HealthComponentReport.degraded(BACKGROUND_TASKS_COMPONENT, "stopping")
@@ -291,11 +318,13 @@ class ForgeWorker:
                 HealthCheckScopes.readiness_and_diagnostics()
             ),
             self._health,
-        ).task("dispatch", self._dispatch)
+        ).task("dispatch", self._dispatch, critical=True)
+        # A crashed loop stops the runtime: a process that claims nothing, or no longer
+        # hears NOTIFY or fires schedules, should exit (non-zero) and be restarted.
         if backend.is_postgres:
-            workers.task("task_notifications", self._listen)
+            workers.task("task_notifications", self._listen, critical=True)
         if forge.periodics:
-            workers.task("scheduler", self._schedule)
+            workers.task("scheduler", self._schedule, critical=True)
         workers.shutdown("forge_stopped", None, self._stopped)
         users = [BACKGROUND_TASKS_COMPONENT, *self._after]
         owner = workers
