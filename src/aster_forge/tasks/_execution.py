@@ -41,7 +41,12 @@ from ._retry import (
     should_auto_retry,
 )
 from ._spec import ErasedTaskSpec, task_kind_label
-from ._steps import mark_active_step_failed, serialize_task_steps_json
+from ._steps import (
+    TaskStepStatus,
+    end_active_step,
+    mark_active_step_failed,
+    serialize_task_steps_json,
+)
 from .errors import TaskCoreError, TaskInvalidValueError, TaskRegistryError
 from .protocols import ClaimedTaskStore, ExecutableTaskRecord, TaskTempDirProvider
 
@@ -57,6 +62,9 @@ StateT = TypeVar("StateT")
 
 #: Stored when a task body cancelled itself although nobody asked it to stop.
 UNEXPECTED_CANCEL_MESSAGE = "Task was cancelled unexpectedly"
+
+#: The detail of the step that was active when an operator cancelled the task.
+CANCELLED_STEP_DETAIL = "Cancelled by an operator"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -377,7 +385,7 @@ class ClaimedTaskExecution:
             ):
                 # No need to wait: the batcher calls back once the statement returned.
                 self.detached = True
-                steps_json = self._steps_json(ctx, None)
+                steps_json = self._steps_json(ctx, _SUCCESS)
                 self._completions.succeed_then(
                     guard.lease, decision.result_json, steps_json, self._written
                 )
@@ -595,7 +603,7 @@ class ClaimedTaskExecution:
         outcome = ClaimedTaskOutcome.LEASE_LOST if self.guard.lease_lost else decision.outcome
         written: bool | BaseException
         try:
-            steps_json = self._steps_json(ctx, decision.failure)
+            steps_json = self._steps_json(ctx, decision)
             written = await self._store_write(outcome, decision, steps_json)
         except Exception as exc:
             written = exc
@@ -638,12 +646,13 @@ class ClaimedTaskExecution:
         self._ended = (decision, applied, self._config.clock.monotonic())
 
     @staticmethod
-    def _steps_json(
-        ctx: TaskExecutionContext | None, failure: TaskFailureClassification | None
-    ) -> str | None:
+    def _steps_json(ctx: TaskExecutionContext | None, decision: _Decision) -> str | None:
         steps = ctx.steps if ctx is not None else ()
-        if steps and failure is not None:
-            steps = mark_active_step_failed(steps, failure.message)
+        if steps and decision.failure is not None:
+            steps = mark_active_step_failed(steps, decision.failure.message)
+        elif steps and decision.outcome is ClaimedTaskOutcome.CANCELLED:
+            # The task ends here: its step must not read "active" for ever.
+            steps = end_active_step(steps, TaskStepStatus.CANCELLED, CANCELLED_STEP_DETAIL)
         return serialize_task_steps_json(steps) if steps else None
 
     @property

@@ -62,7 +62,9 @@ _SCHEMAS: dict[str, Any] = {
         {
             "key": {"type": "string"},
             "title": {"type": "string"},
-            "status": {"enum": ["pending", "active", "succeeded", "failed", "skipped"]},
+            "status": {
+                "enum": ["pending", "active", "succeeded", "failed", "skipped", "cancelled"]
+            },
             "progress_current": {"type": "integer", "minimum": 0},
             "progress_total": {"type": "integer", "minimum": 0},
             "detail": _nullable("string"),
