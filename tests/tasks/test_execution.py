@@ -286,6 +286,24 @@ async def test_redact_errors_stores_and_logs_only_the_exception_type(
     assert line in caplog.messages
 
 
+async def test_a_redacted_last_attempt_is_still_an_error_line(
+    store: InMemoryTaskStore, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    harness = Harness()
+
+    async def leaky(ctx: TaskExecutionContext, job: Job) -> int:
+        raise RuntimeError("password=hunter2")
+
+    harness.actions["u"] = leaky
+    await enqueue(store, new_task(Kind.MAIL, "u", max_attempts=1))
+    with caplog.at_level(logging.WARNING, logger="aster_forge.tasks.execution"):
+        result = await _run_once(store, make_config(harness, clock, redact_errors=True))
+    assert result.outcome is ClaimedTaskOutcome.FAILED
+    (line,) = caplog.records
+    assert (line.levelno, line.exc_info) == (logging.ERROR, None)
+    assert line.getMessage().endswith("failed (retryable, no attempts left): RuntimeError")
+
+
 async def test_a_body_cancelling_itself_is_retried_not_released(
     store: InMemoryTaskStore, clock: ManualClock
 ) -> None:

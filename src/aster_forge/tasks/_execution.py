@@ -468,13 +468,21 @@ class ClaimedTaskExecution:
         decision = self._failure(
             failure, erased, traceback=format_task_traceback(exc) if traced else None
         )
-        self._log_failure(decision, failure, exc if traced else None)
+        self._log_failure(decision, failure, unexpected=not expected, exc=exc if traced else None)
         return decision
 
     def _log_failure(
-        self, decision: _Decision, failure: TaskFailureClassification, exc: BaseException | None
+        self,
+        decision: _Decision,
+        failure: TaskFailureClassification,
+        *,
+        unexpected: bool,
+        exc: BaseException | None,
     ) -> None:
-        """One line per failed attempt: what happens next and the stored error text."""
+        """One line per failed attempt: what happens next and the stored error text.
+
+        ``exc`` (its traceback) is ``None`` for an expected or a redacted failure.
+        """
         task = self.task
         label = task_kind_label(task.kind)
         if decision.outcome is ClaimedTaskOutcome.RETRIED:
@@ -483,7 +491,7 @@ class ClaimedTaskExecution:
             then = f"retrying in {decision.delay.total_seconds():.1f}s"
         else:
             # A failure nobody expected that ends the task is what an operator must see.
-            level = logging.WARNING if exc is None else logging.ERROR
+            level = logging.ERROR if unexpected else logging.WARNING
             then = _FINAL[failure.retry_class]
         logger.log(
             level,
