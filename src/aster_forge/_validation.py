@@ -1,4 +1,4 @@
-"""Identifier and duration checks shared by the lease and scheduled task stores.
+"""Identifier, duration and settings checks shared by the stores and the configs.
 
 The checks are the same everywhere; each caller names its own error type so a
 runtime lease raises a runtime error and a scheduled task a tasks error. They live at
@@ -11,7 +11,15 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-__all__ = ["check_stored_duration", "check_stored_identifier", "is_control_character"]
+__all__ = [
+    "check_instance",
+    "check_int_setting",
+    "check_number_setting",
+    "check_optional_duration",
+    "check_stored_duration",
+    "check_stored_identifier",
+    "is_control_character",
+]
 
 
 def is_control_character(ch: str) -> bool:
@@ -72,3 +80,39 @@ def check_stored_duration(
     if value < timedelta(0) or (value == timedelta(0) and not allow_zero):
         raise error(f"{what} must be {'non-negative' if allow_zero else 'positive'}, got {value}")
     return value
+
+
+def check_instance(
+    what: str, value: object, expected: type, *, error: type[Exception], example: str = ""
+) -> None:
+    """Refuse a setting that is not an instance of ``expected``.
+
+    The message names the setting, what to pass (``example``, e.g.
+    ``"DispatchPollConfig(base_interval=timedelta(seconds=1))"``) and what was given.
+    """
+    if not isinstance(value, expected):
+        given = type(value).__name__
+        sample = f" such as {example}" if example else ""
+        raise error(f"{what} must be a {expected.__name__}{sample}, got {given}: {value!r}")
+
+
+def check_optional_duration(
+    what: str, value: object, *, allow_zero: bool, error: type[Exception]
+) -> None:
+    """:func:`check_stored_duration` for a setting that may also be ``None``."""
+    if value is not None:
+        check_stored_duration(what, value, allow_zero=allow_zero, error=error)
+
+
+def check_int_setting(what: str, value: object, *, minimum: int, error: type[Exception]) -> None:
+    """Refuse a setting that is not an ``int`` (``bool`` is not one) of at least ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise error(f"{what} must be an int >= {minimum}, got {type(value).__name__}: {value!r}")
+    if value < minimum:
+        raise error(f"{what} must be an int >= {minimum}, got {value}")
+
+
+def check_number_setting(what: str, value: object, *, error: type[Exception]) -> None:
+    """Refuse a setting that is not a real number (``int`` or ``float``, not ``bool``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise error(f"{what} must be a number, got {type(value).__name__}: {value!r}")

@@ -243,8 +243,34 @@ def run_command(target: str) -> None:
     show_default=True,
     help="Event loop: uvloop when installed (auto), asyncio's own, or uvloop.",
 )
-def worker(target: str, http: str | None, admin_token: str | None, loop: str) -> None:
+@click.option(
+    "--log-format",
+    "log_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    envvar="ASTER_FORGE_LOG_FORMAT",
+    show_default=True,
+    help="Log lines on stderr: text (time, level, logger, message) or one JSON object each.",
+)
+@click.option(
+    "--log-level",
+    "log_level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="info",
+    envvar="ASTER_FORGE_LOG_LEVEL",
+    show_default=True,
+    help="The lowest level logged (when the product did not configure logging itself).",
+)
+def worker(
+    target: str,
+    http: str | None,
+    admin_token: str | None,
+    loop: str,
+    log_format: str,
+    log_level: str,
+) -> None:
     """Run a Forge's workers, scheduler and NOTIFY listener until SIGINT/SIGTERM."""
+    from aster_forge._cli._logs import LogFormat
     from aster_forge._cli._worker import EventLoopChoice, event_loop_factory, run_worker
 
     try:
@@ -252,7 +278,14 @@ def worker(target: str, http: str | None, admin_token: str | None, loop: str) ->
     except CliError as exc:
         fail(exc)
     sys.path.insert(0, os.getcwd())
-    sys.exit(_run(run_worker(target, http, admin_token or None), factory))
+    running = run_worker(
+        target,
+        http,
+        admin_token or None,
+        log_format=LogFormat(log_format),
+        log_level=log_level,
+    )
+    sys.exit(_run(running, factory))
 
 
 @cli.command()

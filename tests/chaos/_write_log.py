@@ -124,25 +124,43 @@ class LoggingStore(BackgroundTaskDbStore):
         error: str,
         steps_json: str | None,
         count_attempt: bool,
+        traceback: str | None = None,
     ) -> bool:
         parent = super().mark_task_retry
         return await self._write(
             "retry",
             [lease],
             lambda: parent(
-                lease, delay=delay, error=error, steps_json=steps_json, count_attempt=count_attempt
+                lease,
+                delay=delay,
+                error=error,
+                steps_json=steps_json,
+                count_attempt=count_attempt,
+                traceback=traceback,
             ),
             lambda r: [r],
         )
 
     async def mark_task_failed(
-        self, lease: TaskLease, *, error: str, steps_json: str | None, manual_retry: bool
+        self,
+        lease: TaskLease,
+        *,
+        error: str,
+        steps_json: str | None,
+        manual_retry: bool,
+        traceback: str | None = None,
     ) -> bool:
         parent = super().mark_task_failed
         return await self._write(
             "fail",
             [lease],
-            lambda: parent(lease, error=error, steps_json=steps_json, manual_retry=manual_retry),
+            lambda: parent(
+                lease,
+                error=error,
+                steps_json=steps_json,
+                manual_retry=manual_retry,
+                traceback=traceback,
+            ),
             lambda r: [r],
         )
 

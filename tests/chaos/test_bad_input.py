@@ -163,7 +163,9 @@ step_like = st.lists(
         optional={
             "key": st.sampled_from(["a", "b", "", " a"]) | json_values,
             "title": json_values,
-            "status": st.sampled_from(["pending", "active", "succeeded", "failed", "skipped"])
+            "status": st.sampled_from(
+                ["pending", "active", "succeeded", "failed", "skipped", "cancelled"]
+            )
             | json_values,
             "progress_current": st.integers(-3, 5) | json_values,
             "progress_total": st.integers(-3, 5) | json_values,

@@ -146,6 +146,47 @@ def test_tasks_show_the_snooze_count(seeded_url: str) -> None:
     assert detail["snooze_count"] == 1
 
 
+_ERROR = "tests.QuoteError: upstream said [bold]503[/bold] for /quotes"
+_TRACEBACK = (
+    "Traceback (most recent call last):\n"
+    '  File "/srv/app/quotes.py", line 12, in fetch\n'
+    "    raise QuoteError(f'upstream said [bold]{status}[/bold] for {path}')\n"
+    f"{_ERROR}\n"
+)
+
+
+async def _fail_task_one(url: str) -> None:
+    engine = create_async_engine(url)
+    try:
+        store = BackgroundTaskDbStore(engine)
+        record = await store.get_task(1)
+        assert record is not None
+        (claimed,) = await store.claim_due_for_lane(
+            record.lane, 1, "cli-test", timedelta(minutes=1)
+        )
+        assert claimed.processing_token is not None and claimed.lease_expires_at is not None
+        lease = TaskLease(claimed.id, claimed.processing_token, claimed.lease_expires_at)
+        assert await store.mark_task_failed(
+            lease, error=_ERROR, steps_json=None, manual_retry=True, traceback=_TRACEBACK
+        )
+    finally:
+        await engine.dispose()
+
+
+def test_tasks_show_prints_the_error_and_its_traceback_verbatim(seeded_url: str) -> None:
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, _fail_task_one(seeded_url)).result()
+    shown = invoke("tasks", "show", "1", "--database-url", seeded_url).stdout
+    assert f"last_error: {_ERROR}\n" in shown  # brackets are text, not markup
+    lines = shown.splitlines()
+    start = lines.index(f"{'traceback':>14}:")
+    assert [line.strip() for line in lines[start + 1 : start + 5]] == [
+        line.strip() for line in _TRACEBACK.splitlines()
+    ]
+    detail = json.loads(invoke("tasks", "show", "1", "--json", "--database-url", seeded_url).stdout)
+    assert (detail["last_error"], detail["last_traceback"]) == (_ERROR, _TRACEBACK)
+
+
 def test_tasks_cancel_and_retry(seeded_url: str) -> None:
     assert "cancelled" in invoke("tasks", "cancel", "2", "--database-url", seeded_url).stdout
     again = invoke("tasks", "cancel", "2", "--database-url", seeded_url)

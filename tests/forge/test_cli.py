@@ -134,6 +134,16 @@ async def test_two_worker_processes_run_each_cron_firing_once(
     assert len(firings) == len(set(firings)), f"a cron firing ran twice: {firings}"
 
 
+def test_a_worker_whose_loop_crashes_exits_non_zero_after_its_shutdown(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'crash.db'}"
+    result = _run("worker", "tests.forge._crashing_product:forge", url=url)
+    assert result.returncode == 1, result.stderr
+    assert "the task worker's loop crashed (AttributeError" in result.stderr
+    assert "Traceback (most recent call last)" in result.stderr
+    assert "component task dispatch of background_tasks crashed" in result.stderr
+    assert "shutdown report" in result.stdout  # the runtime shut down in order first
+
+
 def test_worker_rejects_a_target_that_is_not_a_forge() -> None:
     result = _run("worker", "tests.forge._product:build_forge", url="memory://")
     assert result.returncode == 2

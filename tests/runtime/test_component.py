@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import timedelta
 
 import pytest
 
 from aster_forge.runtime import (
+    AsterRuntime,
+    AsterRuntimeShutdownError,
     CancellationToken,
     HealthCheckOptions,
     HealthCheckScope,
@@ -410,3 +412,83 @@ def test_self_dependency_is_a_cycle() -> None:
     with pytest.raises(RuntimeComponentGraphError) as caught:
         registry.validate()
     assert caught.value.cycle == ("a",)
+
+
+class _ErrorSeen(logging.Handler):
+    """Sets ``seen`` on the first ERROR record of its logger (no polling, no sleeps)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.seen = asyncio.Event()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+        self.seen.set()
+
+
+@pytest.fixture
+def runtime_errors() -> Iterator[_ErrorSeen]:
+    handler = _ErrorSeen()
+    log = logging.getLogger("aster_forge.runtime")
+    log.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        log.removeHandler(handler)
+
+
+async def test_a_crashed_component_task_is_logged_when_it_crashes(
+    runtime_errors: _ErrorSeen,
+) -> None:
+    crash = asyncio.Event()
+
+    async def listener(token: CancellationToken) -> None:
+        await crash.wait()
+        raise ConnectionResetError("server closed the connection")
+
+    registry = RuntimeComponentRegistry()
+    registry.component("tasks", Kind.TASKS).task("listener", listener)
+    root = CancellationToken()
+    registry.start_tasks(root)
+    crash.set()
+    async with asyncio.timeout(10):
+        await runtime_errors.seen.wait()  # logged now, not at shutdown
+    (record,) = runtime_errors.records
+    assert record.getMessage() == (
+        "component task listener of tasks crashed: "
+        "ConnectionResetError: server closed the connection"
+    )
+    assert record.exc_info is not None and isinstance(record.exc_info[1], ConnectionResetError)
+    assert not root.cancelled  # not critical: the runtime keeps running
+    report = await registry.shutdown()
+    assert report.phases[0].status == ShutdownPhaseStatus.FAILED(COMPONENT_TASK_FAILED)
+
+
+async def test_a_critical_task_crash_stops_the_runtime(runtime_errors: _ErrorSeen) -> None:
+    stopped: list[str] = []
+
+    async def dispatcher(token: CancellationToken) -> None:
+        raise AttributeError("'timedelta' object has no attribute 'base_interval'")
+
+    async def service(token: CancellationToken) -> None:
+        await token.wait()
+        stopped.append("service saw the stop")
+
+    builder = AsterRuntime.builder().install_signal_handlers(False)
+    builder.component(
+        runtime_component(
+            lambda registry: (
+                registry.component("tasks", Kind.TASKS)
+                .task("dispatch", dispatcher, critical=True)
+                .task("service", service)
+            )
+        )
+    )
+    with pytest.raises(AsterRuntimeShutdownError) as caught:
+        async with asyncio.timeout(10):  # a runtime that kept running would fail here
+            await builder.build().run()
+    assert stopped == ["service saw the stop"]
+    assert [p.name for p in caught.value.report.failures()] == ["dispatch"]
+    (record,) = runtime_errors.records
+    assert record.getMessage().endswith("; stopping the runtime")

@@ -246,16 +246,32 @@ class ProxyStore(TaskStoreBase[BackgroundTaskRecord, str]):
         error: str,
         steps_json: str | None,
         count_attempt: bool,
+        traceback: str | None = None,
     ) -> bool:
         return await self.inner.mark_task_retry(
-            lease, delay=delay, error=error, steps_json=steps_json, count_attempt=count_attempt
+            lease,
+            delay=delay,
+            error=error,
+            steps_json=steps_json,
+            count_attempt=count_attempt,
+            traceback=traceback,
         )
 
     async def mark_task_failed(
-        self, lease: TaskLease, *, error: str, steps_json: str | None, manual_retry: bool
+        self,
+        lease: TaskLease,
+        *,
+        error: str,
+        steps_json: str | None,
+        manual_retry: bool,
+        traceback: str | None = None,
     ) -> bool:
         return await self.inner.mark_task_failed(
-            lease, error=error, steps_json=steps_json, manual_retry=manual_retry
+            lease,
+            error=error,
+            steps_json=steps_json,
+            manual_retry=manual_retry,
+            traceback=traceback,
         )
 
     async def release_task_for_shutdown(self, lease: TaskLease) -> bool:

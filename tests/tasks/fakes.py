@@ -76,11 +76,18 @@ class FakeStepStore(TaskStoreBase[BackgroundTaskRecord, str]):
         error: str,
         steps_json: str | None,
         count_attempt: bool,
+        traceback: str | None = None,
     ) -> bool:
         return lease.processing_token == self.owner_token
 
     async def mark_task_failed(
-        self, lease: TaskLease, *, error: str, steps_json: str | None, manual_retry: bool
+        self,
+        lease: TaskLease,
+        *,
+        error: str,
+        steps_json: str | None,
+        manual_retry: bool,
+        traceback: str | None = None,
     ) -> bool:
         return lease.processing_token == self.owner_token
 

@@ -193,7 +193,99 @@ async def test_manual_failure_is_final_but_manually_retryable(
     assert (row.status, row.manual_retry_allowed) == (TaskStatus.FAILED, True)
 
 
-async def test_unclassified_exception_is_retryable_with_fixed_text(
+class UpstreamError(Exception):
+    """A product exception whose text says what went wrong."""
+
+
+async def test_an_unclassified_failure_stores_its_type_message_and_traceback(
+    store: InMemoryTaskStore, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    harness = Harness()
+
+    def parse_reply(status: int) -> None:
+        raise UpstreamError(f"Server error '{status} Service Unavailable' for url '/quotes'")
+
+    async def upstream(ctx: TaskExecutionContext, job: Job) -> int:
+        parse_reply(503)
+        return 0
+
+    harness.actions["u"] = upstream
+    (task_id,) = await enqueue(store, new_task(Kind.MAIL, "u"))
+    with caplog.at_level(logging.WARNING, logger="aster_forge.tasks.execution"):
+        result = await _run_once(store, make_config(harness, clock))
+    assert result.outcome is ClaimedTaskOutcome.RETRIED
+    assert result.retry_class is TaskRetryClass.RETRYABLE
+    row = await store.get_task(task_id)
+    assert row is not None
+    expected = (
+        "tests.tasks.test_execution.UpstreamError: "
+        "Server error '503 Service Unavailable' for url '/quotes'"
+    )
+    assert row.last_error == expected == result.error
+    trace = row.last_traceback
+    assert trace is not None and trace.startswith("Traceback (most recent call last):")
+    assert "in parse_reply" in trace and "in upstream" in trace
+    assert trace.rstrip().endswith(expected)
+    (line,) = caplog.records
+    assert line.levelno == logging.WARNING and line.exc_info is not None
+    assert line.getMessage() == (
+        f"task #{task_id} (mail) attempt 1/5 failed (retryable, retrying in 5.0s): {expected}"
+    )
+
+
+async def test_the_last_attempt_of_an_unclassified_failure_logs_an_error(
+    store: InMemoryTaskStore, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    harness = Harness()
+
+    async def broken(ctx: TaskExecutionContext, job: Job) -> int:
+        raise KeyError("sku-17")
+
+    harness.actions["k"] = broken
+    (task_id,) = await enqueue(store, new_task(Kind.MAIL, "k", max_attempts=1))
+    with caplog.at_level(logging.WARNING, logger="aster_forge.tasks.execution"):
+        result = await _run_once(store, make_config(harness, clock))
+    assert result.outcome is ClaimedTaskOutcome.FAILED
+    row = await store.get_task(task_id)
+    assert row is not None and row.last_error == "KeyError: 'sku-17'"
+    assert row.last_traceback is not None and "in broken" in row.last_traceback
+    (line,) = caplog.records
+    assert line.levelno == logging.ERROR
+    assert "attempt 1/1 failed (retryable, no attempts left): KeyError: 'sku-17'" in (
+        line.getMessage()
+    )
+
+
+async def test_redact_errors_stores_and_logs_only_the_exception_type(
+    store: InMemoryTaskStore, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    harness = Harness()
+
+    async def leaky(ctx: TaskExecutionContext, job: Job) -> int:
+        raise RuntimeError("password=hunter2")
+
+    async def chosen(ctx: TaskExecutionContext, job: Job) -> int:
+        raise ClassifiedTaskError("Quota exceeded for hunter", TaskRetryClass.MANUAL)
+
+    harness.actions.update(u=leaky, c=chosen)
+    (leaked,) = await enqueue(store, new_task(Kind.MAIL, "u"))
+    (classified,) = await enqueue(store, new_task(Kind.MAIL, "c"))
+    config = make_config(harness, clock, redact_errors=True)
+    with caplog.at_level(logging.DEBUG):
+        assert (await _run_once(store, config)).outcome is ClaimedTaskOutcome.RETRIED
+        assert (await _run_once(store, config)).outcome is ClaimedTaskOutcome.FAILED
+    row = await store.get_task(leaked)
+    assert row is not None
+    assert (row.last_error, row.last_traceback) == ("RuntimeError", None)
+    kept = await store.get_task(classified)
+    assert kept is not None and kept.last_error == "Quota exceeded for hunter"
+    assert "hunter2" not in caplog.text and "Traceback" not in caplog.text
+    assert all(record.exc_info is None for record in caplog.records)
+    line = f"task #{leaked} (mail) attempt 1/5 failed (retryable, retrying in 5.0s): RuntimeError"
+    assert line in caplog.messages
+
+
+async def test_a_redacted_last_attempt_is_still_an_error_line(
     store: InMemoryTaskStore, clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     harness = Harness()
@@ -202,18 +294,13 @@ async def test_unclassified_exception_is_retryable_with_fixed_text(
         raise RuntimeError("password=hunter2")
 
     harness.actions["u"] = leaky
-    (task_id,) = await enqueue(store, new_task(Kind.MAIL, "u"))
+    await enqueue(store, new_task(Kind.MAIL, "u", max_attempts=1))
     with caplog.at_level(logging.WARNING, logger="aster_forge.tasks.execution"):
-        result = await _run_once(store, make_config(harness, clock))
-    assert result.outcome is ClaimedTaskOutcome.RETRIED
-    assert result.retry_class is TaskRetryClass.RETRYABLE
-    row = await store.get_task(task_id)
-    assert row is not None
-    assert row.last_error == "Task failed with an unexpected error (RuntimeError)"
-    assert "hunter2" not in (row.last_error or "")
-    # The traceback (with the original message) goes to the log only.
-    logged = [r for r in caplog.records if r.exc_info is not None]
-    assert logged and isinstance(logged[0].exc_info[1], RuntimeError)  # type: ignore[index]
+        result = await _run_once(store, make_config(harness, clock, redact_errors=True))
+    assert result.outcome is ClaimedTaskOutcome.FAILED
+    (line,) = caplog.records
+    assert (line.levelno, line.exc_info) == (logging.ERROR, None)
+    assert line.getMessage().endswith("failed (retryable, no attempts left): RuntimeError")
 
 
 async def test_a_body_cancelling_itself_is_retried_not_released(

@@ -108,7 +108,7 @@ async def test_no_log_record_carries_a_payload_value(
     row = await store.get_task(task_id)
     assert row is not None and row.last_error is not None and "'name'" in row.last_error
     logged = _everything_logged(caplog)
-    assert "attempt 1 failed" in logged
+    assert "attempt 1/5 failed" in logged
     assert SECRET not in logged and "input_value" not in logged
     assert SECRET not in row.last_error
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import random
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -22,6 +23,7 @@ from aster_forge.tasks import (
     ClaimedTaskOutcome,
     ClaimedTaskReport,
     NewTask,
+    TaskCancelOutcome,
     TaskExecutionContext,
     TaskFailureReason,
     TaskRegistry,
@@ -29,6 +31,9 @@ from aster_forge.tasks import (
     TaskSnooze,
     TaskSpec,
     TaskStatus,
+    TaskStepSpec,
+    TaskStepStatus,
+    parse_task_steps_json,
     task_heartbeat_interval,
 )
 from aster_forge.testing import InMemoryTaskStore, ManualClock
@@ -50,6 +55,8 @@ class Kind(enum.StrEnum):
     SNOOZE = "snooze"
     FLAKY = "flaky"
     PATIENT = "patient"
+    STEPPED = "stepped"
+    THREADED = "threaded"
 
 
 class Lane(enum.StrEnum):
@@ -67,6 +74,12 @@ class State:
     finish: asyncio.Event = field(default_factory=asyncio.Event)
     contexts: list[TaskExecutionContext] = field(default_factory=list)
     cancelled_bodies: int = 0
+    # A plain def body runs in a worker thread: threading events, not asyncio ones.
+    thread_started: threading.Event = field(default_factory=threading.Event)
+    thread_go_on: threading.Event = field(default_factory=threading.Event)
+    thread_done: threading.Event = field(default_factory=threading.Event)
+    side_effects: list[str] = field(default_factory=list)
+    seen_from_thread: list[bool] = field(default_factory=list)
 
 
 async def _loop(ctx: TaskExecutionContext, state: State, payload: int) -> str | None:
@@ -85,6 +98,26 @@ async def _gated(ctx: TaskExecutionContext, state: State, payload: int) -> str |
     state.started.set()
     await state.finish.wait()
     return "done"
+
+
+async def _stepped(ctx: TaskExecutionContext, state: State, payload: int) -> str | None:
+    await ctx.step_succeeded("fetch")
+    await ctx.step_active("write", progress=(1, 3))
+    state.started.set()
+    await state.finish.wait()
+    return "written"
+
+
+def _threaded(ctx: TaskExecutionContext, state: State, payload: int) -> str | None:
+    state.thread_started.set()
+    state.thread_go_on.wait(STEP_TIMEOUT)
+    # Read from the worker thread, after the row was already written cancelled.
+    cancelled = ctx.cancel_requested
+    state.seen_from_thread.append(cancelled)
+    if not cancelled:
+        state.side_effects.append("charged the card")
+    state.thread_done.set()
+    return None
 
 
 async def _snooze(ctx: TaskExecutionContext, state: State, payload: int) -> str | None:
@@ -110,6 +143,10 @@ def _registry() -> TaskRegistry[State, Kind, Lane]:
     registry.register(TaskSpec(Kind.SNOOZE, int, str | None, _snooze))
     registry.register(TaskSpec(Kind.FLAKY, int, str | None, _flaky))
     registry.register(TaskSpec(Kind.PATIENT, int, str | None, _flaky, retry_policy=PATIENT_POLICY))
+    steps = (TaskStepSpec("fetch", "Fetch"), TaskStepSpec("write", "Write"))
+    registry.register(TaskSpec(Kind.STEPPED, int, str | None, _stepped, steps=steps))
+    # A plain def body (run in a worker thread); the spec's type names only coroutines.
+    registry.register(TaskSpec(Kind.THREADED, int, str | None, _threaded))  # type: ignore[arg-type]
     registry.lane(Lane.WORK, list(Kind))
     return registry.validate()
 
@@ -209,6 +246,41 @@ async def test_admin_cancel_stops_a_looping_body_within_two_heartbeats(stack: St
     assert row.status is TaskStatus.CANCELLED
     assert row.failure_reason is TaskFailureReason.CANCELLED
     assert row.attempt == 0 and row.processing_token is None and row.finished_at is not None
+
+
+async def test_a_cancelled_task_ends_its_active_step_cancelled(stack: Stack) -> None:
+    steps = REGISTRY.spec_for(Kind.STEPPED).initial_steps_json()
+    record = await stack.claim(Kind.STEPPED, steps_json=steps)
+    run = asyncio.create_task(run_claimed(stack.store, record, stack.config()), name="test-run")
+    await asyncio.wait_for(stack.state.started.wait(), STEP_TIMEOUT)
+    assert await stack.store.cancel_task(record.id) is TaskCancelOutcome.CANCEL_REQUESTED
+    await _tick_until_done(stack, run, 2)
+    assert run.result().outcome is ClaimedTaskOutcome.CANCELLED
+    row = await stack.row(record.id)
+    assert row.status is TaskStatus.CANCELLED and row.steps_json is not None
+    fetch, write = parse_task_steps_json(row.steps_json)
+    assert fetch.status is TaskStepStatus.SUCCEEDED
+    assert (write.status, write.detail) == (TaskStepStatus.CANCELLED, "Cancelled by an operator")
+    assert write.finished_at is not None and write.progress_current == 1  # as far as it got
+
+
+async def test_a_plain_def_body_sees_the_cancel_from_its_thread(stack: Stack) -> None:
+    # A thread cannot be stopped: the row ends cancelled while the body still runs, and
+    # the body must look at ctx.cancel_requested before a side effect.
+    record = await stack.claim(Kind.THREADED)
+    run = asyncio.create_task(run_claimed(stack.store, record, stack.config()), name="test-run")
+    assert await asyncio.to_thread(stack.state.thread_started.wait, STEP_TIMEOUT)
+    try:
+        assert await stack.store.cancel_task(record.id) is TaskCancelOutcome.CANCEL_REQUESTED
+        await _tick_until_done(stack, run, 2)
+        assert run.result().outcome is ClaimedTaskOutcome.CANCELLED
+        assert (await stack.row(record.id)).status is TaskStatus.CANCELLED
+        assert not stack.state.thread_done.is_set(), "the thread is still running"
+    finally:
+        stack.state.thread_go_on.set()
+        assert await asyncio.to_thread(stack.state.thread_done.wait, STEP_TIMEOUT)
+    assert stack.state.seen_from_thread == [True]
+    assert stack.state.side_effects == []
 
 
 class _CountingStore:

@@ -90,7 +90,9 @@ async def test_product_errors_are_classified() -> None:
     assert classified.message == "Image too large"
     unknown = erased.classify(KeyError("internal-detail"))
     assert unknown.retry_class is TaskRetryClass.RETRYABLE
-    assert "KeyError" in unknown.message and "internal-detail" not in unknown.message
+    assert unknown.message == "KeyError: 'internal-detail'"
+    redacted, expected = erased.classify_failure(KeyError("internal-detail"), redact=True)
+    assert (redacted.message, expected) == ("KeyError", False)
 
 
 def test_initial_steps_and_schemas() -> None:

@@ -200,7 +200,7 @@ def test_any_step_list_round_trips(steps: list[TaskStepInfo]) -> None:
 
 def test_json_schemas_describe_steps_and_statuses() -> None:
     status = task_step_status_json_schema()
-    assert status["enum"] == ["pending", "active", "succeeded", "failed", "skipped"]
+    assert status["enum"] == ["pending", "active", "succeeded", "failed", "skipped", "cancelled"]
     schema = task_steps_json_schema()
     assert schema["type"] == "array"
     info = schema["$defs"]["TaskStepInfo"]

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import enum
 import gc
+import logging
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -297,3 +299,55 @@ async def test_shutdown_waits_for_a_claim_on_the_wire_and_releases_what_it_bring
     assert (row.status, row.attempt, row.processing_token) == (TaskStatus.PENDING, 0, None)
     total = worker.stats.total()
     assert (total.claimed, total.released_on_shutdown, total.in_flight) == (1, 1, 0)
+
+
+class _ErrorSeen(logging.Handler):
+    """Sets ``seen`` on the first ERROR record (no polling, no sleeps)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.seen = asyncio.Event()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+        self.seen.set()
+
+
+async def test_a_crashed_loop_is_logged_and_recorded_before_its_tasks_are_released() -> None:
+    clock = ManualClock()
+    store, harness = InMemoryTaskStore(clock), Harness()
+    harness.gate("held")
+    (task_id,) = await enqueue(store, new_task(Kind.MAIL, "held"))
+    worker = _worker(store, harness, clock, grace=timedelta(hours=1))
+    errors = _ErrorSeen()
+    log = logging.getLogger("aster_forge.tasks.dispatch")
+    log.addHandler(errors)
+    # The production failure: a poll setting of the wrong type reached the loop.
+    wrong_poll: Any = timedelta(seconds=1)
+    running = asyncio.create_task(
+        worker.run(CancellationToken(), poll=wrong_poll), name="test:crashing-worker"
+    )
+    try:
+        async with asyncio.timeout(10):
+            await errors.seen.wait()
+        assert isinstance(worker.crashed, AttributeError)
+        (record,) = errors.records
+        assert record.getMessage().startswith(
+            "the task worker's loop crashed (AttributeError: 'datetime.timedelta' object has "
+            "no attribute"
+        )
+        assert record.getMessage().endswith(
+            "it claims nothing more and releases its 1 running tasks"
+        )
+        assert record.exc_info is not None and record.exc_info[1] is worker.crashed
+        # Said while the claimed body still runs, not once the release is done.
+        assert harness.started == ["held"] and harness.finished == []
+        assert not running.done()
+    finally:
+        log.removeHandler(errors)
+        harness.open("held")
+        with pytest.raises(AttributeError):
+            await running
+    stored = await store.get_task(task_id)
+    assert stored is not None and stored.status is TaskStatus.SUCCEEDED

@@ -64,6 +64,15 @@ async def claim_one(
     return record, TaskLease(record.id, record.processing_token, record.lease_expires_at)
 
 
+SEEDED_TRACEBACK = (
+    "Traceback (most recent call last):\n"
+    '  File "/srv/app/publish.py", line 40, in publish\n'
+    "    raise PublishError(reply.status)\n"
+    "PublishError: publish failed: 500\n"
+)
+"""The traceback stored with each seeded failure."""
+
+
 async def seed_tasks(store: BackgroundTaskStore) -> dict[str, int]:
     """Create one task per interesting status; return their ids by name.
 
@@ -91,6 +100,7 @@ async def seed_tasks(store: BackgroundTaskStore) -> dict[str, int]:
                 error="publish failed: 500",
                 steps_json=three_steps(2),
                 manual_retry=name == "failed",
+                traceback=SEEDED_TRACEBACK,
             )
     ids["running"] = (
         await store.enqueue(NewTask(kind="render", lane="media", steps_json=three_steps(1)))

@@ -19,7 +19,7 @@ from aster_forge.tasks import BackgroundTaskStore, NewTask, TaskStatus
 from aster_forge.testing import InMemoryTaskStore
 from aster_forge.web import AdminSources, admin_app, create_app
 
-from ._support import AUTH, TOKEN, client, seed_tasks
+from ._support import AUTH, SEEDED_TRACEBACK, TOKEN, client, seed_tasks
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -76,6 +76,7 @@ async def test_task_rows_carry_step_progress(store: BackgroundTaskStore) -> None
     assert failed["manual_retry_allowed"] is True
     assert items[ids["pending"]]["steps"] is None and items[ids["pending"]]["steps_total"] == 0
     assert "payload" not in running  # list rows stay small
+    assert "last_traceback" not in failed
 
 
 async def test_show_one_task_with_payload_and_result(store: BackgroundTaskStore) -> None:
@@ -83,9 +84,13 @@ async def test_show_one_task_with_payload_and_result(store: BackgroundTaskStore)
     async with client(admin_app(AdminSources(task_store=store))) as http:
         done = await http.get(f"/api/tasks/{ids['succeeded']}")
         pending = await http.get(f"/api/tasks/{ids['pending']}")
+        failed = await http.get(f"/api/tasks/{ids['failed']}")
         missing = await http.get("/api/tasks/999999")
     assert done.status_code == 200
     assert done.json()["result"] == {"ok": True}
+    assert done.json()["last_traceback"] is None
+    assert failed.json()["last_error"] == "publish failed: 500"
+    assert failed.json()["last_traceback"] == SEEDED_TRACEBACK
     assert pending.json()["payload"] == {"n": 1}
     assert missing.status_code == 404
     assert missing.json()["error"] == "task_not_found"

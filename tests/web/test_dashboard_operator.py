@@ -26,7 +26,7 @@ from aster_forge.tasks import NewTask, TaskStatus
 from aster_forge.web import AdminSources, admin_app
 
 from ._browser import chromium, new_page, serve
-from ._support import TOKEN, claim_one, seed_tasks
+from ._support import SEEDED_TRACEBACK, TOKEN, claim_one, seed_tasks
 
 T = TypeVar("T")
 HOSTILE_KIND = '<img src=x onerror="window.pwned=1">'
@@ -239,6 +239,8 @@ def test_detail_view_shows_every_field(live: Live, page: Any) -> None:
     for field in ("Created", "Run at", "Started", "Finished", "Updated"):
         assert _text(page, f'#detail-fields dd[data-field="{field}"]') not in {"", "-"}, field
     assert _text(page, "#detail-error") == "publish failed: 500"
+    page.click("#detail-traceback-box summary")
+    assert _text(page, "#detail-traceback") == SEEDED_TRACEBACK.strip()
     steps = page.locator("#detail-steps li").evaluate_all(
         "items => items.map(li => li.dataset.stepStatus)"
     )

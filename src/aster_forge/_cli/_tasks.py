@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -83,6 +84,7 @@ def task_dict(record: BackgroundTaskRecord, *, detail: bool = False) -> dict[str
         out["payload"], out["payload_invalid"] = _stored_json(record.payload_json)
         out["result"], out["result_invalid"] = _stored_json(record.result_json)
         out["dedupe_key"] = record.dedupe_key
+        out["last_traceback"] = record.last_traceback
         out["steps"] = [
             {
                 "key": s.key,
@@ -174,6 +176,10 @@ async def show_task(url: str, table: str, task_id: int, *, as_json: bool = False
     for key in (*optional, "last_error", "failure_reason", "dedupe_key"):
         if data[key] is not None:
             out.print(f"{key:>14}: {data[key]}")
+    if data["last_traceback"]:
+        out.print(f"{'traceback':>14}:")
+        trace = textwrap.indent(data["last_traceback"].rstrip("\n"), " " * 16)
+        out.print(trace)
     if data["snooze_count"]:
         out.print(f"{'snooze_count':>14}: {data['snooze_count']}")
     for key in ("payload", "result"):

@@ -6,24 +6,34 @@ import asyncio
 import enum
 import gc
 import importlib
+import logging
+import os
 from collections.abc import Callable
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from aster_forge.forge import Forge
 from aster_forge.runtime import AsterRuntimeError
 
 from ._errors import EXIT_FAILED, EXIT_UNREACHABLE, CliError, database_error
+from ._logs import LogFormat, configure_worker_logging
 from ._output import console
 from ._reports import print_runtime_error, print_shutdown_report
 from ._run import load_object
 
 __all__ = [
     "EventLoopChoice",
+    "database_label",
     "event_loop_factory",
     "load_forge",
     "parse_http_address",
     "run_forge_migrate",
     "run_worker",
+    "startup_line",
 ]
+
+logger = logging.getLogger("aster_forge.worker")
 
 
 class EventLoopChoice(enum.StrEnum):
@@ -82,17 +92,52 @@ def parse_http_address(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-async def run_worker(target: str, http: str | None, admin_token: str | None) -> int:
+def database_label(url: str | None) -> str:
+    """The database URL as a log line shows it: no user name, no password."""
+    if url is None:
+        return "memory"
+    try:
+        # URL.set() ignores None; the NamedTuple's _replace drops both for real.
+        bare = make_url(url)._replace(username=None, password=None)
+        return bare.render_as_string(hide_password=False)
+    except (ArgumentError, ValueError):
+        return "(unparsable URL)"
+
+
+def startup_line(forge: Forge, http: tuple[str, int] | None) -> str:
+    """``worker <name> (pid N): lanes a=2, b=10; database ...; http ...``."""
+    lanes = ", ".join(f"{lane}={limit}" for lane, limit in forge.lanes.items()) or "none"
+    line = (
+        f"worker {forge.name} (pid {os.getpid()}): lanes {lanes}; "
+        f"database {database_label(forge.url)}"
+    )
+    if http is not None:
+        line += f"; http {http[0]}:{http[1]}"
+    return line
+
+
+async def run_worker(
+    target: str,
+    http: str | None,
+    admin_token: str | None,
+    *,
+    log_format: LogFormat = LogFormat.TEXT,
+    log_level: str = "info",
+) -> int:
     """Run the forge's workers (and ``--http``'s web app) until SIGINT/SIGTERM.
 
+    Logging goes to stderr with the time and level on every line (``log_format``),
+    unless the product configured it at import; the first line says what runs where.
     What the import built lives as long as the process, so it is frozen
     (:func:`gc.freeze`) before the workers start: the garbage collector's full
     collections, which a busy worker triggers, then skip it instead of walking every
     object the import built while the event loop waits.
     """
     forge = load_forge(target)
+    configure_worker_logging(log_format, level=log_level)
     address = parse_http_address(http) if http is not None else None
     runtime = forge.runtime(http=address, admin_token=admin_token)
+    logger.info(startup_line(forge, address))
     gc.freeze()
     try:
         await runtime.run()

@@ -300,6 +300,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             (t.c.rescued, sa.not_(terminal)),
             (t.c.finished_at, sa.case((terminal, now_expr), else_=sa.null())),
             (t.c.last_error, LEASE_EXPIRED_ERROR),
+            (t.c.last_traceback, sa.null()),
             (t.c.processing_token, sa.null()),
             (t.c.lease_expires_at, sa.null()),
             (t.c.updated_at, now_expr),
@@ -728,6 +729,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         error: str,
         steps_json: str | None,
         count_attempt: bool,
+        traceback: str | None = None,
     ) -> bool:
         """Fenced: back to pending after ``delay`` (cancelled when a cancel was requested)."""
         check_retry_delay(delay)
@@ -742,6 +744,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
                 else_=TaskFailureReason.PRODUCT_ERROR.value,
             ),
             "last_error": error,
+            "last_traceback": traceback,
             "steps_json": t.c.steps_json if steps_json is None else steps_json,
             "processing_token": None,
             "lease_expires_at": None,
@@ -751,13 +754,20 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         return await self._fenced("mark task retry", lease, values)
 
     async def mark_task_failed(
-        self, lease: TaskLease, *, error: str, steps_json: str | None, manual_retry: bool
+        self,
+        lease: TaskLease,
+        *,
+        error: str,
+        steps_json: str | None,
+        manual_retry: bool,
+        traceback: str | None = None,
     ) -> bool:
         """Fenced: failed for good, ``attempt + 1``."""
         t = self._table
         values: dict[str, Any] = {
             "status": TaskStatus.FAILED.value,
             "last_error": error,
+            "last_traceback": traceback,
             "failure_reason": TaskFailureReason.PRODUCT_ERROR.value,
             "manual_retry_allowed": bool(manual_retry),
             "steps_json": t.c.steps_json if steps_json is None else steps_json,

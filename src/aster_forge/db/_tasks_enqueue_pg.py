@@ -431,5 +431,6 @@ def _unkeyed_record(
             None,  # started_at
             None,  # finished_at
             0,  # snooze_count
+            None,  # last_traceback
         )
     )

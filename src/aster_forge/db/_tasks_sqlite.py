@@ -77,6 +77,7 @@ UPDATE {t} AS t SET
                        WHEN t.cancel_requested OR t.attempt + 1 >= t.max_attempts THEN :now
                        ELSE NULL END,
     last_error = CASE WHEN t.status = '{running}' THEN :lease_error ELSE t.last_error END,
+    last_traceback = CASE WHEN t.status = '{running}' THEN NULL ELSE t.last_traceback END,
     attempt = CASE WHEN t.status = '{running}' THEN t.attempt + 1 ELSE t.attempt END,
     processing_token = CASE WHEN target.claim THEN :prefix || CAST(t.id AS TEXT) ELSE NULL END,
     lease_expires_at = CASE WHEN target.claim THEN :expires ELSE NULL END,

@@ -116,6 +116,7 @@ async def drain_forge(forge: Forge, *, max_tasks: int) -> ForgeDrainResult:
         registry=registry,
         lease_ttl=settings.task_lease_ttl,
         retry_policy=settings.retry,
+        redact_errors=settings.redact_errors,
     )
     owner = default_dispatch_owner()
     ran: list[DrainedTask] = []

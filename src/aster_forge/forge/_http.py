@@ -46,6 +46,8 @@ def http_service(
                 host=host,
                 port=port,
                 log_level="warning",
+                # Through the process's logging (the worker's format), not uvicorn's own.
+                log_config=None,
                 access_log=False,
                 lifespan="off",
                 timeout_graceful_shutdown=5,

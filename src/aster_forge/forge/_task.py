@@ -26,6 +26,11 @@ if TYPE_CHECKING:
 __all__ = ["ForgeTask"]
 
 
+def _seconds(duration: timedelta) -> str:
+    """``5s``, ``0.25s``, ``90s``: a timeout as the error text names it."""
+    return f"{duration.total_seconds():g}s"
+
+
 class ForgeTask:
     """One declared task kind: its wire name, lane, attempts, retry policy, steps, timeout, body.
 
@@ -116,8 +121,16 @@ class ForgeTask:
             call = shape.call(fn, ctx, payload, forge.state_or_none)
             if timeout is None:
                 return await call
-            async with asyncio.timeout(timeout.total_seconds()):
-                return await call
+            limit = asyncio.timeout(timeout.total_seconds())
+            try:
+                async with limit:
+                    return await call
+            except TimeoutError as exc:
+                if not limit.expired():
+                    raise  # the body's own timeout, not this one
+                # asyncio's TimeoutError has no text: say which limit ran out. Chained,
+                # so the stored traceback shows where the body was when it was stopped.
+                raise TimeoutError(f"timed out after {_seconds(timeout)}") from exc
 
         return TaskSpec(
             kind=kind,

@@ -46,6 +46,7 @@ from ..tasks import (
     TaskTempDirs,
     TaskWorker,
 )
+from .errors import ForgeDeclarationError
 
 if TYPE_CHECKING:
     from ._app import Forge
@@ -75,6 +76,10 @@ RESOURCES_COMPONENT = "forge_resources"
 class ForgeWorkerSettings:
     """Timings of a forge's workers (the defaults suit most services).
 
+    Every field is checked when the settings are built: a wrong type or value raises
+    :class:`~aster_forge.forge.errors.ForgeDeclarationError` naming the field and what to
+    pass, before any worker starts.
+
     Attributes:
         poll: The dispatch poll (NOTIFY wakes idle workers sooner on PostgreSQL).
         task_lease_ttl: Each claimed task's lease; the heartbeat renews every third.
@@ -86,6 +91,9 @@ class ForgeWorkerSettings:
         temp_root: Root of the per-task temp directories ``ctx.temp_dir()`` creates
             (``<temp_root>/_runtime/tasks/<id>-<token>``, removed after each execution);
             ``None``: bodies get no temp directory.
+        redact_errors: Store and log only the exception type of a failure nobody
+            classified (no message, no traceback); messages your code chose
+            (``ClassifiedTaskError``, classifiers) are kept.
     """
 
     poll: DispatchPollConfig = field(
@@ -99,6 +107,45 @@ class ForgeWorkerSettings:
     scheduler_lease_ttl: timedelta = timedelta(seconds=15)
     scheduler_claim_ttl: timedelta = timedelta(seconds=120)
     temp_root: Path | None = None
+    redact_errors: bool = False
+
+    def __post_init__(self) -> None:
+        # Checked here: a wrong value accepted now would only fail inside the running
+        # worker, where nothing reports it until shutdown.
+        _require(
+            "poll",
+            self.poll,
+            DispatchPollConfig,
+            "DispatchPollConfig(base_interval=timedelta(milliseconds=200))",
+        )
+        _require(
+            "retry", self.retry, TaskRetryPolicy, "TaskRetryPolicy(base_delay=timedelta(seconds=5))"
+        )
+        _require_duration("task_lease_ttl", self.task_lease_ttl, allow_zero=False)
+        _require_duration("shutdown_grace", self.shutdown_grace, allow_zero=True)
+        _require_duration("scheduler_lease_ttl", self.scheduler_lease_ttl, allow_zero=False)
+        _require_duration("scheduler_claim_ttl", self.scheduler_claim_ttl, allow_zero=False)
+        if self.temp_root is not None:
+            _require("temp_root", self.temp_root, Path, "Path('/var/tmp/app')")
+        _require("redact_errors", self.redact_errors, bool, "True")
+
+
+def _require(name: str, value: object, expected: type, example: str) -> None:
+    """Refuse a setting of the wrong type, naming it and what to pass."""
+    if not isinstance(value, expected):
+        raise ForgeDeclarationError(
+            f"ForgeWorkerSettings.{name} must be a {expected.__name__} such as {example}, "
+            f"got {type(value).__name__}: {value!r}"
+        )
+
+
+def _require_duration(name: str, value: object, *, allow_zero: bool) -> None:
+    """Refuse a duration setting that is not a ``timedelta`` or is out of range."""
+    _require(name, value, timedelta, "timedelta(seconds=30)")
+    assert isinstance(value, timedelta)
+    if value < timedelta(0) or (value == timedelta(0) and not allow_zero):
+        bound = "non-negative" if allow_zero else "positive"
+        raise ForgeDeclarationError(f"ForgeWorkerSettings.{name} must be {bound}, got {value}")
 
 
 def _on_panic(exc: Exception) -> ScheduledTaskOutcome:
@@ -140,6 +187,7 @@ class ForgeWorker:
                 retry_policy=settings.retry,
                 shutdown_grace=settings.shutdown_grace,
                 temp_dirs=None if settings.temp_root is None else TaskTempDirs(settings.temp_root),
+                redact_errors=settings.redact_errors,
             ),
             poll=settings.poll,
             owner=forge.instance_id,
@@ -147,19 +195,32 @@ class ForgeWorker:
         self.started = asyncio.Event()
         self.loop: asyncio.AbstractEventLoop | None = None
         self._exit = AsyncExitStack()
+        # The first of the forge's loops that crashed, for readiness.
+        self._crash: tuple[str, BaseException] | None = None
 
     def wake(self) -> None:
         """Wake the dispatcher (an enqueue in this process)."""
         self.dispatcher.wake()
 
+    async def _watched(self, name: str, loop: Awaitable[None]) -> None:
+        """Run one of the forge's loops, remembering a crash for readiness."""
+        try:
+            await loop
+        except Exception as exc:
+            self._crash = self._crash or (name, exc)
+            raise
+
     async def _dispatch(self, token: CancellationToken) -> None:
-        await self.dispatcher.run(token)
+        await self._watched("dispatch", self.dispatcher.run(token))
 
     async def _listen(self, token: CancellationToken) -> None:
         engine = self._forge.backend.engine
         assert engine is not None
-        await listen_for_task_notifications(
-            engine, DEFAULT_TASK_NOTIFY_CHANNEL, lambda _lane: self.dispatcher.wake(), token
+        await self._watched(
+            "task_notifications",
+            listen_for_task_notifications(
+                engine, DEFAULT_TASK_NOTIFY_CHANNEL, lambda _lane: self.dispatcher.wake(), token
+            ),
         )
 
     async def _schedule(self, token: CancellationToken) -> None:
@@ -185,7 +246,7 @@ class ForgeWorker:
             for periodic in forge.periodics:
                 periodic.declare(runtime)
 
-        await config.run(token, declare, owner_id=forge.instance_id)
+        await self._watched("scheduler", config.run(token, declare, owner_id=forge.instance_id))
 
     async def _ready(self) -> None:
         self.loop = asyncio.get_running_loop()
@@ -195,9 +256,23 @@ class ForgeWorker:
     async def _stopped(self) -> None:
         self._forge.detach_worker(self)
 
+    def _crashed(self) -> str | None:
+        """Which loop crashed, and with what type of error (``None``: none did)."""
+        # The dispatcher says so before it releases its tasks; the others once they end.
+        crashed = self.dispatcher.crashed
+        if crashed is not None:
+            return f"dispatch crashed ({type(crashed).__name__})"
+        if self._crash is not None:
+            name, error = self._crash
+            return f"{name} crashed ({type(error).__name__})"
+        return None
+
     async def _health(self) -> HealthComponentReport:
         total = self.dispatcher.stats.total()
-        if total.claim_calls > 0 and total.claim_errors == total.claim_calls:
+        crashed = self._crashed()
+        if crashed is not None:
+            report = HealthComponentReport.unhealthy(BACKGROUND_TASKS_COMPONENT, crashed)
+        elif total.claim_calls > 0 and total.claim_errors == total.claim_calls:
             report = HealthComponentReport.unhealthy(BACKGROUND_TASKS_COMPONENT, "claims fail")
         elif self.dispatcher.stopping:
             report = HealthComponentReport.degraded(BACKGROUND_TASKS_COMPONENT, "stopping")
@@ -243,11 +318,13 @@ class ForgeWorker:
                 HealthCheckScopes.readiness_and_diagnostics()
             ),
             self._health,
-        ).task("dispatch", self._dispatch)
+        ).task("dispatch", self._dispatch, critical=True)
+        # A crashed loop stops the runtime: a process that claims nothing, or no longer
+        # hears NOTIFY or fires schedules, should exit (non-zero) and be restarted.
         if backend.is_postgres:
-            workers.task("task_notifications", self._listen)
+            workers.task("task_notifications", self._listen, critical=True)
         if forge.periodics:
-            workers.task("scheduler", self._schedule)
+            workers.task("scheduler", self._schedule, critical=True)
         workers.shutdown("forge_stopped", None, self._stopped)
         users = [BACKGROUND_TASKS_COMPONENT, *self._after]
         owner = workers

@@ -23,10 +23,12 @@ class ForgeError(AsterForgeError):
 
 
 class ForgeDeclarationError(ForgeError, ValueError):
-    """Raised at declaration time when a task, lane or periodic job is declared wrongly.
+    """Raised at declaration time when a task, lane, periodic job or setting is wrong.
 
     For example: a task name or lane declared twice, a task on an undeclared lane, a
-    body whose signature the forge cannot read, a bad cron string or interval.
+    body whose signature the forge cannot read, a bad cron string or interval, or a
+    ``ForgeWorkerSettings`` field of the wrong type or value (the message names the
+    field and what to pass).
     """
 
 

@@ -17,7 +17,7 @@ from ._component_types import (
 )
 from ._health import HealthComponentReport
 from ._health_options import HealthCheckOptions
-from ._isolation import _guarded
+from ._isolation import _Escape, _guarded
 from ._shutdown import _check_phase, _Phase, once_phase
 from ._startup import StartupPhase, StartupPhaseFailurePolicy
 from .errors import RuntimeComponentRegistrationError, ShutdownPhaseFailure
@@ -75,22 +75,59 @@ class _Component:
 
 
 class _ComponentTask:
-    """A background task owned by a component: started with the runtime, joined at shutdown."""
+    """A background task owned by a component: started with the runtime, joined at shutdown.
 
-    def __init__(self, name: str, fn: Callable[[CancellationToken], Awaitable[Any]]) -> None:
+    It is supervised: when it ends by raising, the error is logged at once (not only in
+    the shutdown report), and a ``critical`` task also stops the runtime.
+    """
+
+    def __init__(
+        self,
+        component: str,
+        name: str,
+        fn: Callable[[CancellationToken], Awaitable[Any]],
+        *,
+        critical: bool = False,
+    ) -> None:
+        self.component = component
         self.name = name
         self.fn = fn
+        self.critical = critical
         self.token: CancellationToken | None = None
+        self.parent: CancellationToken | None = None
         self.task: asyncio.Task[Any] | None = None
 
     def start(self, parent: CancellationToken) -> None:
         if self.task is not None:
             return
+        self.parent = parent
         token = self.token = parent.child_token()
         fn = self.fn
         self.task = asyncio.create_task(
             _guarded(lambda: fn(token)), name=f"aster-forge:component-task:{self.name}"
         )
+        self.task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[Any]) -> None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is None:
+            return
+        if not isinstance(error, _Escape):
+            stopping = "; stopping the runtime" if self.critical else ""
+            logger.error(
+                "component task %s of %s crashed: %s: %s%s",
+                self.name,
+                self.component,
+                type(error).__name__,
+                error,
+                stopping,
+                exc_info=error,
+                extra={"component": self.component, "component_task": self.name},
+            )
+        if self.critical and self.parent is not None:
+            self.parent.cancel()  # as a stop request: every component shuts down in order
 
     async def join(self) -> None:
         # Tolerates "never started": the runtime may shut down after a startup abort.
@@ -151,17 +188,27 @@ class RuntimeComponentBuilder:
         self._component.startup.append(StartupPhase(phase, policy, fn, self._component.name))
         return self
 
-    def task(self, name: str, fn: Callable[[CancellationToken], Awaitable[Any]]) -> Self:
+    def task(
+        self,
+        name: str,
+        fn: Callable[[CancellationToken], Awaitable[Any]],
+        *,
+        critical: bool = False,
+    ) -> Self:
         """Register a background task ``fn(token)`` started after startup.
 
-        Shutdown cancels its token and joins it in a phase named ``name``.
+        Shutdown cancels its token and joins it in a phase named ``name``. A task that
+        ends by raising is logged at ERROR with its traceback when it ends, and its phase
+        fails in the shutdown report. ``critical``: its crash also stops the runtime (a
+        stop request: every component shuts down in order, and ``run()`` raises
+        ``AsterRuntimeShutdownError``), for a loop the process is useless without.
         """
         _check_name(name, "task name")
         if name in self._component.tasks:
             raise RuntimeComponentRegistrationError(
                 f"component {self._component.name!r} already has a task named {name!r}"
             )
-        task = _ComponentTask(name, fn)
+        task = _ComponentTask(self._component.name, name, fn, critical=critical)
         self._component.tasks[name] = task
         return self.shutdown(name, None, task.join)
 

@@ -117,7 +117,12 @@ class TaskExecutionContext:
 
     @property
     def cancel_requested(self) -> bool:
-        """Whether an operator cancelled the task (it ends ``cancelled``, fenced)."""
+        """Whether an operator cancelled the task (it ends ``cancelled``, fenced).
+
+        Safe to read from a plain ``def`` body's worker thread (one attribute read): the
+        thread is not stopped when the row is written ``cancelled``, so check this
+        before a side effect.
+        """
         return self._guard.cancel_requested
 
     def snooze(self, delay: timedelta) -> NoReturn:

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import timedelta
 from typing import Any, Literal
 
+from .._validation import check_int_setting, check_number_setting, check_stored_duration
 from .errors import TaskDispatchConfigError
 
 __all__ = [
@@ -68,13 +69,13 @@ class TaskLaneConfig:
     claim_batch: int | None = None
 
     def __post_init__(self) -> None:
-        if self.max_concurrency < 1:
-            raise TaskDispatchConfigError(
-                f"lane {self.lane!r}: max_concurrency must be >= 1, got {self.max_concurrency}"
-            )
-        if self.claim_batch is not None and self.claim_batch < 1:
-            raise TaskDispatchConfigError(
-                f"lane {self.lane!r}: claim_batch must be >= 1, got {self.claim_batch}"
+        error = TaskDispatchConfigError
+        check_int_setting(
+            f"lane {self.lane!r}: max_concurrency", self.max_concurrency, minimum=1, error=error
+        )
+        if self.claim_batch is not None:
+            check_int_setting(
+                f"lane {self.lane!r}: claim_batch", self.claim_batch, minimum=1, error=error
             )
 
 
@@ -95,6 +96,16 @@ class DispatchPollConfig:
     multiplier: float = 2.0
 
     def __post_init__(self) -> None:
+        error = TaskDispatchConfigError
+        for name, interval in (
+            ("base_interval", self.base_interval),
+            ("max_interval", self.max_interval),
+            ("error_max_interval", self.error_max_interval),
+        ):
+            check_stored_duration(
+                f"DispatchPollConfig.{name}", interval, allow_zero=True, error=error
+            )
+        check_number_setting("DispatchPollConfig.multiplier", self.multiplier, error=error)
         base = effective_dispatch_base_interval(self.base_interval)
         if self.max_interval < base or self.error_max_interval < base:
             raise TaskDispatchConfigError(

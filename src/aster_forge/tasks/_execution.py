@@ -9,6 +9,12 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
+from .._validation import (
+    check_instance,
+    check_int_setting,
+    check_optional_duration,
+    check_stored_duration,
+)
 from ..runtime import (
     CancellationToken,
     Clock,
@@ -23,6 +29,7 @@ from ._context import TaskExecutionContext
 from ._control import DEFAULT_MAX_SNOOZES, TaskSnooze
 from ._control_outcomes import retry_policy_for, snooze_failure
 from ._dispatch import ClaimedTaskOutcome
+from ._failure import format_task_traceback
 from ._heartbeat import SharedTaskHeartbeat
 from ._lease import TaskLease, TaskLeaseGuard, TaskLeaseTermination, task_lease_termination_of
 from ._registry import TaskRegistry
@@ -34,7 +41,12 @@ from ._retry import (
     should_auto_retry,
 )
 from ._spec import ErasedTaskSpec, task_kind_label
-from ._steps import mark_active_step_failed, serialize_task_steps_json
+from ._steps import (
+    TaskStepStatus,
+    end_active_step,
+    mark_active_step_failed,
+    serialize_task_steps_json,
+)
 from .errors import TaskCoreError, TaskInvalidValueError, TaskRegistryError
 from .protocols import ClaimedTaskStore, ExecutableTaskRecord, TaskTempDirProvider
 
@@ -50,6 +62,9 @@ StateT = TypeVar("StateT")
 
 #: Stored when a task body cancelled itself although nobody asked it to stop.
 UNEXPECTED_CANCEL_MESSAGE = "Task was cancelled unexpectedly"
+
+#: The detail of the step that was active when an operator cancelled the task.
+CANCELLED_STEP_DETAIL = "Cancelled by an operator"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,8 +84,13 @@ class ClaimedTaskExecutionConfig(Generic[StateT]):
         max_snoozes: How many times a task may snooze (``TaskSnooze``); the next
             snooze fails it (manual retry allowed), so an endless snooze is visible.
         error_classifier: A product-wide mapping consulted after the spec's own classifier
-            and before the registry fallback; unclassified errors are RETRYABLE with a
-            fixed message naming only the exception type.
+            and before the registry fallback; unclassified errors are RETRYABLE, stored
+            as ``Type: message`` (at most 2,000 characters) with their traceback (the
+            innermost frames, at most 8 KiB) in ``last_traceback``.
+        redact_errors: Store and log only the exception's type of an unclassified
+            failure: no message, no traceback (for teams whose exception texts may hold
+            personal data or secrets). Messages the product chose
+            (``ClassifiedTaskError``, classifiers) are kept.
         lease_control_of: Maps an exception from the body to a lease-control stop
             (lost / renewal timeout / shutdown); default :func:`task_lease_termination_of`.
         shutdown_token: The worker's shutdown token; each context's cancellation is its child.
@@ -101,6 +121,7 @@ class ClaimedTaskExecutionConfig(Generic[StateT]):
     clock: Clock = field(default_factory=SystemClock)
     heartbeat_late_wake_threshold: timedelta | None = None
     blocking_step_threshold: timedelta | None = timedelta(milliseconds=250)
+    redact_errors: bool = False
     _lookup: dict[Any, ErasedTaskSpec[StateT]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -110,18 +131,7 @@ class ClaimedTaskExecutionConfig(Generic[StateT]):
             )
         if self.registry is not None and not self.registry.validated:
             raise TaskRegistryError("task registry is not validated; call validate() first")
-        if self.lease_ttl <= timedelta(0):
-            raise TaskInvalidValueError("ClaimedTaskExecutionConfig.lease_ttl must be positive")
-        if isinstance(self.max_snoozes, bool) or not (
-            isinstance(self.max_snoozes, int) and self.max_snoozes >= 0
-        ):
-            raise TaskInvalidValueError(
-                "ClaimedTaskExecutionConfig.max_snoozes must be an int >= 0"
-            )
-        if self.shutdown_grace < timedelta(0):
-            raise TaskInvalidValueError(
-                "ClaimedTaskExecutionConfig.shutdown_grace must not be negative"
-            )
+        self._check_settings()
         # Resolved once: stores return a kind's wire value, so both spellings are keys.
         if self.registry is not None:
             by_kind = {kind: self.registry.spec_for(kind) for kind in self.registry.kinds()}
@@ -129,6 +139,35 @@ class ClaimedTaskExecutionConfig(Generic[StateT]):
         else:
             lookup = dict(self.specs or {})
         object.__setattr__(self, "_lookup", lookup)
+
+    def _check_settings(self) -> None:
+        """Each setting's type and range, so a wrong one fails here, not in the worker."""
+        error, name = TaskInvalidValueError, "ClaimedTaskExecutionConfig"
+        check_stored_duration(f"{name}.lease_ttl", self.lease_ttl, allow_zero=False, error=error)
+        check_instance(
+            f"{name}.retry_policy",
+            self.retry_policy,
+            TaskRetryPolicy,
+            error=error,
+            example="TaskRetryPolicy(base_delay=timedelta(seconds=5))",
+        )
+        check_int_setting(f"{name}.max_snoozes", self.max_snoozes, minimum=0, error=error)
+        check_stored_duration(
+            f"{name}.shutdown_grace", self.shutdown_grace, allow_zero=True, error=error
+        )
+        check_optional_duration(
+            f"{name}.heartbeat_late_wake_threshold",
+            self.heartbeat_late_wake_threshold,
+            allow_zero=False,
+            error=error,
+        )
+        check_optional_duration(
+            f"{name}.blocking_step_threshold",
+            self.blocking_step_threshold,
+            allow_zero=False,
+            error=error,
+        )
+        check_instance(f"{name}.redact_errors", self.redact_errors, bool, error=error)
 
     def spec_for(self, kind: Any) -> ErasedTaskSpec[StateT]:
         """The erased spec for ``kind`` (an enum member, or its wire value as stored).
@@ -181,10 +220,18 @@ class _Decision:
     failure: TaskFailureClassification | None = None
     reraise: BaseException | None = None
     delay: timedelta | None = None
+    traceback: str | None = None
 
 
 _LOST = _Decision(ClaimedTaskOutcome.LEASE_LOST)
 _SUCCESS = _Decision(ClaimedTaskOutcome.SUCCEEDED)
+
+#: What a final failure's log line says happens next, per class.
+_FINAL = {
+    TaskRetryClass.RETRYABLE: "no attempts left",
+    TaskRetryClass.MANUAL: "an operator may retry it",
+    TaskRetryClass.PERMANENT: "no retry",
+}
 
 #: A body cancelled at the end of its grace gets this many loop turns to finish.
 _CANCEL_SETTLE_TURNS = 10
@@ -338,7 +385,7 @@ class ClaimedTaskExecution:
             ):
                 # No need to wait: the batcher calls back once the statement returned.
                 self.detached = True
-                steps_json = self._steps_json(ctx, None)
+                steps_json = self._steps_json(ctx, _SUCCESS)
                 self._completions.succeed_then(
                     guard.lease, decision.result_json, steps_json, self._written
                 )
@@ -418,20 +465,57 @@ class ClaimedTaskExecution:
             if over is not None:
                 return _Decision(ClaimedTaskOutcome.FAILED, failure=over)
             return _Decision(ClaimedTaskOutcome.SNOOZED, delay=exc.delay)
-        failure, expected = erased.classify_failure(exc, config.error_classifier)
+        redact = config.redact_errors
+        failure, expected = erased.classify_failure(exc, config.error_classifier, redact=redact)
+        # Expected outcomes carry no traceback: the product chose their words, and a codec
+        # error's chain holds the payload.
+        traced = not expected and not redact
+        decision = self._failure(
+            failure, erased, traceback=format_task_traceback(exc) if traced else None
+        )
+        self._log_failure(decision, failure, unexpected=not expected, exc=exc if traced else None)
+        return decision
+
+    def _log_failure(
+        self,
+        decision: _Decision,
+        failure: TaskFailureClassification,
+        *,
+        unexpected: bool,
+        exc: BaseException | None,
+    ) -> None:
+        """One line per failed attempt: what happens next and the stored error text.
+
+        ``exc`` (its traceback) is ``None`` for an expected or a redacted failure.
+        """
+        task = self.task
         label = task_kind_label(task.kind)
-        logger.warning(
-            "task #%s (%s) attempt %s failed: %s (%s)",
+        if decision.outcome is ClaimedTaskOutcome.RETRIED:
+            assert decision.delay is not None
+            level = logging.WARNING
+            then = f"retrying in {decision.delay.total_seconds():.1f}s"
+        else:
+            # A failure nobody expected that ends the task is what an operator must see.
+            level = logging.ERROR if unexpected else logging.WARNING
+            then = _FINAL[failure.retry_class]
+        logger.log(
+            level,
+            "task #%s (%s) attempt %s/%s failed (%s, %s): %s",
             task.id,
             label,
             self.attempt,
+            task.max_attempts,
             failure.retry_class.value,
-            type(exc).__name__,
-            # Expected outcomes carry no traceback; a codec error's chain holds the payload.
-            exc_info=None if expected else exc,
-            extra={"task_id": task.id, "task_kind": label},
+            then,
+            failure.message,
+            exc_info=exc,
+            extra={
+                "task_id": task.id,
+                "task_kind": label,
+                "attempt": self.attempt,
+                "retry_class": failure.retry_class.value,
+            },
         )
-        return self._failure(failure, erased)
 
     def _on_stop(self) -> None:
         """The context was cancelled while the body runs: stop it after its grace."""
@@ -512,12 +596,18 @@ class ClaimedTaskExecution:
             self._on_finished(self)
 
     def _failure(
-        self, failure: TaskFailureClassification, erased: ErasedTaskSpec[Any]
+        self,
+        failure: TaskFailureClassification,
+        erased: ErasedTaskSpec[Any],
+        *,
+        traceback: str | None = None,
     ) -> _Decision:
         if not should_auto_retry(failure.retry_class, self.attempt, self.task.max_attempts):
-            return _Decision(ClaimedTaskOutcome.FAILED, failure=failure)
+            return _Decision(ClaimedTaskOutcome.FAILED, failure=failure, traceback=traceback)
         delay = retry_policy_for(erased, self._config.retry_policy).delay(self.attempt)
-        return _Decision(ClaimedTaskOutcome.RETRIED, failure=failure, delay=delay)
+        return _Decision(
+            ClaimedTaskOutcome.RETRIED, failure=failure, delay=delay, traceback=traceback
+        )
 
     async def _write(
         self, decision: _Decision, ctx: TaskExecutionContext | None
@@ -527,7 +617,7 @@ class ClaimedTaskExecution:
         effects = None if ctx is None else ctx.effects
         written: bool | BaseException
         try:
-            steps_json = self._steps_json(ctx, decision.failure)
+            steps_json = self._steps_json(ctx, decision)
             if effects is not None and outcome is ClaimedTaskOutcome.SUCCEEDED:
                 # The body's writes and the success commit together, or neither does.
                 written = await effects.succeed(decision.result_json, steps_json)
@@ -576,12 +666,13 @@ class ClaimedTaskExecution:
         self._ended = (decision, applied, self._config.clock.monotonic())
 
     @staticmethod
-    def _steps_json(
-        ctx: TaskExecutionContext | None, failure: TaskFailureClassification | None
-    ) -> str | None:
+    def _steps_json(ctx: TaskExecutionContext | None, decision: _Decision) -> str | None:
         steps = ctx.steps if ctx is not None else ()
-        if steps and failure is not None:
-            steps = mark_active_step_failed(steps, failure.message)
+        if steps and decision.failure is not None:
+            steps = mark_active_step_failed(steps, decision.failure.message)
+        elif steps and decision.outcome is ClaimedTaskOutcome.CANCELLED:
+            # The task ends here: its step must not read "active" for ever.
+            steps = end_active_step(steps, TaskStepStatus.CANCELLED, CANCELLED_STEP_DETAIL)
         return serialize_task_steps_json(steps) if steps else None
 
     @property
@@ -630,6 +721,7 @@ class ClaimedTaskExecution:
                     error=failure.message,
                     steps_json=steps_json,
                     count_attempt=True,
+                    traceback=decision.traceback,
                 )
             case ClaimedTaskOutcome.FAILED:
                 assert failure is not None
@@ -638,6 +730,7 @@ class ClaimedTaskExecution:
                     error=failure.message,
                     steps_json=steps_json,
                     manual_retry=failure.retry_class.can_manual_retry(),
+                    traceback=decision.traceback,
                 )
         return False  # LEASE_LOST: nothing to write
 

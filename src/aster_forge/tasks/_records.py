@@ -383,7 +383,8 @@ class BackgroundTaskRecord:
         lease_expires_at: The live claim's expiry, ``None`` unless running.
         claimed_by: The owner that made the latest claim (diagnostics).
         dedupe_key: The dedupe key, or ``None``.
-        last_error: The latest failure text the product (or the store) chose.
+        last_error: The latest failure's text: ``Type: message`` of an unexpected
+            exception, the product's chosen message, or the store's (lease expired).
         failure_reason: Why the latest execution did not succeed, if it did not.
         manual_retry_allowed: Whether an operator may retry a failed task by hand.
         cancel_requested: An operator asked to cancel while it was running.
@@ -393,6 +394,8 @@ class BackgroundTaskRecord:
         started_at: When the latest claim started it.
         finished_at: When it reached a terminal status.
         snooze_count: How many times the body snoozed it (``TaskSnooze``); not attempts.
+        last_traceback: The bounded traceback of the failure ``last_error`` describes,
+            when the worker stored one (an unexpected exception); ``None`` otherwise.
     """
 
     id: int
@@ -420,6 +423,7 @@ class BackgroundTaskRecord:
     started_at: datetime | None
     finished_at: datetime | None
     snooze_count: int = 0
+    last_traceback: str | None = None
 
     @staticmethod
     def from_values(values: Sequence[Any]) -> BackgroundTaskRecord:

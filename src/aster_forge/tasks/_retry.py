@@ -9,7 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from .errors import AsterForgeTasksError, TaskCodecError
+from .._validation import check_int_setting, check_number_setting, check_stored_duration
+from ._failure import describe_exception
+from .errors import AsterForgeTasksError, TaskCodecError, TaskInvalidValueError
 
 __all__ = [
     "ClassifiedTaskError",
@@ -21,10 +23,6 @@ __all__ = [
     "default_task_retry_delay",
     "should_auto_retry",
 ]
-
-#: The stored message for an exception the product did not classify: fixed text plus
-#: the exception type, never the exception's own message (it may hold secrets).
-UNCLASSIFIED_ERROR_MESSAGE = "Task failed with an unexpected error ({type_name})"
 
 
 class TaskRetryClass(enum.StrEnum):
@@ -94,8 +92,9 @@ def classify_task_error(
     failure such as an invalid payload (:class:`~aster_forge.tasks.TaskCodecError`,
     permanent: the same stored value fails the same way again; its message names kind and
     field, never values); each product ``classifier`` in turn (``None`` entries and
-    ``None`` answers are skipped); finally RETRYABLE with a fixed message that names only
-    the exception type, never its text.
+    ``None`` answers are skipped); finally RETRYABLE with ``Type: message``, the
+    exception's type and its own text, at most 2,000 characters (a worker with
+    ``redact_errors`` stores only the type).
 
     Args:
         exc: The exception the task body raised.
@@ -114,9 +113,7 @@ def classify_task_error(
         chosen = classifier(exc)
         if chosen is not None:
             return chosen
-    return TaskFailureClassification(
-        TaskRetryClass.RETRYABLE, UNCLASSIFIED_ERROR_MESSAGE.format(type_name=type(exc).__name__)
-    )
+    return TaskFailureClassification(TaskRetryClass.RETRYABLE, describe_exception(exc))
 
 
 def should_auto_retry(retry_class: TaskRetryClass, attempt: int, max_attempts: int) -> bool:
@@ -156,16 +153,22 @@ class TaskRetryPolicy:
     max_attempts: int = 5
 
     def __post_init__(self) -> None:
-        if self.base_delay < timedelta(0):
-            raise ValueError("TaskRetryPolicy.base_delay must not be negative")
+        error = TaskInvalidValueError
+        check_stored_duration(
+            "TaskRetryPolicy.base_delay", self.base_delay, allow_zero=True, error=error
+        )
+        check_stored_duration(
+            "TaskRetryPolicy.max_delay", self.max_delay, allow_zero=True, error=error
+        )
         if self.max_delay < self.base_delay:
-            raise ValueError("TaskRetryPolicy.max_delay must be >= base_delay")
+            raise error("TaskRetryPolicy.max_delay must be >= base_delay")
+        check_number_setting("TaskRetryPolicy.multiplier", self.multiplier, error=error)
         if not (self.multiplier >= 1.0 and math.isfinite(self.multiplier)):
-            raise ValueError("TaskRetryPolicy.multiplier must be a finite number >= 1")
+            raise error("TaskRetryPolicy.multiplier must be a finite number >= 1")
+        check_number_setting("TaskRetryPolicy.jitter", self.jitter, error=error)
         if not 0.0 <= self.jitter <= 1.0:
-            raise ValueError("TaskRetryPolicy.jitter must be within [0, 1]")
-        if self.max_attempts < 1:
-            raise ValueError("TaskRetryPolicy.max_attempts must be >= 1")
+            raise error("TaskRetryPolicy.jitter must be within [0, 1]")
+        check_int_setting("TaskRetryPolicy.max_attempts", self.max_attempts, minimum=1, error=error)
 
     def backoff(self, attempt: int) -> timedelta:
         """The delay before the next run after ``attempt`` counted attempts, without jitter.

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import pydantic
 from pydantic_core import PydanticSerializationError
 
+from ._failure import describe_exception
 from ._retry import (
     ClassifiedTaskError,
     TaskErrorClassifier,
@@ -319,28 +320,31 @@ class ErasedTaskSpec(Generic[StateT]):
         return classify_task_error(exc, self._spec.error_classifier, self._fallback)
 
     def classify_failure(
-        self, exc: BaseException, product: TaskErrorClassifier | None = None
+        self,
+        exc: BaseException,
+        product: TaskErrorClassifier | None = None,
+        *,
+        redact: bool = False,
     ) -> tuple[TaskFailureClassification, bool]:
         """Classify what a body raised, and say whether it is an expected outcome.
 
         A typed error (:class:`ClassifiedTaskError`, a codec error) or an error one of the
         classifiers (the spec's, then the ``product``-wide one) claims is expected: it is
-        logged without a traceback. Anything else takes the registry fallback, and a
-        ``BaseException`` that is not an ``Exception`` is RETRYABLE with a fixed text.
+        logged without a traceback. Anything else takes the registry fallback, else
+        RETRYABLE with ``Type: message`` (only the type with ``redact``).
 
         Returns:
             The classification and whether it was expected.
         """
-        if not isinstance(exc, Exception):
-            message = f"Task failed with an unexpected error ({type(exc).__name__})"
-            return TaskFailureClassification(TaskRetryClass.RETRYABLE, message), False
         if isinstance(exc, ClassifiedTaskError | TaskCodecError):
             return self.classify(exc), True
-        for classifier in (self._spec.error_classifier, product):
-            chosen = classifier(exc) if classifier is not None else None
-            if chosen is not None:
-                return chosen, True
-        return self.classify(exc), False
+        if isinstance(exc, Exception):
+            for classifier in (self._spec.error_classifier, product, self._fallback):
+                chosen = classifier(exc) if classifier is not None else None
+                if chosen is not None:
+                    return chosen, classifier is not self._fallback
+        unexpected = describe_exception(exc, redact=redact)
+        return TaskFailureClassification(TaskRetryClass.RETRYABLE, unexpected), False
 
     def initial_steps_json(self, *, now: datetime | None = None) -> str | None:
         """The initial steps JSON for a new task of this kind, ``None`` when it has no steps."""

@@ -44,6 +44,8 @@ class TaskStepStatus(enum.StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+    """The step was active when an operator cancelled the task."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +246,24 @@ def mark_active_step_failed(
                 step, status=TaskStepStatus.FAILED, started_at=at, finished_at=at, detail=message
             )
             return _with(steps, index, failed)
+    return tuple(steps)
+
+
+def end_active_step(
+    steps: Sequence[TaskStepInfo],
+    status: TaskStepStatus,
+    detail: str | None,
+    *,
+    now: datetime | None = None,
+) -> tuple[TaskStepInfo, ...]:
+    """Return ``steps`` with the active step (if any) ended as ``status`` with ``detail``."""
+    for index, step in enumerate(steps):
+        if step.status is TaskStepStatus.ACTIVE:
+            at = now or utc_now()
+            ended = replace(
+                step, status=status, started_at=step.started_at or at, finished_at=at, detail=detail
+            )
+            return _with(steps, index, ended)
     return tuple(steps)
 
 

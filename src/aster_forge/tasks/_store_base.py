@@ -62,12 +62,19 @@ class TaskStoreBase(ABC, Generic[TaskT, LaneT]):
         error: str,
         steps_json: str | None,
         count_attempt: bool,
+        traceback: str | None = None,
     ) -> bool:
         """See :meth:`~aster_forge.tasks.ClaimedTaskExecutionStore.mark_task_retry`."""
 
     @abstractmethod
     async def mark_task_failed(
-        self, lease: TaskLease, *, error: str, steps_json: str | None, manual_retry: bool
+        self,
+        lease: TaskLease,
+        *,
+        error: str,
+        steps_json: str | None,
+        manual_retry: bool,
+        traceback: str | None = None,
     ) -> bool:
         """See :meth:`~aster_forge.tasks.ClaimedTaskExecutionStore.mark_task_failed`."""
 

@@ -200,6 +200,7 @@ class TaskWorker(Generic[StateT]):
         self._on_done = self._finished
         self._callback_context = contextvars.copy_context()
         self._stop.add_cancel_callback(self._stop_running)
+        self._crashed: BaseException | None = None
 
     @property
     def store(self) -> DispatchTaskStore[Any, Any]:
@@ -210,6 +211,11 @@ class TaskWorker(Generic[StateT]):
     def stopping(self) -> bool:
         """Whether the worker was told to stop (no more claims)."""
         return self._stop.cancelled
+
+    @property
+    def crashed(self) -> BaseException | None:
+        """What crashed :meth:`run`'s loop, set before it releases its tasks (else ``None``)."""
+        return self._crashed
 
     def wake(self) -> None:
         """Wake the idle worker now (for example after an enqueue in this process)."""
@@ -253,7 +259,9 @@ class TaskWorker(Generic[StateT]):
         ``stage_waiting_tasks`` when it has one (PostgreSQL: see
         ``background_tasks_table``'s ``waiting``); a failure there is logged, and
         claims still find every due task. On shutdown (or cancellation) nothing more is claimed and
-        :meth:`shutdown` releases and awaits every execution.
+        :meth:`shutdown` releases and awaits every execution. An error that escapes the
+        loop itself (claim errors do not: they are retried) is logged at ERROR and set as
+        :attr:`crashed` at once; then the executions are released and it is raised.
 
         Args:
             shutdown_token: Cancel to stop the worker.
@@ -297,6 +305,19 @@ class TaskWorker(Generic[StateT]):
                     token=shutdown_token,
                     name="aster-forge:dispatch-wait",
                 )
+        except Exception as exc:
+            # Said now: releasing the running tasks below may take their whole grace.
+            self._crashed = exc
+            logger.error(
+                "the task worker's loop crashed (%s: %s); it claims nothing more and "
+                "releases its %s running tasks",
+                type(exc).__name__,
+                exc,
+                len(self._running),
+                exc_info=exc,
+                extra={"dispatch_owner": self.owner},
+            )
+            raise
         finally:
             await self.shutdown()
 

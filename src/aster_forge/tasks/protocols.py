@@ -220,16 +220,19 @@ class ClaimedTaskExecutionStore(Protocol):
         error: str,
         steps_json: str | None,
         count_attempt: bool,
+        traceback: str | None = None,
     ) -> bool:
         """Put the task back to pending, due after ``delay``, and clear the token.
 
         Args:
             lease: The claim that ran the task.
             delay: How long from now until the task is due again (never negative).
-            error: The error text the product chose to store.
+            error: The error text to store (``last_error``).
             steps_json: The step list with the active step marked failed, or ``None``.
             count_attempt: Whether this execution counts against ``max_attempts``
                 (persist ``attempt + 1``); ``False`` leaves ``attempt`` unchanged.
+            traceback: The failure's bounded traceback to store beside the error
+                (``last_traceback``), or ``None`` to store none.
 
         Returns:
             ``True`` when written, ``False`` when the fence failed.
@@ -237,16 +240,24 @@ class ClaimedTaskExecutionStore(Protocol):
         ...
 
     async def mark_task_failed(
-        self, lease: TaskLease, *, error: str, steps_json: str | None, manual_retry: bool
+        self,
+        lease: TaskLease,
+        *,
+        error: str,
+        steps_json: str | None,
+        manual_retry: bool,
+        traceback: str | None = None,
     ) -> bool:
         """Mark the task failed for good (persisting ``attempt + 1``) and clear the token.
 
         Args:
             lease: The claim that ran the task.
-            error: The error text the product chose to store.
+            error: The error text to store (``last_error``).
             steps_json: The step list with the active step marked failed, or ``None``.
             manual_retry: Whether an operator may retry the task by hand later
                 (``TaskRetryClass.can_manual_retry``); stored for the admin UI.
+            traceback: The failure's bounded traceback to store beside the error
+                (``last_traceback``), or ``None`` to store none.
 
         Returns:
             ``True`` when written, ``False`` when the fence failed.

@@ -68,6 +68,7 @@ class TaskStoreConformance(TaskControlChecks, StoreConformance[BackgroundTaskSto
         "check_shutdown_release_returns_to_pending_without_attempt",
         "check_retryable_failure_backs_off_and_counts",
         "check_permanent_and_manual_failure_classification",
+        "check_failure_traceback_is_stored_beside_the_error",
         "check_steps_json_persisted_and_failed_step_marked",
         "check_dedupe_returns_existing_row",
         "check_concurrent_dedupe_has_one_row",
@@ -257,6 +258,47 @@ class TaskStoreConformance(TaskControlChecks, StoreConformance[BackgroundTaskSto
             pass
         else:
             raise AssertionError("retry_task must refuse a pending task")
+
+    async def check_failure_traceback_is_stored_beside_the_error(self) -> None:
+        """A retry or failure stores its traceback as given; a rescue clears it.
+
+        A write without one stores none; an operator retry keeps it, as it keeps
+        ``last_error``; a claim returns it as stored.
+        """
+        store, lane = self._make_store(), self._lane()
+        frame = '  File "/srv/app/jobs.py", line 12, in fetch — données ✓\n'
+        trace = "Traceback (most recent call last):\n" + frame * 150 + "ValueError: 😱\n"
+        record = await self._one(store, lane, ttl=self.short_ttl, max_attempts=9)
+        assert await store.mark_task_retry(
+            _lease(record),
+            delay=timedelta(0),
+            error="ValueError: 😱",
+            steps_json=None,
+            count_attempt=True,
+            traceback=trace,
+        )
+        stored = await self._get(store, record.id)
+        assert stored.last_traceback == trace, "the traceback must round-trip unchanged"
+        assert stored.last_error == "ValueError: 😱"
+        again = (await store.claim_due_for_lane(lane, 1, "worker-a", self.short_ttl))[0]
+        assert again.last_traceback == trace, "a claim returns the stored traceback"
+        await self._expire()
+        await store.claim_due_for_lane(lane, 1, "worker-b", _LONG)
+        rescued = await self._get(store, record.id)
+        assert rescued.last_error == LEASE_EXPIRED_ERROR
+        assert rescued.last_traceback is None, "a rescue's error has no traceback"
+        other = await self._one(store, self._lane())
+        assert await store.mark_task_failed(
+            _lease(other), error="boom", steps_json=None, manual_retry=True, traceback=trace
+        )
+        assert (await self._get(store, other.id)).last_traceback == trace
+        retried = await store.retry_task(other.id)
+        assert retried.last_traceback == trace, "an operator retry keeps the failure's history"
+        third = await self._one(store, self._lane())
+        assert await store.mark_task_retry(
+            _lease(third), delay=timedelta(0), error="x", steps_json=None, count_attempt=True
+        )
+        assert (await self._get(store, third.id)).last_traceback is None
 
     async def check_steps_json_persisted_and_failed_step_marked(self) -> None:
         """Step progress round-trips; a failure stores the active step marked failed."""

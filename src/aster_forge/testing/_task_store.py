@@ -195,6 +195,7 @@ class InMemoryTaskStore(
                 processing_token=None,
                 lease_expires_at=None,
                 last_error=LEASE_EXPIRED_ERROR,
+                last_traceback=None,
                 failure_reason=reason,
                 rescued=status is TaskStatus.PENDING,
                 updated_at=now,
@@ -309,6 +310,7 @@ class InMemoryTaskStore(
         error: str,
         steps_json: str | None,
         count_attempt: bool,
+        traceback: str | None = None,
     ) -> bool:
         """Fenced: back to pending after ``delay`` (cancelled if a cancel was requested)."""
         check_retry_delay(delay)
@@ -321,12 +323,19 @@ class InMemoryTaskStore(
             steps_json,
             attempt=row.attempt + 1 if count_attempt else row.attempt,
             last_error=error,
+            last_traceback=traceback,
             failure_reason=TaskFailureReason.PRODUCT_ERROR,
         )
         return True
 
     async def mark_task_failed(
-        self, lease: TaskLease, *, error: str, steps_json: str | None, manual_retry: bool
+        self,
+        lease: TaskLease,
+        *,
+        error: str,
+        steps_json: str | None,
+        manual_retry: bool,
+        traceback: str | None = None,
     ) -> bool:
         """Fenced: failed for good, ``attempt + 1``."""
         row = self._owned(lease)
@@ -337,6 +346,7 @@ class InMemoryTaskStore(
             status=TaskStatus.FAILED,
             attempt=row.attempt + 1,
             last_error=error,
+            last_traceback=traceback,
             failure_reason=TaskFailureReason.PRODUCT_ERROR,
             manual_retry_allowed=manual_retry,
             steps_json=row.steps_json if steps_json is None else steps_json,

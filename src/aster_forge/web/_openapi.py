@@ -67,7 +67,9 @@ _SCHEMAS: dict[str, Any] = {
         {
             "key": {"type": "string"},
             "title": {"type": "string"},
-            "status": {"enum": ["pending", "active", "succeeded", "failed", "skipped"]},
+            "status": {
+                "enum": ["pending", "active", "succeeded", "failed", "skipped", "cancelled"]
+            },
             "progress_current": {"type": "integer", "minimum": 0},
             "progress_total": {"type": "integer", "minimum": 0},
             "detail": _nullable("string"),
@@ -127,6 +129,11 @@ _SCHEMAS: dict[str, Any] = {
             _ref("Task"),
             _object(
                 {
+                    "last_traceback": {
+                        **_nullable("string"),
+                        "description": "The bounded traceback of the failure last_error "
+                        "describes (an unexpected exception), or null.",
+                    },
                     "payload": {"description": "The decoded payload JSON (null when truncated)."},
                     "payload_invalid": {"type": "boolean"},
                     "payload_truncated": {"type": "boolean"},

@@ -101,8 +101,9 @@ def task_json(
     Steps are the stored step objects (``key``, ``title``, ``status``,
     ``progress_current``, ``progress_total``, ``detail``, timestamps), plus a summary
     (``steps_done``/``steps_total``) for progress bars. ``detail`` adds the decoded
-    payload and result. A stored value that is not valid JSON is reported as ``null``
-    with ``*_invalid: true`` rather than failing the whole response.
+    payload and result, and the failure's stored traceback (``last_traceback``). A
+    stored value that is not valid JSON is reported as ``null`` with ``*_invalid: true``
+    rather than failing the whole response.
     """
     steps, steps_ok = _steps(record.steps_json)
     done = sum(1 for step in steps or () if step.get("status") in _DONE_STEPS)
@@ -137,6 +138,7 @@ def task_json(
         "steps_total": len(steps or ()),
     }
     if detail:
+        item["last_traceback"] = record.last_traceback  # list rows stay small
         item.update(_stored_json("payload", record.payload_json))
         item.update(_stored_json("result", record.result_json))
     return item

@@ -390,6 +390,8 @@
       step.detail ? el("div", { class: "small", text: step.detail }) : "",
     ])) : [el("li", { class: "muted", text: task.steps_invalid ? "(stored steps are not valid)" : "no steps" })]));
     $("detail-error").textContent = task.last_error || "-";
+    $("detail-traceback").textContent = task.last_traceback || "";
+    $("detail-traceback-box").hidden = !task.last_traceback;
     $("detail-payload").textContent = pretty(task.payload, task.payload_invalid, task.payload_preview, task.payload_size);
     $("detail-result").textContent = pretty(task.result, task.result_invalid, task.result_preview, task.result_size);
   }
