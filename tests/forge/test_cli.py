@@ -134,6 +134,16 @@ async def test_two_worker_processes_run_each_cron_firing_once(
     assert len(firings) == len(set(firings)), f"a cron firing ran twice: {firings}"
 
 
+@pytest.mark.parametrize("backend", ["postgres", "mysql"], indirect=True)
+def test_worker_on_an_unmigrated_database_refuses_to_start_in_one_line(forge_url: str) -> None:
+    result = _run("worker", TARGET, url=forge_url)
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: check tables failed: tables 'background_tasks', "), line
+    assert "'aster-forge migrate MODULE:FORGE' or your Alembic migration" in line
+    assert result.stdout == ""  # no runtime started, so no shutdown report either
+
+
 def test_worker_rejects_a_target_that_is_not_a_forge() -> None:
     result = _run("worker", "tests.forge._product:build_forge", url="memory://")
     assert result.returncode == 2

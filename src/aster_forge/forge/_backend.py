@@ -16,9 +16,11 @@ from ..db import (
     ScheduledTaskDbStore,
     background_tasks_table,
     create_database_engine,
+    ensure_tables,
     normalize_database_url,
     runtime_leases_table,
     scheduled_tasks_table,
+    task_lanes_table,
 )
 from ..runtime import RuntimeLeaseStore
 from ..tasks import BackgroundTaskStore, ScheduledTaskStore
@@ -55,8 +57,13 @@ class ForgeBackend:
     def __init__(self, url: str, metadata: sa.MetaData, *, tasks_table: str) -> None:
         self.metadata = metadata
         self.tasks_table = background_tasks_table(metadata, tasks_table)
-        runtime_leases_table(metadata)
-        scheduled_tasks_table(metadata)
+        # The tables the stores use (the product's own may share the metadata).
+        self.tables = (
+            self.tasks_table,
+            task_lanes_table(self.tasks_table),
+            runtime_leases_table(metadata),
+            scheduled_tasks_table(metadata),
+        )
         self.engine: AsyncEngine | None = None
         self.task_store: BackgroundTaskStore
         self.scheduled_store: ScheduledTaskStore
@@ -119,11 +126,25 @@ class ForgeBackend:
         return engine, BackgroundTaskDbStore(engine, table=self.tasks_table)
 
     async def create_tables(self) -> None:
-        """Create every missing table and index of :attr:`metadata` (idempotent)."""
+        """Create every missing table and index of :attr:`metadata` (idempotent).
+
+        Raises:
+            DatabaseOperationError: (or a subclass) the tables could not be created.
+        """
         if self.engine is None:
             return
-        async with self.engine.begin() as conn:
-            await conn.run_sync(lambda sync: self.metadata.create_all(sync, checkfirst=True))
+        await ensure_tables(self.engine, self.metadata, create=True)
+
+    async def check_tables(self) -> None:
+        """Check that every table the stores use exists (nothing is created).
+
+        Raises:
+            TablesMissingError: A table is missing (every missing one is named).
+            DatabaseOperationError: (or a subclass) the database could not be asked.
+        """
+        if self.engine is None:
+            return
+        await ensure_tables(self.engine, self.metadata, tables=self.tables)
 
     async def dispose(self) -> None:
         """Close the pooled connections and the synchronous enqueues' thread (both reopen

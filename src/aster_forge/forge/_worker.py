@@ -262,9 +262,14 @@ class ForgeWorker:
         if backend.engine is None:
             return
         database = registry.component(DATABASE_COMPONENT, RuntimeComponentKind.DATABASE)
+        # The database starts first: without its tables the loops would only fail.
         if forge.create_tables:
             database.startup(
                 "create_tables", backend.create_tables, StartupPhaseFailurePolicy.REQUIRED
+            )
+        else:
+            database.startup(
+                "check_tables", backend.check_tables, StartupPhaseFailurePolicy.REQUIRED
             )
         database_health_component(backend.engine, component=DATABASE_COMPONENT).register(registry)
         database_component_after(backend.engine, users, component=DATABASE_COMPONENT).register(
