@@ -85,8 +85,10 @@ class Forge(ForgeDeclarations, ForgeOperations):
             product's own so Alembic sees one metadata).
         tasks_table: The task table's name.
         default_concurrency: The limit of the ``default`` lane (tasks without ``lane=``).
-        create_tables: Create missing tables at startup (default: on for SQLite and
-            memory, off for servers, where Alembic or ``aster-forge migrate`` does it).
+        create_tables: Create missing tables on first use (the first enqueue, operation,
+            drain or worker startup; default: on for SQLite and memory, off for servers,
+            where Alembic or ``aster-forge migrate`` does it and a worker refuses to
+            start without them).
         settings: Worker timings.
 
     Raises:
@@ -108,11 +110,12 @@ class Forge(ForgeDeclarations, ForgeOperations):
         super().__init__(default_concurrency=default_concurrency)
         self._name = check_name(name, "forge")
         self._backend = ForgeBackend(
-            url, metadata if metadata is not None else sa.MetaData(), tasks_table=tasks_table
+            url,
+            metadata if metadata is not None else sa.MetaData(),
+            tasks_table=tasks_table,
+            create_tables=create_tables,
         )
         self._state = state
-        embedded = self._backend.is_memory or self._backend.is_sqlite
-        self._create_tables = create_tables if create_tables is not None else embedded
         self._settings = settings if settings is not None else ForgeWorkerSettings()
         self._instance_id = new_runtime_lease_owner_id()
         self._workers: list[ForgeWorker] = []
@@ -146,8 +149,9 @@ class Forge(ForgeDeclarations, ForgeOperations):
 
     @property
     def create_tables(self) -> bool:
-        """Whether startup creates missing tables."""
-        return self._create_tables
+        """Whether the forge creates its missing tables (at the first enqueue, operation
+        or worker startup); otherwise a worker refuses to start without them."""
+        return self._backend.creates_tables
 
     @property
     def worker_settings(self) -> ForgeWorkerSettings:
@@ -215,7 +219,10 @@ class Forge(ForgeDeclarations, ForgeOperations):
             # Awake workers find the rows once the transaction commits (or NOTIFY says so).
             self._wake_workers()
             return results
-        return await self._send(self._backend.task_store, requests)
+        backend = self._backend
+        if not backend.tables_ready:
+            await backend.create_tables_once()
+        return await self._send(backend.task_store, requests)
 
     def _requests(
         self,
@@ -410,8 +417,8 @@ class Forge(ForgeDeclarations, ForgeOperations):
         Args:
             max_tasks: Stop after this many executions (guards a task that re-enqueues).
         """
-        if self._create_tables and self._backend.engine is not None:
-            await self._backend.create_tables()
+        if not self._backend.tables_ready:
+            await self._backend.create_tables_once()
         return await drain_forge(self, max_tasks=max_tasks)
 
     async def aclose(self) -> None:
