@@ -412,7 +412,9 @@ class Forge(ForgeDeclarations, ForgeOperations):
         """Run every due task inline, one at a time, and return what happened.
 
         For product unit tests (best with ``Forge("memory://")``); a task retried with a
-        backoff is not due again within the same drain.
+        backoff is not due again within the same drain. The declared
+        :meth:`resources` are opened for the drain and closed after it, as a worker
+        does, unless the forge already has a state (``state=``, or open resources).
 
         Args:
             max_tasks: Stop after this many executions (guards a task that re-enqueues).
