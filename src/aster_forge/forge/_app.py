@@ -35,6 +35,7 @@ from ..tasks import (
     NewTask,
     TaskCodecError,
     TaskPayloadError,
+    TaskRetention,
     TaskWorker,
 )
 from ._backend import ForgeBackend
@@ -44,12 +45,14 @@ from ._lifespan import run_forge
 from ._operations import ForgeOperations
 from ._task import ForgeTask
 from ._worker import HTTP_COMPONENT, ForgeWorker, ForgeWorkerSettings
-from .errors import ForgePayloadError, ForgeStateError
+from .errors import ForgeDeclarationError, ForgePayloadError, ForgeStateError
 
 __all__ = ["DEFAULT_FORGE_URL", "Forge"]
 
 DEFAULT_FORGE_URL = "sqlite:///./aster-forge.db"
 """The embedded default: a SQLite file in the working directory."""
+
+_DEFAULT_RETENTION = TaskRetention()
 
 
 class Forge(ForgeDeclarations, ForgeOperations):
@@ -90,9 +93,14 @@ class Forge(ForgeDeclarations, ForgeOperations):
             where Alembic or ``aster-forge migrate`` does it and a worker refuses to
             start without them).
         settings: Worker timings.
+        retention: How long finished tasks are kept: the instance holding the scheduler
+            lease deletes older ones every ``retention.interval`` (default
+            :class:`~aster_forge.tasks.TaskRetention`'s: succeeded and cancelled tasks
+            after 7 days, failed ones after 30, hourly); ``None`` keeps them all.
 
     Raises:
         UnsupportedDatabaseBackendError: The URL's backend is not supported.
+        ForgeDeclarationError: ``retention`` is not a ``TaskRetention`` or ``None``.
     """
 
     def __init__(
@@ -106,6 +114,7 @@ class Forge(ForgeDeclarations, ForgeOperations):
         default_concurrency: int = 10,
         create_tables: bool | None = None,
         settings: ForgeWorkerSettings | None = None,
+        retention: TaskRetention | None = _DEFAULT_RETENTION,
     ) -> None:
         super().__init__(default_concurrency=default_concurrency)
         self._name = check_name(name, "forge")
@@ -117,6 +126,9 @@ class Forge(ForgeDeclarations, ForgeOperations):
         )
         self._state = state
         self._settings = settings if settings is not None else ForgeWorkerSettings()
+        if retention is not None and not isinstance(retention, TaskRetention):
+            raise ForgeDeclarationError("retention= takes a TaskRetention, or None to keep tasks")
+        self._retention = retention
         self._instance_id = new_runtime_lease_owner_id()
         self._workers: list[ForgeWorker] = []
         self._runtime: AsterRuntime | None = None
@@ -152,6 +164,11 @@ class Forge(ForgeDeclarations, ForgeOperations):
         """Whether the forge creates its missing tables (at the first enqueue, operation
         or worker startup); otherwise a worker refuses to start without them."""
         return self._backend.creates_tables
+
+    @property
+    def retention(self) -> TaskRetention | None:
+        """How long finished tasks are kept (``None``: forever, no retention job)."""
+        return self._retention
 
     @property
     def worker_settings(self) -> ForgeWorkerSettings:
