@@ -13,6 +13,7 @@ primitives live in the subpackages:
 from __future__ import annotations
 
 from ._errors import AsterForgeError
+from .db import TablesMissingError
 from .forge import (
     DrainedTask,
     Forge,
@@ -62,6 +63,7 @@ __all__ = [
     "ForgeTask",
     "ForgeTaskFailedError",
     "ForgeWorkerSettings",
+    "TablesMissingError",
     "TaskCancelOutcome",
     "TaskExecutionContext",
     "TaskLaneState",

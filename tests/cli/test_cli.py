@@ -197,6 +197,51 @@ def test_tasks_cancel_and_retry(seeded_url: str) -> None:
     assert_one_line_error(pending, 1, "3")
 
 
+async def _fail_a_task_for_good(url: str) -> int:
+    """Claim a task and fail it, not to be retried by hand; its id."""
+    engine = create_async_engine(url)
+    try:
+        store = BackgroundTaskDbStore(engine)
+        (claimed,) = await store.claim_due_for_lane("media", 1, "cli-test", timedelta(minutes=1))
+        assert claimed.processing_token is not None and claimed.lease_expires_at is not None
+        lease = TaskLease(claimed.id, claimed.processing_token, claimed.lease_expires_at)
+        failed = await store.mark_task_failed(
+            lease, error="source gone", steps_json=None, manual_retry=False
+        )
+        assert failed
+        return claimed.id
+    finally:
+        await engine.dispose()
+
+
+def test_tasks_retry_names_force_when_it_would_help(seeded_url: str) -> None:
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        failed = pool.submit(asyncio.run, _fail_a_task_for_good(seeded_url)).result()
+    refused = invoke("tasks", "retry", str(failed), "--database-url", seeded_url)
+    assert_one_line_error(refused, 1, "manual retry is not allowed")
+    assert f"'aster-forge tasks retry {failed} --force' retries it anyway" in refused.stderr
+    pending = invoke("tasks", "retry", "3", "--database-url", seeded_url)
+    assert_one_line_error(pending, 1, "only failed or cancelled tasks retry")
+    assert "--force" not in pending.stderr  # it would not help
+    forced = invoke("tasks", "retry", str(failed), "--force", "--database-url", seeded_url)
+    assert forced.exit_code == 0 and f"task {failed} is pending again" in forced.stdout
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("tasks", "list"), ("tasks", "show", "1"), ("lanes", "list"), ("tasks", "cancel", "1")],
+)
+def test_commands_on_a_database_do_not_create_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: tuple[str, ...]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ASTER_FORGE_DATABASE_URL", raising=False)
+    result = invoke(*command)  # the default URL: ./aster-forge.db
+    assert_one_line_error(result, 2, f"no SQLite database at {tmp_path / 'aster-forge.db'}")
+    assert "create it with 'aster-forge migrate'" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("command", ["show", "retry", "cancel"])
 def test_unknown_task_id(seeded_url: str, command: str) -> None:
     result = invoke("tasks", command, "999", "--database-url", seeded_url)

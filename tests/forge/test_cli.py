@@ -144,6 +144,16 @@ def test_a_worker_whose_loop_crashes_exits_non_zero_after_its_shutdown(tmp_path:
     assert "shutdown report" in result.stdout  # the runtime shut down in order first
 
 
+@pytest.mark.parametrize("backend", ["postgres", "mysql"], indirect=True)
+def test_worker_on_an_unmigrated_database_refuses_to_start_in_one_line(forge_url: str) -> None:
+    result = _run("worker", TARGET, url=forge_url)
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: check tables failed: tables 'background_tasks', "), line
+    assert "'aster-forge migrate MODULE:FORGE' or your Alembic migration" in line
+    assert result.stdout == ""  # no runtime started, so no shutdown report either
+
+
 def test_worker_rejects_a_target_that_is_not_a_forge() -> None:
     result = _run("worker", "tests.forge._product:build_forge", url="memory://")
     assert result.returncode == 2

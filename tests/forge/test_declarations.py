@@ -96,14 +96,24 @@ def test_body_signatures_the_forge_cannot_read_are_errors() -> None:
     async def two_without_ctx(a: int, b: int) -> None:
         return None
 
+    async def three_without_ctx(a: int, b: int, c: Shop) -> None:
+        return None
+
     with pytest.raises(ForgeDeclarationError, match="needs a type annotation"):
         forge.task(untyped)
     with pytest.raises(ForgeDeclarationError, match="positional"):
         forge.task(keyword)
     with pytest.raises(ForgeDeclarationError, match="at most"):
         forge.task(four)
-    with pytest.raises(ForgeDeclarationError, match="TaskExecutionContext"):
+    with pytest.raises(
+        ForgeDeclarationError,
+        match=r"a body with 2 parameters is \(ctx, payload\), but its first parameter 'a' is "
+        r"annotated int; annotate it 'a: TaskExecutionContext'",
+    ):
         forge.task(two_without_ctx)
+    with pytest.raises(ForgeDeclarationError, match=r"3 parameters is \(ctx, payload, state\)"):
+        forge.task(three_without_ctx)
+    assert forge.tasks == ()
 
 
 def test_bodies_that_are_not_functions_or_whose_annotations_do_not_resolve_are_errors() -> None:
@@ -304,6 +314,60 @@ async def test_every_body_shape_runs_with_its_arguments() -> None:
     assert record is not None and record.steps_json is not None
     assert '"status":"succeeded"' in record.steps_json.replace(" ", "")
     assert await forge.drain() == type(drained)(())  # nothing due any more
+
+
+async def test_a_context_annotated_any_or_not_at_all_is_the_context_by_position() -> None:
+    forge = Forge("memory://", state=Shop(prefix="shop"))
+
+    @forge.task
+    async def any_ctx(ctx: Any, payload: int, state: Shop) -> str:
+        return f"{state.prefix}-{payload}-{ctx.attempt}"
+
+    @forge.task
+    async def bare_ctx(context, payload: int) -> int:  # type: ignore[no-untyped-def]
+        return int(context.attempt) + payload
+
+    @forge.task
+    async def any_payload(payload: Any) -> Any:
+        return payload
+
+    await any_ctx.enqueue(1)
+    await bare_ctx.enqueue(10)
+    await any_payload.enqueue({"a": 1})
+    drained = await forge.drain()
+    assert {item.task: item.result_json for item in drained} == {
+        "any_ctx": '"shop-1-1"',
+        "bare_ctx": "11",
+        "any_payload": '{"a":1}',
+    }
+    assert drained.succeeded == 3
+
+
+async def test_drain_opens_the_declared_resources_and_closes_them_after() -> None:
+    forge = _memory()
+    events: list[str] = []
+
+    @forge.resources
+    async def resources() -> AsyncIterator[Shop]:
+        events.append("open")
+        yield Shop(prefix="from-resources")
+        events.append("close")
+
+    @forge.task
+    async def use(ctx: TaskExecutionContext, payload: int, state: Shop) -> str:
+        events.append("run")
+        return state.prefix
+
+    await use.enqueue(1)
+    drained = await forge.drain()
+    assert [item.result_json for item in drained] == ['"from-resources"']
+    assert events == ["open", "run", "close"]
+    assert forge.state_or_none is None  # closed with the drain
+    given = Shop(prefix="given")
+    forge.state = given  # state= (or a running worker's resources) is used as it is
+    await use.enqueue(2)
+    assert [item.result_json for item in await forge.drain()] == ['"given"']
+    assert events == ["open", "run", "close", "run"] and forge.state is given
 
 
 async def test_drain_reports_failures_retries_and_timeouts() -> None:

@@ -34,14 +34,19 @@ __all__ = [
 CONNECT_TIMEOUT_SECONDS = 10.0
 
 
-def check_sqlite_path(url: str) -> None:
+def check_sqlite_path(url: str, *, must_exist: bool = False) -> None:
     """Reject a SQLite file URL whose directory does not exist, before any driver runs.
 
     (aiosqlite's worker thread outlives a failed connect; checking first keeps the
     error one line and leaves no thread behind.)
 
+    Args:
+        url: The database URL (anything but a SQLite file passes).
+        must_exist: Also reject a file that does not exist: connecting would create
+            an empty database, which a command reading one must not leave behind.
+
     Raises:
-        CliError: The directory is missing.
+        CliError: The directory (or, with ``must_exist``, the file) is missing.
     """
     try:
         parsed = make_url(url)
@@ -52,27 +57,38 @@ def check_sqlite_path(url: str) -> None:
     if parsed.database == ":memory:" or parsed.database.startswith("file:"):
         return
     try:
-        parent = Path(parsed.database).expanduser().resolve().parent
+        path = Path(parsed.database).expanduser().resolve()
     except (OSError, ValueError, RuntimeError) as exc:  # NUL byte, unknown ~user, loop
         raise CliError(
             f"cannot use the database at {safe_url(url)}: invalid SQLite path ({exc})",
             EXIT_UNREACHABLE,
         ) from None
-    if not parent.is_dir():
+    if not path.parent.is_dir():
         raise CliError(
-            f"cannot use the database at {safe_url(url)}: directory {parent} does not exist",
+            f"cannot use the database at {safe_url(url)}: directory {path.parent} does not exist",
+            EXIT_UNREACHABLE,
+        )
+    if must_exist and not path.is_file():
+        raise CliError(
+            f"no SQLite database at {path} (create it with 'aster-forge migrate', or pick "
+            "another with --database-url)",
             EXIT_UNREACHABLE,
         )
 
 
 @asynccontextmanager
-async def checked_engine(url: str) -> AsyncIterator[AsyncEngine]:
+async def checked_engine(url: str, *, must_exist: bool = False) -> AsyncIterator[AsyncEngine]:
     """Open an engine for ``url`` and prove it answers ``SELECT 1``; dispose on exit.
 
+    Args:
+        url: The database URL.
+        must_exist: Refuse a SQLite file that does not exist instead of creating it.
+
     Raises:
-        CliError: Bad URL, missing driver, unreachable database (one line each).
+        CliError: Bad URL, missing driver, unreachable database, or with ``must_exist``
+            a missing SQLite file (one line each).
     """
-    await asyncio.to_thread(check_sqlite_path, url)
+    await asyncio.to_thread(check_sqlite_path, url, must_exist=must_exist)
     try:
         engine = open_demo_engine(normalize_database_url(url))
     except Exception as exc:

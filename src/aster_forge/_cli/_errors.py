@@ -12,6 +12,7 @@ from aster_forge.db import (
     AsterForgeDbError,
     DatabaseDriverMissingError,
     InvalidDatabaseUrlError,
+    TablesMissingError,
     UnsupportedDatabaseBackendError,
 )
 from aster_forge.tasks import TaskNotFoundError, TaskStateError
@@ -70,6 +71,9 @@ def database_error(exc: BaseException, url: str) -> CliError:
     shown = safe_url(url)
     if isinstance(exc, TaskNotFoundError | TaskStateError):
         return CliError(str(exc), EXIT_FAILED)
+    if isinstance(exc, TablesMissingError):
+        # Its own message says what to run; the driver's would not.
+        return CliError(f"{exc} (database {shown})", EXIT_UNREACHABLE)
     if isinstance(
         exc, InvalidDatabaseUrlError | UnsupportedDatabaseBackendError | DatabaseDriverMissingError
     ):

@@ -16,6 +16,7 @@ from aster_forge.db import BackgroundTaskDbStore, background_tasks_table
 from aster_forge.tasks import (
     BackgroundTaskRecord,
     TaskCancelOutcome,
+    TaskStateError,
     TaskStatus,
     TaskStepInfo,
     parse_task_steps_json,
@@ -27,11 +28,17 @@ from ._output import console
 
 __all__ = ["cancel_task", "list_tasks", "retry_task", "show_task", "task_dict", "task_store"]
 
+_FORCE_HELPS = frozenset({TaskStatus.FAILED.value, TaskStatus.CANCELLED.value})
+
 
 @asynccontextmanager
 async def task_store(url: str, table: str) -> AsyncIterator[BackgroundTaskDbStore]:
-    """A store on the task table ``table`` (which must exist) of the database at ``url``."""
-    async with checked_engine(url) as engine:
+    """A store on the task table ``table`` (which must exist) of the database at ``url``.
+
+    The ``tasks`` and ``lanes`` commands work on an existing database: a SQLite file that
+    does not exist is an error, not a new empty database.
+    """
+    async with checked_engine(url, must_exist=True) as engine:
         await require_table(engine, table, url)
         yield BackgroundTaskDbStore(engine, table=background_tasks_table(sa.MetaData(), table))
 
@@ -196,9 +203,23 @@ async def show_task(url: str, table: str, task_id: int, *, as_json: bool = False
 
 
 async def retry_task(url: str, table: str, task_id: int, *, force: bool = False) -> int:
-    """Put a failed/cancelled task back to pending."""
+    """Put a failed/cancelled task back to pending.
+
+    Raises:
+        CliError: Unknown task, or a refusal (saying ``--force`` when it would help).
+    """
     async with task_store(url, table) as store:
-        record = await store.retry_task(task_id, force=force)
+        try:
+            record = await store.retry_task(task_id, force=force)
+        except TaskStateError as exc:
+            # A failed or cancelled task is refused only for its manual-retry flag,
+            # which --force overrides; other statuses are refused whatever the flag.
+            if force or exc.status not in _FORCE_HELPS:
+                raise
+            raise CliError(
+                f"{exc}; 'aster-forge tasks retry {task_id} --force' retries it anyway",
+                EXIT_FAILED,
+            ) from None
     console().print(f"task {record.id} is {record.status.value} again")
     return 0
 

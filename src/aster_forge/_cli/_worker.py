@@ -136,6 +136,8 @@ async def run_worker(
     forge = load_forge(target)
     configure_worker_logging(log_format, level=log_level)
     address = parse_http_address(http) if http is not None else None
+    if not forge.create_tables:
+        await _check_tables(forge)
     runtime = forge.runtime(http=address, admin_token=admin_token)
     logger.info(startup_line(forge, address))
     gc.freeze()
@@ -147,6 +149,17 @@ async def run_worker(
     finally:
         print_shutdown_report(runtime.last_shutdown_report)
     return 0
+
+
+async def _check_tables(forge: Forge) -> None:
+    """Refuse to start on a database without the forge's tables: one line, not a loop's
+    failure on every poll (the runtime checks again at startup, for every host)."""
+    try:
+        await forge.backend.check_tables()
+    except Exception as exc:
+        raise database_error(exc, forge.backend.url or "memory://") from None
+    finally:
+        await forge.aclose()
 
 
 async def run_forge_migrate(target: str) -> int:

@@ -27,6 +27,7 @@ from ._scheduled_tasks_table import (
     scheduled_tasks_table,
 )
 from ._engine import create_database_engine
+from ._ensure_tables import ensure_tables
 from ._time import DatabaseBackend, UtcDateTime
 from ._url import normalize_database_url
 from .errors import (
@@ -38,6 +39,7 @@ from .errors import (
     DatabaseTimeoutError,
     DatabaseUnavailableError,
     InvalidDatabaseUrlError,
+    TablesMissingError,
     UnsupportedDatabaseBackendError,
 )
 
@@ -69,6 +71,7 @@ __all__ = [
     "InvalidDatabaseUrlError",
     "RuntimeLeaseDbStore",
     "ScheduledTaskDbStore",
+    "TablesMissingError",
     "UnsupportedDatabaseBackendError",
     "UtcDateTime",
     "alembic_create_runtime_leases",
@@ -85,6 +88,7 @@ __all__ = [
     "create_scheduled_tasks_table",
     "database_component_after",
     "database_health_component",
+    "ensure_tables",
     "listen_for_task_notifications",
     "normalize_database_url",
     "runtime_leases_table",

@@ -52,11 +52,12 @@ def alembic_render_item(
 ) -> str | Literal[False]:
     """Render aster-forge's column types in ``alembic revision --autogenerate``.
 
-    Pass it to ``context.configure(..., render_item=alembic_render_item)`` in
-    ``env.py``. A :class:`~aster_forge.db.UtcDateTime` column is then written as
-    ``aster_forge.db.UtcDateTime()`` and the revision gets ``import aster_forge.db``,
-    so it runs as generated (whatever ``user_module_prefix`` says). Everything else is
-    left to Alembic (``False``). A product with its own hook calls this one first.
+    Optional: without it a revision runs as generated too (see
+    :class:`~aster_forge.db.UtcDateTime`). Passed to ``context.configure(...,
+    render_item=alembic_render_item)`` in ``env.py``, a ``UtcDateTime`` column is
+    written as ``aster_forge.db.UtcDateTime()`` and the revision gets ``import
+    aster_forge.db`` (whatever ``user_module_prefix`` says). Everything else is left to
+    Alembic (``False``). A product with its own hook calls this one first.
 
     Args:
         type_: What Alembic is rendering (``"type"``, ``"server_default"``...).

@@ -67,6 +67,10 @@ class DatabaseBackend(enum.StrEnum):
         )
 
 
+_IMPORTING_MODULE = "__import__('aster_forge.db').db"
+"""What a revision reads as the module of :class:`UtcDateTime` (see its ``__init__``)."""
+
+
 class UtcDateTime(sa.types.TypeDecorator[datetime]):
     """Aware-UTC datetimes: ``TIMESTAMP WITH TIME ZONE`` on PostgreSQL, naive-UTC
     ``DATETIME(6)`` on MariaDB/MySQL and naive-UTC text on SQLite.
@@ -74,9 +78,11 @@ class UtcDateTime(sa.types.TypeDecorator[datetime]):
     Binding a naive datetime raises ``ValueError`` (no silent local-time guess);
     results are always aware UTC.
 
-    Alembic autogenerate renders it as ``aster_forge.db.UtcDateTime()``; configure
-    :func:`aster_forge.db.alembic_render_item` in ``env.py`` so the revision also
-    gets ``import aster_forge.db``.
+    ``alembic revision --autogenerate`` with nothing but ``target_metadata`` in
+    ``env.py`` writes it as ``__import__('aster_forge.db').db.UtcDateTime()``, which runs
+    in any revision as generated and creates the same column on every backend as
+    ``create_all``. With :func:`aster_forge.db.alembic_render_item` configured it is
+    ``aster_forge.db.UtcDateTime()`` and the revision gets ``import aster_forge.db``.
     """
 
     # The public path, so rendered migrations and pickles never name the private module.
@@ -84,6 +90,14 @@ class UtcDateTime(sa.types.TypeDecorator[datetime]):
 
     impl = sa.DateTime
     cache_ok = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Alembic writes a type of a module of its own as "<type.__module__>.<repr>", and
+        # a revision imports only sqlalchemy: the instance names its module by an
+        # expression that imports it, so the revision needs no hook (the class keeps
+        # its real module for everything else).
+        self.__dict__["__module__"] = _IMPORTING_MODULE
 
     def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
         """Pick the column type per dialect."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import TypeVar
@@ -19,6 +20,7 @@ from .errors import (
     DatabaseOperationError,
     DatabaseTimeoutError,
     DatabaseUnavailableError,
+    TablesMissingError,
 )
 
 __all__ = [
@@ -37,6 +39,15 @@ T = TypeVar("T")
 _CONFLICT_ATTEMPTS = 4
 _PG_CONFLICT_STATES = {"40001", "40P01", "55P03"}
 _MYSQL_CONFLICT_CODES = {1205, 1213}
+_PG_UNDEFINED_TABLE = "42P01"
+_MYSQL_NO_SUCH_TABLE = 1146
+# Where each driver names the missing table: PostgreSQL 'relation "t" does not exist',
+# MariaDB "Table 'db.t' doesn't exist", SQLite "no such table: t".
+_MISSING_TABLE_NAME = re.compile(
+    r'relation "(?P<pg>[^"]+)" does not exist'
+    r"|Table '(?P<mysql>[^']+)' doesn't exist"
+    r"|no such table: (?P<sqlite>\S+)"
+)
 
 
 def _sqlstate(exc: BaseException) -> str | None:
@@ -67,6 +78,26 @@ def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
     return False
 
 
+def _missing_tables(exc: BaseException) -> tuple[str, ...] | None:
+    """The table a "no such table" error names (``()`` when it names none), or ``None``
+    when ``exc`` is another error. By SQLSTATE on PostgreSQL, error code on MariaDB and
+    the message on SQLite, whose driver has no code for it."""
+    orig = getattr(exc, "orig", None) or exc
+    text = str(orig)
+    if (
+        _sqlstate(orig) != _PG_UNDEFINED_TABLE
+        and _mysql_code(orig) != _MYSQL_NO_SUCH_TABLE
+        and "no such table" not in text
+    ):
+        return None
+    match = _MISSING_TABLE_NAME.search(text)
+    if match is None:
+        return ()
+    name = next(group for group in match.groups() if group is not None)
+    # The schema (PostgreSQL) or database (MariaDB) prefix is not part of the table's name.
+    return (name.rpartition(".")[2],)
+
+
 def is_transient_conflict(exc: sa.exc.DBAPIError) -> bool:
     """Whether ``exc`` is a deadlock, serialization failure or busy lock worth retrying."""
     orig = exc.orig
@@ -95,6 +126,10 @@ def translate_db_error(exc: Exception, operation: str) -> DatabaseOperationError
     if isinstance(exc, sa.exc.TimeoutError | TimeoutError):
         return DatabaseTimeoutError(message, operation=operation)
     if isinstance(exc, sa.exc.DBAPIError):
+        missing = _missing_tables(exc)
+        if missing is not None:
+            # Before the class checks: SQLite reports it as an OperationalError.
+            return TablesMissingError(missing, operation=operation)
         if exc.connection_invalidated or isinstance(
             exc, sa.exc.InterfaceError | sa.exc.OperationalError
         ):
@@ -139,6 +174,9 @@ def translate_driver_error(exc: Exception, operation: str) -> DatabaseOperationE
         return DatabaseIntegrityError(message, operation=operation)
     if state in _PG_CONFLICT_STATES:
         return DatabaseConflictError(message, operation=operation)
+    missing = _missing_tables(exc)
+    if missing is not None:
+        return TablesMissingError(missing, operation=operation)
     if isinstance(exc, TimeoutError):
         return DatabaseTimeoutError(message, operation=operation)
     if is_driver_connection_error(exc):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from .._errors import AsterForgeError
 
 
@@ -49,6 +51,34 @@ class DatabaseOperationError(AsterForgeDbError):
     def __init__(self, message: str, *, operation: str) -> None:
         super().__init__(message)
         self.operation = operation
+
+
+class TablesMissingError(DatabaseOperationError):
+    """Raised when a table aster-forge needs does not exist: the database is not migrated.
+
+    The same error on SQLite, PostgreSQL and MariaDB, whichever statement met the
+    missing table. The message names the tables and how to create them.
+
+    Attributes:
+        tables: The missing tables' names (empty when the driver did not name one).
+    """
+
+    def __init__(self, tables: Sequence[str], *, operation: str) -> None:
+        names = ", ".join(repr(name) for name in tables)
+        what = (
+            "a table aster-forge needs does not exist"
+            if not tables
+            else f"table {names} does not exist"
+            if len(tables) == 1
+            else f"tables {names} do not exist"
+        )
+        super().__init__(
+            f"{operation} failed: {what}; create the tables with "
+            "'aster-forge migrate MODULE:FORGE' or your Alembic migration "
+            "('alembic upgrade head')",
+            operation=operation,
+        )
+        self.tables = tuple(tables)
 
 
 class DatabaseUnavailableError(DatabaseOperationError, ConnectionError):

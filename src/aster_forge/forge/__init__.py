@@ -8,10 +8,9 @@ heartbeat or schedule logic of its own.
 from __future__ import annotations
 
 from ._app import DEFAULT_FORGE_URL, Forge
-from ._backend import MEMORY_URL, ForgeBackend
-from ._declarations import ForgeDeclarations, ForgeHealthCheck
+from ._backend import ForgeBackend
+from ._declarations import ForgeHealthCheck
 from ._drain import DrainedTask, ForgeDrainResult
-from ._operations import ForgeOperations
 from ._periodic import ForgePeriodic
 from ._task import ForgeTask
 from ._worker import ForgeWorker, ForgeWorkerSettings
@@ -29,11 +28,9 @@ __all__ = [
     "Forge",
     "ForgeBackend",
     "ForgeDeclarationError",
-    "ForgeDeclarations",
     "ForgeDrainResult",
     "ForgeError",
     "ForgeHealthCheck",
-    "ForgeOperations",
     "ForgePayloadError",
     "ForgePeriodic",
     "ForgeStateError",
@@ -41,5 +38,4 @@ __all__ = [
     "ForgeTaskFailedError",
     "ForgeWorker",
     "ForgeWorkerSettings",
-    "MEMORY_URL",
 ]

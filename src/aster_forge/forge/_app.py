@@ -36,6 +36,7 @@ from ..tasks import (
     NewTask,
     TaskCodecError,
     TaskPayloadError,
+    TaskRetention,
     TaskWorker,
 )
 from ._backend import ForgeBackend
@@ -46,12 +47,14 @@ from ._lifespan import run_forge
 from ._operations import ForgeOperations
 from ._task import ForgeTask
 from ._worker import HTTP_COMPONENT, ForgeWorker, ForgeWorkerSettings
-from .errors import ForgePayloadError, ForgeStateError
+from .errors import ForgeDeclarationError, ForgePayloadError, ForgeStateError
 
 __all__ = ["DEFAULT_FORGE_URL", "Forge"]
 
 DEFAULT_FORGE_URL = "sqlite:///./aster-forge.db"
 """The embedded default: a SQLite file in the working directory."""
+
+_DEFAULT_RETENTION = TaskRetention()
 
 
 class Forge(ForgeDeclarations, ForgeOperations):
@@ -87,12 +90,19 @@ class Forge(ForgeDeclarations, ForgeOperations):
             product's own so Alembic sees one metadata).
         tasks_table: The task table's name.
         default_concurrency: The limit of the ``default`` lane (tasks without ``lane=``).
-        create_tables: Create missing tables at startup (default: on for SQLite and
-            memory, off for servers, where Alembic or ``aster-forge migrate`` does it).
+        create_tables: Create missing tables on first use (the first enqueue, operation,
+            drain or worker startup; default: on for SQLite and memory, off for servers,
+            where Alembic or ``aster-forge migrate`` does it and a worker refuses to
+            start without them).
         settings: Worker timings.
+        retention: How long finished tasks are kept: the instance holding the scheduler
+            lease deletes older ones every ``retention.interval`` (default
+            :class:`~aster_forge.tasks.TaskRetention`'s: succeeded and cancelled tasks
+            after 7 days, failed ones after 30, hourly); ``None`` keeps them all.
 
     Raises:
         UnsupportedDatabaseBackendError: The URL's backend is not supported.
+        ForgeDeclarationError: ``retention`` is not a ``TaskRetention`` or ``None``.
     """
 
     def __init__(
@@ -106,16 +116,21 @@ class Forge(ForgeDeclarations, ForgeOperations):
         default_concurrency: int = 10,
         create_tables: bool | None = None,
         settings: ForgeWorkerSettings | None = None,
+        retention: TaskRetention | None = _DEFAULT_RETENTION,
     ) -> None:
         super().__init__(default_concurrency=default_concurrency)
         self._name = check_name(name, "forge")
         self._backend = ForgeBackend(
-            url, metadata if metadata is not None else sa.MetaData(), tasks_table=tasks_table
+            url,
+            metadata if metadata is not None else sa.MetaData(),
+            tasks_table=tasks_table,
+            create_tables=create_tables,
         )
         self._state = state
-        embedded = self._backend.is_memory or self._backend.is_sqlite
-        self._create_tables = create_tables if create_tables is not None else embedded
         self._settings = settings if settings is not None else ForgeWorkerSettings()
+        if retention is not None and not isinstance(retention, TaskRetention):
+            raise ForgeDeclarationError("retention= takes a TaskRetention, or None to keep tasks")
+        self._retention = retention
         self._instance_id = new_runtime_lease_owner_id()
         self._workers: list[ForgeWorker] = []
         self._runtime: AsterRuntime | None = None
@@ -149,8 +164,14 @@ class Forge(ForgeDeclarations, ForgeOperations):
 
     @property
     def create_tables(self) -> bool:
-        """Whether startup creates missing tables."""
-        return self._create_tables
+        """Whether the forge creates its missing tables (at the first enqueue, operation
+        or worker startup); otherwise a worker refuses to start without them."""
+        return self._backend.creates_tables
+
+    @property
+    def retention(self) -> TaskRetention | None:
+        """How long finished tasks are kept (``None``: forever, no retention job)."""
+        return self._retention
 
     @property
     def worker_settings(self) -> ForgeWorkerSettings:
@@ -218,7 +239,10 @@ class Forge(ForgeDeclarations, ForgeOperations):
             # Awake workers find the rows once the transaction commits (or NOTIFY says so).
             self._wake_workers()
             return results
-        return await self._send(self._backend.task_store, requests)
+        backend = self._backend
+        if not backend.tables_ready:
+            await backend.create_tables_once()
+        return await self._send(backend.task_store, requests)
 
     def _requests(
         self,
@@ -449,13 +473,15 @@ class Forge(ForgeDeclarations, ForgeOperations):
         """Run every due task inline, one at a time, and return what happened.
 
         For product unit tests (best with ``Forge("memory://")``); a task retried with a
-        backoff is not due again within the same drain.
+        backoff is not due again within the same drain. The declared
+        :meth:`resources` are opened for the drain and closed after it, as a worker
+        does, unless the forge already has a state (``state=``, or open resources).
 
         Args:
             max_tasks: Stop after this many executions (guards a task that re-enqueues).
         """
-        if self._create_tables and self._backend.engine is not None:
-            await self._backend.create_tables()
+        if not self._backend.tables_ready:
+            await self._backend.create_tables_once()
         return await drain_forge(self, max_tasks=max_tasks)
 
     async def aclose(self) -> None:

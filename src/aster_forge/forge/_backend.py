@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TypeVar
@@ -16,9 +17,11 @@ from ..db import (
     ScheduledTaskDbStore,
     background_tasks_table,
     create_database_engine,
+    ensure_tables,
     normalize_database_url,
     runtime_leases_table,
     scheduled_tasks_table,
+    task_lanes_table,
 )
 from ..runtime import RuntimeLeaseStore
 from ..tasks import BackgroundTaskStore, ScheduledTaskStore
@@ -47,16 +50,30 @@ class ForgeBackend:
             :func:`~aster_forge.db.normalize_database_url`).
         metadata: Where the tables are defined (the product's own ``MetaData`` works).
         tasks_table: The task table's name.
+        create_tables: Create the missing tables on first use (default: on for SQLite
+            and memory, off for servers, where a migration creates them).
 
     Raises:
         UnsupportedDatabaseBackendError: The URL's backend is not supported.
     """
 
-    def __init__(self, url: str, metadata: sa.MetaData, *, tasks_table: str) -> None:
+    def __init__(
+        self,
+        url: str,
+        metadata: sa.MetaData,
+        *,
+        tasks_table: str,
+        create_tables: bool | None = None,
+    ) -> None:
         self.metadata = metadata
         self.tasks_table = background_tasks_table(metadata, tasks_table)
-        runtime_leases_table(metadata)
-        scheduled_tasks_table(metadata)
+        # The tables the stores use (the product's own may share the metadata).
+        self.tables = (
+            self.tasks_table,
+            task_lanes_table(self.tasks_table),
+            runtime_leases_table(metadata),
+            scheduled_tasks_table(metadata),
+        )
         self.engine: AsyncEngine | None = None
         self.task_store: BackgroundTaskStore
         self.builtin_task_store: BackgroundTaskDbStore | InMemoryTaskStore
@@ -65,12 +82,19 @@ class ForgeBackend:
         self.scheduled_store: ScheduledTaskStore
         self.lease_store: RuntimeLeaseStore
         self._bridge: SyncBridge | None = None
+        # One creation at a time per event loop (the forge may be used from several: the
+        # synchronous callers' thread runs its own).
+        self._creating: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
         if url.startswith(MEMORY_URL):
             self.url: str | None = None
             self.builtin_task_store = InMemoryTaskStore()
             self.task_store = self.builtin_task_store
             self.scheduled_store = InMemoryScheduledTaskStore()
             self.lease_store = InMemoryRuntimeLeaseStore()
+            self.creates_tables = create_tables if create_tables is not None else True
+            self.tables_ready = True
             return
         self.url = normalize_database_url(url)
         self.engine = create_database_engine(self.url)
@@ -82,6 +106,11 @@ class ForgeBackend:
         self.scheduled_store = ScheduledTaskDbStore(self.engine)
         self.lease_store = RuntimeLeaseDbStore(self.engine)
         self._bridge = SyncBridge(self._open_sync_store)
+        self.creates_tables = (
+            create_tables if create_tables is not None else self.engine.dialect.name == "sqlite"
+        )
+        # Read before every use of the stores; once true it never turns false.
+        self.tables_ready = not self.creates_tables
 
     @property
     def is_memory(self) -> bool:
@@ -112,23 +141,63 @@ class ForgeBackend:
         """Run ``call(store)`` for synchronous code (a thread with no running loop).
 
         On a database, on the forge's :class:`SyncBridge` (one loop in a daemon thread,
-        its own pooled engine); in memory, on a fresh event loop with the shared store.
+        its own pooled engine), after creating the missing tables with that engine on
+        first use; in memory, on a fresh event loop with the shared store.
         """
         if self._bridge is None:
             return asyncio.run(awaited(call(self.task_store)))
-        return self._bridge.run(call)
+        if self.tables_ready:
+            return self._bridge.run(call)
+        return self._bridge.run(call, prepare=self.create_tables_once)
 
     def _open_sync_store(self) -> tuple[AsyncEngine, BackgroundTaskDbStore]:
         assert self.url is not None  # a bridge exists only for a database
         engine = create_database_engine(self.url)
         return engine, BackgroundTaskDbStore(engine, table=self.tasks_table)
 
+    async def create_tables_once(self, engine: AsyncEngine | None = None) -> None:
+        """Create the missing tables before the first use of the stores, once.
+
+        Concurrent first uses on one event loop wait for one creation; after it,
+        :attr:`tables_ready` is true and callers skip this call altogether.
+
+        Args:
+            engine: The engine to create them with (default: the forge's; the
+                synchronous callers' thread passes its own).
+
+        Raises:
+            DatabaseOperationError: (or a subclass) the tables could not be created.
+        """
+        if self.tables_ready or self.engine is None:
+            return
+        loop = asyncio.get_running_loop()
+        lock = self._creating.setdefault(loop, asyncio.Lock())
+        async with lock:
+            if not self.tables_ready:
+                await ensure_tables(engine or self.engine, self.metadata, create=True)
+                self.tables_ready = True
+
     async def create_tables(self) -> None:
-        """Create every missing table and index of :attr:`metadata` (idempotent)."""
+        """Create every missing table and index of :attr:`metadata` (idempotent).
+
+        Raises:
+            DatabaseOperationError: (or a subclass) the tables could not be created.
+        """
         if self.engine is None:
             return
-        async with self.engine.begin() as conn:
-            await conn.run_sync(lambda sync: self.metadata.create_all(sync, checkfirst=True))
+        await ensure_tables(self.engine, self.metadata, create=True)
+        self.tables_ready = True
+
+    async def check_tables(self) -> None:
+        """Check that every table the stores use exists (nothing is created).
+
+        Raises:
+            TablesMissingError: A table is missing (every missing one is named).
+            DatabaseOperationError: (or a subclass) the database could not be asked.
+        """
+        if self.engine is None:
+            return
+        await ensure_tables(self.engine, self.metadata, tables=self.tables)
 
     async def dispose(self) -> None:
         """Close the pooled connections and the synchronous enqueues' thread (both reopen

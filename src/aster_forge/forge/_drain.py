@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterator
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -107,7 +108,21 @@ async def drain_forge(forge: Forge, *, max_tasks: int) -> ForgeDrainResult:
     fenced writes, retries, steps, exactly as a running worker would, only one task
     at a time. A retried task runs again in the same drain only if its backoff has
     already passed.
+
+    The forge's declared resources are opened for the drain and closed after it, as
+    a worker's runtime does, unless the forge already has a state (``state=``, or the
+    resources of a running worker).
     """
+    async with AsyncExitStack() as resources:
+        factory = forge.resources_factory
+        if factory is not None and forge.state_or_none is None:
+            # Registered first, so it runs last: the state is forgotten once closed.
+            resources.callback(forge.clear_state)
+            forge.state = await resources.enter_async_context(factory())
+        return await _drain(forge, max_tasks=max_tasks)
+
+
+async def _drain(forge: Forge, *, max_tasks: int) -> ForgeDrainResult:
     registry = forge.registry
     settings = forge.worker_settings
     store = forge.backend.task_store

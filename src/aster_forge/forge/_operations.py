@@ -77,12 +77,19 @@ class ForgeOperations:
         @property
         def lanes(self) -> dict[str, int]: ...
 
+    async def _store(self) -> BackgroundTaskStore:
+        # An embedded forge creates its tables on the first use, whichever call it is.
+        backend = self._backend
+        if not backend.tables_ready:
+            await backend.create_tables_once()
+        return backend.task_store
+
     # -- reading --------------------------------------------------------------------------
 
     async def get_task(self, task_id: int) -> BackgroundTaskRecord | None:
         """The task's stored row (status, attempts, steps, result, last error), or
         ``None`` when no task has that id (pruned, or never enqueued)."""
-        return await self._backend.task_store.get_task(task_id)
+        return await (await self._store()).get_task(task_id)
 
     async def list_tasks(
         self,
@@ -103,7 +110,7 @@ class ForgeOperations:
             before_id: The cursor: the previous page's ``next_before_id``.
         """
         kind = task if task is None or isinstance(task, str) else task.name
-        return await self._backend.task_store.list_tasks(
+        return await (await self._store()).list_tasks(
             status=status, kind=kind, lane=lane, limit=limit, before_id=before_id
         )
 
@@ -119,7 +126,7 @@ class ForgeOperations:
         Returns:
             ``CANCELLED``, ``CANCEL_REQUESTED``, ``ALREADY_FINISHED`` or ``NOT_FOUND``.
         """
-        return await self._backend.task_store.cancel_task(task_id)
+        return await (await self._store()).cancel_task(task_id)
 
     async def retry_task(
         self, task_id: int, *, run_at: datetime | None = None, force: bool = False
@@ -136,7 +143,7 @@ class ForgeOperations:
             TaskStateError: The task is not failed or cancelled, or its failure may
                 only be retried with ``force=True``.
         """
-        return await self._backend.task_store.retry_task(task_id, run_at=run_at, force=force)
+        return await (await self._store()).retry_task(task_id, run_at=run_at, force=force)
 
     async def prune(self, retention: TaskRetention | None = None) -> TaskPruneReport:
         """Delete finished tasks older than their status's age, once, in bounded batches.
@@ -149,7 +156,7 @@ class ForgeOperations:
                 after 7 days, failed after 30).
         """
         policy = retention if retention is not None else TaskRetention()
-        return await prune_finished_tasks(self._backend.task_store, policy)
+        return await prune_finished_tasks(await self._store(), policy)
 
     # -- lanes ----------------------------------------------------------------------------
 
@@ -162,7 +169,7 @@ class ForgeOperations:
         Raises:
             ForgeDeclarationError: ``lane`` is not one of the forge's lanes.
         """
-        return await self._backend.task_store.pause_lane(self._declared_lane(lane))
+        return await (await self._store()).pause_lane(self._declared_lane(lane))
 
     async def resume_lane(self, lane: str) -> TaskLaneState:
         """Let ``lane``'s tasks be claimed again (idempotent).
@@ -170,11 +177,11 @@ class ForgeOperations:
         Raises:
             ForgeDeclarationError: ``lane`` is not one of the forge's lanes.
         """
-        return await self._backend.task_store.resume_lane(self._declared_lane(lane))
+        return await (await self._store()).resume_lane(self._declared_lane(lane))
 
     async def lane_states(self) -> Sequence[TaskLaneState]:
         """Every lane of the forge with its stored pause state, sorted by lane."""
-        return list(await self._backend.task_store.lane_states(sorted(self.lanes)))
+        return list(await (await self._store()).lane_states(sorted(self.lanes)))
 
     def _declared_lane(self, lane: str) -> str:
         if lane not in self.lanes:
@@ -198,7 +205,7 @@ class ForgeOperations:
             ForgeTaskFailedError: The task ended failed or cancelled.
             TaskNotFoundError: No task has that id.
         """
-        return self._decoded_result(await _finished(self._backend.task_store, _task_id(task)))
+        return self._decoded_result(await _finished(await self._store(), _task_id(task)))
 
     def result_sync(
         self, task: int | EnqueueResult, *, timeout: timedelta | float | None = None

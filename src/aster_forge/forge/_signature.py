@@ -55,16 +55,41 @@ class BodyShape:
         return await asyncio.to_thread(fn, *args)
 
 
-def _is_ctx(param: inspect.Parameter, hints: dict[str, Any]) -> bool:
-    hint = hints.get(param.name)
-    if hint is None:
-        return param.name == "ctx"
+def _is_ctx_type(hint: object) -> bool:
     return isinstance(hint, type) and issubclass(hint, TaskExecutionContext)
+
+
+def _takes_ctx(params: list[inspect.Parameter], hints: dict[str, Any], what: str) -> bool:
+    """Whether the first parameter is the context, decided by position and count.
+
+    A single parameter is the context only when annotated so (or unannotated and
+    named ``ctx``); in a two- or three-parameter body the first parameter is always the
+    context, so it must not be annotated as something else.
+    """
+    if not params:
+        return False
+    first = params[0]
+    hint = hints.get(first.name)
+    if len(params) == 1:
+        return _is_ctx_type(hint) if hint is not None else first.name == "ctx"
+    if hint is None or hint is Any or _is_ctx_type(hint):
+        return True
+    shape = "(ctx, payload)" if len(params) == 2 else "(ctx, payload, state)"
+    raise ForgeDeclarationError(
+        f"{what}: a body with {len(params)} parameters is {shape}, but its first "
+        f"parameter {first.name!r} is annotated {inspect.formatannotation(hint)}; annotate it "
+        f"'{first.name}: TaskExecutionContext' (or Any, or leave it unannotated)"
+    )
 
 
 def read_body(fn: Callable[..., Any], *, what: str) -> BodyShape:
     """Read ``fn``'s signature: ``()``, ``(payload)``, ``(ctx)``, ``(ctx, payload)`` or
     ``(ctx, payload, state)``.
+
+    The shape follows from the number of parameters alone: with two or three, the first
+    is the context (annotated ``TaskExecutionContext``, ``Any`` or not at all); a single
+    parameter is the payload unless annotated ``TaskExecutionContext`` (or unannotated
+    and named ``ctx``).
 
     Args:
         fn: The task body.
@@ -72,8 +97,9 @@ def read_body(fn: Callable[..., Any], *, what: str) -> BodyShape:
 
     Raises:
         ForgeDeclarationError: Not callable, annotations that do not resolve, keyword-only
-            or variadic parameters, more than three parameters, or a payload parameter
-            without a type annotation.
+            or variadic parameters, more than three parameters, a first parameter of a
+            two- or three-parameter body annotated as something other than the
+            context, or a payload parameter without a type annotation.
     """
     if not callable(fn):
         raise ForgeDeclarationError(f"{what}: the body is not callable")
@@ -91,12 +117,8 @@ def read_body(fn: Callable[..., Any], *, what: str) -> BodyShape:
         raise ForgeDeclarationError(
             f"{what}: the body takes at most (ctx, payload, state), got {len(params)} parameters"
         )
-    takes_ctx = bool(params) and _is_ctx(params[0], hints)
+    takes_ctx = _takes_ctx(params, hints, what)
     rest = params[1:] if takes_ctx else params
-    if len(rest) == 2 and not takes_ctx:
-        raise ForgeDeclarationError(
-            f"{what}: with two parameters the first must be the TaskExecutionContext"
-        )
     takes_payload = len(rest) >= 1
     payload_type = _NO_PAYLOAD
     if takes_payload:

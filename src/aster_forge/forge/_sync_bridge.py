@@ -62,17 +62,28 @@ class SyncBridge:
         self._running: _Running | None = None
         _BRIDGES.add(self)
 
-    def run(self, call: Callable[[BackgroundTaskDbStore], Awaitable[T]]) -> T:
+    def run(
+        self,
+        call: Callable[[BackgroundTaskDbStore], Awaitable[T]],
+        *,
+        prepare: Callable[[AsyncEngine], Awaitable[None]] | None = None,
+    ) -> T:
         """Run ``call(store)`` on the bridge's loop and wait for its result.
 
         If the calling thread is interrupted while it waits (``KeyboardInterrupt``), the
         call is cancelled as an awaiting caller's would be, and the interrupt re-raised.
+
+        Args:
+            call: The work, given the bridge's store.
+            prepare: Awaited first on the same loop with the bridge's engine (creating
+                missing tables before a first use).
         """
         with self._lock:
             # Scheduled under the lock: a close that follows finds the call on the loop
             # and lets it finish before the connections close.
             running = self._start()
-            future = asyncio.run_coroutine_threadsafe(awaited(call(running.store)), running.loop)
+            work = call(running.store) if prepare is None else _prepared(prepare, call, running)
+            future = asyncio.run_coroutine_threadsafe(awaited(work), running.loop)
         try:
             return future.result()
         except BaseException:
@@ -137,6 +148,15 @@ class SyncBridge:
 async def awaited(awaitable: Awaitable[T]) -> T:
     """``awaitable`` as a coroutine (what ``asyncio.run`` and ``run_coroutine_threadsafe`` take)."""
     return await awaitable
+
+
+async def _prepared(
+    prepare: Callable[[AsyncEngine], Awaitable[None]],
+    call: Callable[[BackgroundTaskDbStore], Awaitable[T]],
+    running: _Running,
+) -> T:
+    await prepare(running.engine)
+    return await call(running.store)
 
 
 async def _close_store(running: _Running) -> None:

@@ -25,6 +25,7 @@ from ..db import (
 )
 from ..runtime import (
     CancellationToken,
+    Clock,
     HealthCheckOptions,
     HealthCheckScopes,
     HealthComponentDetailValue,
@@ -32,6 +33,7 @@ from ..runtime import (
     RuntimeComponentKind,
     RuntimeComponentRegistry,
     StartupPhaseFailurePolicy,
+    SystemClock,
 )
 from ..tasks import (
     BACKGROUND_TASKS_COMPONENT,
@@ -42,9 +44,11 @@ from ..tasks import (
     ScheduledTaskOutcome,
     ScheduledTaskRun,
     TaskLaneConfig,
+    TaskPruneReport,
     TaskRetryPolicy,
     TaskTempDirs,
     TaskWorker,
+    task_retention_worker,
 )
 from .errors import ForgeDeclarationError
 
@@ -166,11 +170,16 @@ class ForgeWorker:
         forge: The forge (its declarations are frozen by this call).
         after: Components of the product (e.g. its HTTP service) that must stop before
             the forge's resources and database close.
+        clock: What the scheduler's lease loop and the retention job sleep on (a
+            ``ManualClock`` in tests).
     """
 
-    def __init__(self, forge: Forge, *, after: Sequence[str] = ()) -> None:
+    def __init__(
+        self, forge: Forge, *, after: Sequence[str] = (), clock: Clock | None = None
+    ) -> None:
         self._forge = forge
         self._after = tuple(after)
+        self._clock = clock if clock is not None else SystemClock()
         registry = forge.registry
         settings = forge.worker_settings
         self._settings = settings
@@ -194,6 +203,11 @@ class ForgeWorker:
         )
         self.started = asyncio.Event()
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.last_prune: TaskPruneReport | None = None
+        """The last retention pass this instance ran (``None``: none yet, or it does not
+        hold the scheduler lease)."""
+        self.pruned = asyncio.Event()
+        """Set after each retention pass this instance runs."""
         self._exit = AsyncExitStack()
         # The first of the forge's loops that crashed, for readiness.
         self._crash: tuple[str, BaseException] | None = None
@@ -242,11 +256,34 @@ class ForgeWorker:
             .lease_standby_retry_interval(settings.scheduler_lease_ttl / 3)
         )
 
-        def declare(runtime: LeasedScheduledRuntime[Forge, ScheduledTaskOutcome]) -> None:
-            for periodic in forge.periodics:
-                periodic.declare(runtime)
+        await self._watched(
+            "scheduler",
+            config.run(
+                token, self._declare_singletons, clock=self._clock, owner_id=forge.instance_id
+            ),
+        )
 
-        await self._watched("scheduler", config.run(token, declare, owner_id=forge.instance_id))
+    def _declare_singletons(
+        self, runtime: LeasedScheduledRuntime[Forge, ScheduledTaskOutcome]
+    ) -> None:
+        # What runs once per cluster, on the instance holding the scheduler lease.
+        forge = self._forge
+        for periodic in forge.periodics:
+            periodic.declare(runtime)
+        if forge.retention is not None:
+            runtime.worker(
+                task_retention_worker(
+                    forge.backend.task_store,
+                    forge.retention,
+                    on_report=self._pruned,
+                    clock=self._clock,
+                ),
+                name="task_retention",
+            )
+
+    async def _pruned(self, report: TaskPruneReport) -> None:
+        self.last_prune = report
+        self.pruned.set()
 
     async def _ready(self) -> None:
         self.loop = asyncio.get_running_loop()
@@ -323,7 +360,7 @@ class ForgeWorker:
         # hears NOTIFY or fires schedules, should exit (non-zero) and be restarted.
         if backend.is_postgres:
             workers.task("task_notifications", self._listen, critical=True)
-        if forge.periodics:
+        if forge.periodics or forge.retention is not None:
             workers.task("scheduler", self._schedule, critical=True)
         workers.shutdown("forge_stopped", None, self._stopped)
         users = [BACKGROUND_TASKS_COMPONENT, *self._after]
@@ -339,9 +376,14 @@ class ForgeWorker:
         if backend.engine is None:
             return
         database = registry.component(DATABASE_COMPONENT, RuntimeComponentKind.DATABASE)
+        # The database starts first: without its tables the loops would only fail.
         if forge.create_tables:
             database.startup(
                 "create_tables", backend.create_tables, StartupPhaseFailurePolicy.REQUIRED
+            )
+        else:
+            database.startup(
+                "check_tables", backend.check_tables, StartupPhaseFailurePolicy.REQUIRED
             )
         database_health_component(backend.engine, component=DATABASE_COMPONENT).register(registry)
         database_component_after(backend.engine, users, component=DATABASE_COMPONENT).register(
