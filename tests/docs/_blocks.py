@@ -57,6 +57,14 @@ def code_blocks(path: Path) -> list[CodeBlock]:
     return blocks
 
 
+README = DOCS.parent / "README.md"
+
+
+def example_pages() -> list[Path]:
+    """Every page whose examples run and type-check: the README and the guides."""
+    return [README, *guide_pages()]
+
+
 def guide_pages() -> list[Path]:
     """The hand-written guides (the generated API reference pages are excluded)."""
     return sorted(

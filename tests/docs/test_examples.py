@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from ._blocks import CodeBlock, code_blocks, guide_pages
+from ._blocks import CodeBlock, code_blocks, example_pages
 
-PAGES = guide_pages()
+PAGES = example_pages()
 
 
 def _runnable(page: Path) -> list[CodeBlock]:
@@ -71,4 +71,4 @@ def test_page_examples_run(
 
 def test_guides_are_found() -> None:
     names = {page.name for page in RUNNABLE}
-    assert {"tasks.md", "health.md", "lifecycle.md"} <= names
+    assert {"README.md", "tasks.md", "health.md", "lifecycle.md"} <= names
