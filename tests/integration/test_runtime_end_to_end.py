@@ -13,7 +13,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from aster_forge.tasks import BACKGROUND_TASKS_COMPONENT, BACKGROUND_TASKS_SHUTDOWN_PHASE
+from aster_forge.tasks import BACKGROUND_TASKS_COMPONENT
+from aster_forge.tasks._components import BACKGROUND_TASKS_SHUTDOWN_PHASE
 
 from . import _runtime_app as app
 

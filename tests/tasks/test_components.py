@@ -20,8 +20,6 @@ from aster_forge.runtime import (
 )
 from aster_forge.tasks import (
     BACKGROUND_TASKS_COMPONENT,
-    BACKGROUND_TASKS_SHUTDOWN_PHASE,
-    BACKGROUND_TASKS_SPAWN_PHASE,
     BackgroundTaskComponent,
     BackgroundTasks,
     BackgroundTaskSpawnError,
@@ -31,6 +29,10 @@ from aster_forge.tasks import (
     background_task_component_from_shutdown,
     background_task_component_with_definitions,
     background_task_component_with_definitions_from_shutdown,
+)
+from aster_forge.tasks._components import (
+    BACKGROUND_TASKS_SHUTDOWN_PHASE,
+    BACKGROUND_TASKS_SPAWN_PHASE,
 )
 from aster_forge.testing import ManualClock
 

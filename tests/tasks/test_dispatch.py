@@ -11,7 +11,6 @@ import pytest
 from aster_forge.tasks import (
     BackgroundTaskRecord,
     ClaimedTaskOutcome,
-    DispatchBackoff,
     DispatchPollConfig,
     DispatchStats,
     DispatchStatsRecorder,
@@ -23,6 +22,7 @@ from aster_forge.tasks import (
     default_dispatch_owner,
     effective_dispatch_base_interval,
 )
+from aster_forge.tasks._dispatch import DispatchBackoff
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 
 from ._dispatch_support import (

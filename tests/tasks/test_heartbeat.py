@@ -14,8 +14,8 @@ from aster_forge.tasks import (
     TaskLease,
     TaskLeaseGuard,
     TaskLeaseTermination,
-    task_heartbeat_interval,
 )
+from aster_forge.tasks._heartbeat import task_heartbeat_interval
 from aster_forge.testing import ManualClock
 
 from ._dispatch_support import until

@@ -34,8 +34,8 @@ from aster_forge.tasks import (
     TaskStepSpec,
     TaskStepStatus,
     parse_task_steps_json,
-    task_heartbeat_interval,
 )
+from aster_forge.tasks._heartbeat import task_heartbeat_interval
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 from aster_forge.web import AdminSources, admin_app
 

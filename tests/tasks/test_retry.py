@@ -17,8 +17,8 @@ from aster_forge.tasks import (
     TaskRetryPolicy,
     classify_task_error,
     default_task_retry_delay,
-    should_auto_retry,
 )
+from aster_forge.tasks._retry import should_auto_retry
 
 
 def test_retry_class_capabilities() -> None:

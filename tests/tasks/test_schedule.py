@@ -17,12 +17,12 @@ from aster_forge.tasks import (
     ScheduledTaskRunStatus,
     ScheduledTaskValueError,
     TaskDedupeKeyError,
-    run_scheduled_claim_renewal_loop,
     run_scheduled_periodic_task,
     scheduled_claim_renew_interval,
     scheduled_next_run_at,
     scheduled_task_dedupe_key,
 )
+from aster_forge.tasks._schedule import run_scheduled_claim_renewal_loop
 from aster_forge.testing import InMemoryScheduledTaskStore, ManualClock
 
 from ._schedule_support import Body, FlakyStore, start_runner, until

@@ -18,9 +18,8 @@ from aster_forge.tasks import (
     TaskRetryClass,
     TaskTempDirs,
     sweep_task_temp_dirs,
-    task_temp_dir_name,
-    task_temp_dirs_root,
 )
+from aster_forge.tasks._temp import task_temp_dir_name, task_temp_dirs_root
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 
 from ._dispatch_support import (

@@ -18,9 +18,9 @@ from aster_forge.tasks import (
     TaskLeaseGuard,
     TaskStatus,
     TaskWorker,
-    task_heartbeat_interval,
 )
 from aster_forge.tasks._completion import TaskCompletionBatcher
+from aster_forge.tasks._heartbeat import task_heartbeat_interval
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 
 from ._dispatch_support import (

@@ -15,7 +15,8 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aster_forge.db import BackgroundTaskDbStore, create_background_tasks_table
-from aster_forge.runtime import CancellationToken, SystemClock, abandoned_tasks
+from aster_forge.runtime import CancellationToken, SystemClock
+from aster_forge.runtime._race import abandoned_tasks
 from aster_forge.tasks import (
     ClaimedTaskExecution,
     ClaimedTaskExecutionConfig,

@@ -23,12 +23,11 @@ from aster_forge.runtime import (
     SystemHealthReport,
 )
 from aster_forge.web import (
-    SHUTDOWN_COMPONENT,
-    SHUTDOWN_MESSAGE,
     health_app,
     health_routes,
     render_health_text,
 )
+from aster_forge.web._health import SHUTDOWN_COMPONENT, SHUTDOWN_MESSAGE
 
 from ._support import AUTH, TOKEN, client
 

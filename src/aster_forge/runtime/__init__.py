@@ -17,7 +17,6 @@ from ._loop_lag import EventLoopLagProbe, watch_blocking_steps
 from ._race import (
     RaceWinner,
     abandon_task,
-    abandoned_tasks,
     race,
     shielded,
     sleep_or_cancelled,
@@ -264,7 +263,6 @@ __all__ = [
     "WriterLifecycleError",
     "WriterQuarantinedError",
     "abandon_task",
-    "abandoned_tasks",
     "create_runtime_temp_dir_guard",
     "ensure_runtime_temp_dir",
     "log_shutdown_report",

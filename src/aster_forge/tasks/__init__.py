@@ -23,7 +23,7 @@ from ._catalog import (
     RuntimeTaskName,
 )
 from ._context import TaskExecutionContext
-from ._heartbeat import SharedTaskHeartbeat, task_heartbeat_interval
+from ._heartbeat import SharedTaskHeartbeat
 from ._lease import TaskLease, TaskLeaseGuard, TaskLeaseTermination, task_lease_termination_of
 from ._registry import TaskRegistry
 from ._retry import (
@@ -34,7 +34,6 @@ from ._retry import (
     TaskRetryPolicy,
     classify_task_error,
     default_task_retry_delay,
-    should_auto_retry,
 )
 from ._spec import ErasedTaskSpec, TaskSpec
 from ._steps import (
@@ -130,7 +129,6 @@ from .protocols import BackgroundTaskStore
 # operator queries (search, counts, throughput, bulk actions)
 from ._admin_query import (
     MAX_TASK_ERROR_SEARCH_LENGTH,
-    MAX_THROUGHPUT_MINUTES,
     TaskAdminStore,
     TaskBulkResult,
     TaskLaneStatusCounts,
@@ -146,7 +144,6 @@ from ._admin_query import (
 # --- dispatch and execution ---
 from ._dispatch import (
     ClaimedTaskOutcome,
-    DispatchBackoff,
     DispatchDrainResult,
     DispatchPollConfig,
     DispatchStats,
@@ -162,11 +159,8 @@ from ._execution import (
     ClaimedTaskReport,
 )
 from ._temp import (
-    TASK_TEMP_DIR_SCOPE,
     TaskTempDirs,
     sweep_task_temp_dirs,
-    task_temp_dir_name,
-    task_temp_dirs_root,
 )
 from ._worker import InFlightTask, TaskWorker
 from .errors import TaskDispatchConfigError
@@ -177,8 +171,6 @@ from .protocols import ClaimedTaskRecord, ClaimedTaskStore, DispatchTaskStore
 from ._background import BackgroundTasks
 from ._component_name import BACKGROUND_TASKS_COMPONENT
 from ._components import (
-    BACKGROUND_TASKS_SHUTDOWN_PHASE,
-    BACKGROUND_TASKS_SPAWN_PHASE,
     BackgroundTaskComponent,
     background_task_component,
     background_task_component_from_shutdown,
@@ -196,7 +188,6 @@ from ._schedule import (
     SCHEDULED_TASK_RAISED,
     ScheduledPeriodicTask,
     ScheduledTaskRun,
-    run_scheduled_claim_renewal_loop,
     run_scheduled_periodic_task,
     scheduled_claim_renew_interval,
     scheduled_next_run_at,
@@ -241,8 +232,6 @@ from .errors import TaskCancelRequestedError
 __all__ = [
     "AsterForgeTasksError",
     "BACKGROUND_TASKS_COMPONENT",
-    "BACKGROUND_TASKS_SHUTDOWN_PHASE",
-    "BACKGROUND_TASKS_SPAWN_PHASE",
     "BackgroundTaskComponent",
     "BackgroundTaskRecord",
     "BackgroundTaskSpawnError",
@@ -263,7 +252,6 @@ __all__ = [
     "CronSchedule",
     "CronScheduleError",
     "DEFAULT_MAX_SNOOZES",
-    "DispatchBackoff",
     "DispatchDrainResult",
     "DispatchPollConfig",
     "DispatchStats",
@@ -287,7 +275,6 @@ __all__ = [
     "MAX_TASK_ID",
     "MAX_TASK_KIND_LENGTH",
     "MAX_TASK_PAGE_SIZE",
-    "MAX_THROUGHPUT_MINUTES",
     "NewTask",
     "PeriodicTaskConfigError",
     "RegisteredRuntimeTaskKind",
@@ -308,7 +295,6 @@ __all__ = [
     "ScheduledTaskStore",
     "ScheduledTaskValueError",
     "SharedTaskHeartbeat",
-    "TASK_TEMP_DIR_SCOPE",
     "TaskAdminStore",
     "TaskBulkResult",
     "TaskCancelOutcome",
@@ -395,7 +381,6 @@ __all__ = [
     "prune_finished_tasks",
     "run_leased_background_tasks",
     "run_periodic_task",
-    "run_scheduled_claim_renewal_loop",
     "run_scheduled_periodic_task",
     "run_task_retention",
     "scheduled_claim_renew_interval",
@@ -405,16 +390,12 @@ __all__ = [
     "set_task_step_active",
     "set_task_step_skipped",
     "set_task_step_succeeded",
-    "should_auto_retry",
     "stored_schedule_columns",
     "sweep_task_temp_dirs",
-    "task_heartbeat_interval",
     "task_lease_termination_of",
     "task_retention_worker",
     "task_step_status_json_schema",
     "task_steps_json_schema",
-    "task_temp_dir_name",
-    "task_temp_dirs_root",
     "validate_claim_scheduled_task_args",
     "validate_complete_scheduled_task_args",
     "validate_ensure_scheduled_task_args",

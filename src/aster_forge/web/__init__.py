@@ -9,12 +9,9 @@ from __future__ import annotations
 from ._admin import admin_routes
 from ._sources import AdminSources, LaneLimits
 from ._app import admin_app, create_app
-from ._auth import ADMIN_TOKEN_ENV, LOCAL_HOSTS, BearerTokenGuard, HostAllowList
+from ._auth import ADMIN_TOKEN_ENV, BearerTokenGuard, HostAllowList
 from ._dashboard import dashboard_routes
 from ._health import (
-    HEALTH_PATHS,
-    SHUTDOWN_COMPONENT,
-    SHUTDOWN_MESSAGE,
     HealthRunner,
     HealthSource,
     health_app,
@@ -29,18 +26,14 @@ __all__ = [
     "ADMIN_TOKEN_ENV",
     "AdminSources",
     "BearerTokenGuard",
-    "HEALTH_PATHS",
     "HealthRunner",
     "HealthSource",
     "HostAllowList",
-    "LOCAL_HOSTS",
     "LaneLimits",
     "RuntimeLeaseSource",
     "RuntimeLeaseTableReader",
     "RuntimeLeaseView",
     "RuntimeLeases",
-    "SHUTDOWN_COMPONENT",
-    "SHUTDOWN_MESSAGE",
     "admin_app",
     "admin_routes",
     "create_app",
