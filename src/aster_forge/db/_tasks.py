@@ -462,7 +462,6 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             "failure_reason": None,
             "processing_token": None,
             "lease_expires_at": None,
-            "rescued": False,
             "finished_at": lambda now: now.expr,
         }
 
@@ -713,7 +712,6 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
                     failure_reason=None,
                     processing_token=None,
                     lease_expires_at=None,
-                    rescued=False,
                     finished_at=now,
                     updated_at=now,
                 )
@@ -773,7 +771,6 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             "steps_json": t.c.steps_json if steps_json is None else steps_json,
             "processing_token": None,
             "lease_expires_at": None,
-            "rescued": False,
             "finished_at": lambda now: now.expr,
             "attempt": t.c.attempt + 1,
         }

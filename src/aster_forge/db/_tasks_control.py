@@ -47,7 +47,6 @@ class TaskControlMixin:
             "steps_json": t.c.steps_json if steps_json is None else steps_json,
             "processing_token": None,
             "lease_expires_at": None,
-            "rescued": False,
             "finished_at": lambda now: now.expr,
         }
         return await self._fenced("mark task cancelled", lease, values)

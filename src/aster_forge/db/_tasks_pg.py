@@ -129,7 +129,6 @@ WITH done AS (
         failure_reason = NULL,
         processing_token = NULL,
         lease_expires_at = NULL,
-        rescued = false,
         finished_at = now(),
         updated_at = now()
     FROM unnest(:ids, :tokens, :results, :steps) AS v(id, token, result_json, steps_json)
@@ -220,7 +219,6 @@ class PgTaskStatements:
                 failure_reason=None,
                 processing_token=None,
                 lease_expires_at=None,
-                rescued=False,
                 finished_at=sa.func.now(),
                 updated_at=sa.func.now(),
             )

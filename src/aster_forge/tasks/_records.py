@@ -388,7 +388,9 @@ class BackgroundTaskRecord:
         failure_reason: Why the latest execution did not succeed, if it did not.
         manual_retry_allowed: Whether an operator may retry a failed task by hand.
         cancel_requested: An operator asked to cancel while it was running.
-        rescued: The current (or next) claim follows an expired lease of a lost worker.
+        rescued: The latest claim took over the expired lease of a lost worker (kept
+            when the task ends, so a finished row shows it; cleared when it goes back
+            to pending).
         created_at: Insert time.
         updated_at: Last write time.
         started_at: When the latest claim started it.

@@ -65,6 +65,7 @@ class TaskStoreConformance(TaskControlChecks, StoreConformance[BackgroundTaskSto
     CHECKS: ClassVar[tuple[str, ...]] = (
         "check_claim_fence",
         "check_lost_lease_never_writes_success",
+        "check_a_retry_after_a_rescue_is_not_a_rescue",
         "check_shutdown_release_returns_to_pending_without_attempt",
         "check_retryable_failure_backs_off_and_counts",
         "check_permanent_and_manual_failure_classification",
@@ -180,7 +181,22 @@ class TaskStoreConformance(TaskControlChecks, StoreConformance[BackgroundTaskSto
         await self._all_fenced_writes_refused(first, old)
         assert await second.mark_task_succeeded(_lease(new), None, None) is True
         done = await self._get(first, record.id)
-        assert done.status is TaskStatus.SUCCEEDED and done.rescued is False
+        assert done.status is TaskStatus.SUCCEEDED
+        assert done.rescued is True, "a task that ends keeps that its last run was a rescue"
+
+    async def check_a_retry_after_a_rescue_is_not_a_rescue(self) -> None:
+        """A rescued run that fails retryably leaves a next claim that is no rescue."""
+        first, second, lane = self._make_store(), self._make_store(), self._lane()
+        record = await self._one(first, lane, ttl=self.short_ttl, max_attempts=5)
+        await self._expire()
+        [rescued] = await second.claim_due_for_lane(lane, 5, "worker-b", _LONG)
+        assert rescued.rescued is True
+        assert await second.mark_task_retry(
+            _lease(rescued), delay=timedelta(0), error="e", steps_json=None, count_attempt=True
+        )
+        assert (await self._get(second, record.id)).rescued is False
+        [again] = await second.claim_due_for_lane(lane, 5, "worker-b", _LONG)
+        assert again.id == record.id and again.rescued is False, "not a rescue: counted once"
 
     async def check_shutdown_release_returns_to_pending_without_attempt(self) -> None:
         """A shutdown release puts the task back, due now, attempt and error unchanged."""

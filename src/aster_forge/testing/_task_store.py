@@ -251,11 +251,15 @@ class InMemoryTaskStore(
         return row
 
     def _finish(self, row: BackgroundTaskRecord, **changes: Any) -> None:
+        # A task that ends keeps whether its last run was a rescue; one going back to
+        # pending starts afresh.
+        status = changes.get("status")
+        ended = isinstance(status, TaskStatus) and status.is_terminal
         self._rows[row.id] = replace(
             row,
             processing_token=None,
             lease_expires_at=None,
-            rescued=False,
+            rescued=row.rescued and ended,
             updated_at=self._clock.now(),
             **changes,
         )
