@@ -252,7 +252,12 @@ async def test_shutdown_reports_never_contain_exception_messages(
     assert messages and all(SECRET not in m for m in messages)
 
 
-async def test_task_failures_store_a_fixed_message_not_the_exception_text() -> None:
+@pytest.mark.parametrize("redact", [True, False], ids=["redacted", "kept"])
+async def test_task_failures_store_the_exception_text_only_when_not_redacted(
+    redact: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The exception's text is the product's words: kept (bounded) by default, and with
+    # redact_errors=True neither stored nor logged; the payload is never logged either way.
     from aster_forge.tasks import ClaimedTaskExecution, SharedTaskHeartbeat
 
     state = ChaosState()
@@ -264,15 +269,20 @@ async def test_task_failures_store_a_fixed_message_not_the_exception_text() -> N
     store = InMemoryTaskStore()
     created = await store.enqueue(new_task(Kind.NOOP, 1, max_attempts=1))
     [claimed] = await store.claim_due_for_lane("chaos-fast", 1, "w", timedelta(seconds=30))
-    config = execution_config(state)
+    config = execution_config(state, redact_errors=redact)
     heartbeat = SharedTaskHeartbeat(store, config.clock, config.lease_ttl)
     report = await ClaimedTaskExecution(store, claimed, config, heartbeat=heartbeat).run()
     await heartbeat.join()
     row = await store.get_task(created.record.id)
     assert row is not None and row.status is TaskStatus.FAILED
     assert row.failure_reason is TaskFailureReason.PRODUCT_ERROR
-    assert SECRET not in (row.last_error or "") and SECRET not in (report.error or "")
     assert "ValueError" in (row.last_error or "")
+    stored = [row.last_error or "", row.last_traceback or "", report.error or "", caplog.text]
+    if redact:
+        assert not any(SECRET in text for text in stored)
+    else:
+        assert SECRET in (row.last_error or "") and SECRET in caplog.text
+    assert claimed.payload_json not in caplog.text
 
 
 # -- the admin API refuses mutation without the token ------------------------------------------

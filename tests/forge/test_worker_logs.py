@@ -102,12 +102,12 @@ async def _run_worker_until_the_task_failed(
     return output
 
 
+# The log lines do not depend on the database: SQLite and PostgreSQL cover them.
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
 @pytest.mark.parametrize("log_format", list(LogFormat))
 async def test_worker_logs_say_what_runs_where_and_why_a_task_failed(
-    forge_url: str, backend: str, tmp_path: Path, log_format: LogFormat
+    forge_url: str, tmp_path: Path, log_format: LogFormat
 ) -> None:
-    if backend == "mysql":
-        pytest.skip("the log lines do not depend on the database; SQLite and PostgreSQL cover it")
     output = await _run_worker_until_the_task_failed(forge_url, tmp_path, log_format)
     if log_format is LogFormat.JSON:
         lines = [json.loads(line) for line in output.splitlines()]
