@@ -45,5 +45,5 @@ async def book(ctx: TaskExecutionContext, payload: int) -> int:
     async with ctx.transaction() as conn:
         await conn.execute(sa.insert(ledger).values(task_id=ctx.task_id, attempt=ctx.attempt))
     # Work after the write: a kill here leaves the write uncommitted, never half-done.
-    await asyncio.sleep(0.005)
+    await asyncio.sleep(0.05)
     return payload

@@ -47,6 +47,7 @@ TASKS_PG = "src/aster_forge/db/_tasks_pg.py"
 TASKS_SQLITE = "src/aster_forge/db/_tasks_sqlite.py"
 PG_RUN = "src/aster_forge/db/_tasks_pg_run.py"
 EFFECTS = "src/aster_forge/db/_tasks_effects.py"
+SLOT_TESTS = "tests/tasks/test_slots.py"
 TRANSACTION_TESTS = "tests/forge/test_task_transaction.py"
 STALE_BATCHED = "tests/chaos/test_stale_writers.py::test_stale_writers_batched"
 STALE_SINGLE = "tests/chaos/test_stale_writers.py::test_stale_writers_one_statement_per_write"
@@ -315,27 +316,27 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "lane-limit-ignores-running",
-        "the worker counts a lane's free slots without the tasks it is running (over its limit)",
+        "the worker starts every task a claim brings, whatever its lane runs (over its limit)",
         (
             Edit(
                 WORKER,
-                "return max(limit - self._in_flight[lane] - self._reserved[lane], 0)",
-                "return max(limit - self._reserved[lane], 0)",
+                "            if self._in_flight[lane] < slots and not self._waiting[lane]:\n",
+                "            if True:\n",
             ),
         ),
         (CRASH, DISPATCH_TESTS),
     ),
     Mutant(
-        "success-refill-over-limit",
-        "a success statement claims one slot more than its batch freed (over the lane's limit)",
+        "waiting-start-over-limit",
+        "a freed slot starts every claimed task waiting for one (over the lane's limit)",
         (
             Edit(
                 WORKER,
-                "limit = self.free_slots(lane) + lanes.count(lane)\n",
-                "limit = self.free_slots(lane) + lanes.count(lane) + 1\n",
+                "        while queue and self._in_flight[lane] < limit and not self.stopping:\n",
+                "        while queue and not self.stopping:\n",
             ),
         ),
-        (CRASH, DISPATCH_TESTS, SUCCEED_AND_CLAIM),
+        (CRASH, SLOT_TESTS, SUCCEED_AND_CLAIM),
     ),
     Mutant(
         "paused-lane-claimed-pg",

@@ -30,7 +30,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 _CLI = Path(sys.executable).parent / "aster-forge"
 _COUNTS = sa.text("SELECT status, count(*) FROM background_tasks GROUP BY status")
 _LEDGER = sa.text("SELECT count(*), count(DISTINCT task_id) FROM chaos_ledger")
-_RUNNING = sa.text("SELECT count(*) FROM background_tasks WHERE status = 'running'")
+_BUSY = sa.text(
+    "SELECT claimed_by, count(*) FROM background_tasks WHERE status = 'running' GROUP BY claimed_by"
+)
 _RETRIED = sa.text("SELECT count(*) FROM background_tasks WHERE attempt > 0")
 
 
@@ -62,6 +64,11 @@ async def _start(url: str, log: Path) -> asyncio.subprocess.Process:
                 pass
             await asyncio.sleep(0.05)
     raise AssertionError(f"the worker did not start: see {log}")
+
+
+def _pid(owner: str) -> int:
+    parts = owner.split(":")
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else -1
 
 
 async def _scalar(engine: AsyncEngine, query: sa.TextClause) -> int:
@@ -101,15 +108,24 @@ async def _exactly_once(
     in_flight_at_kill = 0
     try:
         await _until(engine, total // 3, within=120)
-        # Kill while tasks are running (their bodies may hold open transactions).
+        # Kill a worker while it runs tasks (their bodies may hold open transactions):
+        # its claims name it ("<host>:<pid>:<random>").
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 30
-        while (in_flight_at_kill := await _scalar(engine, _RUNNING)) == 0:
-            assert loop.time() < deadline, "no task was running to be killed"
+        pids = {process.pid: n for n, process in enumerate(workers)}
+        while True:
+            async with engine.connect() as conn:
+                busy = {str(owner): int(n) for owner, n in await conn.execute(_BUSY)}
+            running = {pids[pid]: n for owner, n in busy.items() if (pid := _pid(owner)) in pids}
+            if running:
+                break
+            assert loop.time() < deadline, f"no worker was running a task: {busy} {pids}"
             await asyncio.sleep(0.01)
-        workers[0].send_signal(signal.SIGKILL)
-        await workers[0].wait()
-        workers[0] = await _start(database_url, tmp_path / "worker-0-restarted.log")
+        victim = max(running, key=running.__getitem__)
+        in_flight_at_kill = running[victim]
+        workers[victim].send_signal(signal.SIGKILL)
+        await workers[victim].wait()
+        workers[victim] = await _start(database_url, tmp_path / "worker-restarted.log")
         counts = await _until(engine, total, within=120 + total / 20)
     finally:
         for process in workers:

@@ -160,8 +160,11 @@ async def test_four_processes_run_tasks_exactly_once(
         assert summary["duplicates"] == 0
         for lane, limit in LIMITS.items():
             assert summary["max_running"].get(lane.value, 0) <= limit, summary
+    # Rows a worker holds per lane: its running bodies (the limit), the tasks it claimed
+    # ahead for the next free slot (at most the limit) and the successes still being
+    # written (at most the limit).
     for lane, limit in LIMITS.items():
-        assert sampled.get(lane.value, 0) <= WORKERS * limit, sampled
+        assert sampled.get(lane.value, 0) <= WORKERS * 3 * limit, sampled
     # Every process took part (claims are spread by SKIP LOCKED, not serialized).
     assert await _scalar(pg, "SELECT count(DISTINCT pid) FROM task_executions") == WORKERS
 

@@ -315,6 +315,11 @@ class ClaimedTaskExecution:
         return self.task.attempt + 1
 
     @property
+    def started_monotonic(self) -> float:
+        """When the execution started (``config.clock.monotonic()``)."""
+        return self._started
+
+    @property
     def in_body(self) -> bool:
         """Whether the product's body is running right now."""
         return self._in_body
@@ -328,6 +333,7 @@ class ClaimedTaskExecution:
         then ``None``; ``on_finished`` follows once the write returned).
         """
         config = self._config
+        self._started = config.clock.monotonic()  # a claimed task may wait for its slot
         detach = self._completions is not None and self._on_finished is not None
         coro: Coroutine[Any, Any, ClaimedTaskReport | None] = self._run(detach=detach)
         if config.blocking_step_threshold is not None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
-from ..runtime import CancellationToken, Clock, race
+from ..runtime import CancellationToken, Clock, race, shielded
 from ._completion import TaskCompletionBatcher
 from ._dispatch import (
     ClaimedTaskOutcome,
@@ -22,7 +23,7 @@ from ._dispatch import (
     default_dispatch_owner,
 )
 from ._execution import ClaimedTaskExecution, ClaimedTaskExecutionConfig, cancel_executions
-from ._heartbeat import SharedTaskHeartbeat
+from ._heartbeat import SharedTaskHeartbeat, task_heartbeat_interval
 from ._lease import TaskLease
 from ._records import TaskCompletion
 from ._registry import TaskRegistry
@@ -38,6 +39,9 @@ _R = TypeVar("_R")
 
 #: How often a running worker asks its store to stage tasks that came due.
 STAGE_INTERVAL_SECONDS = 1.0
+
+#: The weight of the newest body duration in a lane's running average.
+_BODY_WEIGHT = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +177,14 @@ class TaskWorker(Generic[StateT]):
         self._reserved: dict[Hashable, int] = dict.fromkeys(names, 0)
         self._saturated: set[Hashable] = set()
         self._handed_over: set[int] = set()
+        # Claimed tasks waiting for a slot (their leases renewed meanwhile), the tasks
+        # whose slot was freed when their body returned (success still being written),
+        # and each lane's average body time, which bounds how many may wait.
+        self._waiting: dict[Hashable, deque[ClaimedTaskExecution]] = {n: deque() for n in names}
+        self._released: set[int] = set()
+        self._released_in: dict[Hashable, int] = dict.fromkeys(names, 0)
+        self._body_seconds: dict[Hashable, float | None] = dict.fromkeys(names)
+        self._heartbeat_seconds = task_heartbeat_interval(execution.lease_ttl).total_seconds()
         # Claim round trips on the wire: join() waits for them and for what they bring.
         self._claiming = 0
         self._landed: asyncio.Event | None = None
@@ -237,12 +249,29 @@ class TaskWorker(Generic[StateT]):
         return [execution.guard.lease for _, execution in self._running.values()]
 
     def free_slots(self, lane: Hashable) -> int:
-        """Slots ``lane`` may still claim (limit minus in-flight and reserved)."""
+        """Bodies ``lane`` may still start (limit minus running, waiting and reserved)."""
         config = self._configs.get(lane)
         if config is None:
             raise TaskDispatchConfigError(f"lane {lane!r} is not configured in this worker")
-        limit = config.max_concurrency
-        return max(limit - self._in_flight[lane] - self._reserved[lane], 0)
+        taken = self._in_flight[lane] + len(self._waiting[lane]) + self._reserved[lane]
+        return max(config.max_concurrency - taken, 0)
+
+    def waiting(self, lane: Hashable | None = None) -> int:
+        """Claimed tasks of ``lane`` (or of every lane) waiting for a slot."""
+        if lane is None:
+            return sum(len(queue) for queue in self._waiting.values())
+        return len(self._waiting[lane])
+
+    def _room(self, lane: Hashable) -> int:
+        """How many tasks a claim of ``lane`` may bring: its free slots, plus tasks that
+        wait for the next free slot, as many as the lane starts within one heartbeat
+        interval at its average body time (at most its limit; none before a body ended).
+        """
+        limit = self._configs[lane].max_concurrency
+        body = self._body_seconds[lane]
+        ahead = 0 if body is None else min(limit, int(limit * self._heartbeat_seconds / body))
+        taken = self._in_flight[lane] + len(self._waiting[lane]) + self._reserved[lane]
+        return max(limit + ahead - taken, 0)
 
     async def run(
         self,
@@ -359,16 +388,16 @@ class TaskWorker(Generic[StateT]):
                 if count:
                     claimed[config.lane] = claimed.get(config.lane, 0) + count
                     progress = True
-        saturated = frozenset(c.lane for c in self.lanes if self.free_slots(c.lane) == 0)
+        saturated = frozenset(c.lane for c in self.lanes if self._room(c.lane) == 0)
         return DispatchDrainResult(claimed=claimed, saturated=saturated)
 
     async def _claim_lane(self, config: TaskLaneConfig) -> tuple[int, int]:
-        """Claim up to the free slots of one lane and start what was claimed.
+        """Claim up to the lane's room and start what was claimed (the rest waits).
 
         Returns ``(claimed, requested)``; ``requested`` is 0 when the lane was full.
         """
         lane = config.lane
-        requested = self.free_slots(lane)
+        requested = self._room(lane)
         if config.claim_batch is not None:
             requested = min(requested, config.claim_batch)
         if requested <= 0 or self.stopping:
@@ -388,7 +417,7 @@ class TaskWorker(Generic[StateT]):
             count = await self._start_claimed(lane, records, requested, claimed_at)
         finally:
             self._claim_landed()
-        if self.free_slots(lane) == 0:
+        if self._room(lane) == 0:
             self._saturated.add(lane)
         return count, requested
 
@@ -398,8 +427,8 @@ class TaskWorker(Generic[StateT]):
             self._landed.set()
             self._landed = None
 
-    def _start(self, lane: Hashable, record: Any, claimed_at: float) -> None:
-        execution = ClaimedTaskExecution(
+    def _execution(self, record: Any, claimed_at: float) -> ClaimedTaskExecution:
+        return ClaimedTaskExecution(
             self._store,
             record,
             self._run_config,
@@ -408,6 +437,29 @@ class TaskWorker(Generic[StateT]):
             claimed_at=claimed_at,
             on_finished=self._on_finished,
         )
+
+    def _hold(self, lane: Hashable, record: Any, claimed_at: float) -> None:
+        """Keep a claimed task until a slot frees; the heartbeat renews its lease."""
+        execution = self._execution(record, claimed_at)
+        self._heartbeat.register(execution.guard)
+        self._waiting[lane].append(execution)
+
+    def _start_waiting(self, lane: Hashable) -> None:
+        """Start waiting tasks while ``lane`` has free slots (no round trip)."""
+        queue, limit = self._waiting[lane], self._configs[lane].max_concurrency
+        while queue and self._in_flight[lane] < limit and not self.stopping:
+            execution = queue.popleft()
+            if execution.guard.lease_lost:  # renewal refused while it waited
+                self._heartbeat.unregister(execution.guard)
+                self.stats.record_outcome(lane, ClaimedTaskOutcome.LEASE_LOST)
+                continue
+            self._launch(lane, execution)
+
+    def _start(self, lane: Hashable, record: Any, claimed_at: float) -> None:
+        self._launch(lane, self._execution(record, claimed_at))
+
+    def _launch(self, lane: Hashable, execution: ClaimedTaskExecution) -> None:
+        record = execution.task
         self._in_flight[lane] += 1
         self.stats.record_started(lane)
         if not self._running and self._let_go is None:
@@ -418,6 +470,23 @@ class TaskWorker(Generic[StateT]):
         task = execution.start()
         self._tasks[task] = execution
         task.add_done_callback(self._on_done, context=self._callback_context)
+
+    async def _release_waiting(self) -> None:
+        """Give back the claimed tasks that never started (fenced, no attempt counted)."""
+        for lane, queue in self._waiting.items():
+            while queue:
+                execution = queue.popleft()
+                self._heartbeat.unregister(execution.guard)
+                try:
+                    released = await self._store.release_task_for_shutdown(execution.guard.lease)
+                except Exception:
+                    logger.exception("releasing waiting task #%s failed", execution.task.id)
+                    outcome = ClaimedTaskOutcome.STORE_ERROR
+                else:
+                    outcome = (
+                        ClaimedTaskOutcome.RELEASED if released else ClaimedTaskOutcome.LEASE_LOST
+                    )
+                self.stats.record_outcome(lane, outcome)
 
     def _stop_running(self) -> None:
         for _, execution in list(self._running.values()):
@@ -432,8 +501,31 @@ class TaskWorker(Generic[StateT]):
                 task.get_name().rsplit("-", 1)[-1],
                 exc_info=error,
             )
-        if execution is not None and not execution.detached:
-            self._finish(execution)  # a detached success is finished by its write
+        if execution is None:
+            return
+        if not execution.detached:
+            self._finish(execution)
+            return
+        # The body returned and its success is queued (finished by its write): its slot
+        # is free now, while at most as many of the lane's successes as it has slots wait
+        # for their write (a lane holds at most three times its limit in leases: bodies,
+        # tasks waiting for a slot, successes being written).
+        entry = self._running.get(execution.task.id)
+        if entry is None or execution.task.id in self._handed_over:
+            return  # its write freed the slot already, or passes it to a task it claims
+        lane = entry[0]
+        self._learn_body_time(lane, execution)
+        if self._released_in[lane] < self._configs[lane].max_concurrency:
+            self._released.add(execution.task.id)
+            self._released_in[lane] += 1
+            self._free(lane)
+
+    def _learn_body_time(self, lane: Hashable, execution: ClaimedTaskExecution) -> None:
+        took = max(self.execution.clock.monotonic() - execution.started_monotonic, 1e-6)
+        average = self._body_seconds[lane]
+        self._body_seconds[lane] = (
+            took if average is None else average + _BODY_WEIGHT * (took - average)
+        )
 
     def _finish(self, execution: ClaimedTaskExecution) -> None:
         """Free the slot of a finished (or abandoned) execution and record its outcome."""
@@ -449,14 +541,23 @@ class TaskWorker(Generic[StateT]):
             self._tasks = {t: e for t, e in self._tasks.items() if e is not execution}
         # Stats say what the store applied; no outcome means nothing was written.
         self.stats.record_outcome(lane, execution.outcome or ClaimedTaskOutcome.STORE_ERROR)
-        if task_id in self._handed_over:
+        if task_id in self._released:
+            self._released.discard(task_id)  # its slot was freed when its body returned
+            self._released_in[lane] -= 1
+        elif task_id in self._handed_over:
             self._handed_over.discard(task_id)  # its slot went to a task claimed with it
         else:
-            self._in_flight[lane] -= 1
-            self._wake_if_freed(lane)
+            if not execution.detached:
+                self._learn_body_time(lane, execution)
+            self._free(lane)
+
+    def _free(self, lane: Hashable) -> None:
+        self._in_flight[lane] -= 1
+        self._start_waiting(lane)
+        self._wake_if_freed(lane)
 
     def _wake_if_freed(self, lane: Hashable) -> None:
-        if lane in self._saturated and self.free_slots(lane) > 0:
+        if lane in self._saturated and self._room(lane) > 0:
             # A full lane just freed a slot: more work may be waiting for it.
             self._saturated.discard(lane)
             self.wake_signal.wake()
@@ -464,9 +565,9 @@ class TaskWorker(Generic[StateT]):
     async def _succeed_and_refill(self, completions: list[TaskCompletion]) -> Sequence[bool]:
         """Write successes and claim the slots they free, in one store call.
 
-        The lane most of the batch ran in is refilled: its free slots plus the slots of
-        the batch's tasks in it, which pass straight to the tasks claimed with them once
-        the statement returned (the old executions are finished by then).
+        The lane most of the batch ran in is refilled: its room, plus the slots the
+        batch's tasks in it still hold (a slot is normally freed when the body returns),
+        which pass straight to the tasks claimed with them once the statement returned.
         """
         store = self._store
         lanes = [
@@ -479,7 +580,16 @@ class TaskWorker(Generic[StateT]):
             return results
         lane = max(dict.fromkeys(lanes), key=lanes.count)
         config = self._configs[lane]
-        limit = self.free_slots(lane) + lanes.count(lane)
+        held = [
+            c.lease.task_id
+            for c in completions
+            if c.lease.task_id not in self._released
+            and c.lease.task_id not in self._handed_over
+            and self._running.get(c.lease.task_id, (None,))[0] == lane
+        ]
+        limit = self._room(lane) + len(held)
+        # Marked now, so a body's early release cannot free these slots a second time.
+        self._handed_over.update(held)
         if config.claim_batch is not None:
             limit = min(limit, config.claim_batch)
         self._reserved[lane] += limit
@@ -490,16 +600,15 @@ class TaskWorker(Generic[StateT]):
                 completions, lane, limit, self.owner, self.execution.lease_ttl
             )
             results, records = await recorded_claim(lane, call, _claimed_part, self.stats, clock)
+        except BaseException:
+            self._handed_over.difference_update(held)  # their writes free the slots
+            raise
         finally:
             self._reserved[lane] -= limit
-        for completion in completions:
-            entry = self._running.get(completion.lease.task_id)
-            if entry is not None and completion.lease.task_id not in self._handed_over:
-                self._handed_over.add(completion.lease.task_id)
-                self._in_flight[entry[0]] -= 1
+        self._in_flight[lane] -= len(held)  # their slots pass to the tasks just claimed
         await self._start_claimed(lane, records, limit, claimed_at)
         for touched in dict.fromkeys(lanes):
-            if self.free_slots(touched) == 0:
+            if self._room(touched) == 0:
                 self._saturated.add(touched)
             else:
                 self._wake_if_freed(touched)
@@ -521,16 +630,24 @@ class TaskWorker(Generic[StateT]):
                 lane,
                 limit,
             )
-        for record in extra:
+        unrun = list(extra)
+        slots = self._configs[lane].max_concurrency
+        self._start_waiting(lane)  # slots handed over by a success go to those first
+        for record in records[:limit]:
+            if self._in_flight[lane] < slots and not self._waiting[lane]:
+                self._start(lane, record, claimed_at)
+            elif self.stopping:
+                unrun.append(record)  # claimed while stopping, and no slot: never started
+            else:
+                self._hold(lane, record, claimed_at)
+        for record in unrun:
             if record.processing_token is None or record.lease_expires_at is None:
                 continue
             lease = TaskLease(record.id, record.processing_token, record.lease_expires_at)
             try:
                 await self._store.release_task_for_shutdown(lease)
             except Exception:
-                logger.exception("releasing over-claimed task #%s failed", record.id)
-        for record in records[:limit]:
-            self._start(lane, record, claimed_at)
+                logger.exception("releasing unstarted task #%s failed", record.id)
         return min(len(records), limit)
 
     async def join(self) -> None:
@@ -563,6 +680,7 @@ class TaskWorker(Generic[StateT]):
         and awaited before the cancellation propagates.
         """
         self._stop.cancel()
+        await shielded(self._release_waiting(), name="aster-forge:release-waiting")
         try:
             await self.join()
         except asyncio.CancelledError:
