@@ -1,0 +1,1 @@
+"""A webhook relay: events in over HTTP, each delivered once by worker processes."""
