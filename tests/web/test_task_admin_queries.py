@@ -14,6 +14,11 @@ from aster_forge.tasks import (
     TaskInvalidValueError,
     TaskQuery,
     TaskStatus,
+    TaskStepSpec,
+    TaskStepStatus,
+    initial_task_steps_from_specs,
+    parse_task_steps_json,
+    serialize_task_steps_json,
 )
 
 from ._stores import AdminStore as Store
@@ -139,6 +144,19 @@ async def test_bulk_retry_applies_the_single_retry_rule(store: Store) -> None:
     assert (await row(store, ids["failed"])).status is TaskStatus.PENDING
     final = await store.get_task(ids["failed_final"])
     assert final is not None and final.status is TaskStatus.FAILED  # not allowed: untouched
+
+
+async def test_bulk_cancel_ends_a_pending_task_s_waiting_step(store: Store) -> None:
+    steps = initial_task_steps_from_specs(
+        (TaskStepSpec("load", "Load"), TaskStepSpec("send", "Send"))
+    )
+    made = await store.enqueue(
+        NewTask("bulk-kind", "bulk-steps", steps_json=serialize_task_steps_json(steps))
+    )
+    done = await store.cancel_tasks(TaskQuery(lane="bulk-steps"), limit=10)
+    assert done.changed == (made.record.id,)
+    stored = parse_task_steps_json((await row(store, made.record.id)).steps_json or "[]")
+    assert [s.status for s in stored] == [TaskStepStatus.CANCELLED, TaskStepStatus.PENDING]
 
 
 async def test_bulk_cancel_ends_pending_and_flags_running(store: Store) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -19,9 +19,12 @@ from ..tasks import (
     TaskPage,
     TaskQuery,
     TaskStatus,
+    cancel_active_step,
     check_bulk_limit,
     check_list_tasks_args,
     check_run_at,
+    parse_task_steps_json,
+    serialize_task_steps_json,
     wire_value,
 )
 from ..tasks.errors import TaskNotFoundError, TaskStateError
@@ -164,17 +167,20 @@ class TaskAdminMixin(TaskAdminQueryMixin):
         limit: int,
         dry_run: bool,
         apply: dict[str, tuple[Any, Any]],
+        after: dict[str, Callable[[AsyncConnection, list[int]], Awaitable[None]]] | None = None,
     ) -> TaskBulkResult:
         """Select up to ``limit`` matching rows, lock the eligible ones, write each group.
 
         ``apply`` maps a group name to ``(condition, values(now))``; a row is eligible
-        when it meets one group's condition. The eligible rows are read ``FOR UPDATE``
+        when it meets one group's condition. ``after`` maps a group name to what runs on
+        its changed rows in the same transaction. The eligible rows are read ``FOR UPDATE``
         (SQLite: the transaction holds the write lock), so the conditional writes change
         exactly them.
         """
         check_bulk_limit(limit)
         t = self._table
         where = query_conditions(t, query)
+        after = after or {}
 
         async def body(conn: AsyncConnection) -> TaskBulkResult:
             now = await self._sql.now(conn)
@@ -186,7 +192,7 @@ class TaskAdminMixin(TaskAdminQueryMixin):
                 return TaskBulkResult(0, 0, ())
             changed: list[int] = []
             eligible = 0
-            for condition, values in apply.values():
+            for name, (condition, values) in apply.items():
                 locked = await conn.execute(
                     sa.select(t.c.id)
                     .where(t.c.id.in_(ids), condition)
@@ -199,6 +205,8 @@ class TaskAdminMixin(TaskAdminQueryMixin):
                     await conn.execute(
                         sa.update(t).where(t.c.id.in_(group), condition).values(**values(now.expr))
                     )
+                    if name in after:
+                        await after[name](conn, group)
                     changed += group
             return TaskBulkResult(len(ids), eligible, tuple(sorted(changed, reverse=True)))
 
@@ -228,13 +236,34 @@ class TaskAdminMixin(TaskAdminQueryMixin):
             limit,
             dry_run,
             {
-                "pending": (t.c.status == TaskStatus.PENDING.value, self._cancel_values),
+                "pending": (self._pending, self._cancel_values),
                 "running": (
                     running,
                     lambda now: {"cancel_requested": True, "updated_at": now},
                 ),
             },
+            after={"pending": self._cancel_waiting_steps},
         )
+
+    @property
+    def _pending(self) -> Any:
+        return self._table.c.status == TaskStatus.PENDING.value
+
+    async def _cancel_waiting_steps(self, conn: AsyncConnection, ids: list[int]) -> None:
+        """End the active step ("Waiting for worker") of tasks cancelled while pending."""
+        t = self._table
+        rows = await conn.execute(
+            sa.select(t.c.id, t.c.steps_json).where(t.c.id.in_(ids), t.c.steps_json.is_not(None))
+        )
+        for task_id, steps_json in rows.all():
+            steps = parse_task_steps_json(steps_json)
+            ended = cancel_active_step(steps)
+            if ended != tuple(steps):
+                await conn.execute(
+                    sa.update(t)
+                    .where(t.c.id == task_id)
+                    .values(steps_json=serialize_task_steps_json(ended))
+                )
 
     async def cancel_task(self, task_id: int) -> TaskCancelOutcome:
         """Cancel a pending task, or flag a running one (its fence is untouched)."""
@@ -250,6 +279,7 @@ class TaskAdminMixin(TaskAdminQueryMixin):
                 .values(**self._cancel_values(now.expr))
             )
             if cancelled.rowcount == 1:
+                await self._cancel_waiting_steps(conn, [task_id])
                 return TaskCancelOutcome.CANCELLED
             flagged = await conn.execute(
                 sa.update(t)

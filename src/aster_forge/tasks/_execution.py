@@ -42,8 +42,7 @@ from ._retry import (
 )
 from ._spec import ErasedTaskSpec, task_kind_label
 from ._steps import (
-    TaskStepStatus,
-    end_active_step,
+    cancel_active_step,
     mark_active_step_failed,
     serialize_task_steps_json,
 )
@@ -62,9 +61,6 @@ StateT = TypeVar("StateT")
 
 #: Stored when a task body cancelled itself although nobody asked it to stop.
 UNEXPECTED_CANCEL_MESSAGE = "Task was cancelled unexpectedly"
-
-#: The detail of the step that was active when an operator cancelled the task.
-CANCELLED_STEP_DETAIL = "Cancelled by an operator"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -678,7 +674,7 @@ class ClaimedTaskExecution:
             steps = mark_active_step_failed(steps, decision.failure.message)
         elif steps and decision.outcome is ClaimedTaskOutcome.CANCELLED:
             # The task ends here: its step must not read "active" for ever.
-            steps = end_active_step(steps, TaskStepStatus.CANCELLED, CANCELLED_STEP_DETAIL)
+            steps = cancel_active_step(steps)
         return serialize_task_steps_json(steps) if steps else None
 
     @property

@@ -21,6 +21,7 @@ __all__ = [
     "TaskStepInfo",
     "TaskStepSpec",
     "TaskStepStatus",
+    "cancel_active_step",
     "initial_task_steps_from_specs",
     "mark_active_step_failed",
     "parse_task_steps_json",
@@ -265,6 +266,19 @@ def end_active_step(
             )
             return _with(steps, index, ended)
     return tuple(steps)
+
+
+CANCELLED_STEP_DETAIL = "Cancelled by an operator"
+"""The detail of the step that was active when an operator cancelled the task."""
+
+
+def cancel_active_step(steps: Sequence[TaskStepInfo]) -> tuple[TaskStepInfo, ...]:
+    """Return ``steps`` with the active step (if any) ended ``cancelled`` by an operator.
+
+    A task that ends cancelled, running or still waiting for a worker, shows no step as
+    active.
+    """
+    return end_active_step(steps, TaskStepStatus.CANCELLED, CANCELLED_STEP_DETAIL)
 
 
 def serialize_task_steps_json(steps: Sequence[TaskStepInfo]) -> str:

@@ -16,6 +16,11 @@ from ..tasks import (
     TaskInvalidValueError,
     TaskLease,
     TaskStatus,
+    TaskStepSpec,
+    TaskStepStatus,
+    initial_task_steps_from_specs,
+    parse_task_steps_json,
+    serialize_task_steps_json,
 )
 
 __all__ = ["LONG", "TaskControlChecks", "lease_of"]
@@ -59,6 +64,7 @@ class TaskControlChecks:
     CONTROL_CHECKS: ClassVar[tuple[str, ...]] = (
         "check_renewal_reports_cancel_request",
         "check_cancel_and_finish_write_one_outcome",
+        "check_a_task_cancelled_while_pending_shows_no_active_step",
         "check_snooze_keeps_attempt_and_counts",
         "check_paused_lane_is_skipped_by_every_instance",
         "check_retention_deletes_only_old_finished_tasks",
@@ -88,6 +94,20 @@ class TaskControlChecks:
         assert done.finished_at is not None and done.steps_json == "[]"
         assert await store.mark_task_cancelled(lease, steps_json=None) is False, "twice"
         assert await store.renew_task_lease(lease, LONG) is None
+
+    async def check_a_task_cancelled_while_pending_shows_no_active_step(self) -> None:
+        """Its "Waiting for worker" step ends ``cancelled``, not left ``active``."""
+        store, lane = self._make_store(), self._lane()
+        steps = initial_task_steps_from_specs(
+            (TaskStepSpec("load", "Load"), TaskStepSpec("render", "Render"))
+        )
+        made = await store.enqueue(
+            NewTask("conformance-kind", lane, steps_json=serialize_task_steps_json(steps))
+        )
+        assert await store.cancel_task(made.record.id) is TaskCancelOutcome.CANCELLED
+        row = await self._get(store, made.record.id)
+        stored = parse_task_steps_json(row.steps_json or "[]")
+        assert [s.status for s in stored] == [TaskStepStatus.CANCELLED, TaskStepStatus.PENDING]
 
     async def check_cancel_and_finish_write_one_outcome(self) -> None:
         """Whichever fenced write lands first is the outcome; the other writes nothing."""

@@ -25,11 +25,14 @@ from ..tasks import (
     TaskRegistryError,
     TaskStatus,
     TaskStoreBase,
+    cancel_active_step,
     check_claim_args,
     check_list_tasks_args,
     check_retry_delay,
     check_run_at,
     check_ttl,
+    parse_task_steps_json,
+    serialize_task_steps_json,
     wire_value,
 )
 from ..tasks.errors import TaskEnqueueValueError, TaskNotFoundError, TaskStateError
@@ -448,11 +451,17 @@ class InMemoryTaskStore(
             return TaskCancelOutcome.NOT_FOUND
         now = self._clock.now()
         if row.status is TaskStatus.PENDING:
+            steps_json = row.steps_json
+            if steps_json is not None:  # its "Waiting for worker" step ends cancelled
+                steps_json = serialize_task_steps_json(
+                    cancel_active_step(parse_task_steps_json(steps_json))
+                )
             self._rows[task_id] = replace(
                 row,
                 status=TaskStatus.CANCELLED,
                 failure_reason=TaskFailureReason.CANCELLED,
                 rescued=False,
+                steps_json=steps_json,
                 updated_at=now,
                 finished_at=now,
             )
