@@ -43,6 +43,19 @@ class SlowWrites(InMemoryTaskStore):
         return True
 
 
+async def _warm_up(
+    store: InMemoryTaskStore, harness: Harness, clock: ManualClock, worker: TaskWorker[Harness]
+) -> None:
+    """Run one task whose body outlasts a claim's round trip: the lane claims ahead then."""
+    harness.gate("warm")
+    await enqueue(store, new_task(Kind.RENDER, "warm"))
+    await worker.drain()
+    await until(lambda: harness.started == ["warm"])
+    await clock.advance(timedelta(seconds=1))
+    harness.open("warm")
+    await worker.join()
+
+
 def _worker(
     store: InMemoryTaskStore, harness: Harness, clock: ManualClock, limit: int
 ) -> TaskWorker[Harness]:
@@ -58,10 +71,8 @@ async def test_the_next_body_starts_while_the_last_success_is_written() -> None:
     clock, harness = ManualClock(), Harness()
     store = SlowWrites(clock)
     store.gate.set()
-    await enqueue(store, new_task(Kind.RENDER, "warm"))
     worker = _worker(store, harness, clock, limit=1)
-    await worker.drain()
-    await worker.join()  # one body ended: the lane knows its body time
+    await _warm_up(store, harness, clock, worker)
     store.gate.clear()  # from now on, every success write waits
     names = [f"r{i}" for i in range(3)]
     ids = await enqueue(store, *(new_task(Kind.RENDER, n) for n in names))
@@ -91,6 +102,7 @@ async def test_claimed_tasks_wait_for_a_slot_and_start_without_a_round_trip() ->
     worker = _worker(store, harness, clock, limit=2)
     await worker.drain()
     await until(lambda: len(harness.started) == 2)
+    await clock.advance(timedelta(seconds=1))  # bodies that outlast a claim's round trip
     harness.open(*first)  # their bodies end: the lane learns its body time
     await worker.join()
     second = [f"b{i}" for i in range(6)]
@@ -128,10 +140,8 @@ async def test_claimed_tasks_wait_for_a_slot_and_start_without_a_round_trip() ->
 async def test_shutdown_gives_waiting_tasks_back_unrun() -> None:
     clock, harness = ManualClock(), Harness()
     store = InMemoryTaskStore(clock)
-    await enqueue(store, new_task(Kind.RENDER, "warm"))
     worker = _worker(store, harness, clock, limit=1)
-    await worker.drain()
-    await worker.join()  # one body ended: the lane may now claim ahead
+    await _warm_up(store, harness, clock, worker)
     held = [f"h{i}" for i in range(2)]
     harness.gate(*held)
     await enqueue(store, *(new_task(Kind.RENDER, n) for n in held))
@@ -147,3 +157,25 @@ async def test_shutdown_gives_waiting_tasks_back_unrun() -> None:
     assert harness.started == ["warm", "h0"], "the waiting task never ran"
     waiting = [r for r in store.all_tasks() if r.status is TaskStatus.PENDING]
     assert len(waiting) == 1 and waiting[0].attempt == 0, "given back without an attempt"
+
+
+async def test_bodies_shorter_than_a_claim_keep_nothing_waiting() -> None:
+    # Their successes' statement claims the next tasks as fast as a claim ahead would.
+    clock, harness = ManualClock(), Harness()
+    store = InMemoryTaskStore(clock)
+    worker = _worker(store, harness, clock, limit=2)
+    await enqueue(store, new_task(Kind.RENDER, "quick"))
+    await worker.drain()
+    await worker.join()  # a body that took no time on the clock
+    names = [f"c{i}" for i in range(5)]
+    harness.gate(*names)
+    await enqueue(store, *(new_task(Kind.RENDER, n) for n in names))
+    await worker.drain()
+    await until(lambda: len(harness.started) == 3)
+    assert worker.in_flight(Lane.MEDIA) == 2 and worker.waiting(Lane.MEDIA) == 0
+    harness.open(*names)
+    while len(harness.finished) < 6:
+        await worker.drain()
+        await until(lambda: not worker.in_flight(Lane.MEDIA))
+    await worker.shutdown()
+    assert {row.status for row in store.all_tasks()} == {TaskStatus.SUCCEEDED}

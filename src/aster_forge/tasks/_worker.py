@@ -40,8 +40,8 @@ _R = TypeVar("_R")
 #: How often a running worker asks its store to stage tasks that came due.
 STAGE_INTERVAL_SECONDS = 1.0
 
-#: The weight of the newest body duration in a lane's running average.
-_BODY_WEIGHT = 0.2
+#: The weight of the newest sample in a lane's running averages (body time, claim trip).
+_AVERAGE_WEIGHT = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +184,7 @@ class TaskWorker(Generic[StateT]):
         self._released: set[int] = set()
         self._released_in: dict[Hashable, int] = dict.fromkeys(names, 0)
         self._body_seconds: dict[Hashable, float | None] = dict.fromkeys(names)
+        self._claim_seconds: dict[Hashable, float | None] = dict.fromkeys(names)
         self._heartbeat_seconds = task_heartbeat_interval(execution.lease_ttl).total_seconds()
         # Claim round trips on the wire: join() waits for them and for what they bring.
         self._claiming = 0
@@ -262,16 +263,22 @@ class TaskWorker(Generic[StateT]):
             return sum(len(queue) for queue in self._waiting.values())
         return len(self._waiting[lane])
 
-    def _room(self, lane: Hashable) -> int:
-        """How many tasks a claim of ``lane`` may bring: its free slots, plus tasks that
-        wait for the next free slot, as many as the lane starts within one heartbeat
-        interval at its average body time (at most its limit; none before a body ended).
+    def _ahead(self, lane: Hashable) -> int:
+        """How many of ``lane``'s tasks may wait for a slot: none while its bodies are
+        shorter than a claim's round trip (the success statement refills the slots as
+        fast), else as many as it starts within one heartbeat interval, at most its limit.
         """
+        body, trip = self._body_seconds[lane], self._claim_seconds[lane]
+        if body is None or trip is None or body <= trip:
+            return 0
         limit = self._configs[lane].max_concurrency
-        body = self._body_seconds[lane]
-        ahead = 0 if body is None else min(limit, int(limit * self._heartbeat_seconds / body))
+        return min(limit, int(limit * self._heartbeat_seconds / body))
+
+    def _room(self, lane: Hashable) -> int:
+        """How many tasks a claim of ``lane`` may bring: free slots plus :meth:`_ahead`."""
+        limit = self._configs[lane].max_concurrency
         taken = self._in_flight[lane] + len(self._waiting[lane]) + self._reserved[lane]
-        return max(limit + ahead - taken, 0)
+        return max(limit + self._ahead(lane) - taken, 0)
 
     async def run(
         self,
@@ -414,6 +421,7 @@ class TaskWorker(Generic[StateT]):
                 records = await recorded_claim(lane, call, _as_records, self.stats, clock)
             finally:
                 self._reserved[lane] -= requested
+            self._learn(self._claim_seconds, lane, clock.monotonic() - claimed_at)
             count = await self._start_claimed(lane, records, requested, claimed_at)
         finally:
             self._claim_landed()
@@ -506,26 +514,31 @@ class TaskWorker(Generic[StateT]):
         if not execution.detached:
             self._finish(execution)
             return
-        # The body returned and its success is queued (finished by its write): its slot
-        # is free now, while at most as many of the lane's successes as it has slots wait
-        # for their write (a lane holds at most three times its limit in leases: bodies,
-        # tasks waiting for a slot, successes being written).
+        # The body returned and its success is queued (finished by its write). Where
+        # bodies outlast a claim's round trip its slot is free now, while at most as
+        # many of the lane's successes as it has slots wait for their write (a lane holds
+        # at most three times its limit in leases: bodies, tasks waiting for a slot,
+        # successes being written); shorter bodies keep it until the success statement
+        # that also claims their successors returns.
         entry = self._running.get(execution.task.id)
         if entry is None or execution.task.id in self._handed_over:
             return  # its write freed the slot already, or passes it to a task it claims
         lane = entry[0]
         self._learn_body_time(lane, execution)
-        if self._released_in[lane] < self._configs[lane].max_concurrency:
+        if self._ahead(lane) and self._released_in[lane] < self._configs[lane].max_concurrency:
             self._released.add(execution.task.id)
             self._released_in[lane] += 1
             self._free(lane)
 
     def _learn_body_time(self, lane: Hashable, execution: ClaimedTaskExecution) -> None:
-        took = max(self.execution.clock.monotonic() - execution.started_monotonic, 1e-6)
-        average = self._body_seconds[lane]
-        self._body_seconds[lane] = (
-            took if average is None else average + _BODY_WEIGHT * (took - average)
-        )
+        took = self.execution.clock.monotonic() - execution.started_monotonic
+        self._learn(self._body_seconds, lane, took)
+
+    @staticmethod
+    def _learn(averages: dict[Hashable, float | None], lane: Hashable, took: float) -> None:
+        took = max(took, 1e-6)
+        average = averages[lane]
+        averages[lane] = took if average is None else average + _AVERAGE_WEIGHT * (took - average)
 
     def _finish(self, execution: ClaimedTaskExecution) -> None:
         """Free the slot of a finished (or abandoned) execution and record its outcome."""
