@@ -4,7 +4,6 @@ on, and the runtime (the ``aster-forge worker`` process) stops with an error."""
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -15,29 +14,13 @@ from aster_forge import Forge, ForgeWorkerSettings, TaskExecutionContext
 from aster_forge.runtime import AsterRuntimeShutdownError, HealthCheckScope, HealthStatus
 from aster_forge.tasks import TaskStatus
 
-
-class _ErrorSeen(logging.Handler):
-    """Sets ``seen`` on the first ERROR record (no polling, no sleeps)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.seen = asyncio.Event()
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-        self.seen.set()
+from .._logs import ErrorSeen, errors_of
 
 
 @pytest.fixture
-def errors() -> Iterator[_ErrorSeen]:
-    handler = _ErrorSeen()
-    log = logging.getLogger("aster_forge")
-    log.addHandler(handler)
-    try:
+def errors() -> Iterator[ErrorSeen]:
+    with errors_of("aster_forge") as handler:
         yield handler
-    finally:
-        log.removeHandler(handler)
 
 
 def broken_settings() -> ForgeWorkerSettings:
@@ -49,7 +32,7 @@ def broken_settings() -> ForgeWorkerSettings:
 
 
 async def test_a_crashed_dispatch_loop_turns_readiness_unhealthy_and_stops_the_runtime(
-    forge_url: str, errors: _ErrorSeen
+    forge_url: str, errors: ErrorSeen
 ) -> None:
     forge = Forge(forge_url, settings=broken_settings())
     started, release = asyncio.Event(), asyncio.Event()

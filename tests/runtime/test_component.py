@@ -32,6 +32,8 @@ from aster_forge.runtime._component import COMPONENT_TASK_FAILED
 from aster_forge.runtime._shutdown import SHUTDOWN_PHASE_PANICKED, SHUTDOWN_RESOURCE_CONSUMED
 from aster_forge.testing import ManualClock
 
+from .._logs import ErrorSeen, errors_of
+
 Kind = RuntimeComponentKind
 
 
@@ -414,32 +416,14 @@ def test_self_dependency_is_a_cycle() -> None:
     assert caught.value.cycle == ("a",)
 
 
-class _ErrorSeen(logging.Handler):
-    """Sets ``seen`` on the first ERROR record of its logger (no polling, no sleeps)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.seen = asyncio.Event()
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-        self.seen.set()
-
-
 @pytest.fixture
-def runtime_errors() -> Iterator[_ErrorSeen]:
-    handler = _ErrorSeen()
-    log = logging.getLogger("aster_forge.runtime")
-    log.addHandler(handler)
-    try:
+def runtime_errors() -> Iterator[ErrorSeen]:
+    with errors_of("aster_forge.runtime") as handler:
         yield handler
-    finally:
-        log.removeHandler(handler)
 
 
 async def test_a_crashed_component_task_is_logged_when_it_crashes(
-    runtime_errors: _ErrorSeen,
+    runtime_errors: ErrorSeen,
 ) -> None:
     crash = asyncio.Event()
 
@@ -465,7 +449,7 @@ async def test_a_crashed_component_task_is_logged_when_it_crashes(
     assert report.phases[0].status == ShutdownPhaseStatus.FAILED(COMPONENT_TASK_FAILED)
 
 
-async def test_a_critical_task_crash_stops_the_runtime(runtime_errors: _ErrorSeen) -> None:
+async def test_a_critical_task_crash_stops_the_runtime(runtime_errors: ErrorSeen) -> None:
     stopped: list[str] = []
 
     async def dispatcher(token: CancellationToken) -> None:
