@@ -269,7 +269,7 @@ async def main(argv: list[str]) -> int:
     os.close(log_fd)
     await engine.dispose()
     phases = [
-        {"name": p.name, "status": p.status.as_str(), "seconds": p.duration_seconds}
+        {"name": p.name, "status": p.status.kind.value, "seconds": p.duration_seconds}
         for p in report.phases
     ]
     sys.stdout.write(json.dumps({"report": phases, "summary": report.summary()}) + "\n")

@@ -197,7 +197,9 @@ async def test_a_stop_phase_timing_out_mid_release_still_releases_every_task(
             duplicated=0,
             stuck=sum(1 for r in rows if r.status == TaskStatus.RUNNING.value),
             result="pass" if pending == tasks and held == tasks else "FAIL",
-            extra=f"phase {phase.status.as_str()}; released {pending}/{tasks}, attempt not counted",
+            extra=(
+                f"phase {phase.status.kind.value}; released {pending}/{tasks}, attempt not counted"
+            ),
         )
     )
     # Not vacuous: the timeout's cancellation arrived while every release was in flight.

@@ -81,7 +81,7 @@ async def main(url: str) -> None:
     await run
     report = runtime.last_shutdown_report
     assert report is not None
-    phases = [[p.component, p.name, p.status.as_str()] for p in report.phases]
+    phases = [[p.component, p.name, p.status.kind.value] for p in report.phases]
     sys.stdout.write(json.dumps({"phases": phases}) + "\n")
     sys.stdout.flush()
 

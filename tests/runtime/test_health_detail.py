@@ -24,7 +24,7 @@ U64_MAX = 2**64 - 1
 
 
 def test_kind_wire_values() -> None:
-    assert [k.as_str() for k in HealthComponentDetailKind] == [
+    assert [k.value for k in HealthComponentDetailKind] == [
         "text",
         "integer",
         "unsigned",

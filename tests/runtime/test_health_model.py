@@ -19,9 +19,9 @@ from aster_forge.runtime import (
 
 
 def test_status_wire_values() -> None:
-    assert [s.as_str() for s in HealthStatus] == ["healthy", "degraded", "unhealthy"]
+    assert [s.value for s in HealthStatus] == ["healthy", "degraded", "unhealthy"]
     assert [s.metric_value() for s in HealthStatus] == [0, 1, 2]
-    assert [HealthStatus.parse(s.as_str()) for s in HealthStatus] == list(HealthStatus)
+    assert [HealthStatus.parse(s.value) for s in HealthStatus] == list(HealthStatus)
 
 
 @pytest.mark.parametrize("value", ["Healthy", "ok", "", None, 0])

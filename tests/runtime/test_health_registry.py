@@ -56,7 +56,7 @@ def never_finishes(started: asyncio.Event | None = None) -> Check:
 
 
 def test_scope_wire_values() -> None:
-    assert [s.as_str() for s in HealthCheckScope] == ["liveness", "readiness", "diagnostics"]
+    assert [s.value for s in HealthCheckScope] == ["liveness", "readiness", "diagnostics"]
     assert HealthCheckScope.parse("readiness") is HealthCheckScope.READINESS
     with pytest.raises(InvalidHealthCheckError, match="unknown health check scope"):
         HealthCheckScope.parse("startup")
@@ -64,10 +64,14 @@ def test_scope_wire_values() -> None:
 
 def test_scope_sets() -> None:
     both = HealthCheckScopes.readiness_and_diagnostics()
-    assert both.as_strs() == ("readiness", "diagnostics")
+    assert tuple(s.value for s in both) == ("readiness", "diagnostics")
     assert both.contains(HealthCheckScope.READINESS)
     assert HealthCheckScope.LIVENESS not in both
-    assert HealthCheckScopes.all().as_strs() == ("liveness", "readiness", "diagnostics")
+    assert tuple(s.value for s in HealthCheckScopes.all()) == (
+        "liveness",
+        "readiness",
+        "diagnostics",
+    )
     assert HealthCheckScopes.liveness() | HealthCheckScopes.diagnostics() == (
         HealthCheckScopes.liveness_and_diagnostics()
     )
@@ -82,7 +86,7 @@ def test_scope_sets() -> None:
 def test_requirement_failure_mapping() -> None:
     assert HealthCheckRequirement.REQUIRED.failure_status() is HealthStatus.UNHEALTHY
     assert HealthCheckRequirement.OPTIONAL.failure_status() is HealthStatus.DEGRADED
-    assert [r.as_str() for r in HealthCheckRequirement] == ["required", "optional"]
+    assert [r.value for r in HealthCheckRequirement] == ["required", "optional"]
 
 
 def test_options() -> None:

@@ -264,4 +264,4 @@ def test_log_shutdown_report_levels(caplog: pytest.LogCaptureFixture) -> None:
         logging.WARNING,
         "shutdown report: 2 phases, 1 failed (database: timed_out) in 3.000s",
     )
-    assert ShutdownPhaseStatus.TIMED_OUT.as_str() == "timed_out"
+    assert ShutdownPhaseStatus.TIMED_OUT.kind.value == "timed_out"

@@ -24,9 +24,9 @@ APP = Path(__file__).with_name("signal_app.py")
 
 
 def test_signal_labels() -> None:
-    assert TerminationSignal.SIGINT.as_str() == "SIGINT"
-    assert TerminationSignal.SIGTERM.as_str() == "SIGTERM"
-    assert TerminationSignal.CTRL_C.as_str() == "Ctrl+C"
+    assert TerminationSignal.SIGINT.value == "SIGINT"
+    assert TerminationSignal.SIGTERM.value == "SIGTERM"
+    assert TerminationSignal.CTRL_C.value == "Ctrl+C"
     assert TerminationSignal.SIGTERM.exit_code == 128 + signal.SIGTERM
     assert TerminationSignal.CTRL_C.signum == signal.SIGINT
 

@@ -56,7 +56,7 @@ def print_shutdown_report(report: ShutdownReport | None) -> None:
     for column in ("#", "COMPONENT", "PHASE", "STATUS", "MS"):
         table.add_column(column)
     for index, phase in enumerate(report.phases, start=1):
-        status = phase.status.as_str()
+        status = phase.status.kind.value
         if phase.status.message:
             status = f"{status}: {phase.status.message}"
         table.add_row(

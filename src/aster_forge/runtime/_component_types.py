@@ -43,10 +43,6 @@ class RuntimeComponentKind(enum.StrEnum):
     PRODUCT = "product"
     OTHER = "other"
 
-    def as_str(self) -> str:
-        """Return the stable wire value."""
-        return self.value
-
 
 @dataclass(frozen=True, slots=True)
 class RuntimeShutdownDescriptor:

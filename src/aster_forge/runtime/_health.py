@@ -44,10 +44,6 @@ class HealthStatus(enum.Enum):
     UNHEALTHY = "unhealthy"
     """Not working; the instance should not take traffic."""
 
-    def as_str(self) -> str:
-        """Return the stable wire value: ``healthy``, ``degraded`` or ``unhealthy``."""
-        return self.value
-
     def metric_value(self) -> int:
         """Return the metrics encoding: healthy=0, degraded=1, unhealthy=2."""
         return _SEVERITY[self.value]

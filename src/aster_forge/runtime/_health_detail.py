@@ -26,7 +26,7 @@ I64_MAX: Final = 2**63 - 1
 U64_MAX: Final = 2**64 - 1
 
 
-class HealthComponentDetailKind(enum.Enum):
+class HealthComponentDetailKind(enum.StrEnum):
     """The type tag of a :class:`HealthComponentDetailValue` (its JSON ``"type"``)."""
 
     TEXT = "text"
@@ -39,10 +39,6 @@ class HealthComponentDetailKind(enum.Enum):
     """A flag: a switch, "fallback active"."""
     DURATION_MILLIS = "duration_millis"
     """A duration in whole milliseconds: latency, lag, age, timeout."""
-
-    def as_str(self) -> str:
-        """Return the stable wire value used as the JSON ``"type"`` tag."""
-        return self.value
 
 
 def _check_int(kind: HealthComponentDetailKind, value: object, low: int, high: int) -> int:

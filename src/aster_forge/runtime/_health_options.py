@@ -25,7 +25,7 @@ DEFAULT_HEALTH_CHECK_TIMEOUT = timedelta(seconds=5)
 """The registry's default per-check timeout when neither check nor registry sets one."""
 
 
-class HealthCheckScope(enum.Enum):
+class HealthCheckScope(enum.StrEnum):
     """Which view a health run serves.
 
     LIVENESS: is the process alive (usually no database/cache/external probes).
@@ -39,10 +39,6 @@ class HealthCheckScope(enum.Enum):
     """Ability to serve traffic."""
     DIAGNOSTICS = "diagnostics"
     """Full operator diagnostics."""
-
-    def as_str(self) -> str:
-        """Return the stable wire/metrics label: ``liveness|readiness|diagnostics``."""
-        return self.value
 
     @classmethod
     def parse(cls, value: str) -> HealthCheckScope:
@@ -140,12 +136,8 @@ class HealthCheckScopes:
             return NotImplemented
         return HealthCheckScopes(self.scopes | other.scopes)
 
-    def as_strs(self) -> tuple[str, ...]:
-        """Return the member wire values in stable order."""
-        return tuple(s.value for s in self)
 
-
-class HealthCheckRequirement(enum.Enum):
+class HealthCheckRequirement(enum.StrEnum):
     """How a framework-level failure (timeout, exception) of a check is reported.
 
     REQUIRED maps it to UNHEALTHY, OPTIONAL to DEGRADED.
@@ -155,10 +147,6 @@ class HealthCheckRequirement(enum.Enum):
     """A key component: a failure makes the instance unhealthy."""
     OPTIONAL = "optional"
     """An optional component: a failure only degrades the instance."""
-
-    def as_str(self) -> str:
-        """Return the stable wire value: ``required`` or ``optional``."""
-        return self.value
 
     def failure_status(self) -> HealthStatus:
         """Return the status a timeout or exception maps to."""
@@ -261,5 +249,5 @@ class HealthCheckDescriptor:
             "name": self.name,
             "requirement": self.requirement.value,
             "timeout_seconds": self.timeout.total_seconds(),
-            "scopes": list(self.scopes.as_strs()),
+            "scopes": [scope.value for scope in self.scopes],
         }

@@ -69,10 +69,6 @@ class ShutdownPhaseStatus:
         """Return whether the phase failed or timed out."""
         return self.kind is not ShutdownPhaseStatusKind.SUCCEEDED
 
-    def as_str(self) -> str:
-        """Return the stable wire value (``succeeded``, ``failed``, ``timed_out``)."""
-        return self.kind.value
-
     def __str__(self) -> str:
         if self.kind is ShutdownPhaseStatusKind.FAILED:
             return f"failed: {self.message}"
@@ -150,7 +146,7 @@ class ShutdownReport:
                 {
                     "name": p.name,
                     "component": p.component,
-                    "status": p.status.as_str(),
+                    "status": p.status.kind.value,
                     "message": p.status.message,
                     "duration_seconds": p.duration_seconds,
                     "component_started": p.component_started,
@@ -179,7 +175,7 @@ def log_shutdown_report(report: ShutdownReport, log: logging.Logger | None = Non
             extra={
                 "shutdown_phase": phase.name,
                 "shutdown_component": phase.component,
-                "shutdown_status": phase.status.as_str(),
+                "shutdown_status": phase.status.kind.value,
                 "component_started": phase.component_started,
                 "duration_seconds": phase.duration_seconds,
             },

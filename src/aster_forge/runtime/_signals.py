@@ -29,16 +29,12 @@ logger = logging.getLogger("aster_forge.runtime")
 _Handler = Callable[[int, FrameType | None], Any] | int | None
 
 
-class TerminationSignal(enum.Enum):
+class TerminationSignal(enum.StrEnum):
     """A termination signal that was received."""
 
     SIGINT = "SIGINT"
     SIGTERM = "SIGTERM"
     CTRL_C = "Ctrl+C"
-
-    def as_str(self) -> str:
-        """Return the stable label (``SIGINT``, ``SIGTERM`` or ``Ctrl+C``)."""
-        return self.value
 
     @property
     def signum(self) -> int:

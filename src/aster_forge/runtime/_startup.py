@@ -42,10 +42,6 @@ class StartupPhaseStatus(enum.StrEnum):
     SKIPPED_AFTER_FAILURE = "skipped_after_failure"
     CANCELLED = "cancelled"
 
-    def as_str(self) -> str:
-        """Return the stable wire value."""
-        return self.value
-
 
 class StartupPhaseFailurePolicy(enum.StrEnum):
     """What a failure of the phase means for the rest of startup."""
