@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from aster_forge.tasks import TaskRegistry, TaskRegistryError
+from aster_forge.tasks import TaskRegistry, TaskRegistryError, TaskSpec
 
-from ._product import ALL_SPECS, ARCHIVE, CLEANUP, THUMBNAIL, AppState, Kind, Lane
+from ._product import (
+    ALL_SPECS,
+    ARCHIVE,
+    CLEANUP,
+    THUMBNAIL,
+    AppState,
+    ArchivePayload,
+    Kind,
+    Lane,
+    run_archive,
+)
 
 
 def _registry() -> TaskRegistry[AppState, Kind, Lane]:
@@ -81,3 +91,37 @@ def test_lookups_need_validation_and_registration_ends_after_it() -> None:
         registry.register(CLEANUP)
     with pytest.raises(TaskRegistryError, match="frozen"):
         registry.lane(Lane.MEDIA, [])
+
+
+def _named(kind: str) -> TaskSpec[AppState, ArchivePayload, int]:
+    return TaskSpec(kind=kind, payload_type=ArchivePayload, result_type=int, run=run_archive)
+
+
+def test_plain_str_kinds_and_lanes_need_no_enum() -> None:
+    registry: TaskRegistry[AppState, str, str] = TaskRegistry(state=AppState)
+    registry.register(_named("archive"))
+    registry.register(_named("purge"))
+    registry.lane("slow", ["purge"])
+    registry.lane("bulk", ["archive"])
+    registry.validate()
+    assert registry.kinds() == ("archive", "purge")
+    assert registry.lanes() == ("slow", "bulk")
+    assert registry.lane_of("archive") == "bulk"
+    assert registry.kind_type is None and registry.lane_type is None
+    task = registry.new_task("purge", {"files": [1, 2]})
+    assert (task.kind, task.lane) == ("purge", "slow")
+    assert "kind=str, lane=str" in repr(registry)
+
+
+def test_plain_str_registry_checks_both_ways() -> None:
+    registry: TaskRegistry[AppState, str, str] = TaskRegistry()
+    registry.register(_named("archive"))
+    registry.register(_named("orphan"))
+    registry.lane("bulk", ["archive", "ghost"])
+    registry.lane(Lane.MEDIA, [Kind.ARCHIVE])  # type: ignore[arg-type, list-item]
+    problems = registry.problems()
+    assert "task kind 'orphan' is in no lane" in problems
+    assert "task kind 'ghost' has no spec" in problems
+    assert any("which is not a non-empty str" in p for p in problems)
+    with pytest.raises(TaskRegistryError, match="'orphan' is in no lane"):
+        registry.validate()

@@ -78,7 +78,7 @@ class ForgeDeclarations:
         self._periodics: list[ForgePeriodic] = []
         self._resources: Callable[[], AbstractAsyncContextManager[Any]] | None = None
         self._health_checks: dict[str, ForgeHealthCheck] = {}
-        self._registry: TaskRegistry[Forge, Any, Any] | None = None
+        self._registry: TaskRegistry[Forge, str, str] | None = None
 
     def lane(self, name: str, *, concurrency: int = 1) -> str:
         """Declare a lane: a concurrency group the worker limits separately.
@@ -359,7 +359,7 @@ class ForgeDeclarations:
         return lanes
 
     @property
-    def registry(self) -> TaskRegistry[Forge, Any, Any]:
+    def registry(self) -> TaskRegistry[Forge, str, str]:
         """The primitive registry built from the declarations (freezes them on first use).
 
         Raises:
@@ -368,15 +368,16 @@ class ForgeDeclarations:
         if self._registry is None:
             if not self._tasks:
                 raise ForgeStateError("the forge declares no task")
-            lanes = self.lanes
-            kind_type: Any = enum.StrEnum("ForgeTaskKind", [(n, n) for n in self._tasks])  # type: ignore[misc]
-            lane_type: Any = enum.StrEnum("ForgeLane", [(n, n) for n in lanes])  # type: ignore[misc]
-            registry: TaskRegistry[Forge, Any, Any] = TaskRegistry(kind=kind_type, lane=lane_type)
+            registry: TaskRegistry[Forge, str, str] = TaskRegistry()
             for wire, task in self._tasks.items():
-                registry.register(task.spec(kind_type(wire)))
-            for lane in lanes:
-                members = [w for w, t in self._tasks.items() if (t.lane or "default") == lane]
-                registry.lane(lane_type(lane), [kind_type(w) for w in members])
+                registry.register(task.spec(wire))
+            # A lane may be declared with a str-valued enum member: the registry keys
+            # lanes by the text stored in the table.
+            kinds_of: dict[str, list[str]] = {_text(lane): [] for lane in self.lanes}
+            for wire, task in self._tasks.items():
+                kinds_of[_text(task.lane or "default")].append(wire)
+            for lane, kinds in kinds_of.items():
+                registry.lane(lane, kinds)
             self._registry = registry.validate()
         return self._registry
 
@@ -384,3 +385,8 @@ class ForgeDeclarations:
     def resources_factory(self) -> Callable[[], AbstractAsyncContextManager[Any]] | None:
         """The declared resources factory, if any."""
         return self._resources
+
+
+def _text(name: object) -> str:
+    """A lane's stored text (a str-valued enum member's value)."""
+    return str(name.value if isinstance(name, enum.Enum) else name)

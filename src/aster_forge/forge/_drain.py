@@ -142,7 +142,7 @@ async def _drain(forge: Forge, *, max_tasks: int) -> ForgeDrainResult:
             outcomes = _Outcomes()
             worker = TaskWorker(
                 store,
-                lanes=[TaskLaneConfig(registry.lane_type(lane), 1)],
+                lanes=[TaskLaneConfig(lane, 1)],
                 execution=config,
                 owner=owner,
                 stats=outcomes,

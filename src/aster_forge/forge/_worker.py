@@ -185,10 +185,7 @@ class ForgeWorker:
         self._settings = settings
         self.dispatcher: TaskWorker[Forge] = TaskWorker(
             forge.backend.task_store,
-            lanes=[
-                TaskLaneConfig(registry.lane_type(lane), limit)
-                for lane, limit in forge.lanes.items()
-            ],
+            lanes=[TaskLaneConfig(lane, limit) for lane, limit in forge.lanes.items()],
             execution=ClaimedTaskExecutionConfig(
                 state=forge,
                 registry=registry,

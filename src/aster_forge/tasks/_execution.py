@@ -32,7 +32,7 @@ from ._dispatch import ClaimedTaskOutcome
 from ._failure import format_task_traceback
 from ._heartbeat import SharedTaskHeartbeat
 from ._lease import TaskLease, TaskLeaseGuard, TaskLeaseTermination, task_lease_termination_of
-from ._registry import TaskRegistry
+from ._registry import TaskRegistry, wire_of
 from ._retry import (
     TaskErrorClassifier,
     TaskFailureClassification,
@@ -131,7 +131,7 @@ class ClaimedTaskExecutionConfig(Generic[StateT]):
         # Resolved once: stores return a kind's wire value, so both spellings are keys.
         if self.registry is not None:
             by_kind = {kind: self.registry.spec_for(kind) for kind in self.registry.kinds()}
-            lookup = {**by_kind, **{kind.value: spec for kind, spec in by_kind.items()}}
+            lookup = {**by_kind, **{wire_of(kind): spec for kind, spec in by_kind.items()}}
         else:
             lookup = dict(self.specs or {})
         object.__setattr__(self, "_lookup", lookup)

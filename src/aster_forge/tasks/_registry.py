@@ -6,7 +6,7 @@ import dataclasses
 import enum
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from ._dedupe import TaskDedupeKey
 from ._records import _DEFAULT_MAX_ATTEMPTS, NewTask, encoded_new_task
@@ -17,18 +17,20 @@ from .errors import TaskKindNotRegisteredError, TaskLaneMismatchError, TaskRegis
 __all__ = ["TaskRegistry"]
 
 StateT = TypeVar("StateT")
-KindT = TypeVar("KindT", bound=enum.Enum)
-LaneT = TypeVar("LaneT", bound=enum.Enum)
+KindT = TypeVar("KindT", bound=enum.Enum | str)
+LaneT = TypeVar("LaneT", bound=enum.Enum | str)
 
 
 class TaskRegistry(Generic[StateT, KindT, LaneT]):
-    """Maps each member of the product's kind enum to one spec and one lane.
+    """Maps each task kind to one spec and one lane.
 
-    Declare it once at import time, register every spec and lane, then call
-    :meth:`validate` (a product test should too). ``validate`` checks both directions:
-    every kind has exactly one spec and exactly one lane, and every registered kind and
-    lane is a member of the declared enums. After a successful ``validate`` the registry
-    is frozen.
+    Kinds and lanes are the product's own: plain ``str`` names, or members of enums the
+    product declares with ``kind=`` and ``lane=``. Declare the registry once at import
+    time, register every spec and lane, then call :meth:`validate` (a product test
+    should too). ``validate`` checks both directions: every registered kind has exactly
+    one spec and exactly one lane and, with enums declared, every member of the kind enum
+    is registered and every kind and lane is a member. After a successful ``validate``
+    the registry is frozen.
 
     Example:
         >>> import enum
@@ -51,16 +53,16 @@ class TaskRegistry(Generic[StateT, KindT, LaneT]):
     def __init__(
         self,
         *,
-        kind: type[KindT],
-        lane: type[LaneT],
+        kind: type[KindT] | None = None,
+        lane: type[LaneT] | None = None,
         state: type[StateT] | None = None,
         error_classifier: TaskErrorClassifier | None = None,
     ) -> None:
-        """Declare the registry's enums.
+        """Declare the registry's kinds and lanes.
 
         Args:
-            kind: The product's task kind enum.
-            lane: The product's lane enum.
+            kind: The product's task kind enum; ``None``: kinds are ``str`` names.
+            lane: The product's lane enum; ``None``: lanes are ``str`` names.
             state: The application state type task bodies receive (documentation/typing).
             error_classifier: The fallback classifier for every kind (a spec's own
                 classifier is consulted first).
@@ -78,13 +80,13 @@ class TaskRegistry(Generic[StateT, KindT, LaneT]):
         self._frozen = False
 
     @property
-    def kind_type(self) -> type[KindT]:
-        """The kind enum."""
+    def kind_type(self) -> type[KindT] | None:
+        """The kind enum (``None`` when kinds are ``str`` names)."""
         return self._kind_type
 
     @property
-    def lane_type(self) -> type[LaneT]:
-        """The lane enum."""
+    def lane_type(self) -> type[LaneT] | None:
+        """The lane enum (``None`` when lanes are ``str`` names)."""
         return self._lane_type
 
     @property
@@ -114,26 +116,26 @@ class TaskRegistry(Generic[StateT, KindT, LaneT]):
     def problems(self) -> list[str]:
         """Every inconsistency :meth:`validate` would report (empty when consistent)."""
         problems: list[str] = []
-        members = list(self._kind_type)
         for kind, specs in self._specs.items():
-            if not isinstance(kind, self._kind_type):
+            if not _member(kind, self._kind_type):
                 problems.append(
-                    f"spec registered for {kind!r}, which is not a {self._kind_type.__name__}"
+                    f"spec registered for {kind!r}, which is not {_what(self._kind_type)}"
                 )
             elif len(specs) > 1:
                 problems.append(f"task kind {_name(kind)} is claimed by {len(specs)} specs")
         lanes_of: dict[Any, list[Any]] = {}
         for lane, kinds in self._lanes.items():
-            if not isinstance(lane, self._lane_type):
-                problems.append(f"lane {lane!r} is not a {self._lane_type.__name__}")
+            if not _member(lane, self._lane_type):
+                problems.append(f"lane {lane!r} is not {_what(self._lane_type)}")
             for kind in kinds:
-                if not isinstance(kind, self._kind_type):
+                if not _member(kind, self._kind_type):
                     problems.append(
-                        f"lane {_name(lane)} lists {kind!r}, which is not a "
-                        f"{self._kind_type.__name__}"
+                        f"lane {_name(lane)} lists {kind!r}, which is not {_what(self._kind_type)}"
                     )
                     continue
                 lanes_of.setdefault(kind, []).append(lane)
+        members: list[Any] = _members(self._kind_type)
+        members += [kind for kind in [*self._specs, *lanes_of] if kind not in members]
         for kind in members:
             if kind not in self._specs:
                 problems.append(f"task kind {_name(kind)} has no spec")
@@ -163,8 +165,9 @@ class TaskRegistry(Generic[StateT, KindT, LaneT]):
             for kind in kinds:
                 self._lane_of[kind] = lane
         for kind, erased in self._erased.items():
-            if isinstance(kind.value, str) and isinstance(self._lane_of[kind].value, str):
-                self._by_wire[kind.value] = (erased, self._lane_of[kind].value, kind.value)
+            wire, lane_wire = wire_of(kind), wire_of(self._lane_of[kind])
+            if isinstance(wire, str) and isinstance(lane_wire, str):
+                self._by_wire[wire] = (erased, lane_wire, wire)
         self._frozen = True
         return self
 
@@ -289,12 +292,16 @@ class TaskRegistry(Generic[StateT, KindT, LaneT]):
         return tuple(self._lanes.get(lane, ()))
 
     def kinds(self) -> tuple[KindT, ...]:
-        """Every kind, in enum order."""
-        return tuple(self._kind_type)
+        """Every kind: in enum order, or in registration order for ``str`` kinds."""
+        if self._kind_type is not None:
+            return tuple(_members(self._kind_type))
+        return tuple(self._specs)
 
     def lanes(self) -> tuple[LaneT, ...]:
-        """Every lane, in enum order."""
-        return tuple(self._lane_type)
+        """Every lane: in enum order, or in declaration order for ``str`` lanes."""
+        if self._lane_type is not None:
+            return tuple(_members(self._lane_type))
+        return tuple(self._lanes)
 
     def payload_json_schemas(self) -> dict[str, dict[str, Any]]:
         """The payload JSON Schema of every kind, keyed by the kind's label."""
@@ -313,8 +320,10 @@ class TaskRegistry(Generic[StateT, KindT, LaneT]):
             raise TaskRegistryError("task registry is not validated; call validate() first")
 
     def __repr__(self) -> str:
+        kind = "str" if self._kind_type is None else self._kind_type.__name__
+        lane = "str" if self._lane_type is None else self._lane_type.__name__
         return (
-            f"TaskRegistry(kind={self._kind_type.__name__}, lane={self._lane_type.__name__}, "
+            f"TaskRegistry(kind={kind}, lane={lane}, "
             f"specs={len(self._specs)}, validated={self._frozen})"
         )
 
@@ -323,3 +332,23 @@ def _name(member: object) -> str:
     if isinstance(member, enum.Enum):
         return f"{type(member).__name__}.{member.name}"
     return repr(member)
+
+
+def _member(value: object, enum_type: type[Any] | None) -> bool:
+    """A member of the declared enum, or a ``str`` name when none is declared."""
+    if enum_type is None:
+        return isinstance(value, str) and not isinstance(value, enum.Enum) and bool(value)
+    return isinstance(value, enum_type)
+
+
+def _what(enum_type: type[Any] | None) -> str:
+    return "a non-empty str" if enum_type is None else f"a {enum_type.__name__}"
+
+
+def wire_of(member: object) -> object:
+    """The stored spelling of a kind or lane: an enum member's value, a ``str`` itself."""
+    return member.value if isinstance(member, enum.Enum) else member
+
+
+def _members(enum_type: type[Any] | None) -> list[Any]:
+    return [] if enum_type is None else list(cast("Iterable[Any]", enum_type))
