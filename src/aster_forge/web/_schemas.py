@@ -7,6 +7,8 @@ and ``null`` (OpenAPI 3.1 is JSON Schema 2020-12).
 
 from __future__ import annotations
 
+import copy
+import functools
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -327,7 +329,16 @@ ANSWERS: tuple[type[BaseModel], ...] = (
 
 
 def response_schemas() -> dict[str, Any]:
-    """Every answer's JSON Schema by model name, referenced as ``#/components/schemas/Name``."""
+    """Every answer's JSON Schema by model name, referenced as ``#/components/schemas/Name``.
+
+    A fresh copy each call: a caller may change its document.
+    """
+    return copy.deepcopy(_generated())
+
+
+@functools.cache
+def _generated() -> dict[str, Any]:
+    # Generated once: it takes longer than serving the document.
     _, document = models_json_schema(
         [(model, "serialization") for model in ANSWERS],
         ref_template="#/components/schemas/{model}",
