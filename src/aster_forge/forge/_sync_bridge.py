@@ -45,7 +45,6 @@ _EXIT_TIMEOUT = 5.0
 
 @dataclass(frozen=True, slots=True)
 class _Running:
-    portal: BlockingPortal
     loop: asyncio.AbstractEventLoop
     stop: AbstractContextManager[BlockingPortal]
     engine: AsyncEngine
@@ -106,9 +105,8 @@ class SyncBridge:
             # between calls instead of going back to the pool whenever it idles.
             let_go = store.keep_connection()
             stop = start_blocking_portal(name="aster-forge-sync-enqueue")
-            portal = stop.__enter__()
-            loop = portal.call(asyncio.get_running_loop)
-            self._running = _Running(portal, loop, stop, engine, store, let_go)
+            loop = stop.__enter__().call(asyncio.get_running_loop)
+            self._running = _Running(loop, stop, engine, store, let_go)
             atexit.register(self.close)
         return self._running
 
@@ -123,8 +121,9 @@ class SyncBridge:
         if running is None:
             return
         atexit.unregister(self.close)  # nothing left to close at exit; the bridge may go
+        closing = asyncio.run_coroutine_threadsafe(_close_store(running), running.loop)
         try:
-            await asyncio.wrap_future(running.portal.start_task_soon(_close_store, running))
+            await asyncio.wrap_future(closing)
         finally:
             await asyncio.to_thread(running.stop.__exit__, None, None, None)
 
@@ -134,13 +133,18 @@ class SyncBridge:
         if running is None:
             return
         try:
-            running.portal.start_task_soon(_close_store, running).result(timeout)
+            asyncio.run_coroutine_threadsafe(_close_store(running), running.loop).result(timeout)
         except Exception as exc:  # the process is leaving: what is left goes with it
             logger.warning("closing the synchronous enqueue thread failed (%s)", type(exc).__name__)
-            # Passing the error on cancels what is still running on the loop.
-            running.stop.__exit__(type(exc), exc, exc.__traceback__)
-        else:
-            running.stop.__exit__(None, None, None)
+        # The portal's exit joins its thread without a bound; a helper thread takes that wait.
+        stopping = threading.Thread(
+            target=running.stop.__exit__,
+            args=(None, None, None),
+            name="aster-forge-sync-enqueue-stop",
+            daemon=True,
+        )
+        stopping.start()
+        stopping.join(timeout)
 
     def _forget_after_fork(self) -> None:
         # The lock may have been held by a thread that does not exist in the child.
