@@ -704,8 +704,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 SYNC_BRIDGE,
-                "    await asyncio.gather(*others, return_exceptions=True)\n",
-                "    del others\n",
+                "    await asyncio.gather(*calls, return_exceptions=True)\n",
+                "    del calls\n",
             ),
         ),
         (SYNC_TESTS + "::test_closing_while_threads_enqueue_hangs_no_call_and_loses_none",),

@@ -9,6 +9,7 @@ import threading
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -179,6 +180,57 @@ async def test_a_script_that_never_closes_the_forge_exits_cleanly(
     out, err = await asyncio.wait_for(process.communicate(), 30)
     assert (process.returncode, out.decode().strip(), err.decode()) == (0, "True", "")
     assert await _stored_payloads(forge) == ["7"]
+
+
+_STUBBORN_SCRIPT = """
+import asyncio, sys, threading, time
+from sqlalchemy.ext.asyncio import create_async_engine
+from aster_forge.db import BackgroundTaskDbStore
+from aster_forge.forge._sync_bridge import SyncBridge
+
+def open_store():
+    engine = create_async_engine(sys.argv[1])
+    return engine, BackgroundTaskDbStore(engine)
+
+async def stubborn(store):
+    started.set()
+    while True:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            pass  # a call that will not stop: the close must not wait for it forever
+
+started = threading.Event()
+bridge = SyncBridge(open_store)
+threading.Thread(target=bridge.run, args=(stubborn,), daemon=True).start()
+started.wait()
+began = time.monotonic()
+bridge.close(timeout=0.5)
+print(round(time.monotonic() - began, 1))
+"""
+
+
+async def test_closing_at_exit_is_bounded_when_a_call_ignores_its_cancellation(
+    tmp_path: Path,
+) -> None:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _STUBBORN_SCRIPT,
+        f"sqlite+aiosqlite:///{tmp_path / 'tasks.db'}",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), 30)
+    finally:
+        if process.returncode is None:  # hung: end it rather than leave it behind
+            process.kill()
+            await process.wait()
+    assert process.returncode == 0, err.decode()
+    # Half a second for the last writes, half a second for the thread.
+    assert float(out.decode()) < 2.0
+    assert "closing the synchronous enqueue thread failed (TimeoutError)" in err.decode()
 
 
 async def test_closing_while_threads_enqueue_hangs_no_call_and_loses_none(

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 from starlette.routing import Route
 
+from aster_forge.runtime import RuntimeComponentKind, RuntimeComponentRegistry
+from aster_forge.tasks import ClaimedTaskOutcome, DispatchStatsRecorder
+from aster_forge.testing import InMemoryRuntimeLeaseStore, InMemoryScheduledTaskStore, ManualClock
 from aster_forge.web import AdminSources, admin_app, openapi_document
 
-from ._support import AUTH, TOKEN, client
+from ._stores import AdminStore, backend_fixture, database_url_fixture, store_fixture  # noqa: F401
+from ._support import AUTH, TOKEN, client, healthy_registry, seed_tasks
 
 
 def refs(node: Any) -> list[str]:
@@ -66,3 +72,60 @@ def test_validates_with_openapi_spec_validator() -> None:
     validator = pytest.importorskip("openapi_spec_validator")
     validator.validate(openapi_document("aster-forge", auth=True))
     validator.validate(openapi_document("aster-forge", auth=False))
+
+
+async def test_every_answer_matches_its_documented_schema(store: AdminStore) -> None:
+    # The response schemas are generated from models; this pins the serializers to them.
+    ids = await seed_tasks(store)
+    clock = ManualClock(datetime(2030, 1, 1, tzinfo=UTC))
+    scheduled = InMemoryScheduledTaskStore(clock)
+    await scheduled.ensure_scheduled_task("reports", "nightly", timedelta(hours=1))
+    leases = InMemoryRuntimeLeaseStore(clock)
+    await leases.try_acquire("demo.singletons", "instance-a", timedelta(seconds=10))
+    components = RuntimeComponentRegistry()
+    components.component("database", RuntimeComponentKind.DATABASE)
+    components.component("tasks", RuntimeComponentKind.TASKS).depends_on("database")
+    stats = DispatchStatsRecorder(["media"])
+    stats.record_outcome("media", ClaimedTaskOutcome.SUCCEEDED)
+    sources = AdminSources(
+        task_store=store,
+        scheduled_store=scheduled,
+        leases=leases,
+        components=components,
+        health=healthy_registry(),
+        dispatch_stats=stats,
+        lane_limits={"media": 2},
+        lanes=["media", "maintenance"],
+    )
+    app = admin_app(sources, dashboard=False)
+    calls = [
+        ("get", "/api/info", "/api/info"),
+        ("get", "/api/tasks?limit=2", "/api/tasks"),
+        ("get", "/api/tasks/counts", "/api/tasks/counts"),
+        ("get", "/api/overview", "/api/overview"),
+        ("get", f"/api/tasks/{ids['failed']}", "/api/tasks/{task_id}"),
+        ("post", f"/api/tasks/{ids['failed']}/retry", "/api/tasks/{task_id}/retry"),
+        ("post", f"/api/tasks/{ids['running']}/cancel", "/api/tasks/{task_id}/cancel"),
+        ("post", "/api/tasks/bulk/cancel", "/api/tasks/bulk/{action}"),
+        ("get", "/api/lanes", "/api/lanes"),
+        ("post", "/api/lanes/media/pause", "/api/lanes/{lane}/pause"),
+        ("get", "/api/scheduled", "/api/scheduled"),
+        ("get", "/api/leases", "/api/leases"),
+        ("get", "/api/components", "/api/components"),
+        ("get", "/api/reports", "/api/reports"),
+        ("get", "/api/health", "/api/health"),
+    ]
+    async with client(app) as http:
+        document = (await http.get("/api/openapi.json")).json()
+        for method, url, path in calls:
+            answer = await http.request(method.upper(), url, json={} if method == "post" else None)
+            assert answer.status_code == 200, (url, answer.text)
+            schema = document["paths"][path][method]["responses"]["200"]["content"][
+                "application/json"
+            ]["schema"]
+            # The document is the root, so the answer's $refs resolve into its components.
+            validator = Draft202012Validator(
+                {**document, **schema}, format_checker=Draft202012Validator.FORMAT_CHECKER
+            )
+            errors = [error.message for error in validator.iter_errors(answer.json())]
+            assert errors == [], (url, errors)

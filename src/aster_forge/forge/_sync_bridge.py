@@ -7,10 +7,11 @@ running in a thread of its own, with its own engine and store, and hands each ca
 it: a calling thread waits only for its enqueue, the loop keeps one connection for
 them, and calls from many threads at once share statements (the store's coalescing).
 
-The thread starts on the first call and stops when the forge is closed, or at
-interpreter exit. A forked child never touches the parent's loop or connections (the
-sockets are shared with the parent): it keeps them referenced, unused, and starts its
-own bridge on its first call.
+The loop and its thread are anyio's blocking portal (calls reach the loop with
+``asyncio.run_coroutine_threadsafe``). It starts on the first call and stops when the
+forge is closed, or at interpreter exit. A forked child never touches the parent's loop
+or connections (the sockets are shared with the parent): it keeps them referenced,
+unused, and starts its own bridge on its first call.
 """
 
 from __future__ import annotations
@@ -22,9 +23,12 @@ import os
 import threading
 import weakref
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import TypeVar
+from concurrent.futures import Future
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
+from anyio.from_thread import BlockingPortal, start_blocking_portal
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..db import BackgroundTaskDbStore
@@ -42,10 +46,11 @@ _EXIT_TIMEOUT = 5.0
 @dataclass(frozen=True, slots=True)
 class _Running:
     loop: asyncio.AbstractEventLoop
-    thread: threading.Thread
+    stop: AbstractContextManager[BlockingPortal]
     engine: AsyncEngine
     store: BackgroundTaskDbStore
     let_go: Callable[[], None]
+    calls: set[Future[Any]] = field(default_factory=set)
 
 
 class SyncBridge:
@@ -82,8 +87,11 @@ class SyncBridge:
             # Scheduled under the lock: a close that follows finds the call on the loop
             # and lets it finish before the connections close.
             running = self._start()
-            work = call(running.store) if prepare is None else _prepared(prepare, call, running)
-            future = asyncio.run_coroutine_threadsafe(awaited(work), running.loop)
+            # Not portal.start_task_soon: it also waits for the loop to take each call, a
+            # second hand-off between threads that costs more than the enqueue's client work.
+            future = asyncio.run_coroutine_threadsafe(_call(call, prepare, running), running.loop)
+            running.calls.add(future)
+            future.add_done_callback(running.calls.discard)
         try:
             return future.result()
         except BaseException:
@@ -96,12 +104,9 @@ class SyncBridge:
             # The loop runs nothing but enqueues: its connection stays checked out
             # between calls instead of going back to the pool whenever it idles.
             let_go = store.keep_connection()
-            loop = asyncio.new_event_loop()
-            thread = threading.Thread(
-                target=_serve, args=(loop,), name="aster-forge-sync-enqueue", daemon=True
-            )
-            thread.start()
-            self._running = _Running(loop, thread, engine, store, let_go)
+            stop = start_blocking_portal(name="aster-forge-sync-enqueue")
+            loop = stop.__enter__().call(asyncio.get_running_loop)
+            self._running = _Running(loop, stop, engine, store, let_go)
             atexit.register(self.close)
         return self._running
 
@@ -116,13 +121,11 @@ class SyncBridge:
         if running is None:
             return
         atexit.unregister(self.close)  # nothing left to close at exit; the bridge may go
+        closing = asyncio.run_coroutine_threadsafe(_close_store(running), running.loop)
         try:
-            await asyncio.wrap_future(
-                asyncio.run_coroutine_threadsafe(_close_store(running), running.loop)
-            )
+            await asyncio.wrap_future(closing)
         finally:
-            running.loop.call_soon_threadsafe(running.loop.stop)
-            await asyncio.to_thread(running.thread.join)
+            await asyncio.to_thread(running.stop.__exit__, None, None, None)
 
     def close(self, timeout: float = _EXIT_TIMEOUT) -> None:
         """:meth:`aclose` from synchronous code (interpreter exit), each wait bounded."""
@@ -133,9 +136,15 @@ class SyncBridge:
             asyncio.run_coroutine_threadsafe(_close_store(running), running.loop).result(timeout)
         except Exception as exc:  # the process is leaving: what is left goes with it
             logger.warning("closing the synchronous enqueue thread failed (%s)", type(exc).__name__)
-        finally:
-            running.loop.call_soon_threadsafe(running.loop.stop)
-            running.thread.join(timeout)
+        # The portal's exit joins its thread without a bound; a helper thread takes that wait.
+        stopping = threading.Thread(
+            target=running.stop.__exit__,
+            args=(None, None, None),
+            name="aster-forge-sync-enqueue-stop",
+            daemon=True,
+        )
+        stopping.start()
+        stopping.join(timeout)
 
     def _forget_after_fork(self) -> None:
         # The lock may have been held by a thread that does not exist in the child.
@@ -150,37 +159,24 @@ async def awaited(awaitable: Awaitable[T]) -> T:
     return await awaitable
 
 
-async def _prepared(
-    prepare: Callable[[AsyncEngine], Awaitable[None]],
+async def _call(
     call: Callable[[BackgroundTaskDbStore], Awaitable[T]],
+    prepare: Callable[[AsyncEngine], Awaitable[None]] | None,
     running: _Running,
 ) -> T:
-    await prepare(running.engine)
+    if prepare is not None:
+        await prepare(running.engine)
     return await call(running.store)
 
 
 async def _close_store(running: _Running) -> None:
     # Calls scheduled before the close finish first (their callers are waiting).
-    others = asyncio.all_tasks() - {asyncio.current_task()}
-    await asyncio.gather(*others, return_exceptions=True)
+    calls = [asyncio.wrap_future(call) for call in list(running.calls)]
+    await asyncio.gather(*calls, return_exceptions=True)
     running.let_go()
     await running.store.flush_notifications()
     await asyncio.sleep(0)  # the kept connection goes back to the pool in this turn
     await running.engine.dispose()
-
-
-def _serve(loop: asyncio.AbstractEventLoop) -> None:
-    asyncio.set_event_loop(loop)
-    try:
-        loop.run_forever()
-        # Stopped by a close: end what is left (a caller's call cancelled mid-close).
-        pending = asyncio.all_tasks(loop)
-        for task in pending:
-            task.cancel()
-        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-        loop.run_until_complete(loop.shutdown_asyncgens())
-    finally:
-        loop.close()
 
 
 _BRIDGES: weakref.WeakSet[SyncBridge] = weakref.WeakSet()

@@ -12,6 +12,8 @@ __all__ = ["CancellationToken"]
 logger = logging.getLogger("aster_forge.runtime")
 
 
+# Kept: asyncio.Event has no child signals and no callbacks; executions hang off the
+# worker's token and stop cooperatively (tests/runtime/test_cancellation_*.py).
 class CancellationToken:
     """A one-shot, hierarchical cancellation signal.
 
@@ -41,10 +43,6 @@ class CancellationToken:
     @property
     def cancelled(self) -> bool:
         """Whether :meth:`cancel` was called on this token or an ancestor."""
-        return self._cancelled
-
-    def is_cancelled(self) -> bool:
-        """Return :attr:`cancelled` (a method form for callbacks and predicates)."""
         return self._cancelled
 
     def cancel(self) -> None:

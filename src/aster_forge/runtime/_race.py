@@ -50,6 +50,8 @@ class RaceWinner(enum.StrEnum):
     """The deadline passed first."""
 
 
+# Kept: deadlines run on the injected Clock (ManualClock in tests), which asyncio.timeout
+# cannot read (tests/runtime/test_race.py).
 async def race(
     awaitable: Awaitable[Any] | None = None,
     *,
@@ -157,6 +159,8 @@ async def sleep_or_cancelled(clock: Clock, token: _TokenLike, seconds: float) ->
     return token.cancelled
 
 
+# Kept: asyncio.shield lets the caller leave before the write ends, and anyio's shielded
+# CancelScope does not hold off a native task.cancel().
 async def shielded(
     awaitable: Coroutine[Any, Any, _T] | asyncio.Future[_T], *, name: str = "aster-forge:shielded"
 ) -> _T:

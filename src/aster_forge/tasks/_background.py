@@ -25,6 +25,8 @@ DEFAULT_SHUTDOWN_GRACE = timedelta(seconds=5)
 _SYSTEM_CLOCK = SystemClock()
 
 
+# Kept: asyncio.TaskGroup ends every worker when one fails and has no grace on an injected
+# clock; this group logs a failure and keeps the others (tests/tasks/test_background.py).
 class BackgroundTasks:
     """Owns a group of named worker tasks and the token that tells them to stop.
 

@@ -249,6 +249,8 @@ def _host_name(header: str) -> str | None:
         return None  # a malformed port or bracket
 
 
+# Kept: Starlette's TrustedHostMiddleware answers 400 plain text for the whole app and cannot
+# follow the bind address; here only admin routes answer 403 JSON (test_admin_tasks.py).
 class HostAllowList:
     """Which ``Host`` header values the admin API and dashboard answer (403 otherwise).
 

@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, Response
 from ..tasks import MAX_TASK_KIND_LENGTH, BackgroundTaskStore, TaskLaneState
 from ._params import IDENTIFIER_PATTERN
 
-__all__ = ["LANE_STATE_SCHEMAS", "lane_control_endpoints", "lane_control_paths", "lane_state_json"]
+__all__ = ["lane_control_endpoints", "lane_control_paths", "lane_state_json"]
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 _NO_STORE = {"Cache-Control": "no-store"}
@@ -57,23 +57,6 @@ def lane_control_endpoints(
         return control
 
     return [("/lanes/{lane}/pause", endpoint(True)), ("/lanes/{lane}/resume", endpoint(False))]
-
-
-_TIME = {"type": ["string", "null"], "format": "date-time"}
-
-LANE_STATE_SCHEMAS: dict[str, Any] = {
-    "LaneState": {
-        "type": "object",
-        "properties": {
-            "lane": {"type": "string"},
-            "paused": {"type": "boolean"},
-            "paused_at": _TIME,
-            "updated_at": _TIME,
-        },
-        "required": ["lane", "paused", "paused_at", "updated_at"],
-    }
-}
-"""The OpenAPI schemas of the lane control endpoints."""
 
 
 def lane_control_paths(errors: Callable[..., dict[str, Any]]) -> dict[str, Any]:
