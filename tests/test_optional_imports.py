@@ -12,6 +12,7 @@ OPTIONAL = (
     "asyncpg",
     "click",
     "cronsim",
+    "opentelemetry",
     "prometheus_client",
     "rich",
     "starlette",
@@ -50,3 +51,40 @@ def test_probe_detects_an_optional_import() -> None:
         check=True,
     )
     assert "starlette" in json.loads(result.stdout)
+
+
+_WITHOUT_TRACING = """
+import asyncio, json, sys
+if sys.argv[1] == "blocked":
+    sys.modules["opentelemetry"] = None  # as if the tracing extra were not installed
+from aster_forge import Forge
+
+forge = Forge("memory://")
+
+@forge.task
+async def ping(payload: int) -> int:
+    return payload
+
+async def main() -> list[object]:
+    made = await ping.enqueue(1)
+    drained = await forge.drain()
+    return [made.record.trace_context, drained.succeeded]
+
+out = asyncio.run(main())
+loaded = [n for n, m in sys.modules.items() if n.startswith("opentelemetry") and m is not None]
+print(json.dumps([*out, sorted(loaded)]))
+"""
+
+
+def test_tasks_run_without_opentelemetry_and_never_import_it() -> None:
+    # Blocked: importing it fails, as without the extra. Installed but not configured by
+    # the application: aster-forge does not import it either (nothing to trace into).
+    for mode in ("blocked", "installed"):
+        result = subprocess.run(
+            [sys.executable, "-c", _WITHOUT_TRACING, mode],
+            capture_output=True,
+            text=True,
+            timeout=50,
+            check=True,
+        )
+        assert json.loads(result.stdout) == [None, 1, []], mode

@@ -9,6 +9,8 @@ import sys
 import time
 from typing import IO, Any
 
+from ..tasks import TaskLogContextFilter
+
 __all__ = ["JsonLogFormatter", "LogFormat", "TextLogFormatter", "configure_worker_logging"]
 
 #: What every LogRecord carries; anything else on a record is an ``extra=`` field.
@@ -25,7 +27,9 @@ class LogFormat(enum.StrEnum):
     """``2026-05-09T07:35:25.123Z INFO aster_forge.worker: message`` (a traceback follows)."""
     JSON = "json"
     """One JSON object per line: ``time``, ``level``, ``logger``, ``message``, the record's
-    extra fields (``task_id``, ``task_kind`` ...) and ``exc_info`` (the traceback text)."""
+    extra fields (``task_id``, ``task_kind`` ...; a task body's records carry
+    ``task_id``, ``task_kind``, ``task_lane`` and ``task_attempt``) and ``exc_info``
+    (the traceback text)."""
 
 
 def _utc_time(record: logging.LogRecord) -> str:
@@ -79,6 +83,8 @@ def configure_worker_logging(
         return False
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonLogFormatter() if log_format is LogFormat.JSON else TextLogFormatter())
+    # A running task's id, kind, lane and attempt on every record its body emits.
+    handler.addFilter(TaskLogContextFilter())
     root.addHandler(handler)
     root.setLevel(level.upper())
     return True

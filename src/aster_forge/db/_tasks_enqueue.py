@@ -461,6 +461,7 @@ class TaskEnqueueMixin:
                 "manual_retry_allowed": True,
                 "cancel_requested": False,
                 "rescued": False,
+                "trace_context": task.trace_context,
             }
             row.update(task.extra)
             params.append(row)

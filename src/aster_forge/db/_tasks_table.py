@@ -60,6 +60,7 @@ CORE_COLUMNS = (
     "finished_at",
     "snooze_count",
     "last_traceback",
+    "trace_context",
 )
 """The columns :class:`BackgroundTaskDbStore` reads and writes (in this order)."""
 
@@ -80,7 +81,8 @@ def background_tasks_table(
     ``failure_reason``, ``manual_retry_allowed``, ``cancel_requested``, ``rescued``,
     ``created_at``, ``updated_at``, ``started_at``, ``finished_at`` (aware UTC),
     ``snooze_count``, ``last_traceback`` (the bounded traceback beside ``last_error``),
-    and ``waiting`` (``NOT NULL DEFAULT false``; not part of a record).
+    ``trace_context`` (the enqueuing side's trace context, JSON text, ``NULL`` unless
+    tracing is on), and ``waiting`` (``NOT NULL DEFAULT false``; not part of a record).
 
     ``waiting`` keeps tasks that are not yet due out of the index claims walk. On
     PostgreSQL a write that makes a task pending with a ``run_at`` in the future (a
@@ -149,6 +151,7 @@ def background_tasks_table(
         sa.Column("finished_at", UtcDateTime(), nullable=True),
         sa.Column("snooze_count", sa.Integer(), nullable=False, server_default=sa.text("0")),
         sa.Column("last_traceback", _LONG_TEXT, nullable=True),
+        sa.Column("trace_context", sa.Text(), nullable=True),
         sa.Column("waiting", sa.Boolean(), nullable=False, server_default=sa.false()),
         *extra_columns,
         mysql_engine="InnoDB",
@@ -280,6 +283,7 @@ def record_from_row(row: Any) -> BackgroundTaskRecord:
         finished_at=m["finished_at"],
         snooze_count=int(m["snooze_count"]),
         last_traceback=m["last_traceback"],
+        trace_context=m["trace_context"],
     )
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from .. import _tracing
 from ..runtime import (
     AsterRuntime,
     HealthCheckScope,
@@ -224,25 +225,30 @@ class Forge(ForgeDeclarations, ForgeOperations):
             ForgePayloadError: A payload does not validate; nothing was written.
             ForgeStateError: ``connection`` was given to an in-memory forge.
         """
-        requests = self._requests(
-            task,
-            payloads,
-            dedupe_keys=dedupe_keys,
-            run_at=run_at,
-            delay=delay,
-            priority=priority,
-            max_attempts=max_attempts,
-        )
-        if connection is not None:
-            store = self._backend.database_task_store(f"task {task.name!r}: connection=")
-            results = list(await store.enqueue_many(requests, connection=connection))
-            # Awake workers find the rows once the transaction commits (or NOTIFY says so).
-            self._wake_workers()
+        with _tracing.enqueue_span(task.name, len(payloads)) as span:
+            # Built inside the span: each request carries its context (trace_context).
+            requests = self._requests(
+                task,
+                payloads,
+                dedupe_keys=dedupe_keys,
+                run_at=run_at,
+                delay=delay,
+                priority=priority,
+                max_attempts=max_attempts,
+            )
+            if connection is not None:
+                store = self._backend.database_task_store(f"task {task.name!r}: connection=")
+                results = list(await store.enqueue_many(requests, connection=connection))
+                # Awake workers find the rows once the transaction commits (or NOTIFY says so).
+                self._wake_workers()
+            else:
+                backend = self._backend
+                if not backend.tables_ready:
+                    await backend.create_tables_once()
+                results = await self._send(backend.task_store, requests)
+            if span is not None and results:
+                _traced(span, requests, results)
             return results
-        backend = self._backend
-        if not backend.tables_ready:
-            await backend.create_tables_once()
-        return await self._send(backend.task_store, requests)
 
     def _requests(
         self,
@@ -305,8 +311,12 @@ class Forge(ForgeDeclarations, ForgeOperations):
             raise ForgeStateError(
                 f"task {task.name!r}: enqueue_sync() inside an event loop; use await enqueue()"
             )
-        requests = self._requests(task, payloads, **options)
-        return self._backend.run_sync(lambda store: self._send(store, requests))
+        with _tracing.enqueue_span(task.name, len(payloads)) as span:
+            requests = self._requests(task, payloads, **options)
+            results = self._backend.run_sync(lambda store: self._send(store, requests))
+            if span is not None and results:
+                _traced(span, requests, results)
+            return results
 
     def attach_worker(self, worker: ForgeWorker) -> None:
         """Record a worker running in this process (enqueues here wake it)."""
@@ -491,3 +501,9 @@ class Forge(ForgeDeclarations, ForgeOperations):
 
     def __repr__(self) -> str:
         return f"Forge(name={self._name!r}, tasks={list(self._tasks)}, lanes={self.lanes})"
+
+
+def _traced(span: Any, requests: Sequence[NewTask], results: Sequence[EnqueueResult]) -> None:
+    """What an enqueue wrote, on its span."""
+    ids = [results[0].task_id] if len(results) == 1 else []
+    _tracing.enqueued(span, requests[0].lane, ids, created=results[0].created)

@@ -13,6 +13,7 @@ import dataclasses
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from .. import _tracing
 from ..tasks import (
     CronExtraMissingError,
     CronSchedule,
@@ -116,7 +117,8 @@ class ForgePeriodic:
 
     async def _fire(self, forge: Forge, run: ScheduledTaskRun) -> ScheduledTaskOutcome:
         payload = run.scheduled_at if self._task.payload_type is datetime else None
-        await self._task.enqueue(payload, dedupe_key=run.dedupe_key.as_str())
+        with _tracing.firing_span(self.name, run.scheduled_at):
+            await self._task.enqueue(payload, dedupe_key=run.dedupe_key.as_str())
         return ScheduledTaskOutcome.succeeded()
 
     def __call__(self, *args: Any) -> Any:

@@ -159,6 +159,7 @@ from ._execution import (
     ClaimedTaskExecutionConfig,
     ClaimedTaskReport,
 )
+from ._log_context import TaskLogContextFilter
 from ._temp import (
     TaskTempDirs,
     sweep_task_temp_dirs,
@@ -328,6 +329,7 @@ __all__ = [
     "TaskLeaseLostError",
     "TaskLeaseRenewalTimeoutError",
     "TaskLeaseTermination",
+    "TaskLogContextFilter",
     "TaskNotFoundError",
     "TaskPage",
     "TaskPayloadError",

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
+from .. import _tracing
 from .._validation import (
     check_instance,
     check_int_setting,
@@ -32,6 +33,7 @@ from ._dispatch import ClaimedTaskOutcome
 from ._failure import format_task_traceback
 from ._heartbeat import SharedTaskHeartbeat
 from ._lease import TaskLease, TaskLeaseGuard, TaskLeaseTermination, task_lease_termination_of
+from ._log_context import enter_task_log_context, leave_task_log_context
 from ._registry import TaskRegistry, wire_of
 from ._retry import (
     TaskErrorClassifier,
@@ -256,6 +258,7 @@ class ClaimedTaskExecution:
         on_finished: Called once when the execution ends outside its own task: its body
             was abandoned, or (started by :meth:`start`, with ``completions``) its
             success was written by the batcher after the task had ended.
+        lane: The lane it was claimed from (its span and log records name it).
 
     Raises:
         TaskInvalidValueError: When the record carries no processing token or expiry.
@@ -271,6 +274,7 @@ class ClaimedTaskExecution:
         completions: TaskCompletionBatcher | None = None,
         claimed_at: float | None = None,
         on_finished: Callable[[ClaimedTaskExecution], None] | None = None,
+        lane: Hashable | None = None,
     ) -> None:
         if task.processing_token is None or task.lease_expires_at is None:
             raise TaskInvalidValueError(
@@ -304,6 +308,8 @@ class ClaimedTaskExecution:
         self._cancel_issued = False
         self._caller_cancelled = False
         self._settled: asyncio.Future[None] | None = None
+        self._lane = None if lane is None else task_kind_label(lane)
+        self._span: Any = None  # the attempt's span while tracing is on
 
     @property
     def attempt(self) -> int:
@@ -353,6 +359,15 @@ class ClaimedTaskExecution:
         if self._task is None:
             self._task = asyncio.current_task()
         self._heartbeat.register(guard)
+        self._span = _tracing.start_attempt(
+            task_id=task.id,
+            kind=task_kind_label(task.kind),
+            lane=self._lane,
+            attempt=self.attempt,
+            max_attempts=task.max_attempts,
+            rescued=task.rescued,
+            trace_context=task.trace_context,
+        )
         ctx: TaskExecutionContext | None = None
         try:
             try:
@@ -410,6 +425,10 @@ class ClaimedTaskExecution:
                     await shielded(self._remove_temp_dir(), name=f"aster-forge:temp-{task.id}")
                 if self._stopper is not None:
                     await asyncio.gather(self._stopper, return_exceptions=True)
+            if self._span is not None and not self.detached:
+                # Ended without an outcome recorded (an exception no outcome covers).
+                span, self._span = self._span, None
+                span.end()
 
     async def _decide(self, ctx: TaskExecutionContext) -> _Decision:
         """Run the body and choose the outcome: the one place outcomes are decided."""
@@ -420,13 +439,18 @@ class ClaimedTaskExecution:
         cancelled = False
         self._in_body = True
         guard.token.add_cancel_callback(self._on_stop)
+        logged = enter_task_log_context(
+            task.id, task_kind_label(task.kind), self._lane, self.attempt
+        )
         try:
-            result = await coro
+            with _tracing.current_span(self._span):
+                result = await coro
         except asyncio.CancelledError:
             cancelled = True
         except BaseException as error:  # judged below, SystemExit included
             exc = error
         finally:
+            leave_task_log_context(logged)
             self._in_body = False
             guard.token.remove_cancel_callback(self._on_stop)
             if self._left_body is not None and not self._left_body.done():
@@ -468,6 +492,7 @@ class ClaimedTaskExecution:
                 return _Decision(ClaimedTaskOutcome.FAILED, failure=over)
             return _Decision(ClaimedTaskOutcome.SNOOZED, delay=exc.delay)
         redact = config.redact_errors
+        _tracing.attempt_failed(self._span, exc, redact=redact)
         failure, expected = erased.classify_failure(exc, config.error_classifier, redact=redact)
         # Expected outcomes carry no traceback: the product chose their words, and a codec
         # error's chain holds the payload.
@@ -666,6 +691,16 @@ class ClaimedTaskExecution:
         self.outcome = outcome
         applied = written and outcome is not ClaimedTaskOutcome.LEASE_LOST
         self._ended = (decision, applied, self._config.clock.monotonic())
+        if self._span is not None:
+            span, self._span = self._span, None
+            failure = decision.failure if applied else None
+            _tracing.end_attempt(
+                span,
+                outcome=outcome.value,
+                failed=failure is not None or outcome is ClaimedTaskOutcome.STORE_ERROR,
+                delay=decision.delay,
+                error=failure.message if failure is not None else None,
+            )
 
     @staticmethod
     def _steps_json(ctx: TaskExecutionContext | None, decision: _Decision) -> str | None:

@@ -254,6 +254,9 @@ class NewTask:
         dedupe_key: A :class:`TaskDedupeKey` (or its text); a second enqueue with the
             same key returns the existing row instead of inserting.
         extra: Values for columns a product added to the table (DB store only).
+        trace_context: The enqueuing side's trace context (the propagator's carrier as
+            JSON text), stored with the task so each attempt links to it; ``None``
+            stores none. :meth:`TaskRegistry.new_task` fills it in while tracing is on.
 
     Raises:
         TaskEnqueueValueError: When a field is invalid (checked at construction).
@@ -269,6 +272,7 @@ class NewTask:
     max_attempts: int = _DEFAULT_MAX_ATTEMPTS
     dedupe_key: TaskDedupeKey | str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    trace_context: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", wire_value(self.kind, "kind"))
@@ -297,6 +301,13 @@ class NewTask:
             raise TaskEnqueueValueError("max_attempts must be an int >= 1")
         if self.dedupe_key is not None and not isinstance(self.dedupe_key, TaskDedupeKey):
             object.__setattr__(self, "dedupe_key", TaskDedupeKey(self.dedupe_key))
+        if self.trace_context is not None:
+            if not isinstance(self.trace_context, str):
+                raise TaskEnqueueValueError(
+                    "trace_context must be JSON text or None, got "
+                    f"{type(self.trace_context).__name__}"
+                )
+            check_text(self.trace_context, "trace_context")
 
     @property
     def dedupe_key_text(self) -> str | None:
@@ -319,6 +330,7 @@ _set_priority = _SLOT_SETTERS["priority"]
 _set_max_attempts = _SLOT_SETTERS["max_attempts"]
 _set_dedupe_key = _SLOT_SETTERS["dedupe_key"]
 _set_extra = _SLOT_SETTERS["extra"]
+_set_trace_context = _SLOT_SETTERS["trace_context"]
 
 
 def encoded_new_task(
@@ -333,6 +345,7 @@ def encoded_new_task(
     max_attempts: int,
     dedupe_key: TaskDedupeKey | str | None,
     extra: Mapping[str, Any],
+    trace_context: str | None = None,
 ) -> NewTask:
     """A :class:`NewTask` whose kind, lane, payload and steps a registry produced.
 
@@ -356,6 +369,7 @@ def encoded_new_task(
     _set_max_attempts(task, max_attempts)
     _set_dedupe_key(task, dedupe_key)
     _set_extra(task, extra)
+    _set_trace_context(task, trace_context)
     task._check_options()
     return task
 
@@ -398,6 +412,8 @@ class BackgroundTaskRecord:
         snooze_count: How many times the body snoozed it (``TaskSnooze``); not attempts.
         last_traceback: The bounded traceback of the failure ``last_error`` describes,
             when the worker stored one (an unexpected exception); ``None`` otherwise.
+        trace_context: The enqueuing side's trace context (:attr:`NewTask.trace_context`),
+            or ``None``.
     """
 
     id: int
@@ -426,6 +442,7 @@ class BackgroundTaskRecord:
     finished_at: datetime | None
     snooze_count: int = 0
     last_traceback: str | None = None
+    trace_context: str | None = None
 
     @staticmethod
     def from_values(values: Sequence[Any]) -> BackgroundTaskRecord:

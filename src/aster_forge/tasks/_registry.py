@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar, cast
 
+from .. import _tracing
 from ._dedupe import TaskDedupeKey
 from ._records import _DEFAULT_MAX_ATTEMPTS, NewTask, encoded_new_task
 from ._retry import TaskErrorClassifier
@@ -187,7 +188,8 @@ class TaskRegistry(Generic[StateT, KindT, LaneT]):
 
         The payload is validated and encoded by the kind's codec (a payload object, or
         anything that validates into one, such as a dict); the lane is the kind's own;
-        ``steps_json`` holds the spec's initial steps.
+        ``steps_json`` holds the spec's initial steps; ``trace_context`` the current
+        OpenTelemetry context while tracing is on (each attempt's span links to it).
 
         Args:
             kind: The kind (an enum member or its wire value).
@@ -234,6 +236,7 @@ class TaskRegistry(Generic[StateT, KindT, LaneT]):
             max_attempts=max_attempts,
             dedupe_key=dedupe_key,
             extra=dict(extra) if extra is not None else {},
+            trace_context=_tracing.trace_context(),
         )
 
     def check_new_task(self, task: NewTask) -> NewTask:

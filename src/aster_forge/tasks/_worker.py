@@ -435,7 +435,7 @@ class TaskWorker(Generic[StateT]):
             self._landed.set()
             self._landed = None
 
-    def _execution(self, record: Any, claimed_at: float) -> ClaimedTaskExecution:
+    def _execution(self, lane: Hashable, record: Any, claimed_at: float) -> ClaimedTaskExecution:
         return ClaimedTaskExecution(
             self._store,
             record,
@@ -444,11 +444,12 @@ class TaskWorker(Generic[StateT]):
             completions=self._completions,
             claimed_at=claimed_at,
             on_finished=self._on_finished,
+            lane=lane,
         )
 
     def _hold(self, lane: Hashable, record: Any, claimed_at: float) -> None:
         """Keep a claimed task until a slot frees; the heartbeat renews its lease."""
-        execution = self._execution(record, claimed_at)
+        execution = self._execution(lane, record, claimed_at)
         self._heartbeat.register(execution.guard)
         self._waiting[lane].append(execution)
 
@@ -464,7 +465,7 @@ class TaskWorker(Generic[StateT]):
             self._launch(lane, execution)
 
     def _start(self, lane: Hashable, record: Any, claimed_at: float) -> None:
-        self._launch(lane, self._execution(record, claimed_at))
+        self._launch(lane, self._execution(lane, record, claimed_at))
 
     def _launch(self, lane: Hashable, execution: ClaimedTaskExecution) -> None:
         record = execution.task

@@ -114,6 +114,18 @@ class ExecutableTaskRecord(TaskRecord[KindT_co], Protocol[KindT_co]):
         ``max_snoozes``; a store without snoozes answers ``0``)."""
         ...
 
+    @property
+    def rescued(self) -> bool:
+        """Whether this claim took over the expired lease of a lost worker (a store
+        that does not rescue answers ``False``)."""
+        ...
+
+    @property
+    def trace_context(self) -> str | None:
+        """The enqueuing side's trace context (carrier JSON) each attempt's span links
+        to; a store that does not keep it answers ``None``."""
+        ...
+
 
 class TaskClaimStore(Protocol[TaskT_co, LaneT_contra]):
     """Claims due tasks of one lane, each under a fresh processing token.

@@ -130,6 +130,7 @@ class InMemoryTaskStore(
             updated_at=now,
             started_at=None,
             finished_at=None,
+            trace_context=task.trace_context,
         )
         self._next_id += 1
         self._rows[record.id] = record
