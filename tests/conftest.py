@@ -23,6 +23,8 @@ from sqlalchemy import MetaData, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from ._tracing import clear_tracer_provider
+
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 DEFAULT_POSTGRES_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
@@ -123,6 +125,13 @@ async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
     finally:
         await drop_all_tables(eng)
         await eng.dispose()
+
+
+@pytest.fixture(autouse=True)
+def _no_tracer_provider_left() -> Iterator[None]:
+    """Clear an OpenTelemetry provider a test or a docs example set (see tests/_tracing)."""
+    yield
+    clear_tracer_provider()
 
 
 @pytest.fixture(autouse=True)

@@ -50,6 +50,11 @@ def _tracer() -> Tracer | None:
     api: Any = sys.modules.get("opentelemetry.trace")
     if api is None:
         return None
+    # The global the API's own proxy tracers read: None until a provider is set (also
+    # by the first get_tracer() when OTEL_PYTHON_TRACER_PROVIDER names one).
+    # get_tracer_provider() would look the environment variable up on every call.
+    if api.__dict__.get("_TRACER_PROVIDER", api) is None:
+        return None
     provider = api.get_tracer_provider()
     if isinstance(provider, api.ProxyTracerProvider | api.NoOpTracerProvider):
         return None

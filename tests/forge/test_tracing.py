@@ -20,21 +20,21 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
-from opentelemetry.util._once import Once
 
-from aster_forge import Forge, ForgeTask, TaskExecutionContext, TaskRetryPolicy, TaskSnooze
+from aster_forge import (
+    Forge,
+    ForgeTask,
+    ForgeWorkerSettings,
+    TaskExecutionContext,
+    TaskRetryPolicy,
+    TaskSnooze,
+)
 from aster_forge._cli._logs import JsonLogFormatter
 from aster_forge.tasks import ClaimedTaskOutcome, TaskLogContextFilter
 
+from .._tracing import set_tracer_provider
+
 _NO_DELAY = TaskRetryPolicy(base_delay=timedelta(0), max_delay=timedelta(0), jitter=0.0)
-
-
-def _set_provider(provider: TracerProvider | None) -> None:
-    # The API lets a process set its provider once; a test sets and clears its own.
-    trace._TRACER_PROVIDER_SET_ONCE = Once()
-    trace._TRACER_PROVIDER = None
-    if provider is not None:
-        trace.set_tracer_provider(provider)
 
 
 @pytest.fixture
@@ -42,11 +42,11 @@ def spans() -> Iterator[InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    _set_provider(provider)
+    set_tracer_provider(provider)
     try:
         yield exporter
     finally:
-        _set_provider(None)
+        set_tracer_provider(None)
         provider.shutdown()
 
 
@@ -324,3 +324,26 @@ async def test_a_periodic_firing_is_traced(spans: InMemorySpanExporter) -> None:
     attributes = dict(traced[0].attributes or {})
     assert attributes["aster_forge.schedule.name"] == "sweep"
     assert datetime.fromisoformat(str(attributes["aster_forge.schedule.scheduled_at"])) in seen
+
+
+async def test_redacted_errors_put_only_the_exception_type_on_the_span(
+    forge_url: str, spans: InMemorySpanExporter
+) -> None:
+    forge = Forge(forge_url, settings=ForgeWorkerSettings(redact_errors=True))
+
+    @forge.task(max_attempts=1)
+    async def charge(payload: int) -> None:
+        raise ValueError("card 4111-1111-1111-1111 declined")
+
+    try:
+        await forge.migrate()
+        await charge.enqueue(1)
+        assert (await forge.drain()).failed == 1
+    finally:
+        await forge.aclose()
+    attempt = _one(spans, "process charge")
+    assert attempt.status.status_code is StatusCode.ERROR
+    assert [(event.name, dict(event.attributes or {})) for event in attempt.events] == [
+        ("exception", {"exception.type": "ValueError"})
+    ]
+    assert "4111" not in str(attempt.to_json())
