@@ -7,8 +7,13 @@ so every other test runs as a process without tracing does.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.util._once import Once
 
 
@@ -25,3 +30,22 @@ def clear_tracer_provider() -> None:
     api = sys.modules.get("opentelemetry.trace")
     if api is not None and api._TRACER_PROVIDER is not None:
         set_tracer_provider(None)
+
+
+@contextmanager
+def collected_spans() -> Iterator[InMemorySpanExporter]:
+    """An SDK provider exporting to memory, the process's provider meanwhile."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    set_tracer_provider(provider)
+    try:
+        yield exporter
+    finally:
+        set_tracer_provider(None)
+        provider.shutdown()
+
+
+def spans_named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
+    """The finished spans called ``name``."""
+    return [span for span in exporter.get_finished_spans() if span.name == name]

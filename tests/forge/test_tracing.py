@@ -16,8 +16,7 @@ from datetime import datetime, timedelta
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -32,22 +31,15 @@ from aster_forge import (
 from aster_forge._cli._logs import JsonLogFormatter
 from aster_forge.tasks import ClaimedTaskOutcome, TaskLogContextFilter
 
-from .._tracing import set_tracer_provider
+from .._tracing import collected_spans
 
 _NO_DELAY = TaskRetryPolicy(base_delay=timedelta(0), max_delay=timedelta(0), jitter=0.0)
 
 
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    set_tracer_provider(provider)
-    try:
+    with collected_spans() as exporter:
         yield exporter
-    finally:
-        set_tracer_provider(None)
-        provider.shutdown()
 
 
 def _one(exporter: InMemorySpanExporter, name: str) -> ReadableSpan:
