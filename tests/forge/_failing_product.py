@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from datetime import timedelta
 
@@ -27,6 +28,7 @@ def build_forge(url: str) -> Forge:
 
     @forge.task(lane="mail", max_attempts=2, retry=_AT_ONCE)
     async def send_invoice(payload: int) -> None:
+        logging.getLogger("billing.invoices").warning("sending the invoice")
         raise ConnectionRefusedError("smtp.example.com:25 refused the connection")
 
     return forge

@@ -118,6 +118,13 @@ async def test_worker_logs_say_what_runs_where_and_why_a_task_failed(
         assert retry["level"] == "WARNING" and retry["task_kind"] == "send_invoice"
         final = next(line for line in lines if "no attempts left" in line["message"])
         assert final["level"] == "ERROR" and "Traceback" in final["exc_info"]
+        # The product's own lines from the body name the task they came from.
+        own = [line for line in lines if line["logger"] == "billing.invoices"]
+        assert [line["task_attempt"] for line in own] == [1, 2]
+        assert {(line["task_kind"], line["task_lane"]) for line in own} == {
+            ("send_invoice", "mail")
+        }
+        assert len({line["task_id"] for line in own}) == 1
     else:
         lines = [line for line in output.splitlines() if TEXT_LINE.match(line)]
         # A line that does not start with time and level continues a traceback.
