@@ -722,6 +722,27 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         (SYNC_TESTS + "::test_sequential_sync_enqueues_reuse_one_connection",),
     ),
+    Mutant(
+        "trace-attempt-unlinked",
+        "an attempt's span no longer links to the enqueue whose context the row stores",
+        (Edit("src/aster_forge/_tracing.py", "        links=_links(trace_context),\n", ""),),
+        (
+            "tests/forge/test_tracing.py::"
+            "test_an_enqueue_in_a_request_links_the_attempt_on_another_engine",
+        ),
+    ),
+    Mutant(
+        "trace-context-dropped-by-pg-bulk-insert",
+        "a plain PostgreSQL batch enqueue stores no trace context",
+        (
+            Edit(
+                "src/aster_forge/db/_tasks_enqueue_pg.py",
+                "now(), now(), run_at > now(), trace_context\n",
+                "now(), now(), run_at > now(), NULL\n",
+            ),
+        ),
+        ("tests/db/test_trace_context.py::test_every_enqueue_path_stores_the_trace_context",),
+    ),
 )
 
 CONTROL = Mutant(
