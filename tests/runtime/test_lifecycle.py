@@ -12,24 +12,26 @@ import pytest
 
 from aster_forge.runtime import (
     AsterRuntime,
-    AsterRuntimeBeforeShutdownError,
-    AsterRuntimeComponentGraphError,
     AsterRuntimeError,
-    AsterRuntimeServiceError,
-    AsterRuntimeShutdownError,
-    AsterRuntimeStartupError,
     CancellationToken,
     RuntimeComponentBundleRegistration,
     RuntimeComponentKind,
-    RuntimeComponentRegistrationError,
     RuntimeComponentRegistry,
     RuntimeServiceComponent,
-    ShutdownPhaseStatus,
-    StartupPhaseStatus,
     runtime_component,
     runtime_component_with_shutdown,
     shutdown_resource_component_after,
-    try_runtime_component_with_shutdown,
+)
+from aster_forge.runtime._lifecycle import try_runtime_component_with_shutdown
+from aster_forge.runtime._shutdown import ShutdownPhaseStatus
+from aster_forge.runtime._startup import StartupPhaseStatus
+from aster_forge.runtime.errors import (
+    AsterRuntimeBeforeShutdownError,
+    AsterRuntimeComponentGraphError,
+    AsterRuntimeServiceError,
+    AsterRuntimeShutdownError,
+    AsterRuntimeStartupError,
+    RuntimeComponentRegistrationError,
 )
 
 Kind = RuntimeComponentKind
@@ -444,7 +446,7 @@ async def test_stop_hook_is_cancelled_when_the_service_ends() -> None:
 
 
 async def test_run_outside_the_main_thread_is_a_clear_signal_error() -> None:
-    from aster_forge.runtime import RuntimeSignalError
+    from aster_forge.runtime.errors import RuntimeSignalError
 
     errors: list[BaseException] = []
 

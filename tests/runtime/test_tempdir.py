@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 from aster_forge.runtime import (
     RuntimeTempDirError,
-    RuntimeTempDirScopeError,
     create_runtime_temp_dir_guard,
     ensure_runtime_temp_dir,
 )
+from aster_forge.runtime.errors import RuntimeTempDirScopeError
 
 VALID = set(string.ascii_letters + string.digits + "-_")
 

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from starlette.routing import Route
 
-from aster_forge.web import AdminSources, admin_app, openapi_document
+from aster_forge.web import AdminSources, admin_app
+from aster_forge.web._openapi import openapi_document
 
 from ._support import AUTH, TOKEN, client
 

@@ -14,16 +14,14 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..tasks import (
-    CronExtraMissingError,
     CronSchedule,
     IntervalSchedule,
     LeasedScheduledRuntime,
-    PeriodicTaskConfigError,
-    Schedule,
     ScheduledTaskOutcome,
     ScheduledTaskRun,
-    ScheduledTaskValueError,
 )
+from ..tasks._internal import Schedule
+from ..tasks.errors import CronExtraMissingError, PeriodicTaskConfigError, ScheduledTaskValueError
 from ._signature import BodyShape
 from ._task import ForgeTask
 from .errors import ForgeDeclarationError

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..tasks import MAX_TASK_ID
+from ..tasks._internal import MAX_TASK_ID
 from ._lanes_control import LANE_STATE_SCHEMAS, lane_control_paths
 from ._params import (
     HealthQuery,
