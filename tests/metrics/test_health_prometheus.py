@@ -13,13 +13,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from aster_forge.metrics import PrometheusHealthMetricsRecorder, register_event_loop_lag_metrics
 from aster_forge.runtime import (
+    EventLoopLagProbe,
     HealthCheckOptions,
     HealthCheckRegistry,
     HealthCheckScope,
     HealthComponentReport,
     SystemHealthReport,
 )
-from aster_forge.runtime._loop_lag import EventLoopLagProbe
 from aster_forge.runtime.protocols import HealthMetricsRecorder
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

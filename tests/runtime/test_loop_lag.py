@@ -8,8 +8,13 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from aster_forge.runtime import AsterRuntime, CancellationToken, HealthCheckScope, HealthStatus
-from aster_forge.runtime._loop_lag import EventLoopLagProbe
+from aster_forge.runtime import (
+    AsterRuntime,
+    CancellationToken,
+    EventLoopLagProbe,
+    HealthCheckScope,
+    HealthStatus,
+)
 from aster_forge.testing import ManualClock
 
 

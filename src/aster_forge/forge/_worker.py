@@ -40,8 +40,9 @@ from ..tasks import (
     TaskLaneConfig,
     TaskTempDirs,
     TaskWorker,
+    task_retention_worker,
 )
-from ..tasks._internal import TaskPruneReport, TaskRetryPolicy, task_retention_worker
+from ..tasks._internal import TaskPruneReport, TaskRetryPolicy
 from .errors import ForgeDeclarationError
 
 if TYPE_CHECKING:

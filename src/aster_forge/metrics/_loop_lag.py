@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from ..runtime._internal import EventLoopLagProbe
+from ..runtime import EventLoopLagProbe
 
 __all__ = ["register_event_loop_lag_metrics"]
 

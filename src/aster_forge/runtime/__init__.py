@@ -8,8 +8,9 @@ service catches or implements.
 
 from __future__ import annotations
 
-# --- cancellation ---
+# --- cancellation, event loop lag ---
 from ._cancellation import CancellationToken
+from ._loop_lag import EventLoopLagProbe
 
 # --- health ---
 from ._health import HealthComponentReport, HealthStatus, SystemHealthReport
@@ -41,7 +42,6 @@ from .errors import AsterRuntimeError, ShutdownPhaseFailure
 # --- temp dirs ---
 # isort: split
 from ._tempdir import create_runtime_temp_dir_guard, ensure_runtime_temp_dir
-from .errors import RuntimeTempDirError
 
 # --- buffered ---
 # isort: split
@@ -61,6 +61,7 @@ __all__ = [
     "BufferedBatchConfig",
     "BufferedWriterError",
     "CancellationToken",
+    "EventLoopLagProbe",
     "HealthCheckOptions",
     "HealthCheckRegistry",
     "HealthCheckScope",
@@ -79,7 +80,6 @@ __all__ = [
     "RuntimeLeaseConfig",
     "RuntimeLeaseStore",
     "RuntimeServiceComponent",
-    "RuntimeTempDirError",
     "ServiceLifecycle",
     "ShutdownPhaseFailure",
     "ShutdownReport",

@@ -21,7 +21,7 @@ from ._lease_types import (
     validate_lease_ttl,
 )
 from ._lifecycle import AsterRuntimeBuilder
-from ._loop_lag import EventLoopLagProbe, watch_blocking_steps
+from ._loop_lag import watch_blocking_steps
 from ._race import RaceWinner, abandon_task, race, shielded, sleep_or_cancelled
 from ._startup import StartupPhaseFailurePolicy
 from ._tempdir import RUNTIME_TEMP_DIR_NAME
@@ -34,7 +34,6 @@ __all__ = [
     "BufferedWriterLifecycle",
     "BufferedWriterStopReport",
     "Clock",
-    "EventLoopLagProbe",
     "RaceWinner",
     "RecordAdmission",
     "RuntimeComponentDescriptor",

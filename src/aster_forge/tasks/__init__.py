@@ -23,6 +23,7 @@ from .errors import TaskInvalidValueError, TaskLeaseLostError, TaskPayloadError
 # isort: split
 # --- the store ---
 from ._records import NewTask
+from ._retention import task_retention_worker
 from ._store_base import TaskStoreBase
 from .protocols import BackgroundTaskStore
 
@@ -88,4 +89,5 @@ __all__ = [
     "background_task_component_with_definitions_from_shutdown",
     "scheduled_task_dedupe_key",
     "sweep_task_temp_dirs",
+    "task_retention_worker",
 ]

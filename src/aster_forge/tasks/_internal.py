@@ -51,7 +51,7 @@ from ._records import (
     check_ttl,
     wire_value,
 )
-from ._retention import prune_finished_tasks, task_retention_worker
+from ._retention import prune_finished_tasks
 from ._retry import ClassifiedTaskError, TaskErrorClassifier, TaskRetryClass, TaskRetryPolicy
 from ._schedule_types import (
     MAX_SCHEDULED_TASK_NAME_LENGTH,
@@ -139,7 +139,6 @@ __all__ = [
     "set_task_step_active",
     "set_task_step_succeeded",
     "stored_schedule_columns",
-    "task_retention_worker",
     "validate_claim_scheduled_task_args",
     "validate_complete_scheduled_task_args",
     "validate_ensure_scheduled_task_args",
