@@ -22,7 +22,6 @@ from aster_forge.runtime import (
     runtime_component_with_shutdown,
     shutdown_resource_component_after,
 )
-from aster_forge.runtime._lifecycle import try_runtime_component_with_shutdown
 from aster_forge.runtime._shutdown import ShutdownPhaseStatus
 from aster_forge.runtime._startup import StartupPhaseStatus
 from aster_forge.runtime.errors import (
@@ -334,14 +333,14 @@ def test_graph_errors_fail_the_build() -> None:
     assert caught.value.graph_error.missing == (("database", "background_tasks"),)
 
 
-def test_try_component_error_surfaces_unchanged() -> None:
+def test_a_component_constructors_error_surfaces_unchanged() -> None:
     original = OSError("address in use")
 
     def build(token: CancellationToken) -> RuntimeServiceComponent[int]:
         raise original
 
     with pytest.raises(OSError) as caught:
-        AsterRuntime.builder().component(try_runtime_component_with_shutdown(build))
+        AsterRuntime.builder().component(runtime_component_with_shutdown(build))
     assert caught.value is original
 
 
