@@ -20,21 +20,17 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from aster_forge.db import (
-    BackgroundTaskDbStore,
-    BackgroundTaskNotificationListener,
-    create_background_tasks_table,
-)
+from aster_forge import TaskExecutionContext, TaskStatus
+from aster_forge.db import BackgroundTaskDbStore, create_background_tasks_table
+from aster_forge.db._tasks_notify import BackgroundTaskNotificationListener
 from aster_forge.runtime import CancellationToken
 from aster_forge.tasks import (
     ClaimedTaskExecutionConfig,
     DispatchPollConfig,
     NewTask,
-    TaskExecutionContext,
     TaskLaneConfig,
     TaskRegistry,
     TaskSpec,
-    TaskStatus,
     TaskStepSpec,
     TaskWorker,
 )

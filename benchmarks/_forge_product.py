@@ -11,8 +11,7 @@ import os
 import time
 from datetime import timedelta
 
-from aster_forge import Forge
-from aster_forge.forge import ForgeWorkerSettings
+from aster_forge import Forge, ForgeWorkerSettings
 from aster_forge.tasks import DispatchPollConfig
 
 URL_ENV = "FORGE_BENCH_URL"

@@ -19,8 +19,11 @@ from datetime import timedelta
 import sqlalchemy as sa
 
 from aster_forge.db import ScheduledTaskDbStore, scheduled_tasks_table
-from aster_forge.runtime import CancellationToken, utc_now
-from aster_forge.tasks import ScheduledPeriodicTask, ScheduledTaskRun, run_scheduled_periodic_task
+from aster_forge.runtime import CancellationToken
+from aster_forge.runtime._clock import utc_now
+from aster_forge.tasks import ScheduledTaskRun
+from aster_forge.tasks._schedule import run_scheduled_periodic_task
+from aster_forge.tasks._schedule_task import ScheduledPeriodicTask
 
 from ._common import make_engine, percentile
 

@@ -16,12 +16,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from aster_forge.runtime import (
-    BufferedBatchConfig,
-    ManagedBatchWriter,
-    OverflowPolicy,
-    RecordFullError,
-)
+from aster_forge.runtime import BufferedBatchConfig, ManagedBatchWriter, OverflowPolicy
+from aster_forge.runtime.errors import RecordFullError
 
 RECORDS = int(os.environ.get("BENCH_BUFFERED_RECORDS", "500000"))
 MEMORY_RECORDS = int(os.environ.get("BENCH_BUFFERED_MEMORY_RECORDS", "200000"))

@@ -30,8 +30,10 @@ from datetime import timedelta
 
 import sqlalchemy as sa
 
+from aster_forge import BackgroundTaskRecord
 from aster_forge.db import BackgroundTaskDbStore
-from aster_forge.tasks import BackgroundTaskRecord, NewTask, TaskCompletion, TaskLease
+from aster_forge.tasks import NewTask, TaskLease
+from aster_forge.tasks._records import TaskCompletion
 
 from . import _aster, _results
 from ._common import (

@@ -57,7 +57,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from aster_forge import Forge
-from aster_forge.db import DEFAULT_TASK_NOTIFY_CHANNEL, BackgroundTaskDbStore
+from aster_forge.db import BackgroundTaskDbStore
+from aster_forge.db._tasks import DEFAULT_TASK_NOTIFY_CHANNEL
 from aster_forge.tasks import NewTask
 
 from . import _aster, _peers, _results

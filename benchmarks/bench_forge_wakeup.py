@@ -23,8 +23,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from aster_forge.db import normalize_database_url
-from aster_forge.tasks import TaskStatus
+from aster_forge import TaskStatus
+from aster_forge.db._url import normalize_database_url
 
 from ._forge_product import URL_ENV, build_forge
 

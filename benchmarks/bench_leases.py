@@ -31,7 +31,8 @@ from aster_forge.db import (
     runtime_leases_table,
     scheduled_tasks_table,
 )
-from aster_forge.tasks import ScheduledTaskClaim, ScheduledTaskOutcome
+from aster_forge.tasks import ScheduledTaskOutcome
+from aster_forge.tasks._schedule_types import ScheduledTaskClaim
 
 DEFAULT_POSTGRES_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
 DEFAULT_MYSQL_URL = "mysql+aiomysql://root@127.0.0.1:3306/test"

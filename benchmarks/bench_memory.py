@@ -20,20 +20,19 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+from aster_forge import TaskExecutionContext, TaskStatus
 from aster_forge.db import BackgroundTaskDbStore, create_background_tasks_table
 from aster_forge.runtime import CancellationToken
 from aster_forge.tasks import (
     ClaimedTaskExecutionConfig,
     DispatchPollConfig,
     NewTask,
-    TaskExecutionContext,
     TaskLaneConfig,
-    TaskQuery,
     TaskRegistry,
     TaskSpec,
-    TaskStatus,
     TaskWorker,
 )
+from aster_forge.tasks._admin_query import TaskQuery
 
 from ._common import create_postgres_database, drop_postgres_database, load_average, make_engine
 

@@ -22,8 +22,10 @@ import time
 
 import sqlalchemy as sa
 
+from aster_forge import TaskPruneReport, TaskRetention
 from aster_forge.db import BackgroundTaskDbStore
-from aster_forge.tasks import NewTask, TaskPruneReport, TaskRetention, prune_finished_tasks
+from aster_forge.tasks import NewTask
+from aster_forge.tasks._retention import prune_finished_tasks
 
 from . import _aster, _results
 from ._common import create_postgres_database, drop_postgres_database, load_average, make_engine

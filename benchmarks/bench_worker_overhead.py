@@ -29,16 +29,16 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
+from aster_forge import BackgroundTaskRecord
 from aster_forge.runtime import CancellationToken
 from aster_forge.tasks import (
-    BackgroundTaskRecord,
     ClaimedTaskExecutionConfig,
     DispatchPollConfig,
     NewTask,
-    TaskCompletion,
     TaskLaneConfig,
     TaskWorker,
 )
+from aster_forge.tasks._records import TaskCompletion
 from aster_forge.testing import InMemoryTaskStore
 
 from . import _aster, _results

@@ -1,11 +1,13 @@
-"""Subpackages import each other's public names only.
+"""Subpackages import each other's public names and declared internals only.
 
 A module of one subpackage (``aster_forge.db``, ``aster_forge.web``, ...) may import the
 private modules (``_x``) of its own subpackage, and the shared private modules at the
-top of the package (``aster_forge._errors``, ``aster_forge._json``, ...), but never a
-private module of another subpackage: what another subpackage needs is re-exported
-from that subpackage's ``__init__``. Top-level modules (``aster_forge.cli``) and the
-private ``aster_forge._cli`` package count as the top-level package.
+top of the package (``aster_forge._errors``, ``aster_forge._json``, ...), but of another
+subpackage only its public names and its ``_internal`` module: what crosses a package
+line without being part of a public door (the stores' input checks and bounds, the
+clock, the records the front door re-exports) is declared there, in one place per
+subpackage. Top-level modules (``aster_forge.cli``, the front door's ``__init__``) and
+the private ``aster_forge._cli`` package count as the top-level package.
 
 Every module under ``src/aster_forge`` is parsed with :mod:`ast` (so imports inside
 functions and ``TYPE_CHECKING`` blocks count too), in both the relative
@@ -24,6 +26,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = "aster_forge"
 TOP = ""  # the owner of top-level modules and of private top-level packages
+INTERNAL = "_internal"  # the one private module a subpackage shares with the others
 
 
 def _is_private(part: str) -> bool:
@@ -68,8 +71,10 @@ def boundary_violations(path: Path, source: str) -> list[str]:
             if target[:1] != (PACKAGE,) or _owner(target) == mine:
                 continue
             # Position 1 is the top-level package's own shared private module
-            # (``aster_forge._errors``); anything private below it is another package's.
-            if any(_is_private(part) for part in target[2:]):
+            # (``aster_forge._errors``); anything private below it is another package's,
+            # except the names its ``_internal`` module declares for sharing.
+            below = target[3:] if target[2:3] == (INTERNAL,) else target[2:]
+            if any(_is_private(part) for part in below):
                 lineno = getattr(node, "lineno", 0)
                 problems.append(f"{path.relative_to(SRC)}:{lineno}: {'.'.join(target)}")
     return sorted(set(problems))
@@ -108,6 +113,8 @@ _DB_MODULE = SRC / PACKAGE / "db" / "_example.py"
         "import aster_forge.tasks._records\n",
         "from .._cli._errors import CliError\n",
         "def lazy() -> None:\n    from ..runtime._lease_types import NEVER_EXPIRES\n",
+        "from ..tasks._internal import _private_helper\n",
+        "from ..tasks._internal._nested import check_ttl\n",
     ],
 )
 def test_the_check_catches_every_import_form(source: str) -> None:
@@ -120,7 +127,11 @@ def test_the_check_catches_every_import_form(source: str) -> None:
         "from ._tasks_sql import TaskSql\n",
         "from ..db._tasks_sql import TaskSql\n",
         "from aster_forge.db._tasks_table import CORE_COLUMNS\n",
-        "from ..tasks import MAX_TASK_ID, TaskStatus\n",
+        "from ..tasks import TaskSpec, TaskWorker\n",
+        "from ..tasks._internal import MAX_TASK_ID, TaskStatus\n",
+        "from aster_forge.tasks._internal import check_claim_args\n",
+        "import aster_forge.runtime._internal\n",
+        "from ..runtime import _internal\n",
         "from ..tasks.errors import TaskInvalidValueError\n",
         "from .._errors import AsterForgeError\n",
         "import sqlalchemy._private\n",

@@ -13,37 +13,39 @@ primitives live in the subpackages:
 from __future__ import annotations
 
 from ._errors import AsterForgeError
-from .db import TablesMissingError
-from .forge import (
+from .db.errors import TablesMissingError
+from .forge._internal import (
     DrainedTask,
     Forge,
-    ForgeDeclarationError,
     ForgeDrainResult,
-    ForgeError,
-    ForgePayloadError,
     ForgePeriodic,
-    ForgeStateError,
     ForgeTask,
-    ForgeTaskFailedError,
     ForgeWorkerSettings,
 )
-from .tasks import (
+from .forge.errors import (
+    ForgeDeclarationError,
+    ForgeError,
+    ForgePayloadError,
+    ForgeStateError,
+    ForgeTaskFailedError,
+)
+from .tasks._internal import (
     BackgroundTaskRecord,
     ClassifiedTaskError,
     EnqueueResult,
     TaskCancelOutcome,
     TaskExecutionContext,
     TaskLaneState,
-    TaskNotFoundError,
+    TaskLogContextFilter,
     TaskPage,
     TaskPruneReport,
     TaskRetention,
     TaskRetryClass,
     TaskRetryPolicy,
     TaskSnooze,
-    TaskStateError,
     TaskStatus,
 )
+from .tasks.errors import TaskNotFoundError, TaskStateError
 
 __version__ = "0.1.0"
 
@@ -67,6 +69,7 @@ __all__ = [
     "TaskCancelOutcome",
     "TaskExecutionContext",
     "TaskLaneState",
+    "TaskLogContextFilter",
     "TaskNotFoundError",
     "TaskPage",
     "TaskPruneReport",

@@ -23,8 +23,8 @@ import click
 from aster_forge import __version__
 from aster_forge._cli._errors import CliError, fail
 from aster_forge._demo import DEFAULT_DATABASE_URL
-from aster_forge.db import BACKGROUND_TASKS_TABLE
-from aster_forge.tasks import MAX_TASK_ID
+from aster_forge.db._internal import BACKGROUND_TASKS_TABLE
+from aster_forge.tasks._internal import MAX_TASK_ID
 
 __all__ = ["cli", "main"]
 

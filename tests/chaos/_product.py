@@ -16,13 +16,12 @@ from typing import Any
 
 import pydantic
 
+from aster_forge import TaskExecutionContext, TaskRetryPolicy
 from aster_forge.tasks import (
     ClaimedTaskExecutionConfig,
     NewTask,
-    TaskExecutionContext,
     TaskLaneConfig,
     TaskRegistry,
-    TaskRetryPolicy,
     TaskSpec,
     TaskStepSpec,
 )

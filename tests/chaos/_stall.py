@@ -26,8 +26,8 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from aster_forge import ClassifiedTaskError, TaskExecutionContext, TaskRetryClass
 from aster_forge.runtime import CancellationToken
-from aster_forge.tasks import ClassifiedTaskError, TaskExecutionContext, TaskRetryClass
 
 from ._product import REPORT_SEQ_BASE, ChaosState, Job
 

@@ -27,14 +27,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from aster_forge.runtime import CancellationToken, ShutdownCoordinator
-from aster_forge.tasks import (
-    DispatchPollConfig,
-    TaskExecutionContext,
-    TaskLaneConfig,
-    TaskLeaseControlError,
-    TaskWorker,
-)
+from aster_forge import TaskExecutionContext
+from aster_forge.runtime import CancellationToken
+from aster_forge.runtime._shutdown import ShutdownCoordinator
+from aster_forge.tasks import DispatchPollConfig, TaskLaneConfig, TaskWorker
+from aster_forge.tasks.errors import TaskLeaseControlError
 
 from ._product import LANES, REPORT_SEQ_BASE, ChaosState, Job, Lane, execution_config
 from ._stall import WriteGate, stale_hook

@@ -10,8 +10,10 @@ from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from aster_forge import BackgroundTaskRecord
 from aster_forge.db import BackgroundTaskDbStore
-from aster_forge.tasks import BackgroundTaskRecord, TaskCompletion, TaskLease
+from aster_forge.tasks import TaskLease
+from aster_forge.tasks._records import TaskCompletion
 
 from ._stall import WriteGate, now
 

@@ -20,33 +20,28 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aster_forge import AsterForgeError
+from aster_forge import AsterForgeError, TaskExecutionContext
 from aster_forge.runtime import (
-    HealthComponentDetail,
     HealthComponentDetailValue,
     HealthComponentReport,
-    InvalidHealthReportError,
-    RuntimeTempDirScopeError,
     SystemHealthReport,
     create_runtime_temp_dir_guard,
 )
+from aster_forge.runtime._health_detail import HealthComponentDetail
+from aster_forge.runtime.errors import InvalidHealthReportError, RuntimeTempDirScopeError
 from aster_forge.tasks import (
     NewTask,
     RuntimeTaskCatalog,
     RuntimeTaskDefinition,
     RuntimeTaskName,
-    TaskCodecError,
     TaskDedupeKey,
-    TaskDedupeKeyError,
-    TaskEnqueueValueError,
-    TaskExecutionContext,
     TaskInvalidValueError,
     TaskPayloadError,
     TaskSpec,
-    parse_task_steps_json,
     scheduled_task_dedupe_key,
-    serialize_task_steps_json,
 )
+from aster_forge.tasks._steps import parse_task_steps_json, serialize_task_steps_json
+from aster_forge.tasks.errors import TaskCodecError, TaskDedupeKeyError, TaskEnqueueValueError
 
 from ._fuzz import deep_texts, fuzz, json_texts, json_values, raw_texts
 from .report import ScenarioResult, record

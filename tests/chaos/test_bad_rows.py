@@ -20,15 +20,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from aster_forge import TaskStatus
 from aster_forge.db import BackgroundTaskDbStore, create_background_tasks_table
 from aster_forge.runtime import CancellationToken
-from aster_forge.tasks import (
-    DispatchPollConfig,
-    NewTask,
-    TaskFailureReason,
-    TaskStatus,
-    TaskWorker,
-)
+from aster_forge.tasks import DispatchPollConfig, NewTask, TaskWorker
+from aster_forge.tasks._records import TaskFailureReason
 from aster_forge.testing import InMemoryTaskStore
 from aster_forge.web import AdminSources, admin_app
 

@@ -16,23 +16,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from aster_forge import TaskStatus
 from aster_forge.runtime import (
-    HealthCheckRegistryBuilder,
     HealthCheckScope,
     HealthComponentReport,
-    RuntimeTempDirScopeError,
-    ShutdownCoordinator,
     ShutdownReport,
     create_runtime_temp_dir_guard,
-    log_shutdown_report,
 )
-from aster_forge.tasks import (
-    TaskFailureReason,
-    TaskLease,
-    TaskStatus,
-    TaskTempDirs,
-    sweep_task_temp_dirs,
-)
+from aster_forge.runtime._health_builder import HealthCheckRegistryBuilder
+from aster_forge.runtime._shutdown import ShutdownCoordinator, log_shutdown_report
+from aster_forge.runtime.errors import RuntimeTempDirScopeError
+from aster_forge.tasks import TaskLease, TaskTempDirs, sweep_task_temp_dirs
+from aster_forge.tasks._records import TaskFailureReason
 from aster_forge.testing import InMemoryTaskStore
 from aster_forge.web import AdminSources, admin_app, create_app
 

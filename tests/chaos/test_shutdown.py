@@ -18,16 +18,11 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from aster_forge import TaskExecutionContext, TaskStatus
 from aster_forge.db import BackgroundTaskDbStore, create_background_tasks_table
-from aster_forge.runtime import CancellationToken, ShutdownCoordinator, ShutdownPhaseStatusKind
-from aster_forge.tasks import (
-    DispatchPollConfig,
-    TaskExecutionContext,
-    TaskLaneConfig,
-    TaskLease,
-    TaskStatus,
-    TaskWorker,
-)
+from aster_forge.runtime import CancellationToken
+from aster_forge.runtime._shutdown import ShutdownCoordinator, ShutdownPhaseStatusKind
+from aster_forge.tasks import DispatchPollConfig, TaskLaneConfig, TaskLease, TaskWorker
 from aster_forge.testing import InMemoryTaskStore
 
 from ._cluster import Cluster

@@ -21,15 +21,16 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import QueuePool
 
+from aster_forge import TaskStatus
 from aster_forge.db import BackgroundTaskDbStore, create_background_tasks_table
 from aster_forge.runtime import (
     BufferedBatchConfig,
     CancellationToken,
     ManagedBatchWriter,
     OverflowPolicy,
-    RecordFullError,
 )
-from aster_forge.tasks import DispatchPollConfig, TaskStatus, TaskWorker
+from aster_forge.runtime.errors import RecordFullError
+from aster_forge.tasks import DispatchPollConfig, TaskWorker
 
 from ..conftest import drop_all_tables
 from ._product import LANES, ChaosState, Kind, execution_config, new_task

@@ -33,15 +33,11 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from aster_forge import TaskExecutionContext, TaskStatus
 from aster_forge.db import BackgroundTaskDbStore, create_background_tasks_table
 from aster_forge.runtime import CancellationToken
-from aster_forge.tasks import (
-    DispatchPollConfig,
-    TaskExecutionContext,
-    TaskLeaseTermination,
-    TaskStatus,
-    TaskWorker,
-)
+from aster_forge.tasks import DispatchPollConfig, TaskWorker
+from aster_forge.tasks._lease import TaskLeaseTermination
 
 from ._cluster import Cluster, post_mortem, read_log, wait_all_succeeded
 from ._product import (

@@ -7,7 +7,6 @@ from datetime import timedelta
 
 from aster_forge.runtime import (
     AsterRuntime,
-    AsterRuntimeBuilder,
     CancellationToken,
     RuntimeComponentKind,
     RuntimeComponentRegistry,
@@ -15,6 +14,7 @@ from aster_forge.runtime import (
     runtime_component,
     runtime_component_with_shutdown,
 )
+from aster_forge.runtime._lifecycle import AsterRuntimeBuilder
 
 
 def _resource() -> object:

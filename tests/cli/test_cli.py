@@ -26,7 +26,7 @@ from aster_forge.cli import cli, main
 from aster_forge.db import BackgroundTaskDbStore
 from aster_forge.runtime import HealthCheckOptions, HealthCheckRegistry, HealthComponentReport
 from aster_forge.tasks import TaskLease
-from aster_forge.web import health_app
+from aster_forge.web._health import health_app
 
 from ._support import CLI, REPO, cli_env, free_port
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from aster_forge.tasks import BackgroundTaskRecord, TaskLease
+from aster_forge import BackgroundTaskRecord
+from aster_forge.tasks import TaskLease
 
 
 def lease_of(record: BackgroundTaskRecord) -> TaskLease:

@@ -17,9 +17,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from aster_forge import BackgroundTaskRecord
 from aster_forge.db import BackgroundTaskDbStore, create_background_tasks_table
 from aster_forge.db._tasks_table import CORE_COLUMNS, record_from_row
-from aster_forge.tasks import BackgroundTaskRecord
 
 EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 _PLUS_TWO = timezone(timedelta(hours=2))

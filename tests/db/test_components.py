@@ -11,11 +11,11 @@ from sqlalchemy.pool import QueuePool
 from aster_forge.db import database_component_after, database_health_component
 from aster_forge.runtime import (
     HealthCheckScope,
-    HealthComponentDetailKind,
     HealthStatus,
     RuntimeComponentKind,
     RuntimeComponentRegistry,
 )
+from aster_forge.runtime._health_detail import HealthComponentDetailKind
 
 
 async def test_health_ping_reports_backend_and_latency(engine: AsyncEngine, backend: str) -> None:

@@ -11,21 +11,23 @@ from alembic.operations import Operations
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from aster_forge.db import (
-    DatabaseBackend,
     DatabaseOperationError,
     DatabaseUnavailableError,
     RuntimeLeaseDbStore,
     ScheduledTaskDbStore,
-    UnsupportedDatabaseBackendError,
     alembic_create_runtime_leases,
     alembic_create_scheduled_tasks,
     alembic_drop_runtime_leases,
     alembic_drop_scheduled_tasks,
-    create_runtime_leases_table,
+)
+from aster_forge.db._runtime_leases import create_runtime_leases_table
+from aster_forge.db._scheduled_tasks_table import (
     create_scheduled_tasks_namespace_name_unique_index,
     create_scheduled_tasks_next_run_index,
     create_scheduled_tasks_table,
 )
+from aster_forge.db._time import DatabaseBackend
+from aster_forge.db.errors import UnsupportedDatabaseBackendError
 from aster_forge.tasks import ScheduledTaskOutcome
 from aster_forge.testing import ManualClock
 

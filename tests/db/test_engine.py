@@ -14,11 +14,11 @@ from sqlalchemy.util import greenlet_spawn
 
 from aster_forge.db import (
     BackgroundTaskDbStore,
-    InvalidDatabaseUrlError,
     create_background_tasks_table,
     create_database_engine,
 )
 from aster_forge.db._engine import LAST_CHECKOUT, MAX_IDLE
+from aster_forge.db.errors import InvalidDatabaseUrlError
 from aster_forge.tasks import NewTask
 
 from ..conftest import drop_all_tables

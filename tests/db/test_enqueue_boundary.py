@@ -16,14 +16,8 @@ from aster_forge.db import (
     background_tasks_table,
     create_background_tasks_table,
 )
-from aster_forge.tasks import (
-    NewTask,
-    TaskDedupeKeyError,
-    TaskEnqueueValueError,
-    TaskInvalidValueError,
-    TaskRegistry,
-    TaskRegistryError,
-)
+from aster_forge.tasks import NewTask, TaskInvalidValueError, TaskRegistry
+from aster_forge.tasks.errors import TaskDedupeKeyError, TaskEnqueueValueError, TaskRegistryError
 from aster_forge.testing import InMemoryTaskStore, ManualClock, TaskEnqueueConformance
 
 from ..tasks._dispatch_support import REGISTRY, Job, Kind, Lane

@@ -13,9 +13,10 @@ from datetime import UTC, datetime
 
 import pytest
 
+from aster_forge import BackgroundTaskRecord, EnqueueResult, TaskStatus
 from aster_forge.db import DatabaseDataError, DatabaseOperationError, DatabaseUnavailableError
 from aster_forge.db._enqueue_coalescer import EnqueueCoalescer
-from aster_forge.tasks import BackgroundTaskRecord, EnqueueResult, NewTask, TaskStatus
+from aster_forge.tasks import NewTask
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -13,13 +13,14 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from aster_forge import EnqueueResult
 from aster_forge.db import (
     BackgroundTaskDbStore,
     DatabaseDataError,
     background_tasks_table,
     create_background_tasks_table,
 )
-from aster_forge.tasks import EnqueueResult, NewTask
+from aster_forge.tasks import NewTask
 from aster_forge.testing import ManualClock
 
 LANE = "coalesce"

@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
+from aster_forge import BackgroundTaskRecord, EnqueueResult
 from aster_forge.db import (
     BackgroundTaskDbStore,
     DatabaseOperationError,
@@ -30,15 +31,8 @@ from aster_forge.db import (
 from aster_forge.db._driver_hold import HeldDriverConnection
 from aster_forge.db._engine import MAX_IDLE
 from aster_forge.runtime import CancellationToken
-from aster_forge.tasks import (
-    BackgroundTaskRecord,
-    ClaimedTaskExecutionConfig,
-    EnqueueResult,
-    NewTask,
-    TaskCompletion,
-    TaskLaneConfig,
-    TaskWorker,
-)
+from aster_forge.tasks import ClaimedTaskExecutionConfig, NewTask, TaskLaneConfig, TaskWorker
+from aster_forge.tasks._records import TaskCompletion
 
 from ..tasks._dispatch_support import REGISTRY, Harness, Job, Kind, Lane, until
 from ._leases import lease_of

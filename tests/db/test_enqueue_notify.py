@@ -14,7 +14,8 @@ from datetime import timedelta
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from aster_forge.db import BackgroundTaskDbStore, BackgroundTaskNotificationListener
+from aster_forge.db import BackgroundTaskDbStore
+from aster_forge.db._tasks_notify import BackgroundTaskNotificationListener
 from aster_forge.runtime import CancellationToken
 from aster_forge.tasks import NewTask, TaskInvalidValueError
 

@@ -13,14 +13,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from aster_forge import BackgroundTaskRecord, TaskStatus
 from aster_forge.db import BackgroundTaskDbStore, create_background_tasks_table
-from aster_forge.tasks import (
-    BackgroundTaskRecord,
-    NewTask,
-    TaskCompletion,
-    TaskFailureReason,
-    TaskStatus,
-)
+from aster_forge.tasks import NewTask
+from aster_forge.tasks._records import TaskCompletion, TaskFailureReason
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 
 from ._leases import lease_of

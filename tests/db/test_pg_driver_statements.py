@@ -18,6 +18,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from aster_forge import BackgroundTaskRecord
 from aster_forge.db import (
     BackgroundTaskDbStore,
     DatabaseConflictError,
@@ -28,7 +29,8 @@ from aster_forge.db import (
 from aster_forge.db._pg_driver import PgDriverStatement
 from aster_forge.db._tasks_pg_run import PgTaskRunner
 from aster_forge.db._tasks_table import CORE_COLUMNS
-from aster_forge.tasks import BackgroundTaskRecord, NewTask, TaskCompletion, TaskLease
+from aster_forge.tasks import NewTask, TaskLease
+from aster_forge.tasks._records import TaskCompletion
 
 from ._pg_driver_support import (
     EPOCH,

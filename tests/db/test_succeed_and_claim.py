@@ -9,17 +9,14 @@ from datetime import UTC, datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from aster_forge import BackgroundTaskRecord, TaskStatus
 from aster_forge.db import (
     BackgroundTaskDbStore,
     DatabaseUnavailableError,
     create_background_tasks_table,
 )
-from aster_forge.tasks import (
-    BackgroundTaskRecord,
-    NewTask,
-    TaskCompletion,
-    TaskStatus,
-)
+from aster_forge.tasks import NewTask
+from aster_forge.tasks._records import TaskCompletion
 
 from ._leases import lease_of
 

@@ -8,19 +8,14 @@ from datetime import timedelta
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from aster_forge import TaskPruneReport, TaskRetention, TaskStatus
 from aster_forge.db import (
     BackgroundTaskDbStore,
     create_background_tasks_table,
 )
 from aster_forge.runtime import CancellationToken
-from aster_forge.tasks import (
-    NewTask,
-    TaskPruneReport,
-    TaskRetention,
-    TaskStatus,
-    prune_finished_tasks,
-    run_task_retention,
-)
+from aster_forge.tasks import NewTask
+from aster_forge.tasks._retention import prune_finished_tasks, run_task_retention
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 
 from ._leases import lease_of

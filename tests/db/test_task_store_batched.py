@@ -8,8 +8,10 @@ from datetime import timedelta
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from aster_forge import TaskStatus
 from aster_forge.db import BackgroundTaskDbStore, create_background_tasks_table
-from aster_forge.tasks import NewTask, TaskCompletion, TaskLease, TaskStatus
+from aster_forge.tasks import NewTask, TaskLease
+from aster_forge.tasks._records import TaskCompletion
 from aster_forge.testing import ManualClock
 
 TTL = timedelta(seconds=30)

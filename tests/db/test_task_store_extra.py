@@ -13,15 +13,16 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from aster_forge import TaskCancelOutcome, TaskNotFoundError
 from aster_forge.db import (
     BackgroundTaskDbStore,
-    BackgroundTaskNotificationListener,
-    UnsupportedDatabaseBackendError,
     background_tasks_table,
     create_background_tasks_table,
 )
+from aster_forge.db._tasks_notify import BackgroundTaskNotificationListener
+from aster_forge.db.errors import UnsupportedDatabaseBackendError
 from aster_forge.runtime import CancellationToken
-from aster_forge.tasks import NewTask, TaskCancelOutcome, TaskNotFoundError
+from aster_forge.tasks import NewTask
 from aster_forge.testing import ManualClock
 
 ROOT = Path(__file__).resolve().parents[2]

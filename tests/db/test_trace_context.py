@@ -13,7 +13,8 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aster_forge.db import BackgroundTaskDbStore, create_background_tasks_table
-from aster_forge.tasks import NewTask, TaskEnqueueValueError
+from aster_forge.tasks import NewTask
+from aster_forge.tasks.errors import TaskEnqueueValueError
 from aster_forge.testing import InMemoryTaskStore
 
 _TTL = timedelta(minutes=5)

@@ -14,14 +14,13 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
 
-from aster_forge.db import (
-    BackgroundTaskDbStore,
-    BackgroundTaskNotificationListener,
-    UnsupportedDatabaseBackendError,
-    create_background_tasks_table,
-)
+from aster_forge import EnqueueResult
+from aster_forge.db import BackgroundTaskDbStore, create_background_tasks_table
+from aster_forge.db._tasks_notify import BackgroundTaskNotificationListener
+from aster_forge.db.errors import UnsupportedDatabaseBackendError
 from aster_forge.runtime import CancellationToken
-from aster_forge.tasks import EnqueueResult, NewTask, TaskLaneMismatchError
+from aster_forge.tasks import NewTask
+from aster_forge.tasks.errors import TaskLaneMismatchError
 from aster_forge.testing import ManualClock
 
 from ..tasks._dispatch_support import REGISTRY, Job, Kind

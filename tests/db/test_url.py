@@ -11,13 +11,13 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from aster_forge.db import (
-    BackgroundTaskNotificationListener,
+from aster_forge.db import UtcDateTime
+from aster_forge.db._tasks_notify import BackgroundTaskNotificationListener
+from aster_forge.db._url import normalize_database_url
+from aster_forge.db.errors import (
     DatabaseDriverMissingError,
     InvalidDatabaseUrlError,
     UnsupportedDatabaseBackendError,
-    UtcDateTime,
-    normalize_database_url,
 )
 from aster_forge.runtime import CancellationToken
 

@@ -20,7 +20,8 @@ from aster_forge.db import (
     background_tasks_table,
     create_background_tasks_table,
 )
-from aster_forge.tasks import NewTask, TaskCompletion
+from aster_forge.tasks import NewTask
+from aster_forge.tasks._records import TaskCompletion
 
 from ._leases import lease_of
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from aster_forge import ForgePayloadError
+from aster_forge import ForgePayloadError, TaskStatus
 from aster_forge._demo import (
     DEMO_LEASE_ID,
     DEMO_NAMESPACE,
@@ -23,15 +23,10 @@ from aster_forge._demo import (
     DemoSchedule,
     DemoSettings,
 )
-from aster_forge.db import AsterForgeDbError
+from aster_forge.db.errors import AsterForgeDbError
 from aster_forge.runtime import HealthCheckScope, HealthComponentDetailValue, HealthStatus
-from aster_forge.tasks import (
-    CronSchedule,
-    IntervalSchedule,
-    TaskStatus,
-    TaskStepStatus,
-    parse_task_steps_json,
-)
+from aster_forge.tasks import CronSchedule, IntervalSchedule
+from aster_forge.tasks._steps import TaskStepStatus, parse_task_steps_json
 
 
 def _app(tmp_path: Path, **options: object) -> DemoApp:

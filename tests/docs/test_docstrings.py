@@ -1,6 +1,7 @@
 """Every public symbol of every subpackage has its own docstring.
 
-Checked: each class and function named in a subpackage's ``__all__``, and the public
+Checked: each class and function named in a subpackage's ``__all__`` (or, in the public
+``errors`` and ``protocols`` modules, which have none, each one defined there), and the public
 methods, properties, class methods and static methods each public class defines itself.
 A class's docstring must be its own (not inherited from a base class, not the signature
 a ``dataclass`` generates); a method may inherit its docstring from a base class it
@@ -28,6 +29,12 @@ PACKAGES = [
     "aster_forge.forge",
     "aster_forge.metrics",
     "aster_forge.web",
+    "aster_forge.db.errors",
+    "aster_forge.forge.errors",
+    "aster_forge.runtime.errors",
+    "aster_forge.runtime.protocols",
+    "aster_forge.tasks.errors",
+    "aster_forge.tasks.protocols",
 ]
 
 # Docstrings Python writes itself, which say nothing to a reader.
@@ -68,11 +75,21 @@ def _class_violations(qualname: str, cls: type) -> list[str]:
     return problems
 
 
+def _public_names(module: types.ModuleType) -> list[str]:
+    if hasattr(module, "__all__"):
+        return list(module.__all__)
+    return [
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_") and getattr(value, "__module__", None) == module.__name__
+    ]
+
+
 def undocumented(package: str) -> list[str]:
     """The public names of ``package`` (and their public members) without a docstring."""
     module = importlib.import_module(package)
     problems: list[str] = []
-    for item in module.__all__:
+    for item in _public_names(module):
         value = getattr(module, item)
         qualname = f"{package}.{item}"
         if inspect.isclass(value):

@@ -6,8 +6,8 @@ import logging
 import os
 from datetime import timedelta
 
-from aster_forge import Forge, ForgeWorkerSettings
-from aster_forge.tasks import DispatchPollConfig, TaskRetryPolicy
+from aster_forge import Forge, ForgeWorkerSettings, TaskRetryPolicy
+from aster_forge.tasks import DispatchPollConfig
 
 from ._product import URL_ENV
 

@@ -9,9 +9,8 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from aster_forge import Forge, TaskExecutionContext
-from aster_forge.db import normalize_database_url
-from aster_forge.forge import ForgeWorkerSettings
+from aster_forge import Forge, ForgeWorkerSettings, TaskExecutionContext
+from aster_forge.db._url import normalize_database_url
 from aster_forge.tasks import DispatchPollConfig
 
 URL_ENV = "FORGE_PRODUCT_URL"

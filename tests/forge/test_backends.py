@@ -18,17 +18,19 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
-from aster_forge import Forge, ForgePayloadError, TaskExecutionContext
-from aster_forge.db import BackgroundTaskNotificationListener
-from aster_forge.forge import ForgeWorkerSettings
-from aster_forge.runtime import AsterRuntime, CancellationToken
-from aster_forge.tasks import (
+from aster_forge import (
     ClassifiedTaskError,
-    DispatchPollConfig,
     EnqueueResult,
+    Forge,
+    ForgePayloadError,
+    ForgeWorkerSettings,
+    TaskExecutionContext,
     TaskRetryClass,
     TaskStatus,
 )
+from aster_forge.db._tasks_notify import BackgroundTaskNotificationListener
+from aster_forge.runtime import AsterRuntime, CancellationToken
+from aster_forge.tasks import DispatchPollConfig
 
 from ..conftest import drop_all_tables
 from ._bodies import Thumbnail, ThumbnailResult

@@ -16,10 +16,10 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from aster_forge import TaskStatus
 from aster_forge._cli._worker import run_worker
 from aster_forge.cli import cli
 from aster_forge.runtime import AsterRuntime
-from aster_forge.tasks import TaskStatus
 
 from ..cli._support import CLI, REPO, cli_env, free_port
 from ._product import CRON_ENV, URL_ENV, build_forge, ticks

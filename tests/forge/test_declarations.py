@@ -12,21 +12,17 @@ from typing import Any
 import pytest
 
 from aster_forge import (
+    ClassifiedTaskError,
     Forge,
     ForgeDeclarationError,
     ForgePayloadError,
     ForgeStateError,
     TaskExecutionContext,
-)
-from aster_forge.runtime import AsterRuntimeStartupError
-from aster_forge.tasks import (
-    ClaimedTaskOutcome,
-    ClassifiedTaskError,
-    CronSchedule,
-    IntervalSchedule,
     TaskRetryClass,
     TaskStatus,
 )
+from aster_forge.runtime.errors import AsterRuntimeStartupError
+from aster_forge.tasks import ClaimedTaskOutcome, CronSchedule, IntervalSchedule
 from aster_forge.testing import InMemoryTaskStore
 
 from ._bodies import Shop, Thumbnail, ThumbnailResult

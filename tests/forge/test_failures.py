@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from aster_forge import Forge, ForgeWorkerSettings
-from aster_forge.tasks import BackgroundTaskRecord, ClaimedTaskOutcome, TaskStatus
+from aster_forge import BackgroundTaskRecord, Forge, ForgeWorkerSettings, TaskStatus
+from aster_forge.tasks import ClaimedTaskOutcome
 
 
 class QuoteServiceError(Exception):

@@ -44,9 +44,12 @@ def _problems(source: str) -> list[str]:
                 problems.append(f"defines {node.name}")
         elif isinstance(node, ast.ImportFrom):
             module = node.module or ""
-            # The root's ``_errors`` (AsterForgeError) is every subpackage's base.
-            private = any(part.startswith("_") for part in module.split("."))
-            if private and node.level >= 2 and module != "_errors":
+            # The root's ``_errors`` (AsterForgeError) is every subpackage's base, and a
+            # subpackage's ``_internal`` is what it declares for the others to use.
+            parts = module.split(".")
+            private = any(part.startswith("_") for part in parts)
+            shared = module == "_errors" or (len(parts) == 2 and parts[1] == "_internal")
+            if private and node.level >= 2 and not shared:
                 problems.append(f"imports a private module {'.' * node.level}{module}")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             attr = node.func.attr
@@ -76,4 +79,11 @@ def test_the_check_catches_a_hand_written_lease_renewal() -> None:
         "calls .renew_task_lease()",
         "defines renew_lease",
         "imports a private module ..tasks._heartbeat",
+    ]
+
+
+def test_a_subpackages_declared_internals_are_not_private_imports() -> None:
+    assert _problems("from ..tasks._internal import TaskStatus\n") == []
+    assert _problems("from ..tasks._internal.deeper import TaskStatus\n") == [
+        "imports a private module ..tasks._internal.deeper"
     ]

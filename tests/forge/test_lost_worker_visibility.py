@@ -19,9 +19,9 @@ import sqlalchemy as sa
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from aster_forge import Forge, ForgeTaskFailedError
-from aster_forge.forge import ForgeWorkerSettings
-from aster_forge.tasks import DispatchPollConfig, TaskFailureReason, TaskStatus
+from aster_forge import Forge, ForgeTaskFailedError, ForgeWorkerSettings, TaskStatus
+from aster_forge.tasks import DispatchPollConfig
+from aster_forge.tasks._records import TaskFailureReason
 
 from ..cli._support import free_port
 

@@ -9,10 +9,16 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from aster_forge import Forge, ForgeDeclarationError, TaskRetention
-from aster_forge.forge import ForgeWorker
+from aster_forge import (
+    ClassifiedTaskError,
+    Forge,
+    ForgeDeclarationError,
+    TaskRetention,
+    TaskRetryClass,
+    TaskStatus,
+)
+from aster_forge.forge._worker import ForgeWorker
 from aster_forge.runtime import AsterRuntime, CancellationToken
-from aster_forge.tasks import ClassifiedTaskError, TaskRetryClass, TaskStatus
 from aster_forge.testing import ManualClock
 
 

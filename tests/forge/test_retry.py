@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from aster_forge import Forge, ForgeDeclarationError
-from aster_forge.tasks import ClaimedTaskOutcome, TaskRetryPolicy, TaskStatus
+from aster_forge import Forge, ForgeDeclarationError, TaskRetryPolicy, TaskStatus
+from aster_forge.tasks import ClaimedTaskOutcome
 
 # Jitter off so the stored run_at is exactly "failure time + backoff".
 _HOURLY = TaskRetryPolicy(

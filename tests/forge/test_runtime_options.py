@@ -13,16 +13,21 @@ from pathlib import Path
 import httpx
 import pytest
 
-from aster_forge import Forge, ForgeDeclarationError, TaskExecutionContext
+from aster_forge import (
+    Forge,
+    ForgeDeclarationError,
+    ForgeWorkerSettings,
+    TaskExecutionContext,
+    TaskStatus,
+)
 from aster_forge.db import RuntimeLeaseDbStore
-from aster_forge.forge import ForgeWorkerSettings
 from aster_forge.runtime import (
     HealthCheckScope,
     HealthComponentReport,
     HealthStatus,
     SystemHealthReport,
 )
-from aster_forge.tasks import DispatchPollConfig, TaskStatus
+from aster_forge.tasks import DispatchPollConfig
 
 _POLL = DispatchPollConfig(
     base_interval=timedelta(milliseconds=20), max_interval=timedelta(milliseconds=100)

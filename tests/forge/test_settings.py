@@ -9,15 +9,14 @@ from typing import Any
 
 import pytest
 
-from aster_forge import Forge, ForgeDeclarationError, ForgeWorkerSettings
+from aster_forge import Forge, ForgeDeclarationError, ForgeWorkerSettings, TaskRetryPolicy
 from aster_forge.tasks import (
     ClaimedTaskExecutionConfig,
     DispatchPollConfig,
-    TaskDispatchConfigError,
     TaskInvalidValueError,
     TaskLaneConfig,
-    TaskRetryPolicy,
 )
+from aster_forge.tasks.errors import TaskDispatchConfigError
 
 
 @pytest.mark.parametrize(

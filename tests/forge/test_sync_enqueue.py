@@ -16,9 +16,7 @@ import pytest
 from sqlalchemy import event
 from sqlalchemy.pool import Pool
 
-from aster_forge import Forge, ForgePayloadError
-from aster_forge.forge import ForgeTask
-from aster_forge.tasks import EnqueueResult
+from aster_forge import EnqueueResult, Forge, ForgePayloadError, ForgeTask
 
 _BRIDGE_THREAD = "aster-forge-sync-enqueue"
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from aster_forge import Forge, ForgeDeclarationError, TaskExecutionContext
-from aster_forge.tasks import ClaimedTaskOutcome, TaskStatus
+from aster_forge import Forge, ForgeDeclarationError, TaskExecutionContext, TaskStatus
+from aster_forge.tasks import ClaimedTaskOutcome
 
 
 async def test_create_all_from_forge_metadata_gives_every_table_the_stores_use(

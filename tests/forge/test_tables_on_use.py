@@ -10,11 +10,10 @@ from typing import Any
 
 import pytest
 
-from aster_forge import Forge, TablesMissingError
+from aster_forge import Forge, ForgeTask, TablesMissingError
 from aster_forge.db import ensure_tables
-from aster_forge.forge import ForgeTask
 from aster_forge.forge import _backend as forge_backend
-from aster_forge.runtime import AsterRuntimeStartupError
+from aster_forge.runtime.errors import AsterRuntimeStartupError
 
 _ALL = ("background_tasks", "background_tasks_lanes", "runtime_leases", "scheduled_tasks")
 

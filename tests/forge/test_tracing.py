@@ -25,11 +25,12 @@ from aster_forge import (
     ForgeTask,
     ForgeWorkerSettings,
     TaskExecutionContext,
+    TaskLogContextFilter,
     TaskRetryPolicy,
     TaskSnooze,
 )
 from aster_forge._cli._logs import JsonLogFormatter
-from aster_forge.tasks import ClaimedTaskOutcome, TaskLogContextFilter
+from aster_forge.tasks import ClaimedTaskOutcome
 
 from .._tracing import collected_spans
 

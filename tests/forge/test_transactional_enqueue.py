@@ -8,8 +8,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 
-from aster_forge import Forge, ForgePayloadError
-from aster_forge.forge import ForgeStateError, ForgeTask
+from aster_forge import Forge, ForgePayloadError, ForgeStateError, ForgeTask
 
 _ORDERS = sa.Table(
     "orders", sa.MetaData(), sa.Column("id", sa.Integer, primary_key=True, autoincrement=False)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from aster_forge.db import AsterForgeDbError, normalize_database_url
+from aster_forge.db._url import normalize_database_url
+from aster_forge.db.errors import AsterForgeDbError
 
 
 @pytest.mark.parametrize(

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from aster_forge import Forge, ForgeWorkerSettings, TaskExecutionContext
-from aster_forge.runtime import AsterRuntimeShutdownError, HealthCheckScope, HealthStatus
-from aster_forge.tasks import TaskStatus
+from aster_forge import Forge, ForgeWorkerSettings, TaskExecutionContext, TaskStatus
+from aster_forge.runtime import HealthCheckScope, HealthStatus
+from aster_forge.runtime.errors import AsterRuntimeShutdownError
 
 from .._logs import ErrorSeen, errors_of
 

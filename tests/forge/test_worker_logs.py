@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from aster_forge import TaskStatus
 from aster_forge._cli._logs import JsonLogFormatter, LogFormat, TextLogFormatter
 from aster_forge._cli._worker import database_label
-from aster_forge.tasks import TaskStatus
 
 from ..cli._support import CLI, REPO, cli_env
 from ._failing_product import build_forge

@@ -40,10 +40,10 @@ from aster_forge.tasks import (
     CronSchedule,
     LeasedScheduledRuntime,
     LeasedScheduledRuntimeConfig,
-    ScheduledPeriodicTask,
     ScheduledTaskRun,
-    run_scheduled_periodic_task,
 )
+from aster_forge.tasks._schedule import run_scheduled_periodic_task
+from aster_forge.tasks._schedule_task import ScheduledPeriodicTask
 
 TICK_INTERVAL = timedelta(milliseconds=200)
 CLAIM_TTL = timedelta(seconds=1)

@@ -22,12 +22,13 @@ import sqlalchemy as sa
 from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from aster_forge.db import BackgroundTaskDbStore, BackgroundTaskNotificationListener
+from aster_forge import TaskExecutionContext
+from aster_forge.db import BackgroundTaskDbStore
+from aster_forge.db._tasks_notify import BackgroundTaskNotificationListener
 from aster_forge.runtime import CancellationToken
 from aster_forge.tasks import (
     ClaimedTaskExecutionConfig,
     DispatchPollConfig,
-    TaskExecutionContext,
     TaskLaneConfig,
     TaskRegistry,
     TaskSpec,

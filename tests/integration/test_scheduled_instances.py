@@ -27,7 +27,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from aster_forge.tasks import scheduled_next_run_at
+from aster_forge.tasks._schedule_task import scheduled_next_run_at
 
 from . import _scheduled_instance as inst
 

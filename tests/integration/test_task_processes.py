@@ -15,8 +15,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from aster_forge import TaskStatus
 from aster_forge.db import BackgroundTaskDbStore, create_background_tasks_table
-from aster_forge.tasks import LEASE_EXPIRED_ERROR, NewTask, TaskLease, TaskStatus
+from aster_forge.tasks import NewTask, TaskLease
+from aster_forge.tasks._records import LEASE_EXPIRED_ERROR
 
 from ._task_worker import EXECUTIONS_DDL, LANE_OF, LIMITS, STARTS_DDL, Kind
 

@@ -8,7 +8,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from aster_forge.metrics import PrometheusDispatchStatsCollector, lane_label
+from aster_forge.metrics import PrometheusDispatchStatsCollector
+from aster_forge.metrics._dispatch import lane_label
 from aster_forge.tasks import ClaimedTaskOutcome, DispatchStatsRecorder
 
 

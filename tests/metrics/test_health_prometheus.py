@@ -18,9 +18,9 @@ from aster_forge.runtime import (
     HealthCheckRegistry,
     HealthCheckScope,
     HealthComponentReport,
-    HealthMetricsRecorder,
     SystemHealthReport,
 )
+from aster_forge.runtime.protocols import HealthMetricsRecorder
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

@@ -9,16 +9,16 @@ from datetime import timedelta
 
 import pytest
 
-from aster_forge.runtime import (
-    BufferedBatchConfig,
+from aster_forge.runtime import BufferedBatchConfig, ManagedBatchWriter, OverflowPolicy
+from aster_forge.runtime._buffered_types import (
     BufferedLane,
     BufferedWriterEvent,
     BufferedWriterEventKind,
     BufferedWriterLifecycle,
-    InvalidBufferedConfigError,
-    ManagedBatchWriter,
-    OverflowPolicy,
     RecordAdmission,
+)
+from aster_forge.runtime.errors import (
+    InvalidBufferedConfigError,
     RecordClosedError,
     RecordFullError,
     WriterLifecycleError,

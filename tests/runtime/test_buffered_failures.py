@@ -8,15 +8,12 @@ from datetime import timedelta
 
 import pytest
 
-from aster_forge.runtime import (
-    BufferedLane,
+from aster_forge.runtime import OverflowPolicy, WriteFailure
+from aster_forge.runtime._buffered_types import BufferedLane, RecordAdmission, WriteFailureClass
+from aster_forge.runtime.errors import (
     DirectWriteError,
     FlushFailedError,
-    OverflowPolicy,
-    RecordAdmission,
     RecordClosedError,
-    WriteFailure,
-    WriteFailureClass,
     WriterQuarantinedError,
 )
 from aster_forge.testing import ManualClock

@@ -7,14 +7,13 @@ from datetime import timedelta
 
 import pytest
 
-from aster_forge.runtime import (
+from aster_forge.runtime import OverflowPolicy
+from aster_forge.runtime._buffered_types import (
     BufferedWriterLifecycle,
-    FlushFailedError,
-    FlushTimeoutError,
-    OverflowPolicy,
     RecordAdmission,
     WriteFailureClass,
 )
+from aster_forge.runtime.errors import FlushFailedError, FlushTimeoutError
 
 from .test_buffered_support import FakeSink, make_writer, settle, stop_now
 

@@ -17,13 +17,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from aster_forge.runtime import (
-    BufferedWriterStopReport,
-    OverflowPolicy,
-    RecordClosedError,
-    RecordFullError,
-    WriteFailureClass,
-)
+from aster_forge.runtime import OverflowPolicy
+from aster_forge.runtime._buffered_types import BufferedWriterStopReport, WriteFailureClass
+from aster_forge.runtime.errors import RecordClosedError, RecordFullError
 from aster_forge.testing import ManualClock
 
 from .test_buffered_support import FakeSink, SinkCall, make_writer, settle

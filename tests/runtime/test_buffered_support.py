@@ -12,12 +12,11 @@ from datetime import timedelta
 
 from aster_forge.runtime import (
     BufferedBatchConfig,
-    BufferedWriterEvent,
     ManagedBatchWriter,
     OverflowPolicy,
     WriteFailure,
-    WriteFailureClass,
 )
+from aster_forge.runtime._buffered_types import BufferedWriterEvent, WriteFailureClass
 from aster_forge.testing import ManualClock
 
 Writer = ManagedBatchWriter[str, Exception]

@@ -11,25 +11,30 @@ import pytest
 
 from aster_forge.runtime import (
     AsterRuntime,
-    AsterRuntimeShutdownError,
     CancellationToken,
     HealthCheckOptions,
     HealthCheckScope,
     HealthCheckScopes,
     HealthComponentReport,
     HealthStatus,
-    RuntimeComponentBundle,
-    RuntimeComponentGraphError,
     RuntimeComponentKind,
-    RuntimeComponentRegistrationError,
     RuntimeComponentRegistry,
-    ShutdownPhaseStatus,
-    StartupPhaseFailurePolicy,
     runtime_component,
     shutdown_resource_component_after,
 )
 from aster_forge.runtime._component import COMPONENT_TASK_FAILED
-from aster_forge.runtime._shutdown import SHUTDOWN_PHASE_PANICKED, SHUTDOWN_RESOURCE_CONSUMED
+from aster_forge.runtime._component_types import RuntimeComponentBundle
+from aster_forge.runtime._shutdown import (
+    SHUTDOWN_PHASE_PANICKED,
+    SHUTDOWN_RESOURCE_CONSUMED,
+    ShutdownPhaseStatus,
+)
+from aster_forge.runtime._startup import StartupPhaseFailurePolicy
+from aster_forge.runtime.errors import (
+    AsterRuntimeShutdownError,
+    RuntimeComponentGraphError,
+    RuntimeComponentRegistrationError,
+)
 from aster_forge.testing import ManualClock
 
 from .._logs import ErrorSeen, errors_of

@@ -10,13 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aster_forge.runtime import (
-    HealthComponentDetail,
-    HealthComponentDetailKind,
-    HealthComponentDetailValue,
-    InvalidHealthDetailError,
-    InvalidHealthReportError,
-)
+from aster_forge.runtime import HealthComponentDetailValue
+from aster_forge.runtime._health_detail import HealthComponentDetail, HealthComponentDetailKind
+from aster_forge.runtime.errors import InvalidHealthDetailError, InvalidHealthReportError
 
 I64_MIN = -(2**63)
 I64_MAX = 2**63 - 1

@@ -22,10 +22,9 @@ from aster_forge.runtime import (
     HealthComponentDetailValue,
     HealthComponentReport,
     HealthStatus,
-    InvalidHealthDetailError,
-    InvalidHealthReportError,
     SystemHealthReport,
 )
+from aster_forge.runtime.errors import InvalidHealthDetailError, InvalidHealthReportError
 
 GOLDEN = Path(__file__).parent / "golden"
 

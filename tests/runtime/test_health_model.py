@@ -10,12 +10,11 @@ from aster_forge.runtime import (
     HealthCheckScope,
     HealthComponentDetailValue,
     HealthComponentReport,
-    HealthMetricsRecorder,
     HealthStatus,
-    InvalidHealthDetailError,
-    InvalidHealthReportError,
     SystemHealthReport,
 )
+from aster_forge.runtime.errors import InvalidHealthDetailError, InvalidHealthReportError
+from aster_forge.runtime.protocols import HealthMetricsRecorder
 
 
 def test_status_wire_values() -> None:

@@ -12,23 +12,22 @@ from datetime import timedelta
 import pytest
 
 from aster_forge.runtime import (
-    DuplicateHealthCheckError,
     HealthCheckOptions,
     HealthCheckRegistry,
-    HealthCheckRegistryBuilder,
-    HealthCheckRequirement,
     HealthCheckScope,
     HealthCheckScopes,
     HealthComponentReport,
     HealthStatus,
-    InvalidHealthCheckError,
 )
+from aster_forge.runtime._health_builder import HealthCheckRegistryBuilder
+from aster_forge.runtime._health_options import HealthCheckRequirement
 from aster_forge.runtime._health_registry import (
     HEALTH_CHECK_FAILED_MESSAGE,
     HEALTH_CHECK_INVALID_REPORT_MESSAGE,
     HEALTH_CHECK_STUCK_MESSAGE,
     HEALTH_CHECK_TIMED_OUT_MESSAGE,
 )
+from aster_forge.runtime.errors import DuplicateHealthCheckError, InvalidHealthCheckError
 
 Check = Callable[[], Awaitable[HealthComponentReport]]
 SHORT = timedelta(milliseconds=30)

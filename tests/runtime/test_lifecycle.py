@@ -12,24 +12,25 @@ import pytest
 
 from aster_forge.runtime import (
     AsterRuntime,
-    AsterRuntimeBeforeShutdownError,
-    AsterRuntimeComponentGraphError,
     AsterRuntimeError,
-    AsterRuntimeServiceError,
-    AsterRuntimeShutdownError,
-    AsterRuntimeStartupError,
     CancellationToken,
     RuntimeComponentBundleRegistration,
     RuntimeComponentKind,
-    RuntimeComponentRegistrationError,
     RuntimeComponentRegistry,
     RuntimeServiceComponent,
-    ShutdownPhaseStatus,
-    StartupPhaseStatus,
     runtime_component,
     runtime_component_with_shutdown,
     shutdown_resource_component_after,
-    try_runtime_component_with_shutdown,
+)
+from aster_forge.runtime._shutdown import ShutdownPhaseStatus
+from aster_forge.runtime._startup import StartupPhaseStatus
+from aster_forge.runtime.errors import (
+    AsterRuntimeBeforeShutdownError,
+    AsterRuntimeComponentGraphError,
+    AsterRuntimeServiceError,
+    AsterRuntimeShutdownError,
+    AsterRuntimeStartupError,
+    RuntimeComponentRegistrationError,
 )
 
 Kind = RuntimeComponentKind
@@ -332,14 +333,14 @@ def test_graph_errors_fail_the_build() -> None:
     assert caught.value.graph_error.missing == (("database", "background_tasks"),)
 
 
-def test_try_component_error_surfaces_unchanged() -> None:
+def test_a_component_constructors_error_surfaces_unchanged() -> None:
     original = OSError("address in use")
 
     def build(token: CancellationToken) -> RuntimeServiceComponent[int]:
         raise original
 
     with pytest.raises(OSError) as caught:
-        AsterRuntime.builder().component(try_runtime_component_with_shutdown(build))
+        AsterRuntime.builder().component(runtime_component_with_shutdown(build))
     assert caught.value is original
 
 
@@ -444,7 +445,7 @@ async def test_stop_hook_is_cancelled_when_the_service_ends() -> None:
 
 
 async def test_run_outside_the_main_thread_is_a_clear_signal_error() -> None:
-    from aster_forge.runtime import RuntimeSignalError
+    from aster_forge.runtime.errors import RuntimeSignalError
 
     errors: list[BaseException] = []
 

@@ -11,15 +11,15 @@ import logging
 
 import pytest
 
-from aster_forge.runtime import (
-    CancellationToken,
+from aster_forge.runtime import CancellationToken
+from aster_forge.runtime._race import (
     RaceWinner,
     abandon_task,
+    abandoned_tasks,
     race,
     shielded,
     sleep_or_cancelled,
 )
-from aster_forge.runtime._race import abandoned_tasks
 from aster_forge.testing import ManualClock
 
 

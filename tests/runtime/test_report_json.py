@@ -5,14 +5,12 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from aster_forge.runtime import (
-    ShutdownPhaseReport,
-    ShutdownPhaseStatus,
-    ShutdownReport,
+from aster_forge.runtime import ShutdownReport, StartupReport
+from aster_forge.runtime._shutdown import ShutdownPhaseReport, ShutdownPhaseStatus
+from aster_forge.runtime._startup import (
     StartupPhaseFailurePolicy,
     StartupPhaseReport,
     StartupPhaseStatus,
-    StartupReport,
 )
 
 

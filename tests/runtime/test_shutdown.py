@@ -8,16 +8,16 @@ from datetime import timedelta
 
 import pytest
 
-from aster_forge.runtime import (
+from aster_forge.runtime import ShutdownPhaseFailure, ShutdownReport
+from aster_forge.runtime._isolation import abandoned_tasks
+from aster_forge.runtime._shutdown import (
+    SHUTDOWN_PHASE_PANICKED,
+    SHUTDOWN_RESOURCE_CONSUMED,
     ShutdownCoordinator,
-    ShutdownPhaseFailure,
     ShutdownPhaseStatus,
     ShutdownPhaseStatusKind,
-    ShutdownReport,
     log_shutdown_report,
 )
-from aster_forge.runtime._isolation import abandoned_tasks
-from aster_forge.runtime._shutdown import SHUTDOWN_PHASE_PANICKED, SHUTDOWN_RESOURCE_CONSUMED
 from aster_forge.testing import ManualClock
 
 SECRET = "password=hunter2"
@@ -234,7 +234,7 @@ async def test_cancelling_the_caller_does_not_abort_cleanup() -> None:
 
 
 def test_invalid_registrations_are_rejected() -> None:
-    from aster_forge.runtime import RuntimeComponentRegistrationError
+    from aster_forge.runtime.errors import RuntimeComponentRegistrationError
 
     async def phase() -> None:
         return None
@@ -246,7 +246,7 @@ def test_invalid_registrations_are_rejected() -> None:
 
 
 def test_log_shutdown_report_levels(caplog: pytest.LogCaptureFixture) -> None:
-    from aster_forge.runtime import ShutdownPhaseReport
+    from aster_forge.runtime._shutdown import ShutdownPhaseReport
 
     report = ShutdownReport(
         (

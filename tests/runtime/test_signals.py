@@ -11,13 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from aster_forge.runtime import (
-    CancellationToken,
-    RuntimeSignalError,
-    TerminationSignal,
-    spawn_termination_signal_handler,
-    wait_for_termination_signal,
-)
+from aster_forge.runtime import CancellationToken, wait_for_termination_signal
+from aster_forge.runtime._signals import TerminationSignal, spawn_termination_signal_handler
+from aster_forge.runtime.errors import RuntimeSignalError
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="POSIX signals")
 APP = Path(__file__).with_name("signal_app.py")

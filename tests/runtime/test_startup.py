@@ -6,15 +6,15 @@ import asyncio
 
 import pytest
 
-from aster_forge.runtime import (
-    CancellationToken,
+from aster_forge.runtime import CancellationToken
+from aster_forge.runtime._startup import (
+    STARTUP_PHASE_FAILED,
     StartupCoordinator,
     StartupPhaseFailurePolicy,
     StartupPhaseStatus,
     run_optional_startup_phase,
     run_required_startup_phase,
 )
-from aster_forge.runtime._startup import STARTUP_PHASE_FAILED
 
 SECRET = "dsn=postgres://user:secret@db"
 
@@ -176,7 +176,7 @@ async def test_keyboard_interrupt_propagates_from_coordinator() -> None:
 
 
 def test_invalid_phase_registration() -> None:
-    from aster_forge.runtime import RuntimeComponentRegistrationError
+    from aster_forge.runtime.errors import RuntimeComponentRegistrationError
 
     async def phase() -> None:
         return None

@@ -9,12 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aster_forge.runtime import (
-    RuntimeTempDirError,
-    RuntimeTempDirScopeError,
-    create_runtime_temp_dir_guard,
-    ensure_runtime_temp_dir,
-)
+from aster_forge.runtime import create_runtime_temp_dir_guard, ensure_runtime_temp_dir
+from aster_forge.runtime.errors import RuntimeTempDirError, RuntimeTempDirScopeError
 
 VALID = set(string.ascii_letters + string.digits + "-_")
 

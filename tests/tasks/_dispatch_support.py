@@ -12,23 +12,20 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from aster_forge import BackgroundTaskRecord, TaskExecutionContext, TaskRetryPolicy
 from aster_forge.tasks import (
-    BackgroundTaskRecord,
     ClaimedTaskExecution,
     ClaimedTaskExecutionConfig,
-    ClaimedTaskReport,
-    ClaimedTaskStore,
-    ExecutableTaskRecord,
     NewTask,
     SharedTaskHeartbeat,
-    TaskExecutionContext,
     TaskLease,
     TaskRegistry,
-    TaskRetryPolicy,
     TaskSpec,
     TaskStepSpec,
     TaskStoreBase,
 )
+from aster_forge.tasks._execution import ClaimedTaskReport
+from aster_forge.tasks.protocols import ClaimedTaskStore, ExecutableTaskRecord
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 
 

@@ -9,15 +9,8 @@ from typing import Any
 from pydantic import BaseModel
 from typing_extensions import TypedDict
 
-from aster_forge.tasks import (
-    ClassifiedTaskError,
-    RuntimeTaskCatalog,
-    RuntimeTaskDefinition,
-    TaskExecutionContext,
-    TaskRetryClass,
-    TaskSpec,
-    TaskStepSpec,
-)
+from aster_forge import ClassifiedTaskError, TaskExecutionContext, TaskRetryClass
+from aster_forge.tasks import RuntimeTaskCatalog, RuntimeTaskDefinition, TaskSpec, TaskStepSpec
 
 
 class Kind(enum.Enum):

@@ -11,14 +11,13 @@ from aster_forge.runtime import CancellationToken
 from aster_forge.tasks import (
     CronSchedule,
     IntervalSchedule,
-    ScheduledPeriodicTask,
-    ScheduledTaskClaim,
     ScheduledTaskOutcome,
-    ScheduledTaskRecord,
     ScheduledTaskRun,
     ScheduledTaskStore,
-    run_scheduled_periodic_task,
 )
+from aster_forge.tasks._schedule import run_scheduled_periodic_task
+from aster_forge.tasks._schedule_task import ScheduledPeriodicTask
+from aster_forge.tasks._schedule_types import ScheduledTaskClaim, ScheduledTaskRecord
 from aster_forge.testing import InMemoryScheduledTaskStore, ManualClock
 
 

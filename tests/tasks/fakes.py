@@ -6,7 +6,8 @@ import asyncio
 from collections.abc import Sequence
 from datetime import timedelta
 
-from aster_forge.tasks import BackgroundTaskRecord, TaskLease, TaskStoreBase
+from aster_forge import BackgroundTaskRecord
+from aster_forge.tasks import TaskLease, TaskStoreBase
 from aster_forge.testing import ManualClock
 
 

@@ -10,9 +10,8 @@ from datetime import timedelta
 import pytest
 
 from aster_forge.runtime import CancellationToken
-from aster_forge.tasks import (
-    BACKGROUND_TASKS_COMPONENT,
-    BackgroundTasks,
+from aster_forge.tasks import BACKGROUND_TASKS_COMPONENT, BackgroundTasks
+from aster_forge.tasks.errors import (
     BackgroundTasksClosedError,
     BackgroundTaskSpawnError,
     PeriodicTaskConfigError,

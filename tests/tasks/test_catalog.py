@@ -9,12 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel, TypeAdapter
 
-from aster_forge.tasks import (
-    RuntimeTaskCatalog,
-    RuntimeTaskCatalogError,
-    RuntimeTaskDefinition,
-    RuntimeTaskName,
-)
+from aster_forge.tasks import RuntimeTaskCatalog, RuntimeTaskDefinition, RuntimeTaskName
+from aster_forge.tasks.errors import RuntimeTaskCatalogError
 
 from ._product import RUNTIME_TASKS, Presentation, SystemRuntimeTaskKind
 

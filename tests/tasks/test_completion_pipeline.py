@@ -11,15 +11,15 @@ from collections.abc import Sequence
 
 import pytest
 
+from aster_forge import TaskStatus
 from aster_forge.tasks import (
     ClaimedTaskExecution,
     ClaimedTaskOutcome,
     SharedTaskHeartbeat,
-    TaskCompletion,
     TaskLease,
-    TaskStatus,
 )
 from aster_forge.tasks._completion import TaskCompletionBatcher
+from aster_forge.tasks._records import TaskCompletion
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 
 from ._dispatch_support import (

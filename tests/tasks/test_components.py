@@ -10,30 +10,29 @@ import pytest
 
 from aster_forge.runtime import (
     AsterRuntime,
-    AsterRuntimeShutdownError,
-    AsterRuntimeStartupError,
     CancellationToken,
     RuntimeComponentKind,
     RuntimeComponentRegistry,
-    ShutdownPhaseStatusKind,
     runtime_component,
 )
+from aster_forge.runtime._shutdown import ShutdownPhaseStatusKind
+from aster_forge.runtime.errors import AsterRuntimeShutdownError, AsterRuntimeStartupError
 from aster_forge.tasks import (
     BACKGROUND_TASKS_COMPONENT,
-    BackgroundTaskComponent,
     BackgroundTasks,
-    BackgroundTaskSpawnError,
     RuntimeTaskCatalog,
     RuntimeTaskDefinition,
-    background_task_component,
-    background_task_component_from_shutdown,
-    background_task_component_with_definitions,
     background_task_component_with_definitions_from_shutdown,
 )
 from aster_forge.tasks._components import (
     BACKGROUND_TASKS_SHUTDOWN_PHASE,
     BACKGROUND_TASKS_SPAWN_PHASE,
+    BackgroundTaskComponent,
+    background_task_component,
+    background_task_component_from_shutdown,
+    background_task_component_with_definitions,
 )
+from aster_forge.tasks.errors import BackgroundTaskSpawnError
 from aster_forge.testing import ManualClock
 
 from ._schedule_support import until

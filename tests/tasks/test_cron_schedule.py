@@ -11,11 +11,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from aster_forge.tasks import (
+from aster_forge.tasks import CronSchedule, IntervalSchedule
+from aster_forge.tasks.errors import (
     CronExtraMissingError,
-    CronSchedule,
     CronScheduleError,
-    IntervalSchedule,
     PeriodicTaskConfigError,
     ScheduledTaskValueError,
 )
@@ -157,10 +156,11 @@ def test_a_cron_that_never_matches_again_saturates_to_never() -> None:
 _MISSING_EXTRA = """
 import sys
 sys.modules["cronsim"] = None  # what an environment without the extra looks like
-import aster_forge.tasks as tasks
+from aster_forge.tasks import CronSchedule
+from aster_forge.tasks.errors import CronExtraMissingError
 try:
-    tasks.CronSchedule("*/5 * * * *")
-except tasks.CronExtraMissingError as exc:
+    CronSchedule("*/5 * * * *")
+except CronExtraMissingError as exc:
     print("missing:", exc)
 """
 

@@ -8,12 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aster_forge.tasks import (
-    TaskDedupeKey,
-    TaskDedupeKeyError,
-    TaskInvalidValueError,
-    scheduled_task_dedupe_key,
-)
+from aster_forge.tasks import TaskDedupeKey, TaskInvalidValueError, scheduled_task_dedupe_key
+from aster_forge.tasks.errors import TaskDedupeKeyError
 
 AT = datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
 

@@ -8,21 +8,22 @@ from datetime import timedelta
 
 import pytest
 
+from aster_forge import BackgroundTaskRecord, TaskStatus
 from aster_forge.tasks import (
-    BackgroundTaskRecord,
     ClaimedTaskOutcome,
     DispatchPollConfig,
-    DispatchStats,
     DispatchStatsRecorder,
-    TaskDispatchConfigError,
     TaskLaneConfig,
-    TaskStatus,
     TaskStoreBase,
     TaskWorker,
+)
+from aster_forge.tasks._dispatch import (
+    DispatchBackoff,
+    DispatchStats,
     default_dispatch_owner,
     effective_dispatch_base_interval,
 )
-from aster_forge.tasks._dispatch import DispatchBackoff
+from aster_forge.tasks.errors import TaskDispatchConfigError
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 
 from ._dispatch_support import (
@@ -234,7 +235,7 @@ async def test_over_claiming_store_is_contained(
 
 
 async def test_outcomes_are_counted_per_lane(store: InMemoryTaskStore, clock: ManualClock) -> None:
-    from aster_forge.tasks import ClassifiedTaskError, TaskExecutionContext, TaskRetryClass
+    from aster_forge import ClassifiedTaskError, TaskExecutionContext, TaskRetryClass
 
     from ._dispatch_support import Job
 

@@ -10,18 +10,11 @@ from datetime import timedelta
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from aster_forge import ClassifiedTaskError, TaskExecutionContext, TaskRetryClass, TaskStatus
 from aster_forge.db import BackgroundTaskDbStore, create_background_tasks_table
-from aster_forge.runtime import CancellationToken, SystemClock
-from aster_forge.tasks import (
-    ClaimedTaskOutcome,
-    ClassifiedTaskError,
-    DispatchPollConfig,
-    TaskExecutionContext,
-    TaskLaneConfig,
-    TaskRetryClass,
-    TaskStatus,
-    TaskWorker,
-)
+from aster_forge.runtime import CancellationToken
+from aster_forge.runtime._clock import SystemClock
+from aster_forge.tasks import ClaimedTaskOutcome, DispatchPollConfig, TaskLaneConfig, TaskWorker
 from aster_forge.testing import ManualClock
 
 from ..db._support import advance_for

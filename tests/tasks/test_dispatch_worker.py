@@ -9,17 +9,10 @@ from datetime import timedelta
 
 import pytest
 
+from aster_forge import BackgroundTaskRecord, TaskExecutionContext, TaskStatus
 from aster_forge.runtime import CancellationToken
-from aster_forge.tasks import (
-    BackgroundTaskRecord,
-    DispatchPollConfig,
-    DispatchWakeSignal,
-    TaskExecutionContext,
-    TaskLaneConfig,
-    TaskStatus,
-    TaskStoreBase,
-    TaskWorker,
-)
+from aster_forge.tasks import DispatchPollConfig, TaskLaneConfig, TaskStoreBase, TaskWorker
+from aster_forge.tasks._dispatch import DispatchWakeSignal
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 
 from ._dispatch_support import (

@@ -12,21 +12,21 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from aster_forge import AsterForgeError
+from aster_forge import AsterForgeError, TaskExecutionContext, TaskStatus
 from aster_forge.tasks import (
     ClaimedTaskOutcome,
     NewTask,
-    TaskCodecError,
-    TaskEnqueueValueError,
-    TaskExecutionContext,
-    TaskKindNotRegisteredError,
-    TaskLaneMismatchError,
     TaskPayloadError,
     TaskRegistry,
-    TaskRegistryError,
     TaskSpec,
-    TaskStatus,
     _records,
+)
+from aster_forge.tasks.errors import (
+    TaskCodecError,
+    TaskEnqueueValueError,
+    TaskKindNotRegisteredError,
+    TaskLaneMismatchError,
+    TaskRegistryError,
 )
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 

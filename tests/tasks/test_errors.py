@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from aster_forge import AsterForgeError
-from aster_forge.tasks import (
+from aster_forge.tasks import TaskLeaseLostError
+from aster_forge.tasks._lease import TaskLeaseTermination, task_lease_termination_of
+from aster_forge.tasks.errors import (
     TaskCancelRequestedError,
     TaskCodecError,
     TaskCoreError,
     TaskLeaseControlError,
-    TaskLeaseLostError,
     TaskLeaseRenewalTimeoutError,
-    TaskLeaseTermination,
     TaskWorkerShutdownRequestedError,
-    task_lease_termination_of,
 )
 
 

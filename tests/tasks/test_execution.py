@@ -10,21 +10,18 @@ from datetime import timedelta
 
 import pytest
 
+from aster_forge import ClassifiedTaskError, TaskExecutionContext, TaskRetryClass, TaskStatus
 from aster_forge.runtime import CancellationToken
 from aster_forge.tasks import (
     ClaimedTaskExecution,
     ClaimedTaskExecutionConfig,
     ClaimedTaskOutcome,
-    ClaimedTaskReport,
-    ClassifiedTaskError,
     SharedTaskHeartbeat,
-    TaskExecutionContext,
     TaskInvalidValueError,
     TaskLeaseLostError,
-    TaskRegistryError,
-    TaskRetryClass,
-    TaskStatus,
 )
+from aster_forge.tasks._execution import ClaimedTaskReport
+from aster_forge.tasks.errors import TaskRegistryError
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 
 from ._dispatch_support import (
@@ -334,7 +331,7 @@ async def test_product_classifier_from_config(store: InMemoryTaskStore, clock: M
     harness.actions["x"] = missing
 
     def classify(exc: Exception) -> object:
-        from aster_forge.tasks import TaskFailureClassification
+        from aster_forge.tasks._retry import TaskFailureClassification
 
         if isinstance(exc, FileNotFoundError):
             return TaskFailureClassification(TaskRetryClass.PERMANENT, "Source file is gone")

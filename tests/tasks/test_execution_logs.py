@@ -10,16 +10,8 @@ from datetime import datetime
 
 import pytest
 
-from aster_forge.tasks import (
-    ClaimedTaskOutcome,
-    ClassifiedTaskError,
-    NewTask,
-    TaskExecutionContext,
-    TaskRegistry,
-    TaskRetryClass,
-    TaskSpec,
-    TaskStatus,
-)
+from aster_forge import ClassifiedTaskError, TaskExecutionContext, TaskRetryClass, TaskStatus
+from aster_forge.tasks import ClaimedTaskOutcome, NewTask, TaskRegistry, TaskSpec
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 
 from ._dispatch_support import (

@@ -10,9 +10,9 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
+from aster_forge import TaskExecutionContext
 from aster_forge.tasks import (
     ClaimedTaskOutcome,
-    TaskExecutionContext,
     TaskLeaseLostError,
 )
 from aster_forge.testing import InMemoryTaskStore, ManualClock

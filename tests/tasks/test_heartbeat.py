@@ -9,13 +9,9 @@ from datetime import datetime, timedelta
 import pytest
 
 from aster_forge.runtime import CancellationToken
-from aster_forge.tasks import (
-    SharedTaskHeartbeat,
-    TaskLease,
-    TaskLeaseGuard,
-    TaskLeaseTermination,
-)
+from aster_forge.tasks import SharedTaskHeartbeat, TaskLease, TaskLeaseGuard
 from aster_forge.tasks._heartbeat import task_heartbeat_interval
+from aster_forge.tasks._lease import TaskLeaseTermination
 from aster_forge.testing import ManualClock
 
 from ._dispatch_support import until

@@ -8,21 +8,25 @@ from pathlib import Path
 
 import pytest
 
+from aster_forge import TaskExecutionContext
 from aster_forge.runtime import CancellationToken
 from aster_forge.tasks import (
-    TaskExecutionContext,
     TaskInvalidValueError,
-    TaskIoError,
     TaskLease,
     TaskLeaseGuard,
     TaskLeaseLostError,
-    TaskLeaseRenewalTimeoutError,
-    TaskLeaseTermination,
     TaskStepSpec,
+)
+from aster_forge.tasks._lease import TaskLeaseTermination
+from aster_forge.tasks._steps import (
     TaskStepStatus,
-    TaskWorkerShutdownRequestedError,
     initial_task_steps_from_specs,
     parse_task_steps_json,
+)
+from aster_forge.tasks.errors import (
+    TaskIoError,
+    TaskLeaseRenewalTimeoutError,
+    TaskWorkerShutdownRequestedError,
 )
 from aster_forge.testing import ManualClock
 

@@ -9,7 +9,8 @@ from datetime import timedelta
 import pytest
 
 from aster_forge.runtime import CancellationToken, RuntimeLeaseConfig
-from aster_forge.tasks import BackgroundTasks, run_leased_background_tasks
+from aster_forge.tasks import BackgroundTasks
+from aster_forge.tasks._leased import run_leased_background_tasks
 from aster_forge.testing import InMemoryRuntimeLeaseStore, ManualClock
 
 from ._schedule_support import until

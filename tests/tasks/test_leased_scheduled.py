@@ -10,14 +10,10 @@ from datetime import timedelta
 
 import pytest
 
-from aster_forge.runtime import CancellationToken, RuntimeLeaseConfigError
-from aster_forge.tasks import (
-    LeasedScheduledRuntime,
-    LeasedScheduledRuntimeConfig,
-    ScheduledRuntimeDeclarationError,
-    ScheduledTaskRun,
-    ScheduledTaskValueError,
-)
+from aster_forge.runtime import CancellationToken
+from aster_forge.runtime.errors import RuntimeLeaseConfigError
+from aster_forge.tasks import LeasedScheduledRuntime, LeasedScheduledRuntimeConfig, ScheduledTaskRun
+from aster_forge.tasks.errors import ScheduledRuntimeDeclarationError, ScheduledTaskValueError
 from aster_forge.testing import InMemoryRuntimeLeaseStore, InMemoryScheduledTaskStore, ManualClock
 
 from ._schedule_support import until

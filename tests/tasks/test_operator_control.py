@@ -15,27 +15,28 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from aster_forge import (
+    BackgroundTaskRecord,
+    TaskCancelOutcome,
+    TaskExecutionContext,
+    TaskRetryPolicy,
+    TaskSnooze,
+    TaskStatus,
+)
 from aster_forge.db import BackgroundTaskDbStore, create_background_tasks_table
 from aster_forge.tasks import (
-    BackgroundTaskRecord,
     BackgroundTaskStore,
     ClaimedTaskExecutionConfig,
     ClaimedTaskOutcome,
-    ClaimedTaskReport,
     NewTask,
-    TaskCancelOutcome,
-    TaskExecutionContext,
-    TaskFailureReason,
     TaskRegistry,
-    TaskRetryPolicy,
-    TaskSnooze,
     TaskSpec,
-    TaskStatus,
     TaskStepSpec,
-    TaskStepStatus,
-    parse_task_steps_json,
 )
+from aster_forge.tasks._execution import ClaimedTaskReport
 from aster_forge.tasks._heartbeat import task_heartbeat_interval
+from aster_forge.tasks._records import TaskFailureReason
+from aster_forge.tasks._steps import TaskStepStatus, parse_task_steps_json
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 from aster_forge.web import AdminSources, admin_app
 

@@ -9,7 +9,8 @@ from datetime import timedelta
 import pytest
 
 from aster_forge.runtime import CancellationToken
-from aster_forge.tasks import PeriodicTaskConfigError, periodic_sleep_duration, run_periodic_task
+from aster_forge.tasks._periodic import periodic_sleep_duration, run_periodic_task
+from aster_forge.tasks.errors import PeriodicTaskConfigError
 from aster_forge.testing import ManualClock
 
 

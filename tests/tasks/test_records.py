@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from aster_forge.tasks import BackgroundTaskRecord, EnqueueResult, TaskFailureReason, TaskStatus
+from aster_forge import BackgroundTaskRecord, EnqueueResult, TaskStatus
+from aster_forge.tasks._records import TaskFailureReason
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 VALUES = (

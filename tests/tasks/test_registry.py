@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from aster_forge.tasks import TaskRegistry, TaskRegistryError, TaskSpec
+from aster_forge.tasks import TaskRegistry, TaskSpec
+from aster_forge.tasks.errors import TaskRegistryError
 
 from ._product import (
     ALL_SPECS,

@@ -9,16 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aster_forge.tasks import (
-    ClassifiedTaskError,
+from aster_forge import ClassifiedTaskError, TaskRetryClass, TaskRetryPolicy
+from aster_forge.tasks import TaskPayloadError
+from aster_forge.tasks._retry import (
     TaskFailureClassification,
-    TaskPayloadError,
-    TaskRetryClass,
-    TaskRetryPolicy,
     classify_task_error,
     default_task_retry_delay,
+    should_auto_retry,
 )
-from aster_forge.tasks._retry import should_auto_retry
 
 
 def test_retry_class_capabilities() -> None:

@@ -9,20 +9,23 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from aster_forge.runtime import CancellationToken
-from aster_forge.tasks import (
+from aster_forge.tasks import ScheduledTaskOutcome, scheduled_task_dedupe_key
+from aster_forge.tasks._schedule import (
     SCHEDULED_TASK_RAISED,
-    PeriodicTaskConfigError,
-    ScheduledPeriodicTask,
-    ScheduledTaskOutcome,
-    ScheduledTaskRunStatus,
-    ScheduledTaskValueError,
-    TaskDedupeKeyError,
+    run_scheduled_claim_renewal_loop,
     run_scheduled_periodic_task,
+)
+from aster_forge.tasks._schedule_task import (
+    ScheduledPeriodicTask,
     scheduled_claim_renew_interval,
     scheduled_next_run_at,
-    scheduled_task_dedupe_key,
 )
-from aster_forge.tasks._schedule import run_scheduled_claim_renewal_loop
+from aster_forge.tasks._schedule_types import ScheduledTaskRunStatus
+from aster_forge.tasks.errors import (
+    PeriodicTaskConfigError,
+    ScheduledTaskValueError,
+    TaskDedupeKeyError,
+)
 from aster_forge.testing import InMemoryScheduledTaskStore, ManualClock
 
 from ._schedule_support import Body, FlakyStore, start_runner, until

@@ -13,12 +13,11 @@ from aster_forge.tasks import (
     IntervalSchedule,
     LeasedScheduledRuntime,
     LeasedScheduledRuntimeConfig,
-    PeriodicTaskConfigError,
-    ScheduledPeriodicTask,
-    ScheduledRuntimeDeclarationError,
     ScheduledTaskRun,
     scheduled_task_dedupe_key,
 )
+from aster_forge.tasks._schedule_task import ScheduledPeriodicTask
+from aster_forge.tasks.errors import PeriodicTaskConfigError, ScheduledRuntimeDeclarationError
 from aster_forge.testing import (
     InMemoryRuntimeLeaseStore,
     InMemoryScheduledTaskStore,

@@ -10,13 +10,9 @@ import asyncio
 from collections.abc import Sequence
 from datetime import timedelta
 
-from aster_forge.tasks import (
-    BackgroundTaskRecord,
-    TaskCompletion,
-    TaskLaneConfig,
-    TaskStatus,
-    TaskWorker,
-)
+from aster_forge import BackgroundTaskRecord, TaskStatus
+from aster_forge.tasks import TaskLaneConfig, TaskWorker
+from aster_forge.tasks._records import TaskCompletion
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 
 from ._dispatch_support import Harness, Kind, Lane, enqueue, make_config, new_task, until

@@ -6,18 +6,17 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from aster_forge import TaskExecutionContext, TaskRetryClass
 from aster_forge.runtime import CancellationToken
 from aster_forge.tasks import (
-    TaskCodecError,
-    TaskExecutionContext,
     TaskInvalidValueError,
     TaskLease,
     TaskLeaseGuard,
     TaskPayloadError,
-    TaskRetryClass,
     TaskSpec,
     TaskStepSpec,
 )
+from aster_forge.tasks.errors import TaskCodecError
 from aster_forge.testing import ManualClock
 
 from ._product import ARCHIVE, CLEANUP, THUMBNAIL, AppState, ArchivePayload, ThumbnailPayload

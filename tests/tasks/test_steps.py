@@ -9,12 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aster_forge.tasks import (
-    TaskCodecError,
-    TaskInvalidValueError,
+from aster_forge.tasks import TaskInvalidValueError, TaskStepSpec
+from aster_forge.tasks._steps import (
     TaskStepInfo,
-    TaskStepNotFoundError,
-    TaskStepSpec,
     TaskStepStatus,
     initial_task_steps_from_specs,
     mark_active_step_failed,
@@ -26,6 +23,7 @@ from aster_forge.tasks import (
     task_step_status_json_schema,
     task_steps_json_schema,
 )
+from aster_forge.tasks.errors import TaskCodecError, TaskStepNotFoundError
 
 GOLDEN = Path(__file__).parent / "golden"
 T0 = datetime(2030, 1, 1, tzinfo=UTC)

@@ -9,16 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from aster_forge import ClassifiedTaskError, TaskExecutionContext, TaskRetryClass
 from aster_forge.runtime import CancellationToken
-from aster_forge.tasks import (
-    ClaimedTaskOutcome,
-    ClassifiedTaskError,
-    TaskExecutionContext,
-    TaskLease,
-    TaskRetryClass,
-    TaskTempDirs,
-    sweep_task_temp_dirs,
-)
+from aster_forge.tasks import ClaimedTaskOutcome, TaskLease, TaskTempDirs, sweep_task_temp_dirs
 from aster_forge.tasks._temp import task_temp_dir_name, task_temp_dirs_root
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 

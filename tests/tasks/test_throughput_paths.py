@@ -8,19 +8,18 @@ from datetime import timedelta
 
 import pytest
 
+from aster_forge import BackgroundTaskRecord, TaskStatus
 from aster_forge.runtime import CancellationToken
 from aster_forge.tasks import (
-    BackgroundTaskRecord,
     SharedTaskHeartbeat,
-    TaskCompletion,
     TaskLaneConfig,
     TaskLease,
     TaskLeaseGuard,
-    TaskStatus,
     TaskWorker,
 )
 from aster_forge.tasks._completion import TaskCompletionBatcher
 from aster_forge.tasks._heartbeat import task_heartbeat_interval
+from aster_forge.tasks._records import TaskCompletion
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 
 from ._dispatch_support import (

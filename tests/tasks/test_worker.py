@@ -14,19 +14,19 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from aster_forge import TaskExecutionContext, TaskStatus
 from aster_forge.db import BackgroundTaskDbStore, create_background_tasks_table
-from aster_forge.runtime import CancellationToken, SystemClock
+from aster_forge.runtime import CancellationToken
+from aster_forge.runtime._clock import SystemClock
 from aster_forge.runtime._race import abandoned_tasks
 from aster_forge.tasks import (
     ClaimedTaskExecution,
     ClaimedTaskExecutionConfig,
     DispatchPollConfig,
-    TaskDispatchConfigError,
-    TaskExecutionContext,
     TaskLaneConfig,
-    TaskStatus,
     TaskWorker,
 )
+from aster_forge.tasks.errors import TaskDispatchConfigError
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 
 from ._dispatch_support import (

@@ -9,21 +9,15 @@ from datetime import timedelta
 import httpx
 from starlette.types import ASGIApp
 
+from aster_forge import BackgroundTaskRecord
 from aster_forge.runtime import (
     HealthCheckOptions,
     HealthCheckRegistry,
     HealthCheckScopes,
     HealthComponentReport,
 )
-from aster_forge.tasks import (
-    BackgroundTaskRecord,
-    BackgroundTaskStore,
-    NewTask,
-    TaskLease,
-    TaskStepInfo,
-    TaskStepStatus,
-    serialize_task_steps_json,
-)
+from aster_forge.tasks import BackgroundTaskStore, NewTask, TaskLease
+from aster_forge.tasks._steps import TaskStepInfo, TaskStepStatus, serialize_task_steps_json
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

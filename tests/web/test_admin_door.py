@@ -19,8 +19,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.routing import Mount
 
-from aster_forge import Forge
-from aster_forge.tasks import TaskStatus
+from aster_forge import Forge, TaskStatus
 
 from ..conftest import drop_all_tables
 from ._support import AUTH, TOKEN

@@ -7,7 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from aster_forge.tasks import CronSchedule, NewTask, TaskStatus
+from aster_forge import TaskStatus
+from aster_forge.tasks import CronSchedule, NewTask
 from aster_forge.testing import InMemoryScheduledTaskStore
 from aster_forge.web import AdminSources, admin_app
 from aster_forge.web._tasks_json import MAX_DETAIL_JSON_CHARS

@@ -12,20 +12,14 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from aster_forge import web
 from aster_forge.db import (
     RuntimeLeaseDbStore,
     ScheduledTaskDbStore,
     runtime_leases_table,
     scheduled_tasks_table,
 )
-from aster_forge.runtime import (
-    RuntimeComponentKind,
-    RuntimeComponentRegistry,
-    RuntimeLeases,
-    RuntimeLeaseView,
-    StartupPhaseFailurePolicy,
-)
+from aster_forge.runtime import RuntimeComponentKind, RuntimeComponentRegistry
+from aster_forge.runtime._startup import StartupPhaseFailurePolicy
 from aster_forge.tasks import (
     ClaimedTaskExecutionConfig,
     ClaimedTaskOutcome,
@@ -42,7 +36,8 @@ from aster_forge.testing import (
     InMemoryTaskStore,
     ManualClock,
 )
-from aster_forge.web import AdminSources, RuntimeLeaseSource, RuntimeLeaseTableReader, admin_app
+from aster_forge.web import AdminSources, RuntimeLeaseTableReader, admin_app
+from aster_forge.web._leases import RuntimeLeaseSource
 
 from ._support import client
 
@@ -257,8 +252,6 @@ async def test_runtime_leases_from_an_in_memory_store() -> None:
     await store.try_acquire("demo.gone", "instance-b", timedelta(seconds=1))
     await clock.advance(timedelta(seconds=2))
     assert renewed is not None
-    # aster_forge.web re-exports the runtime's listing types (one class each).
-    assert web.RuntimeLeases is RuntimeLeases and web.RuntimeLeaseView is RuntimeLeaseView
     async with client(admin_app(AdminSources(leases=store))) as http:
         body = (await http.get("/api/leases")).json()
     assert body["now"] == (T0 + timedelta(seconds=7)).isoformat()

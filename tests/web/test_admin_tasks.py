@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from aster_forge import TaskStatus
 from aster_forge.db import (
     BackgroundTaskDbStore,
     DatabaseUnavailableError,
     create_background_tasks_table,
 )
-from aster_forge.tasks import BackgroundTaskStore, NewTask, TaskStatus
+from aster_forge.tasks import BackgroundTaskStore, NewTask
 from aster_forge.testing import InMemoryTaskStore
 from aster_forge.web import AdminSources, admin_app, create_app
 

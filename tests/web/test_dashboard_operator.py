@@ -20,9 +20,10 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 from starlette.types import ASGIApp
 
+from aster_forge import TaskStatus
 from aster_forge.db import BackgroundTaskDbStore, create_background_tasks_table
 from aster_forge.runtime import RuntimeComponentKind, RuntimeComponentRegistry
-from aster_forge.tasks import NewTask, TaskStatus
+from aster_forge.tasks import NewTask
 from aster_forge.web import AdminSources, admin_app
 
 from ._browser import chromium, new_page, serve

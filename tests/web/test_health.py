@@ -22,12 +22,13 @@ from aster_forge.runtime import (
     RuntimeComponentRegistry,
     SystemHealthReport,
 )
-from aster_forge.web import (
+from aster_forge.web import health_routes
+from aster_forge.web._health import (
+    SHUTDOWN_COMPONENT,
+    SHUTDOWN_MESSAGE,
     health_app,
-    health_routes,
     render_health_text,
 )
-from aster_forge.web._health import SHUTDOWN_COMPONENT, SHUTDOWN_MESSAGE
 
 from ._support import AUTH, TOKEN, client
 

@@ -13,7 +13,8 @@ from starlette.routing import Route
 from aster_forge.runtime import RuntimeComponentKind, RuntimeComponentRegistry
 from aster_forge.tasks import ClaimedTaskOutcome, DispatchStatsRecorder
 from aster_forge.testing import InMemoryRuntimeLeaseStore, InMemoryScheduledTaskStore, ManualClock
-from aster_forge.web import AdminSources, admin_app, openapi_document
+from aster_forge.web import AdminSources, admin_app
+from aster_forge.web._openapi import openapi_document
 
 from ._stores import AdminStore, backend_fixture, database_url_fixture, store_fixture  # noqa: F401
 from ._support import AUTH, TOKEN, client, healthy_registry, seed_tasks

@@ -6,15 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from aster_forge.tasks import (
-    BackgroundTaskRecord,
-    NewTask,
-    TaskAdminStore,
-    TaskDedupeKey,
-    TaskInvalidValueError,
-    TaskQuery,
-    TaskStatus,
-    TaskStepSpec,
+from aster_forge import BackgroundTaskRecord, TaskStatus
+from aster_forge.tasks import NewTask, TaskDedupeKey, TaskInvalidValueError, TaskStepSpec
+from aster_forge.tasks._admin_query import TaskAdminStore, TaskQuery
+from aster_forge.tasks._steps import (
     TaskStepStatus,
     initial_task_steps_from_specs,
     parse_task_steps_json,

@@ -6,8 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 
-from aster_forge import Forge, TaskExecutionContext
-from aster_forge.tasks import ClassifiedTaskError, TaskRetryClass
+from aster_forge import ClassifiedTaskError, Forge, TaskExecutionContext, TaskRetryClass
 
 from .model import DATABASE_URL, Confirmation, Shop, metadata, open_shop, orders
 

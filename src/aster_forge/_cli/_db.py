@@ -12,12 +12,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aster_forge._demo import open_demo_engine
-from aster_forge.db import (
-    background_tasks_table,
-    normalize_database_url,
-    runtime_leases_table,
-    scheduled_tasks_table,
-)
+from aster_forge.db import background_tasks_table, runtime_leases_table, scheduled_tasks_table
+from aster_forge.db._internal import normalize_database_url
 
 from ._errors import EXIT_UNREACHABLE, CliError, database_error, safe_url
 from ._output import console

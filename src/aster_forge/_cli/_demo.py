@@ -12,9 +12,9 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from aster_forge import ClassifiedTaskError
 from aster_forge._demo import DemoApp, DemoPortInUseError, DemoSettings, bind_listen_socket
 from aster_forge.runtime import AsterRuntime, AsterRuntimeError, CancellationToken
-from aster_forge.tasks import ClassifiedTaskError
 
 from ._db import check_sqlite_path
 from ._errors import EXIT_FAILED, EXIT_UNREACHABLE, CliError, database_error, safe_url

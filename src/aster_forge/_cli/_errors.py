@@ -8,14 +8,13 @@ from typing import NoReturn
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 
-from aster_forge.db import (
+from aster_forge import TablesMissingError, TaskNotFoundError, TaskStateError
+from aster_forge.db.errors import (
     AsterForgeDbError,
     DatabaseDriverMissingError,
     InvalidDatabaseUrlError,
-    TablesMissingError,
     UnsupportedDatabaseBackendError,
 )
-from aster_forge.tasks import TaskNotFoundError, TaskStateError
 
 __all__ = ["EXIT_FAILED", "EXIT_UNREACHABLE", "CliError", "database_error", "fail", "safe_url"]
 

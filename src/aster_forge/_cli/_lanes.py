@@ -6,7 +6,8 @@ import json
 
 from rich.table import Table
 
-from aster_forge.tasks import TaskInvalidValueError, TaskLaneState
+from aster_forge import TaskLaneState
+from aster_forge.tasks import TaskInvalidValueError
 
 from ._errors import EXIT_UNREACHABLE, CliError
 from ._output import console

@@ -18,18 +18,18 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from aster_forge import BackgroundTaskRecord, TaskStatus
 from aster_forge._demo import DEMO_NAMESPACE, LANE_LIMITS, DemoApp
-from aster_forge.runtime import CancellationToken, utc_now
-from aster_forge.tasks import (
-    BackgroundTaskRecord,
+from aster_forge.runtime import CancellationToken
+from aster_forge.runtime._internal import RuntimeLeaseView, utc_now
+from aster_forge.tasks._internal import (
     ScheduledTaskRecord,
     TaskLaneCounts,
-    TaskStatus,
     TaskStepInfo,
     TaskStepStatus,
     parse_task_steps_json,
 )
-from aster_forge.web import RuntimeLeaseTableReader, RuntimeLeaseView
+from aster_forge.web import RuntimeLeaseTableReader
 
 __all__ = ["LiveSnapshot", "render_snapshot", "run_live_view", "take_snapshot"]
 

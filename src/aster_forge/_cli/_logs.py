@@ -9,7 +9,7 @@ import sys
 import time
 from typing import IO, Any
 
-from ..tasks import TaskLogContextFilter
+from ..tasks._internal import TaskLogContextFilter
 
 __all__ = ["JsonLogFormatter", "LogFormat", "TextLogFormatter", "configure_worker_logging"]
 

@@ -7,13 +7,11 @@ from typing import Any
 
 from rich.table import Table
 
-from aster_forge.runtime import (
-    AsterRuntimeError,
+from aster_forge.runtime import AsterRuntimeError, ShutdownReport, StartupReport
+from aster_forge.runtime.errors import (
     AsterRuntimeServiceError,
     AsterRuntimeShutdownError,
     AsterRuntimeStartupError,
-    ShutdownReport,
-    StartupReport,
 )
 
 from ._output import console

@@ -6,11 +6,8 @@ import importlib
 import inspect
 from typing import Any
 
-from aster_forge.runtime import (
-    AsterRuntime,
-    AsterRuntimeBuilder,
-    AsterRuntimeError,
-)
+from aster_forge.runtime import AsterRuntime, AsterRuntimeError
+from aster_forge.runtime._internal import AsterRuntimeBuilder
 
 from ._errors import EXIT_FAILED, EXIT_UNREACHABLE, CliError
 from ._reports import print_runtime_error, print_shutdown_report

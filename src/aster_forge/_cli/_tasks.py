@@ -11,16 +11,10 @@ from typing import Any
 import sqlalchemy as sa
 from rich.table import Table
 
+from aster_forge import BackgroundTaskRecord, TaskCancelOutcome, TaskStateError, TaskStatus
 from aster_forge._json import load_json
 from aster_forge.db import BackgroundTaskDbStore, background_tasks_table
-from aster_forge.tasks import (
-    BackgroundTaskRecord,
-    TaskCancelOutcome,
-    TaskStateError,
-    TaskStatus,
-    TaskStepInfo,
-    parse_task_steps_json,
-)
+from aster_forge.tasks._internal import TaskStepInfo, parse_task_steps_json
 
 from ._db import checked_engine, require_table
 from ._errors import EXIT_FAILED, CliError

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from aster_forge.forge import Forge
+from aster_forge import Forge
 from aster_forge.runtime import AsterRuntimeError
 
 from ._errors import EXIT_FAILED, EXIT_UNREACHABLE, CliError, database_error

@@ -13,10 +13,10 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from aster_forge import Forge, ForgeStateError
+from aster_forge import EnqueueResult, Forge, ForgeStateError
 from aster_forge.db import create_database_engine
 from aster_forge.runtime import AsterRuntime
-from aster_forge.tasks import BackgroundTaskStore, EnqueueResult, ScheduledTaskStore, TaskWorker
+from aster_forge.tasks import BackgroundTaskStore, ScheduledTaskStore, TaskWorker
 
 from ._forge import DEMO_NAME, DemoSchedule, build_demo_forge
 from ._seed import seed_demo_tasks

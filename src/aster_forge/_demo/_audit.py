@@ -21,15 +21,17 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from aster_forge.db import UtcDateTime
 from aster_forge.runtime import (
     BufferedBatchConfig,
-    BufferedWriterLifecycle,
-    BufferedWriterStopReport,
     CancellationToken,
     HealthComponentDetailValue,
     HealthComponentReport,
     ManagedBatchWriter,
     OverflowPolicy,
-    RecordAdmission,
     WriteFailure,
+)
+from aster_forge.runtime._internal import (
+    BufferedWriterLifecycle,
+    BufferedWriterStopReport,
+    RecordAdmission,
 )
 
 __all__ = ["AUDIT_TABLE", "AuditEvent", "AuditLog", "audit_events_table"]

@@ -11,15 +11,17 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from aster_forge import Forge, TaskExecutionContext
-from aster_forge.forge import ForgeTask, ForgeWorkerSettings
-from aster_forge.runtime import CancellationToken, HealthComponentReport
-from aster_forge.tasks import (
+from aster_forge import (
     ClassifiedTaskError,
-    DispatchPollConfig,
+    Forge,
+    ForgeTask,
+    ForgeWorkerSettings,
+    TaskExecutionContext,
     TaskRetryClass,
     TaskRetryPolicy,
 )
+from aster_forge.runtime import CancellationToken, HealthComponentReport
+from aster_forge.tasks import DispatchPollConfig
 
 from ._audit import AuditLog, audit_events_table
 from ._model import (

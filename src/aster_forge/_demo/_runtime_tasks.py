@@ -11,15 +11,13 @@ from __future__ import annotations
 import enum
 from datetime import timedelta
 
+from aster_forge import ClassifiedTaskError, TaskRetryClass, TaskStatus
 from aster_forge.runtime import HealthCheckScope, HealthStatus
 from aster_forge.tasks import (
-    ClassifiedTaskError,
     RuntimeTaskCatalog,
     RuntimeTaskDefinition,
     RuntimeTaskName,
     TaskLease,
-    TaskRetryClass,
-    TaskStatus,
     sweep_task_temp_dirs,
 )
 

@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from aster_forge.tasks import EnqueueResult
+from aster_forge import EnqueueResult
 
 from ._model import FailureMode, MaintenancePayload, MediaPayload, ReportPayload
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from aster_forge import Forge
-from aster_forge.runtime import RecordClosedError, RecordFullError, utc_now
-from aster_forge.tasks import TaskStatus
+from aster_forge import Forge, TaskStatus
+from aster_forge.runtime._internal import utc_now
+from aster_forge.runtime.errors import RecordClosedError, RecordFullError
 
 from ._audit import AuditEvent, AuditLog
 

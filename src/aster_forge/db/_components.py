@@ -12,7 +12,6 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..runtime import (
-    Clock,
     HealthCheckOptions,
     HealthCheckScopes,
     HealthComponentDetailValue,
@@ -20,10 +19,10 @@ from ..runtime import (
     RuntimeComponentBundleRegistration,
     RuntimeComponentKind,
     RuntimeComponentRegistry,
-    SystemClock,
     runtime_component,
     shutdown_resource_component_after,
 )
+from ..runtime._internal import Clock, SystemClock
 from ._time import DatabaseBackend
 
 __all__ = ["DATABASE_COMPONENT", "database_component_after", "database_health_component"]

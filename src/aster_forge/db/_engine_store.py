@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ..runtime import Clock, SystemClock
+from ..runtime._internal import Clock, SystemClock
 from ._time import DatabaseBackend
 
 __all__ = ["EngineBackedStore"]

@@ -23,7 +23,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
-from ..tasks import EnqueueResult, NewTask
+from ..tasks import NewTask
+from ..tasks._internal import EnqueueResult
 from .errors import DatabaseDataError, DatabaseIntegrityError, DatabaseOperationError
 
 __all__ = ["DEFAULT_ENQUEUE_BATCH", "DEFAULT_ENQUEUE_BATCH_CHARS", "EnqueueCoalescer"]

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
-from ..runtime import Clock
+from ..runtime._internal import Clock
 
 __all__ = ["DEFAULT_NOTIFY_WINDOW", "NotifyLimiter"]
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ..tasks import BackgroundTaskRecord
+from ..tasks._internal import BackgroundTaskRecord
 from ._tasks_table import CORE_COLUMNS, record_from_values
 from ._time import UtcDateTime
 

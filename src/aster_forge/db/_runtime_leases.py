@@ -10,9 +10,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.schema import CreateTable
 
-from ..runtime import (
+from ..runtime import RuntimeLease
+from ..runtime._internal import (
     MAX_RUNTIME_LEASE_ID_LENGTH,
-    RuntimeLease,
     RuntimeLeases,
     RuntimeLeaseView,
     saturating_expiry,

@@ -10,12 +10,10 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ..runtime import saturating_expiry
-from ..tasks import (
-    CronSchedule,
-    IntervalSchedule,
+from ..runtime._internal import saturating_expiry
+from ..tasks import CronSchedule, IntervalSchedule, ScheduledTaskOutcome
+from ..tasks._internal import (
     ScheduledTaskClaim,
-    ScheduledTaskOutcome,
     ScheduledTaskRecord,
     ScheduledTaskRunStatus,
     stored_schedule_columns,

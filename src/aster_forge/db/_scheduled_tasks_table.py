@@ -6,7 +6,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from ..tasks import (
+from ..tasks._internal import (
     MAX_CRON_EXPRESSION_LENGTH,
     MAX_CRON_TIMEZONE_LENGTH,
     MAX_SCHEDULED_TASK_NAME_LENGTH,

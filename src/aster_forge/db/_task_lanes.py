@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ..tasks import MAX_TASK_KIND_LENGTH, TaskLaneState, wire_value
+from ..tasks._internal import MAX_TASK_KIND_LENGTH, TaskLaneState, wire_value
 from ._tasks_sql import TaskSql
 from ._time import DatabaseBackend, UtcDateTime
 

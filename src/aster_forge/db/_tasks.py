@@ -11,21 +11,19 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ..runtime import Clock, SystemClock
-from ..tasks import (
+from ..runtime._internal import Clock, SystemClock
+from ..tasks import TaskInvalidValueError, TaskLease, TaskRegistry
+from ..tasks._internal import (
     LEASE_EXPIRED_ERROR,
     BackgroundTaskRecord,
     TaskCompletion,
     TaskFailureReason,
-    TaskInvalidValueError,
-    TaskLease,
-    TaskRegistry,
-    TaskRegistryError,
     TaskStatus,
     check_claim_args,
     check_retry_delay,
     check_ttl,
 )
+from ..tasks.errors import TaskRegistryError
 from ._driver_hold import HeldDriverConnection
 from ._enqueue_coalescer import EnqueueCoalescer
 from ._notify_limiter import DEFAULT_NOTIFY_WINDOW, NotifyLimiter

@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ..tasks import (
+from ..tasks._internal import (
     BackgroundTaskRecord,
     TaskFailureReason,
     TaskLaneStatusCounts,

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ..tasks import (
+from ..tasks import TaskLease
+from ..tasks._internal import (
     TaskFailureReason,
-    TaskLease,
     TaskStatus,
     check_delete_finished_tasks_args,
     check_snooze_delay,

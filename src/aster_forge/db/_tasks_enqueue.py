@@ -25,7 +25,8 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from .._errors import AsterForgeError
-from ..tasks import BackgroundTaskRecord, EnqueueResult, NewTask, TaskRegistry, TaskStatus
+from ..tasks import NewTask, TaskRegistry
+from ..tasks._internal import BackgroundTaskRecord, EnqueueResult, TaskStatus
 from ._driver_hold import HeldDriverConnection, hand_over
 from ._enqueue_coalescer import EnqueueCoalescer
 from ._notify_limiter import NotifyLimiter

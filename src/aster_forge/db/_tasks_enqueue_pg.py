@@ -23,8 +23,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from ..runtime import NEVER_EXPIRES
-from ..tasks import BackgroundTaskRecord, EnqueueResult, NewTask, TaskStatus
+from ..runtime._internal import NEVER_EXPIRES
+from ..tasks import NewTask
+from ..tasks._internal import BackgroundTaskRecord, EnqueueResult, TaskStatus
 from ._pg_driver import unless_all_null
 from ._pg_records import PgRecordBuilder, UtcStamps, epoch_micros, returning_columns
 from ._tasks_sql import _SATURATING_DELTA

@@ -17,7 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from ..tasks import LEASE_EXPIRED_ERROR, TaskFailureReason, TaskStatus
+from ..tasks._internal import LEASE_EXPIRED_ERROR, TaskFailureReason, TaskStatus
 from ._pg_records import returning_columns
 from ._tasks_table import CORE_COLUMNS
 from ._time import UtcDateTime

@@ -19,7 +19,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ..tasks import BackgroundTaskRecord, TaskCompletion, TaskLease, TaskStatus
+from ..tasks import TaskLease
+from ..tasks._internal import BackgroundTaskRecord, TaskCompletion, TaskStatus
 from ._driver_hold import HeldDriverConnection
 from ._pg_driver import PgDriverStatement, unless_all_null, utc_decoder
 from ._pg_records import PgRecordBuilder

@@ -16,8 +16,9 @@ from sqlalchemy.pool import Pool, PoolProxiedConnection
 from sqlalchemy.util import greenlet_spawn
 
 from .._errors import AsterForgeError
-from ..runtime import NEVER_EXPIRES, Clock, saturating_expiry
-from ..tasks import TaskLease, TaskStatus
+from ..runtime._internal import NEVER_EXPIRES, Clock, saturating_expiry
+from ..tasks import TaskLease
+from ..tasks._internal import TaskStatus
 from ._time import DatabaseBackend, UtcDateTime, database_now
 from ._translate import retry_conflicts, run_transaction, translate_db_error
 

@@ -27,7 +27,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ..tasks import LEASE_EXPIRED_ERROR, BackgroundTaskRecord, TaskFailureReason, TaskStatus
+from ..tasks._internal import (
+    LEASE_EXPIRED_ERROR,
+    BackgroundTaskRecord,
+    TaskFailureReason,
+    TaskStatus,
+)
 from ._tasks_sql import driver_connection
 from ._tasks_table import CORE_COLUMNS, record_from_values
 from ._time import UtcDateTime

@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ..tasks import (
+from ..tasks._internal import (
     MAX_TASK_DEDUPE_KEY_LENGTH,
     MAX_TASK_KIND_LENGTH,
     BackgroundTaskRecord,

@@ -12,7 +12,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.types import TypeEngine
 
-from ..runtime import NEVER_EXPIRES, Clock, saturating_expiry
+from ..runtime._internal import NEVER_EXPIRES, Clock, saturating_expiry
 from .errors import UnsupportedDatabaseBackendError
 
 __all__ = [

@@ -33,13 +33,12 @@ from ..runtime import (
 from ..tasks import (
     BACKGROUND_TASKS_COMPONENT,
     BackgroundTaskStore,
-    EnqueueResult,
     NewTask,
-    TaskCodecError,
     TaskPayloadError,
-    TaskRetention,
     TaskWorker,
 )
+from ..tasks._internal import EnqueueResult, TaskRetention
+from ..tasks.errors import TaskCodecError
 from ._backend import ForgeBackend
 from ._declarations import ForgeDeclarations, check_name
 from ._drain import ForgeDrainResult, drain_forge

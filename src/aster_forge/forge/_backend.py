@@ -18,11 +18,11 @@ from ..db import (
     background_tasks_table,
     create_database_engine,
     ensure_tables,
-    normalize_database_url,
     runtime_leases_table,
     scheduled_tasks_table,
     task_lanes_table,
 )
+from ..db._internal import normalize_database_url
 from ..runtime import RuntimeLeaseStore
 from ..tasks import BackgroundTaskStore, ScheduledTaskStore
 from ..testing import InMemoryRuntimeLeaseStore, InMemoryScheduledTaskStore, InMemoryTaskStore

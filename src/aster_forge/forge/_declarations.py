@@ -16,7 +16,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
 from ..runtime import HealthComponentReport
-from ..tasks import TaskErrorClassifier, TaskRegistry, TaskRetryPolicy, TaskStepSpec
+from ..tasks import TaskRegistry, TaskStepSpec
+from ..tasks._internal import TaskErrorClassifier, TaskRetryPolicy
 from ._periodic import ForgePeriodic, periodic_schedule, periodic_shape
 from ._signature import BodyShape, read_body
 from ._task import ForgeTask

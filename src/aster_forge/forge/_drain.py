@@ -13,8 +13,8 @@ from ..tasks import (
     DispatchStatsRecorder,
     TaskLaneConfig,
     TaskWorker,
-    default_dispatch_owner,
 )
+from ..tasks._internal import default_dispatch_owner
 
 if TYPE_CHECKING:
     from ._app import Forge

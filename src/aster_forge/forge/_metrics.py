@@ -32,7 +32,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..tasks import TaskLaneCounts, TaskStatus
+from ..tasks._internal import TaskLaneCounts, TaskStatus
 
 if TYPE_CHECKING:
     from ._app import Forge

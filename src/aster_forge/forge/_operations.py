@@ -10,19 +10,19 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ..tasks import (
+from ..tasks import BackgroundTaskStore
+from ..tasks._internal import (
     BackgroundTaskRecord,
-    BackgroundTaskStore,
     EnqueueResult,
     TaskCancelOutcome,
     TaskLaneState,
-    TaskNotFoundError,
     TaskPage,
     TaskPruneReport,
     TaskRetention,
     TaskStatus,
     prune_finished_tasks,
 )
+from ..tasks.errors import TaskNotFoundError
 from .errors import ForgeDeclarationError, ForgeTaskFailedError
 
 if TYPE_CHECKING:

@@ -15,16 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _tracing
 from ..tasks import (
-    CronExtraMissingError,
     CronSchedule,
     IntervalSchedule,
     LeasedScheduledRuntime,
-    PeriodicTaskConfigError,
-    Schedule,
     ScheduledTaskOutcome,
     ScheduledTaskRun,
-    ScheduledTaskValueError,
 )
+from ..tasks._internal import Schedule
+from ..tasks.errors import CronExtraMissingError, PeriodicTaskConfigError, ScheduledTaskValueError
 from ._signature import BodyShape
 from ._task import ForgeTask
 from .errors import ForgeDeclarationError

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..tasks import TaskExecutionContext
+from ..tasks._internal import TaskExecutionContext
 from .errors import ForgeDeclarationError
 
 __all__ = ["BodyShape", "read_body"]

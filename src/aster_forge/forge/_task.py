@@ -10,13 +10,12 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from ..tasks import (
+from ..tasks import TaskSpec, TaskStepSpec
+from ..tasks._internal import (
     EnqueueResult,
     TaskErrorClassifier,
     TaskExecutionContext,
     TaskRetryPolicy,
-    TaskSpec,
-    TaskStepSpec,
 )
 from ._signature import BodyShape
 

@@ -17,24 +17,18 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..db import (
-    DEFAULT_TASK_NOTIFY_CHANNEL,
-    database_component_after,
-    database_health_component,
-    listen_for_task_notifications,
-)
+from ..db import database_component_after, database_health_component, listen_for_task_notifications
+from ..db._internal import DEFAULT_TASK_NOTIFY_CHANNEL
 from ..runtime import (
     CancellationToken,
-    Clock,
     HealthCheckOptions,
     HealthCheckScopes,
     HealthComponentDetailValue,
     HealthComponentReport,
     RuntimeComponentKind,
     RuntimeComponentRegistry,
-    StartupPhaseFailurePolicy,
-    SystemClock,
 )
+from ..runtime._internal import Clock, StartupPhaseFailurePolicy, SystemClock
 from ..tasks import (
     BACKGROUND_TASKS_COMPONENT,
     ClaimedTaskExecutionConfig,
@@ -44,12 +38,11 @@ from ..tasks import (
     ScheduledTaskOutcome,
     ScheduledTaskRun,
     TaskLaneConfig,
-    TaskPruneReport,
-    TaskRetryPolicy,
     TaskTempDirs,
     TaskWorker,
     task_retention_worker,
 )
+from ..tasks._internal import TaskPruneReport, TaskRetryPolicy
 from .errors import ForgeDeclarationError
 
 if TYPE_CHECKING:

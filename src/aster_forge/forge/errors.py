@@ -7,15 +7,7 @@ from typing import TYPE_CHECKING
 from .._errors import AsterForgeError
 
 if TYPE_CHECKING:
-    from ..tasks import BackgroundTaskRecord
-
-__all__ = [
-    "ForgeDeclarationError",
-    "ForgeError",
-    "ForgePayloadError",
-    "ForgeStateError",
-    "ForgeTaskFailedError",
-]
+    from ..tasks._internal import BackgroundTaskRecord
 
 
 class ForgeError(AsterForgeError):

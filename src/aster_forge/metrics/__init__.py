@@ -10,15 +10,13 @@ from __future__ import annotations
 from ._health import PrometheusHealthMetricsRecorder
 
 # --- dispatch stats ---
-from ._dispatch import DispatchStatsSource, PrometheusDispatchStatsCollector, lane_label
+from ._dispatch import PrometheusDispatchStatsCollector
 
 # --- event loop lag ---
 from ._loop_lag import register_event_loop_lag_metrics
 
 __all__ = [
-    "DispatchStatsSource",
     "PrometheusDispatchStatsCollector",
     "PrometheusHealthMetricsRecorder",
-    "lane_label",
     "register_event_loop_lag_metrics",
 ]

@@ -37,7 +37,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from ..tasks import DispatchStats
+from ..tasks._internal import DispatchStats
 
 __all__ = ["DispatchStatsSource", "PrometheusDispatchStatsCollector", "lane_label"]
 

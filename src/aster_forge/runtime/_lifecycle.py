@@ -39,9 +39,7 @@ __all__ = [
     "AsterRuntimeBuilder",
     "RuntimeComponentWithShutdown",
     "RuntimeServiceComponent",
-    "TryRuntimeComponentWithShutdown",
     "runtime_component_with_shutdown",
-    "try_runtime_component_with_shutdown",
 ]
 
 T = TypeVar("T")
@@ -86,17 +84,12 @@ class RuntimeComponentWithShutdown:
     build: Callable[[CancellationToken], object]
 
 
-@dataclass(frozen=True, slots=True)
-class TryRuntimeComponentWithShutdown:
-    """Like :class:`RuntimeComponentWithShutdown`, for constructors that may raise."""
-
-    build: Callable[[CancellationToken], object]
-
-
 def runtime_component_with_shutdown(
     fn: Callable[[CancellationToken], object],
 ) -> RuntimeComponentWithShutdown:
     """Defer building a component until the builder hands it the shared shutdown token.
+
+    A constructor's exception comes out of ``.component(...)`` unchanged (same type).
 
     Args:
         fn: ``fn(token)`` returns a component (a bundle or a ``RuntimeServiceComponent``).
@@ -105,16 +98,6 @@ def runtime_component_with_shutdown(
         A value for ``AsterRuntimeBuilder.component(...)``.
     """
     return RuntimeComponentWithShutdown(fn)
-
-
-def try_runtime_component_with_shutdown(
-    fn: Callable[[CancellationToken], object],
-) -> TryRuntimeComponentWithShutdown:
-    """Like :func:`runtime_component_with_shutdown` for a constructor that may raise.
-
-    The constructor's exception comes out of ``.component(...)`` unchanged (same type).
-    """
-    return TryRuntimeComponentWithShutdown(fn)
 
 
 class AsterRuntimeBuilder:
@@ -162,9 +145,9 @@ class AsterRuntimeBuilder:
 
         Raises:
             RuntimeComponentRegistrationError: Not a component, or a second service.
-            Exception: A ``try_runtime_component_with_shutdown`` constructor's own error.
+            Exception: A ``runtime_component_with_shutdown`` constructor's own error.
         """
-        if isinstance(component, RuntimeComponentWithShutdown | TryRuntimeComponentWithShutdown):
+        if isinstance(component, RuntimeComponentWithShutdown):
             return self.component(component.build(self._token))
         if isinstance(component, RuntimeServiceComponent):
             if self._service is not None:

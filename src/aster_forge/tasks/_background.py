@@ -8,7 +8,8 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
-from ..runtime import CancellationToken, Clock, SystemClock
+from ..runtime import CancellationToken
+from ..runtime._internal import Clock, SystemClock
 from ._component_name import BACKGROUND_TASKS_COMPONENT
 from .errors import BackgroundTasksClosedError, BackgroundTaskSpawnError, PeriodicTaskConfigError
 

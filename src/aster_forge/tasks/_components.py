@@ -13,10 +13,10 @@ from ..runtime import (
     RuntimeComponentKind,
     RuntimeComponentRegistry,
     RuntimeComponentWithShutdown,
-    StartupPhaseFailurePolicy,
     runtime_component,
     runtime_component_with_shutdown,
 )
+from ..runtime._internal import StartupPhaseFailurePolicy
 from ._background import BackgroundTasks
 from ._catalog import RuntimeTaskDefinition
 from ._component_name import BACKGROUND_TASKS_COMPONENT

@@ -10,7 +10,8 @@ from typing import NoReturn
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from ..runtime import CancellationToken, Clock, shielded, sleep_or_cancelled
+from ..runtime import CancellationToken
+from ..runtime._internal import Clock, shielded, sleep_or_cancelled
 from ._control import TaskSnooze
 from ._effects import TaskEffects
 from ._lease import TaskLease, TaskLeaseGuard, TaskLeaseTermination

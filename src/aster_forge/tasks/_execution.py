@@ -16,8 +16,8 @@ from .._validation import (
     check_optional_duration,
     check_stored_duration,
 )
-from ..runtime import (
-    CancellationToken,
+from ..runtime import CancellationToken
+from ..runtime._internal import (
     Clock,
     SystemClock,
     abandon_task,

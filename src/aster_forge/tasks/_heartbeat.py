@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from ..runtime import CancellationToken, Clock, RaceWinner, race
+from ..runtime import CancellationToken
+from ..runtime._internal import Clock, RaceWinner, race
 from ._lease import TaskLease, TaskLeaseGuard
 from .protocols import TaskHeartbeatStore
 

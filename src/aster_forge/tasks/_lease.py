@@ -6,7 +6,8 @@ import enum
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from ..runtime import CancellationToken, Clock, SystemClock
+from ..runtime import CancellationToken
+from ..runtime._internal import Clock, SystemClock
 from .errors import (
     TaskCancelRequestedError,
     TaskInvalidValueError,

@@ -7,12 +7,11 @@ from collections.abc import Awaitable, Callable
 
 from ..runtime import (
     CancellationToken,
-    Clock,
     RuntimeLeaseConfig,
     RuntimeLeaseStore,
-    SystemClock,
     run_runtime_lease_supervisor,
 )
+from ..runtime._internal import Clock, SystemClock
 from ._background import BackgroundTasks
 from .errors import BackgroundTaskSpawnError
 

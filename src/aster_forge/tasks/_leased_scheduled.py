@@ -17,14 +17,11 @@ from typing import Any, Generic, TypeVar
 
 from ..runtime import (
     CancellationToken,
-    Clock,
     RuntimeLeaseConfig,
     RuntimeLeaseStore,
-    SystemClock,
     new_runtime_lease_owner_id,
-    validate_lease_identifier,
-    validate_lease_ttl,
 )
+from ..runtime._internal import Clock, SystemClock, validate_lease_identifier, validate_lease_ttl
 from ._background import DEFAULT_SHUTDOWN_GRACE, BackgroundTasks
 from ._leased import run_leased_background_tasks
 from ._schedule import (

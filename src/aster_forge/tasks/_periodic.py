@@ -7,7 +7,8 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TypeVar
 
-from ..runtime import CancellationToken, Clock, SystemClock, sleep_or_cancelled
+from ..runtime import CancellationToken
+from ..runtime._internal import Clock, SystemClock, sleep_or_cancelled
 from .errors import PeriodicTaskConfigError
 
 __all__ = ["MIN_ZERO_INTERVAL_SLEEP", "periodic_sleep_duration", "run_periodic_task"]

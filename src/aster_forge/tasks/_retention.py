@@ -7,7 +7,8 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
-from ..runtime import CancellationToken, Clock, SystemClock, sleep_or_cancelled
+from ..runtime import CancellationToken
+from ..runtime._internal import Clock, SystemClock, sleep_or_cancelled
 from ._control import TaskPruneReport, TaskRetention
 from ._control_protocols import TaskRetentionStore
 from ._records import TaskStatus

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
-from ..runtime import NEVER_EXPIRES, CancellationToken, Clock, SystemClock, sleep_or_cancelled
+from ..runtime import CancellationToken
+from ..runtime._internal import NEVER_EXPIRES, Clock, SystemClock, sleep_or_cancelled
 from ._dedupe import scheduled_task_dedupe_key
 from ._schedule_task import (
     DEFAULT_SCHEDULED_CLAIM_TTL,

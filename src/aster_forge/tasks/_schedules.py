@@ -27,7 +27,7 @@ from functools import cache
 from typing import Any, TypeAlias
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from ..runtime import NEVER_EXPIRES, saturating_expiry
+from ..runtime._internal import NEVER_EXPIRES, saturating_expiry
 from ._periodic import periodic_sleep_duration
 from .errors import CronExtraMissingError, CronScheduleError, ScheduledTaskValueError
 

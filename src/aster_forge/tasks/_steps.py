@@ -14,7 +14,7 @@ from typing import Any
 
 import pydantic
 
-from ..runtime import utc_now
+from ..runtime._internal import utc_now
 from .errors import TaskCodecError, TaskInvalidValueError, TaskStepNotFoundError
 
 __all__ = [

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from datetime import timedelta
 from pathlib import Path
 
-from ..runtime import RUNTIME_TEMP_DIR_NAME
+from ..runtime._internal import RUNTIME_TEMP_DIR_NAME
 from ._lease import TaskLease
 from .errors import TaskIoError
 

@@ -10,7 +10,8 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
-from ..runtime import CancellationToken, Clock, race, shielded
+from ..runtime import CancellationToken
+from ..runtime._internal import Clock, race, shielded
 from ._completion import TaskCompletionBatcher
 from ._dispatch import (
     ClaimedTaskOutcome,

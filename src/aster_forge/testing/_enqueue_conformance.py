@@ -13,16 +13,14 @@ from typing import Any, ClassVar
 from ..tasks import (
     BackgroundTaskStore,
     NewTask,
-    TaskEnqueueValueError,
-    TaskExecutionContext,
     TaskInvalidValueError,
-    TaskKindNotRegisteredError,
-    TaskLaneMismatchError,
     TaskPayloadError,
     TaskRegistry,
     TaskSpec,
     TaskStepSpec,
 )
+from ..tasks._internal import TaskExecutionContext
+from ..tasks.errors import TaskEnqueueValueError, TaskKindNotRegisteredError, TaskLaneMismatchError
 from ._conformance import StoreConformance
 
 __all__ = ["TaskEnqueueConformance"]

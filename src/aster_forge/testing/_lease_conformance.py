@@ -8,13 +8,9 @@ from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
 from typing import ClassVar
 
-from ..runtime import (
-    RuntimeLease,
-    RuntimeLeaseConfigError,
-    RuntimeLeases,
-    RuntimeLeaseStore,
-    RuntimeLeaseView,
-)
+from ..runtime import RuntimeLease, RuntimeLeaseStore
+from ..runtime._internal import RuntimeLeases, RuntimeLeaseView
+from ..runtime.errors import RuntimeLeaseConfigError
 from ._conformance import StoreConformance
 
 __all__ = ["RuntimeLeaseStoreConformance"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from ..runtime import (
+from ..runtime import RuntimeLease
+from ..runtime._internal import (
     Clock,
-    RuntimeLease,
     RuntimeLeases,
     RuntimeLeaseView,
     SystemClock,

@@ -9,15 +9,9 @@ from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
 from typing import ClassVar
 
-from ..tasks import (
-    CronSchedule,
-    IntervalSchedule,
-    ScheduledTaskClaim,
-    ScheduledTaskOutcome,
-    ScheduledTaskRunStatus,
-    ScheduledTaskStore,
-    ScheduledTaskValueError,
-)
+from ..tasks import CronSchedule, IntervalSchedule, ScheduledTaskOutcome, ScheduledTaskStore
+from ..tasks._internal import ScheduledTaskClaim, ScheduledTaskRunStatus
+from ..tasks.errors import ScheduledTaskValueError
 from ._conformance import StoreConformance
 
 __all__ = ["ScheduledTaskStoreConformance"]

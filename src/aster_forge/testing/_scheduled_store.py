@@ -6,12 +6,10 @@ import dataclasses
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from ..runtime import Clock, SystemClock, saturating_expiry
-from ..tasks import (
-    CronSchedule,
-    IntervalSchedule,
+from ..runtime._internal import Clock, SystemClock, saturating_expiry
+from ..tasks import CronSchedule, IntervalSchedule, ScheduledTaskOutcome
+from ..tasks._internal import (
     ScheduledTaskClaim,
-    ScheduledTaskOutcome,
     ScheduledTaskRecord,
     stored_schedule_columns,
     validate_claim_scheduled_task_args,

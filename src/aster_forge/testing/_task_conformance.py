@@ -8,20 +8,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import ClassVar
 
-from ..tasks import (
+from ..tasks import BackgroundTaskStore, NewTask, TaskInvalidValueError, TaskLease, TaskStepSpec
+from ..tasks._internal import (
     LEASE_EXPIRED_ERROR,
     BackgroundTaskRecord,
-    BackgroundTaskStore,
-    NewTask,
     TaskCancelOutcome,
     TaskCompletion,
-    TaskEnqueueValueError,
     TaskFailureReason,
-    TaskInvalidValueError,
-    TaskLease,
-    TaskStateError,
     TaskStatus,
-    TaskStepSpec,
     TaskStepStatus,
     initial_task_steps_from_specs,
     mark_active_step_failed,
@@ -30,6 +24,7 @@ from ..tasks import (
     set_task_step_active,
     set_task_step_succeeded,
 )
+from ..tasks.errors import TaskEnqueueValueError, TaskStateError
 from ._conformance import StoreConformance
 from ._task_control_conformance import LONG as _LONG
 from ._task_control_conformance import TaskControlChecks

@@ -7,16 +7,12 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..tasks import (
+from ..tasks import BackgroundTaskStore, NewTask, TaskInvalidValueError, TaskLease, TaskStepSpec
+from ..tasks._internal import (
     BackgroundTaskRecord,
-    BackgroundTaskStore,
-    NewTask,
     TaskCancelOutcome,
     TaskFailureReason,
-    TaskInvalidValueError,
-    TaskLease,
     TaskStatus,
-    TaskStepSpec,
     TaskStepStatus,
     initial_task_steps_from_specs,
     parse_task_steps_json,

@@ -8,23 +8,19 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..runtime import Clock, SystemClock, saturating_expiry
-from ..tasks import (
+from ..runtime._internal import Clock, SystemClock, saturating_expiry
+from ..tasks import NewTask, TaskLease, TaskRegistry, TaskStoreBase
+from ..tasks._internal import (
     LEASE_EXPIRED_ERROR,
     BackgroundTaskRecord,
     EnqueueResult,
-    NewTask,
     TaskCancelOutcome,
     TaskCompletion,
     TaskFailureReason,
     TaskLaneCounts,
     TaskLaneState,
-    TaskLease,
     TaskPage,
-    TaskRegistry,
-    TaskRegistryError,
     TaskStatus,
-    TaskStoreBase,
     cancel_active_step,
     check_claim_args,
     check_list_tasks_args,
@@ -35,7 +31,12 @@ from ..tasks import (
     serialize_task_steps_json,
     wire_value,
 )
-from ..tasks.errors import TaskEnqueueValueError, TaskNotFoundError, TaskStateError
+from ..tasks.errors import (
+    TaskEnqueueValueError,
+    TaskNotFoundError,
+    TaskRegistryError,
+    TaskStateError,
+)
 from ._task_store_admin import InMemoryTaskAdminMixin
 from ._task_store_control import InMemoryTaskControlMixin
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from ..tasks import (
+from ..tasks._internal import (
     BackgroundTaskRecord,
     TaskBulkResult,
     TaskCancelOutcome,
@@ -22,7 +22,7 @@ from ..tasks import (
 )
 
 if TYPE_CHECKING:
-    from ..runtime import Clock
+    from ..runtime._internal import Clock
 
 __all__ = ["InMemoryTaskAdminMixin", "matches"]
 

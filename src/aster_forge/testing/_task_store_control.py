@@ -6,12 +6,12 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ..runtime import Clock, saturating_expiry
-from ..tasks import (
+from ..runtime._internal import Clock, saturating_expiry
+from ..tasks import TaskLease
+from ..tasks._internal import (
     BackgroundTaskRecord,
     TaskFailureReason,
     TaskLaneState,
-    TaskLease,
     TaskStatus,
     check_delete_finished_tasks_args,
     check_snooze_delay,

@@ -21,9 +21,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from ..db import AsterForgeDbError
+from ..db.errors import AsterForgeDbError
 from ..runtime import HealthCheckScope
-from ..tasks import TaskInvalidValueError, TaskNotFoundError, TaskStateError
+from ..tasks import TaskInvalidValueError
+from ..tasks.errors import TaskNotFoundError, TaskStateError
 from ._admin_tasks import TaskEndpoints
 from ._auth import AdminAuth, AdminDoor, HostAllowList, same_origin
 from ._health import health_report, resolve_health_runner

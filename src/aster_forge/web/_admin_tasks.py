@@ -14,16 +14,15 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..tasks import (
-    BackgroundTaskStore,
+from ..tasks import BackgroundTaskStore
+from ..tasks._internal import (
     TaskAdminStore,
     TaskBulkResult,
     TaskCancelOutcome,
     TaskLaneCounts,
-    TaskNotFoundError,
-    TaskStateError,
     TaskStatus,
 )
+from ..tasks.errors import TaskNotFoundError, TaskStateError
 from ._params import (
     BadRequestError,
     TaskBulkBody,

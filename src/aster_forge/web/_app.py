@@ -10,7 +10,8 @@ from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute
 
-from ..runtime import CancellationToken, HealthCheckScope, HealthMetricsRecorder
+from ..runtime import CancellationToken, HealthCheckScope
+from ..runtime.protocols import HealthMetricsRecorder
 from ._admin import admin_routes
 from ._auth import AdminAuth, AdminDoor
 from ._dashboard import dashboard_routes

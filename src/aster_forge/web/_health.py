@@ -33,10 +33,10 @@ from ..runtime import (
     HealthCheckRegistry,
     HealthCheckScope,
     HealthComponentReport,
-    HealthMetricsRecorder,
     HealthStatus,
     SystemHealthReport,
 )
+from ..runtime.protocols import HealthMetricsRecorder
 from ._auth import AdminAuth, AdminDoor
 
 __all__ = [

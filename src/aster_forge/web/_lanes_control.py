@@ -13,7 +13,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..tasks import MAX_TASK_KIND_LENGTH, BackgroundTaskStore, TaskLaneState
+from ..tasks import BackgroundTaskStore
+from ..tasks._internal import MAX_TASK_KIND_LENGTH, TaskLaneState
 from ._params import IDENTIFIER_PATTERN
 
 __all__ = ["lane_control_endpoints", "lane_control_paths", "lane_state_json"]

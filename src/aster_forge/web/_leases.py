@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..db import RuntimeLeaseDbStore
-from ..runtime import Clock, RuntimeLeases, RuntimeLeaseView
+from ..runtime._internal import Clock, RuntimeLeases, RuntimeLeaseView
 
 __all__ = ["RuntimeLeaseSource", "RuntimeLeaseTableReader", "RuntimeLeaseView", "RuntimeLeases"]
 

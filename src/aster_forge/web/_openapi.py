@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..tasks import MAX_TASK_ID
+from ..tasks._internal import MAX_TASK_ID
 from ._lanes_control import lane_control_paths
 from ._params import (
     HealthQuery,

@@ -22,7 +22,7 @@ from pydantic import (
     ValidationError,
 )
 
-from ..tasks import (
+from ..tasks._internal import (
     MAX_SCHEDULED_TASK_NAME_LENGTH,
     MAX_TASK_DEDUPE_KEY_LENGTH,
     MAX_TASK_ERROR_SEARCH_LENGTH,

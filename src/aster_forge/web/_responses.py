@@ -7,7 +7,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from ..tasks import MAX_TASK_ID
+from ..tasks._internal import MAX_TASK_ID
 
 __all__ = ["NO_STORE", "NoSuchTask", "error", "not_configured", "ok", "task_id_param"]
 

@@ -11,14 +11,10 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..runtime import (
-    RuntimeComponentDescriptor,
-    RuntimeComponentGraphError,
-    RuntimeComponentRegistry,
-    ShutdownReport,
-    StartupReport,
-)
-from ..tasks import ScheduledTaskRecord
+from ..runtime import RuntimeComponentRegistry, ShutdownReport, StartupReport
+from ..runtime._internal import RuntimeComponentDescriptor
+from ..runtime.errors import RuntimeComponentGraphError
+from ..tasks._internal import ScheduledTaskRecord
 
 __all__ = [
     "component_graph_json",

@@ -6,15 +6,11 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..metrics import DispatchStatsSource
-from ..runtime import AsterRuntime, Clock, RuntimeComponentRegistry, SystemClock
-from ..tasks import (
-    BackgroundTaskStore,
-    DispatchStats,
-    ScheduledTaskStore,
-    TaskAdminStore,
-    TaskWorker,
-)
+from ..metrics._internal import DispatchStatsSource
+from ..runtime import AsterRuntime, RuntimeComponentRegistry
+from ..runtime._internal import Clock, SystemClock
+from ..tasks import BackgroundTaskStore, ScheduledTaskStore, TaskWorker
+from ..tasks._internal import DispatchStats, TaskAdminStore
 from ._health import HealthSource
 from ._leases import RuntimeLeaseSource
 from ._tasks_json import label_keys

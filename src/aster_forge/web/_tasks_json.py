@@ -7,7 +7,13 @@ from datetime import datetime
 from typing import Any
 
 from .._json import load_json
-from ..tasks import BackgroundTaskRecord, DispatchStats, TaskLaneCounts, TaskLaneState, TaskStatus
+from ..tasks._internal import (
+    BackgroundTaskRecord,
+    DispatchStats,
+    TaskLaneCounts,
+    TaskLaneState,
+    TaskStatus,
+)
 from ._serialize import iso, wire
 
 __all__ = [
