@@ -162,10 +162,13 @@ async def test_the_hot_statements_find_their_rows_by_id_or_lane(
         done = [TaskCompletion(lease_of(record), None, None) for record in claimed]
         claim = claim_params("l", 50, "w", _TTL)
         statements = {
-            "claim": (runner._for_limit(runner._claims, runner._statements.claim, 50), claim),
+            "claim": (
+                runner._for_limit(runner._claims, runner._statements.claim, 50, False),
+                claim,
+            ),
             "success and claim": (
                 runner._for_limit(
-                    runner._succeed_and_claims, runner._statements.succeed_and_claim, 50
+                    runner._succeed_and_claims, runner._statements.succeed_and_claim, 50, False
                 ),
                 {**success_params(done), **claim},
             ),
@@ -207,7 +210,7 @@ async def test_the_hot_statements_find_their_rows_by_id_or_lane(
 
 async def _due_index_blocks(engine: AsyncEngine, runner: Any) -> int:
     """Index blocks a claim of 10 reads from the due index (run, then rolled back)."""
-    statement = runner._for_limit(runner._claims, runner._statements.claim, 10)[1]
+    statement = runner._for_limit(runner._claims, runner._statements.claim, 10, False)[1]
     arguments = statement.arguments(claim_params("l", 10, "w", _TTL))
     async with engine.connect() as conn:
         driver: Any = (await conn.get_raw_connection()).driver_connection

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import mysql
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..runtime import Clock, SystemClock
@@ -35,7 +36,7 @@ from ._tasks_control import TaskControlMixin
 from ._tasks_effects import DbTaskTransaction
 from ._tasks_enqueue import DEFAULT_TASK_NOTIFY_CHANNEL, TaskEnqueueMixin
 from ._tasks_enqueue_pg import PgEnqueueStatement
-from ._tasks_pg import PgTaskStatements
+from ._tasks_pg import LANE_LOCK_SQL, PgTaskStatements, lane_lock_key
 from ._tasks_pg_run import PgTaskRunner
 from ._tasks_sql import _SATURATING_DELTA, DbNow, TaskSql
 from ._tasks_sqlite import DriverStatement, SqliteTaskStatements
@@ -218,40 +219,73 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
     # -- claim ------------------------------------------------------------------------
 
     async def claim_due_for_lane(
-        self, lane: str, limit: int, owner: str, lease_ttl: timedelta
+        self,
+        lane: str,
+        limit: int,
+        owner: str,
+        lease_ttl: timedelta,
+        *,
+        cluster_limit: int | None = None,
     ) -> list[BackgroundTaskRecord]:
-        """Rescue expired leases of ``lane``, then claim up to ``limit`` due tasks."""
-        lane_value = check_claim_args(lane, owner, lease_ttl, limit)
+        """Rescue expired leases of ``lane``, then claim up to ``limit`` due tasks.
+
+        With ``cluster_limit``, claims of the lane take a lock first (a transaction
+        advisory lock on PostgreSQL, the lane's row in the lane table on MariaDB,
+        SQLite's single writer) and claim no more than the room left under the limit.
+        """
+        lane_value = check_claim_args(lane, owner, lease_ttl, limit, cluster_limit)
         if limit <= 0:
             return []
         if self._pg_run is not None and lease_ttl < _SATURATING_DELTA:
-            claimed, ended = await self._pg_run.claim(lane_value, limit, owner, lease_ttl)
+            claimed, ended = await self._pg_run.claim(
+                lane_value, limit, owner, lease_ttl, cluster_limit
+            )
             self._count_ended(lane_value, ended)
             return claimed
         if self._lite is not None:
-            return await self._claim_sqlite(self._lite, lane_value, limit, owner, lease_ttl)
+            return await self._claim_sqlite(
+                self._lite, lane_value, limit, owner, lease_ttl, cluster_limit
+            )
 
         async def body(
             conn: AsyncConnection,
         ) -> tuple[list[BackgroundTaskRecord], list[TaskStatus]]:
+            if cluster_limit is not None:
+                await self._lock_lane(conn, lane_value)
             now = await self._sql.now(conn)
             ended = await self._rescue(conn, lane_value, now)
-            return await self._claim(conn, lane_value, limit, owner, lease_ttl, now), ended
+            room = limit
+            if cluster_limit is not None:
+                room = min(limit, cluster_limit - await self._running_in(conn, lane_value))
+                if room <= 0:
+                    return [], ended
+            return await self._claim(conn, lane_value, room, owner, lease_ttl, now), ended
 
         # PostgreSQL: the rescue and the claim are each one atomic statement and need
-        # not share a transaction, so both run in autocommit (2 round trips, not 4).
+        # not share a transaction, so both run in autocommit (2 round trips, not 4);
+        # under a cluster limit they share the lane lock's transaction.
         records, ended = await self._sql.run(
-            "claim tasks", body, single_statement=self._sql.is_postgres
+            "claim tasks",
+            body,
+            single_statement=self._sql.is_postgres and cluster_limit is None,
         )
         self._count_ended(lane_value, ended)
         return sorted(records, key=lambda r: (-r.priority, r.run_at, r.id))
 
     async def _claim_sqlite(
-        self, lite: SqliteTaskStatements, lane: str, limit: int, owner: str, lease_ttl: timedelta
+        self,
+        lite: SqliteTaskStatements,
+        lane: str,
+        limit: int,
+        owner: str,
+        lease_ttl: timedelta,
+        cluster_limit: int | None,
     ) -> list[BackgroundTaskRecord]:
         async def body(conn: AsyncConnection) -> list[BackgroundTaskRecord]:
             now = await database_now(conn, self._sql.clock)
-            return await _claim_on_sqlite(lite, conn, now, lane, limit, owner, lease_ttl)
+            return await _claim_on_sqlite(
+                lite, conn, now, lane, limit, owner, lease_ttl, cluster_limit
+            )
 
         records = await self._sql.run("claim tasks", body)
         return self._claimed_sqlite(lane, records)
@@ -263,6 +297,27 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         self._count_ended(lane, [r.status for r in records if r.status is not TaskStatus.RUNNING])
         claimed = [r for r in records if r.status is TaskStatus.RUNNING]
         return sorted(claimed, key=lambda r: (-r.priority, r.run_at, r.id))
+
+    async def _lock_lane(self, conn: AsyncConnection, lane: str) -> None:
+        """Hold the lane's claim lock until the transaction ends (cluster-limited lanes)."""
+        if self._sql.is_postgres:
+            key = lane_lock_key(self._table.name, lane)
+            await conn.execute(sa.text(LANE_LOCK_SQL), {"key": key})
+            return
+        # MariaDB: an upsert that changes nothing still locks the lane's row (and
+        # creates it the first time).
+        lanes = self._lanes
+        now = await self._sql.now(conn)
+        await conn.execute(
+            mysql.insert(lanes)
+            .values(lane=lane, paused=False, paused_at=None, updated_at=now.expr)
+            .on_duplicate_key_update(paused=lanes.c.paused)
+        )
+
+    async def _running_in(self, conn: AsyncConnection, lane: str) -> int:
+        t = self._table
+        query = sa.select(sa.func.count()).where(t.c.lane == lane, t.c.status == _RUNNING)
+        return int((await conn.execute(query)).scalar_one())
 
     async def _locked_ids(self, conn: AsyncConnection, query: Any) -> list[int]:
         return [int(row[0]) for row in await conn.execute(query)]
@@ -542,6 +597,8 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         limit: int,
         owner: str,
         lease_ttl: timedelta,
+        *,
+        cluster_limit: int | None = None,
     ) -> tuple[list[bool], list[BackgroundTaskRecord]]:
         """:meth:`mark_tasks_succeeded_many`, then :meth:`claim_due_for_lane` for the freed slots.
 
@@ -555,25 +612,27 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         Returns:
             The success results in input order, and the claimed records.
         """
-        lane_value = check_claim_args(lane, owner, lease_ttl, limit)
+        lane_value = check_claim_args(lane, owner, lease_ttl, limit, cluster_limit)
         pg = self._pg_run
         if self._lite is not None and completions and limit > 0:
             together = await self._succeed_and_claim_sqlite(
-                self._lite, completions, lane_value, limit, owner, lease_ttl
+                self._lite, completions, lane_value, limit, owner, lease_ttl, cluster_limit
             )
             if together is not None:
                 return together
         if pg is None or not completions or limit <= 0 or lease_ttl >= _SATURATING_DELTA:
             results = await self.mark_tasks_succeeded_many(completions)
             try:
-                claimed = await self.claim_due_for_lane(lane, limit, owner, lease_ttl)
+                claimed = await self.claim_due_for_lane(
+                    lane, limit, owner, lease_ttl, cluster_limit=cluster_limit
+                )
             except DatabaseOperationError as exc:
                 # The successes are stored: report them; the worker's next drain claims.
                 logger.warning("claim after batched successes failed (%s)", type(exc).__name__)
                 claimed = []
             return results, claimed
         done, records, ended = await pg.succeed_and_claim(
-            completions, lane_value, limit, owner, lease_ttl
+            completions, lane_value, limit, owner, lease_ttl, cluster_limit
         )
         self._count_ended(lane_value, ended)
         return _applied(completions, done), records
@@ -651,6 +710,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         limit: int,
         owner: str,
         lease_ttl: timedelta,
+        cluster_limit: int | None,
     ) -> tuple[list[bool], list[BackgroundTaskRecord]] | None:
         # Both in one transaction when every claim still holds; else ``None`` (the
         # caller writes and claims separately, the refused entries read back).
@@ -660,7 +720,9 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         async def body(conn: AsyncConnection) -> tuple[list[bool], list[BackgroundTaskRecord]]:
             now = await database_now(conn, self._sql.clock)
             written = await self._all_succeed_on_sqlite(conn, now, completions)
-            claimed = await _claim_on_sqlite(lite, conn, now, lane, limit, owner, lease_ttl)
+            claimed = await _claim_on_sqlite(
+                lite, conn, now, lane, limit, owner, lease_ttl, cluster_limit
+            )
             return written, claimed
 
         try:
@@ -823,12 +885,13 @@ async def _claim_on_sqlite(
     limit: int,
     owner: str,
     lease_ttl: timedelta,
+    cluster_limit: int | None,
 ) -> list[BackgroundTaskRecord]:
     """The rescue-and-claim statement on SQLite, inside the caller's transaction.
 
     Returns the claimed rows (``RUNNING``) and the rows it rescued without claiming.
     """
-    params = {
+    params: dict[str, Any] = {
         "lane": lane,
         "now": now,
         "lim": limit,
@@ -840,4 +903,6 @@ async def _claim_on_sqlite(
         else saturating_expiry(now, lease_ttl),
         "owner": owner,
     }
-    return await lite.claim.records(conn, params)
+    if cluster_limit is None:
+        return await lite.claim.records(conn, params)
+    return await lite.claim_capped.records(conn, {**params, "cap": cluster_limit})

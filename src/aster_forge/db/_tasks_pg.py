@@ -12,6 +12,7 @@ rescued but nothing in it is claimed.
 from __future__ import annotations
 
 import functools
+import hashlib
 from typing import Any
 
 import sqlalchemy as sa
@@ -22,7 +23,7 @@ from ._pg_records import returning_columns
 from ._tasks_table import CORE_COLUMNS
 from ._time import UtcDateTime
 
-__all__ = ["LITERAL_LIMITS", "PgTaskStatements", "limit_key"]
+__all__ = ["LANE_LOCK_SQL", "LITERAL_LIMITS", "PgTaskStatements", "lane_lock_key", "limit_key"]
 
 _RESCUE_BATCH = 500
 
@@ -73,7 +74,7 @@ WITH exp AS (
         SELECT x.id, x.priority, x.run_at FROM {t} x JOIN exp ON x.id = exp.id
         WHERE NOT (x.cancel_requested OR x.attempt + 1 >= x.max_attempts)
           AND (SELECT open FROM open_lane)
-    ) c ORDER BY c.priority DESC, c.run_at, c.id LIMIT {limit}
+    ) c ORDER BY c.priority DESC, c.run_at, c.id LIMIT {cand_limit}
 ), target AS (
     SELECT id, true AS claim FROM cand
     UNION ALL
@@ -148,6 +149,25 @@ SELECT CASE WHEN row_number() OVER () = 1 THEN (SELECT array_agg(id) FROM done) 
 FROM (SELECT 1) AS one LEFT JOIN claimed AS c ON true
 """
 
+# A lane with a cluster-wide limit claims at most the room left under it: the lane's
+# running rows, less those this statement rescues or writes as succeeded. The caller
+# runs it after taking the lane's transaction lock in a statement of its own, so the
+# count's snapshot already holds every claim committed before the lock was granted
+# (within one statement a lock wait would leave the snapshot older than the lock).
+_CLUSTER_LIMIT = """LEAST({limit}, GREATEST(0, :cap - (
+        SELECT count(*) FROM {t} WHERE lane = :lane AND status = '{running}'{counted}
+    ) + (SELECT count(*) FROM exp)))"""
+_COUNTED_DONE = " AND id NOT IN (SELECT id FROM done)"
+
+#: Takes the lane's lock until the transaction ends (the key: see ``lane_lock_key``).
+LANE_LOCK_SQL = "SELECT pg_advisory_xact_lock(:key)"
+
+
+def lane_lock_key(table: str, lane: str) -> int:
+    """The advisory lock key of ``lane`` in the task table ``table`` (a signed 64-bit int)."""
+    digest = hashlib.blake2b(f"aster-forge:{table}:{lane}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
 
 def _succeed_and_claim_sql(done: str, claim: str) -> str:
     """``done`` in front of ``claim``, whose final UPDATE becomes the ``claimed`` CTE."""
@@ -187,8 +207,8 @@ class PgTaskStatements:
             returning=returning_columns(table, dialect, "t"),
         )
         self._done_sql = _DONE.format(**names, succeeded=TaskStatus.SUCCEEDED.value)
-        self._claims: dict[int | None, Any] = {}
-        self._succeed_and_claims: dict[int | None, Any] = {}
+        self._claims: dict[tuple[int | None, bool], Any] = {}
+        self._succeed_and_claims: dict[tuple[int | None, bool], Any] = {}
         t = table
         running = TaskStatus.RUNNING.value
         done = (
@@ -242,31 +262,54 @@ class PgTaskStatements:
             .returning(t.c.id, t.c.processing_token, t.c.lease_expires_at, t.c.cancel_requested)
         )
 
-    def claim(self, limit: int) -> Any:
-        """The lane's rescue-and-claim for claims of ``limit`` tasks."""
+    def _cand_limit(self, limit_sql: str, capped: bool, counted: str) -> str:
+        if not capped:
+            return limit_sql
+        return _CLUSTER_LIMIT.format(
+            limit=limit_sql, t=self._table_sql, running=TaskStatus.RUNNING.value, counted=counted
+        )
+
+    def claim(self, limit: int, *, capped: bool = False) -> Any:
+        """The lane's rescue-and-claim for claims of ``limit`` tasks.
+
+        ``capped``: the variant under a cluster-wide limit (the ``cap`` parameter); run
+        it in a transaction after :data:`LANE_LOCK_SQL`.
+        """
         key = limit_key(limit)
-        statement = self._claims.get(key)
+        statement = self._claims.get((key, capped))
         if statement is None:
             limit_sql = _limit_sql(key)
             late = _LATE.format(t=self._table_sql, limit=limit_sql)
-            sql = self._claim_sql(exclude="", limit=limit_sql, late=late, late_union=_LATE_UNION)
-            statement = self._claims[key] = (
-                sa.text(sql).bindparams(*_claim_params(key)).columns(*self._cols)
+            sql = self._claim_sql(
+                exclude="",
+                limit=limit_sql,
+                cand_limit=self._cand_limit(limit_sql, capped, ""),
+                late=late,
+                late_union=_LATE_UNION,
+            )
+            statement = self._claims[key, capped] = (
+                sa.text(sql).bindparams(*_claim_params(key, capped)).columns(*self._cols)
             )
         return statement
 
-    def succeed_and_claim(self, limit: int) -> Any:
-        """Successes written and up to ``limit`` tasks claimed, in one statement."""
+    def succeed_and_claim(self, limit: int, *, capped: bool = False) -> Any:
+        """Successes written and up to ``limit`` tasks claimed, in one statement
+        (``capped``: as for :meth:`claim`)."""
         key = limit_key(limit)
-        statement = self._succeed_and_claims.get(key)
+        statement = self._succeed_and_claims.get((key, capped))
         if statement is None:
+            limit_sql = _limit_sql(key)
             claim = self._claim_sql(
-                exclude=_NOT_DONE, limit=_limit_sql(key), late="", late_union=""
+                exclude=_NOT_DONE,
+                limit=limit_sql,
+                cand_limit=self._cand_limit(limit_sql, capped, _COUNTED_DONE),
+                late="",
+                late_union="",
             )
-            statement = self._succeed_and_claims[key] = (
+            statement = self._succeed_and_claims[key, capped] = (
                 sa.text(_succeed_and_claim_sql(self._done_sql, claim))
                 .bindparams(
-                    *_claim_params(key),
+                    *_claim_params(key, capped),
                     sa.bindparam("ids", type_=postgresql.ARRAY(sa.BigInteger())),
                     sa.bindparam("tokens", type_=postgresql.ARRAY(sa.Text())),
                     sa.bindparam("results", type_=postgresql.ARRAY(sa.Text())),
@@ -291,7 +334,7 @@ def _limit_sql(key: int | None) -> str:
     return ":lim" if key is None else str(int(key))
 
 
-def _claim_params(key: int | None) -> list[sa.BindParameter[Any]]:
+def _claim_params(key: int | None, capped: bool) -> list[sa.BindParameter[Any]]:
     params: list[sa.BindParameter[Any]] = [
         sa.bindparam("lane", type_=sa.Text()),
         sa.bindparam("lease_error", value=LEASE_EXPIRED_ERROR, type_=sa.Text()),
@@ -301,4 +344,6 @@ def _claim_params(key: int | None) -> list[sa.BindParameter[Any]]:
     ]
     if key is None:
         params.append(sa.bindparam("lim", type_=sa.Integer()))
+    if capped:
+        params.append(sa.bindparam("cap", type_=sa.Integer()))
     return params

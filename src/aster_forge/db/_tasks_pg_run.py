@@ -17,13 +17,14 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..tasks import BackgroundTaskRecord, TaskCompletion, TaskLease, TaskStatus
 from ._driver_hold import HeldDriverConnection
 from ._pg_driver import PgDriverStatement, unless_all_null, utc_decoder
 from ._pg_records import PgRecordBuilder
-from ._tasks_pg import PgTaskStatements, limit_key
+from ._tasks_pg import LANE_LOCK_SQL, PgTaskStatements, lane_lock_key, limit_key
 from ._tasks_sql import TaskSql
 from ._tasks_table import CORE_COLUMNS
 
@@ -66,11 +67,16 @@ class PgTaskRunner:
         self._dialect = dialect
         self._hide = engine.sync_engine.hide_parameters
         self._statements = statements
-        # One compiled statement per limit the store was asked for (see LITERAL_LIMITS).
-        self._claims: dict[int | None, _Statement] = {}
-        self._succeed_and_claims: dict[int | None, _Statement] = {}
+        # One compiled statement per limit the store was asked for (see LITERAL_LIMITS),
+        # and per whether it claims under a cluster-wide limit.
+        self._claims: dict[tuple[int | None, bool], _Statement] = {}
+        self._succeed_and_claims: dict[tuple[int | None, bool], _Statement] = {}
         self._succeed_many = self._both(statements.succeed_many)
         self._renew_many = self._both(statements.renew_many)
+        self._lane_lock = self._both(
+            sa.text(LANE_LOCK_SQL).bindparams(sa.bindparam("key", type_=sa.BigInteger()))
+        )
+        self._table_name = sql.table.name
         self._utc = utc_decoder(dialect)
         self._builder = PgRecordBuilder(sql.table)
 
@@ -79,27 +85,41 @@ class PgTaskRunner:
         return statement, driver
 
     def _for_limit(
-        self, cache: dict[int | None, _Statement], build: Callable[[int], Any], limit: int
+        self,
+        cache: dict[tuple[int | None, bool], _Statement],
+        build: Callable[..., Any],
+        limit: int,
+        capped: bool,
     ) -> _Statement:
-        key = limit_key(limit)  # larger limits share one statement
+        key = limit_key(limit), capped  # larger limits share one statement
         statement = cache.get(key)
         if statement is None:
-            statement = cache[key] = self._both(build(limit))
+            statement = cache[key] = self._both(build(limit, capped=capped))
         return statement
 
     async def claim(
-        self, lane: str, limit: int, owner: str, lease_ttl: timedelta
+        self,
+        lane: str,
+        limit: int,
+        owner: str,
+        lease_ttl: timedelta,
+        cluster_limit: int | None = None,
     ) -> tuple[list[BackgroundTaskRecord], list[TaskStatus]]:
-        """The lane's rescue-and-claim.
+        """The lane's rescue-and-claim (under ``cluster_limit``: locked, see
+        :meth:`PgTaskStatements.claim`).
 
         Returns:
             The claimed records in claim order, and the status of each row the
             rescue left unclaimed (pending again, failed or cancelled).
         """
-        statement = self._for_limit(self._claims, self._statements.claim, limit)
-        rows = await self._rows(
-            "claim tasks", statement, claim_params(lane, limit, owner, lease_ttl)
-        )
+        capped = cluster_limit is not None
+        statement = self._for_limit(self._claims, self._statements.claim, limit, capped)
+        params = claim_params(lane, limit, owner, lease_ttl)
+        if cluster_limit is None:
+            rows = await self._rows("claim tasks", statement, params)
+        else:
+            params["cap"] = cluster_limit
+            rows = await self._locked_rows("claim tasks", lane, statement, params)
         return self._claimed(rows), _unclaimed(rows)
 
     async def succeed_and_claim(
@@ -109,18 +129,26 @@ class PgTaskRunner:
         limit: int,
         owner: str,
         lease_ttl: timedelta,
+        cluster_limit: int | None = None,
     ) -> tuple[set[tuple[int, str]], list[BackgroundTaskRecord], list[TaskStatus]]:
-        """The fenced successes and the claim in one statement.
+        """The fenced successes and the claim in one statement (``cluster_limit``: as
+        for :meth:`claim`).
 
         Returns:
             The ``(id, token)`` pairs written, the claimed records in claim order, and
             the status of each row the rescue left unclaimed.
         """
         params = {**success_params(completions), **claim_params(lane, limit, owner, lease_ttl)}
+        capped = cluster_limit is not None
         statement = self._for_limit(
-            self._succeed_and_claims, self._statements.succeed_and_claim, limit
+            self._succeed_and_claims, self._statements.succeed_and_claim, limit, capped
         )
-        rows = await self._rows("mark tasks succeeded and claim", statement, params, queue=True)
+        operation = "mark tasks succeeded and claim"
+        if cluster_limit is None:
+            rows = await self._rows(operation, statement, params, queue=True)
+        else:
+            params["cap"] = cluster_limit
+            rows = await self._locked_rows(operation, lane, statement, params)
         # One row at least (a LEFT JOIN): the written pairs ride on the first one.
         done = zip(rows[0][0] or (), rows[0][1] or (), strict=True)
         claimed = self._claimed(rows, offset=2)
@@ -176,6 +204,40 @@ class PgTaskRunner:
             connection, held = await self._hold.acquire(operation, queue=queue)
             try:
                 records = await driver.fetch(connection, arguments)
+            except BaseException as exc:
+                await self._hold.release_after(connection, held, exc)
+                raise
+            await self._hold.release(connection, held, broken=False)
+            return records
+
+        return await self._sql.retry(operation, once)
+
+    async def _locked_rows(
+        self, operation: str, lane: str, statement: _Statement, params: dict[str, Any]
+    ) -> Sequence[Any]:
+        """Run ``statement`` in a transaction, after taking the lane's lock in a
+        statement of its own (so its snapshot sees every claim made before the lock)."""
+        lock, lock_driver = self._lane_lock
+        key = {"key": lane_lock_key(self._table_name, lane)}
+        stmt, driver = statement
+        if not self.driver:
+
+            async def body(conn: AsyncConnection) -> Sequence[Any]:
+                await conn.execute(lock, key)
+                return (await conn.execute(stmt, params)).all()
+
+            return await self._sql.run(operation, body)
+
+        async def once() -> list[Any]:
+            lock_arguments = lock_driver.arguments(key)
+            arguments = driver.arguments(params)
+            connection, held = await self._hold.acquire(operation, queue=True)
+            try:
+                # The context manager rolls back on an error (the session is then reusable).
+                adapted: Any = connection.dbapi_connection
+                async with adapted.driver_connection.transaction():
+                    await lock_driver.fetch(connection, lock_arguments)
+                    records = await driver.fetch(connection, arguments)
             except BaseException as exc:
                 await self._hold.release_after(connection, held, exc)
                 raise

@@ -186,7 +186,11 @@ class ForgeWorker:
         self.dispatcher: TaskWorker[Forge] = TaskWorker(
             forge.backend.task_store,
             lanes=[
-                TaskLaneConfig(registry.lane_type(lane), limit)
+                TaskLaneConfig(
+                    registry.lane_type(lane),
+                    limit,
+                    cluster_limit=forge.lane_cluster_limits.get(lane),
+                )
                 for lane, limit in forge.lanes.items()
             ],
             execution=ClaimedTaskExecutionConfig(

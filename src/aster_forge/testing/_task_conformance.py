@@ -30,6 +30,7 @@ from ..tasks import (
     set_task_step_active,
     set_task_step_succeeded,
 )
+from ._cluster_limit_conformance import ClusterLimitChecks
 from ._conformance import StoreConformance
 from ._task_control_conformance import LONG as _LONG
 from ._task_control_conformance import TaskControlChecks
@@ -38,7 +39,9 @@ from ._task_control_conformance import lease_of as _lease
 __all__ = ["TaskStoreConformance"]
 
 
-class TaskStoreConformance(TaskControlChecks, StoreConformance[BackgroundTaskStore]):
+class TaskStoreConformance(
+    TaskControlChecks, ClusterLimitChecks, StoreConformance[BackgroundTaskStore]
+):
     """Checks every :class:`~aster_forge.tasks.BackgroundTaskStore` must pass (seed 测试要求).
 
     Each ``check_*`` coroutine raises ``AssertionError`` on a violation. Every check
@@ -84,6 +87,7 @@ class TaskStoreConformance(TaskControlChecks, StoreConformance[BackgroundTaskSto
         "check_admin_reads",
         "check_invalid_input_is_rejected",
         *TaskControlChecks.CONTROL_CHECKS,
+        *ClusterLimitChecks.CLUSTER_LIMIT_CHECKS,
     )
 
     def __init__(
