@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import mysql
+from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..runtime import Clock, SystemClock
@@ -36,7 +36,7 @@ from ._tasks_control import TaskControlMixin
 from ._tasks_effects import DbTaskTransaction
 from ._tasks_enqueue import DEFAULT_TASK_NOTIFY_CHANNEL, TaskEnqueueMixin
 from ._tasks_enqueue_pg import PgEnqueueStatement
-from ._tasks_pg import LANE_LOCK_SQL, PgTaskStatements, lane_lock_key
+from ._tasks_pg import PgTaskStatements
 from ._tasks_pg_run import PgTaskRunner
 from ._tasks_sql import _SATURATING_DELTA, DbNow, TaskSql
 from ._tasks_sqlite import DriverStatement, SqliteTaskStatements
@@ -229,9 +229,11 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
     ) -> list[BackgroundTaskRecord]:
         """Rescue expired leases of ``lane``, then claim up to ``limit`` due tasks.
 
-        With ``cluster_limit``, claims of the lane take a lock first (a transaction
-        advisory lock on PostgreSQL, the lane's row in the lane table on MariaDB,
-        SQLite's single writer) and claim no more than the room left under the limit.
+        With ``cluster_limit``, claims of the lane serialise on the lane's row in the
+        lane table and claim no more than the room left under the limit. On PostgreSQL
+        that is one statement, run again when its snapshot missed a claim that
+        committed meanwhile (see ``_tasks_pg``); on MariaDB the row is locked first in
+        the claim's transaction; SQLite has one writer.
         """
         lane_value = check_claim_args(lane, owner, lease_ttl, limit, cluster_limit)
         if limit <= 0:
@@ -263,7 +265,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
 
         # PostgreSQL: the rescue and the claim are each one atomic statement and need
         # not share a transaction, so both run in autocommit (2 round trips, not 4);
-        # under a cluster limit they share the lane lock's transaction.
+        # under a cluster limit they share the lane row lock's transaction.
         records, ended = await self._sql.run(
             "claim tasks",
             body,
@@ -299,20 +301,26 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         return sorted(claimed, key=lambda r: (-r.priority, r.run_at, r.id))
 
     async def _lock_lane(self, conn: AsyncConnection, lane: str) -> None:
-        """Hold the lane's claim lock until the transaction ends (cluster-limited lanes)."""
-        if self._sql.is_postgres:
-            key = lane_lock_key(self._table.name, lane)
-            await conn.execute(sa.text(LANE_LOCK_SQL), {"key": key})
-            return
-        # MariaDB: an upsert that changes nothing still locks the lane's row (and
-        # creates it the first time).
+        """Hold the lane's row in the lane table until the transaction ends (cluster-
+        limited lanes): an upsert that changes nothing still rewrites and locks it (and
+        creates it the first time). On PostgreSQL the new row version is also what a
+        one-statement capped claim checks its snapshot against (see ``_tasks_pg``)."""
         lanes = self._lanes
         now = await self._sql.now(conn)
-        await conn.execute(
-            mysql.insert(lanes)
-            .values(lane=lane, paused=False, paused_at=None, updated_at=now.expr)
-            .on_duplicate_key_update(paused=lanes.c.paused)
-        )
+        values = {"lane": lane, "paused": False, "paused_at": None, "updated_at": now.expr}
+        if self._sql.is_postgres:
+            upsert: Any = (
+                postgresql.insert(lanes)
+                .values(**values)
+                .on_conflict_do_update(
+                    index_elements=[lanes.c.lane], set_={"paused": lanes.c.paused}
+                )
+            )
+        else:
+            upsert = (
+                mysql.insert(lanes).values(**values).on_duplicate_key_update(paused=lanes.c.paused)
+            )
+        await conn.execute(upsert)
 
     async def _running_in(self, conn: AsyncConnection, lane: str) -> int:
         t = self._table

@@ -12,7 +12,6 @@ rescued but nothing in it is claimed.
 from __future__ import annotations
 
 import functools
-import hashlib
 from typing import Any
 
 import sqlalchemy as sa
@@ -23,7 +22,7 @@ from ._pg_records import returning_columns
 from ._tasks_table import CORE_COLUMNS
 from ._time import UtcDateTime
 
-__all__ = ["LANE_LOCK_SQL", "LITERAL_LIMITS", "PgTaskStatements", "lane_lock_key", "limit_key"]
+__all__ = ["LITERAL_LIMITS", "PgTaskStatements", "limit_key"]
 
 _RESCUE_BATCH = 500
 
@@ -62,7 +61,7 @@ WITH exp AS (
     ORDER BY lease_expires_at LIMIT {rescue} FOR UPDATE SKIP LOCKED
 ), open_lane AS (
     SELECT NOT EXISTS (SELECT 1 FROM {lanes} WHERE lane = :lane AND paused) AS open
-), due AS (
+){gate}, due AS (
     SELECT id, priority, run_at FROM {t}
     WHERE lane = :lane AND status = 'pending' AND NOT waiting AND run_at <= now()
       AND (SELECT open FROM open_lane)
@@ -150,29 +149,46 @@ FROM (SELECT 1) AS one LEFT JOIN claimed AS c ON true
 """
 
 # A lane with a cluster-wide limit claims at most the room left under it: the lane's
-# running rows, less those this statement rescues or writes as succeeded. The caller
-# runs it after taking the lane's transaction lock in a statement of its own, so the
-# count's snapshot already holds every claim committed before the lock was granted
-# (within one statement a lock wait would leave the snapshot older than the lock).
-_CLUSTER_LIMIT = """LEAST({limit}, GREATEST(0, :cap - (
+# running rows, less those this statement rescues or writes as succeeded. The count is
+# only as new as the statement's snapshot, and a lock taken within the statement cannot
+# make it newer. So every capped claim also rewrites the lane's row in the lane table
+# (``bump``, which waits for the claim holding it) and then reads the version of that
+# row its own snapshot sees: when another transaction had rewritten that version (its
+# ``xmax`` is set, and not by this one), a claim this snapshot misses may have
+# committed, and the statement claims nothing (``fresh`` false; the caller runs it
+# again with a new snapshot). Otherwise every capped claim before this one is in the
+# snapshot. ``fresh`` is read per row of ``bump``, so only once the row lock is held;
+# it is null when the lane has no row yet (the caller inserts it).
+_GATE = """, bump AS (
+    UPDATE {lanes} SET paused = paused WHERE lane = :lane RETURNING lane
+), fresh AS (
+    SELECT (SELECT l.xmax = '0'::xid OR l.xmax = pg_current_xact_id()::xid
+            FROM {lanes} AS l WHERE l.lane = b.lane) AS fresh
+    FROM bump AS b
+)"""
+_CLUSTER_LIMIT = """LEAST({limit}, CASE WHEN (SELECT fresh FROM fresh) THEN GREATEST(0, :cap - (
         SELECT count(*) FROM {t} WHERE lane = :lane AND status = '{running}'{counted}
-    ) + (SELECT count(*) FROM exp)))"""
+    ) + (SELECT count(*) FROM exp)) ELSE 0 END)"""
 _COUNTED_DONE = " AND id NOT IN (SELECT id FROM done)"
-
-#: Takes the lane's lock until the transaction ends (the key: see ``lane_lock_key``).
-LANE_LOCK_SQL = "SELECT pg_advisory_xact_lock(:key)"
-
-
-def lane_lock_key(table: str, lane: str) -> int:
-    """The advisory lock key of ``lane`` in the task table ``table`` (a signed 64-bit int)."""
-    digest = hashlib.blake2b(f"aster-forge:{table}:{lane}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
+_FRESH = "(SELECT fresh FROM fresh) AS fresh,\n       "
+_GATED_RESULT = """
+SELECT (SELECT fresh FROM fresh) AS fresh, c.*
+FROM (SELECT 1) AS one LEFT JOIN claimed AS c ON true
+"""
 
 
-def _succeed_and_claim_sql(done: str, claim: str) -> str:
-    """``done`` in front of ``claim``, whose final UPDATE becomes the ``claimed`` CTE."""
+def _succeed_and_claim_sql(done: str, claim: str, *, capped: bool = False) -> str:
+    """``done`` in front of ``claim``, whose final UPDATE becomes the ``claimed`` CTE
+    (``capped``: with the ``fresh`` column before the claimed rows)."""
     ctes, _, update = claim.strip().removeprefix("WITH ").partition("\nUPDATE ")
-    return f"{done}, {ctes}, claimed AS (\nUPDATE {update}\n){_DONE_RESULT}"
+    result = _DONE_RESULT.replace("c.*", _FRESH + "c.*") if capped else _DONE_RESULT
+    return f"{done}, {ctes}, claimed AS (\nUPDATE {update}\n){result}"
+
+
+def _gated_claim_sql(claim: str) -> str:
+    """``claim``'s final UPDATE as the ``claimed`` CTE, after the ``fresh`` column."""
+    ctes, _, update = claim.strip().partition("\nUPDATE ")
+    return f"{ctes}, claimed AS (\nUPDATE {update}\n){_GATED_RESULT}"
 
 
 class PgTaskStatements:
@@ -207,6 +223,18 @@ class PgTaskStatements:
             returning=returning_columns(table, dialect, "t"),
         )
         self._done_sql = _DONE.format(**names, succeeded=TaskStatus.SUCCEEDED.value)
+        self._gate = _GATE.format(lanes=quote(lanes))
+        #: Inserts the lane's row when it is missing (a capped claim rewrites it).
+        self.ensure_lane = (
+            postgresql.insert(lanes)
+            .values(
+                lane=sa.bindparam("lane", type_=sa.Text()),
+                paused=False,
+                paused_at=None,
+                updated_at=sa.func.now(),
+            )
+            .on_conflict_do_nothing(index_elements=[lanes.c.lane])
+        )
         self._claims: dict[tuple[int | None, bool], Any] = {}
         self._succeed_and_claims: dict[tuple[int | None, bool], Any] = {}
         t = table
@@ -272,8 +300,9 @@ class PgTaskStatements:
     def claim(self, limit: int, *, capped: bool = False) -> Any:
         """The lane's rescue-and-claim for claims of ``limit`` tasks.
 
-        ``capped``: the variant under a cluster-wide limit (the ``cap`` parameter); run
-        it in a transaction after :data:`LANE_LOCK_SQL`.
+        ``capped``: the variant under a cluster-wide limit (the ``cap`` parameter); its
+        rows start with ``fresh`` (see ``_GATE``), then the claimed columns, and come
+        as one all-null row past ``fresh`` when it claims and rescues nothing.
         """
         key = limit_key(limit)
         statement = self._claims.get((key, capped))
@@ -284,12 +313,15 @@ class PgTaskStatements:
                 exclude="",
                 limit=limit_sql,
                 cand_limit=self._cand_limit(limit_sql, capped, ""),
+                gate=self._gate if capped else "",
                 late=late,
                 late_union=_LATE_UNION,
             )
-            statement = self._claims[key, capped] = (
-                sa.text(sql).bindparams(*_claim_params(key, capped)).columns(*self._cols)
-            )
+            text = sa.text(_gated_claim_sql(sql) if capped else sql)
+            fresh = [sa.column("fresh", sa.Boolean())] if capped else []
+            statement = self._claims[key, capped] = text.bindparams(
+                *_claim_params(key, capped)
+            ).columns(*fresh, *self._cols)
         return statement
 
     def succeed_and_claim(self, limit: int, *, capped: bool = False) -> Any:
@@ -303,11 +335,13 @@ class PgTaskStatements:
                 exclude=_NOT_DONE,
                 limit=limit_sql,
                 cand_limit=self._cand_limit(limit_sql, capped, _COUNTED_DONE),
+                gate=self._gate if capped else "",
                 late="",
                 late_union="",
             )
+            fresh = [sa.column("fresh", sa.Boolean())] if capped else []
             statement = self._succeed_and_claims[key, capped] = (
-                sa.text(_succeed_and_claim_sql(self._done_sql, claim))
+                sa.text(_succeed_and_claim_sql(self._done_sql, claim, capped=capped))
                 .bindparams(
                     *_claim_params(key, capped),
                     sa.bindparam("ids", type_=postgresql.ARRAY(sa.BigInteger())),
@@ -318,6 +352,7 @@ class PgTaskStatements:
                 .columns(
                     sa.column("done_ids", postgresql.ARRAY(sa.BigInteger())),
                     sa.column("done_tokens", postgresql.ARRAY(sa.Text())),
+                    *fresh,
                     *self._cols,
                 )
             )

@@ -17,14 +17,13 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..tasks import BackgroundTaskRecord, TaskCompletion, TaskLease, TaskStatus
 from ._driver_hold import HeldDriverConnection
 from ._pg_driver import PgDriverStatement, unless_all_null, utc_decoder
 from ._pg_records import PgRecordBuilder
-from ._tasks_pg import LANE_LOCK_SQL, PgTaskStatements, lane_lock_key, limit_key
+from ._tasks_pg import PgTaskStatements, limit_key
 from ._tasks_sql import TaskSql
 from ._tasks_table import CORE_COLUMNS
 
@@ -32,6 +31,9 @@ __all__ = ["PgTaskRunner"]
 
 _RUNNING = TaskStatus.RUNNING.value
 _STATUS = CORE_COLUMNS.index("status")
+# How many times a capped claim runs whose snapshot missed another claim (each time
+# after that claim committed, so the cluster moved on meanwhile).
+_FRESH_ATTEMPTS = 8
 
 # A statement as SQLAlchemy runs it, and compiled for the driver.
 _Statement = tuple[Any, PgDriverStatement]
@@ -73,10 +75,6 @@ class PgTaskRunner:
         self._succeed_and_claims: dict[tuple[int | None, bool], _Statement] = {}
         self._succeed_many = self._both(statements.succeed_many)
         self._renew_many = self._both(statements.renew_many)
-        self._lane_lock = self._both(
-            sa.text(LANE_LOCK_SQL).bindparams(sa.bindparam("key", type_=sa.BigInteger()))
-        )
-        self._table_name = sql.table.name
         self._utc = utc_decoder(dialect)
         self._builder = PgRecordBuilder(sql.table)
 
@@ -112,15 +110,52 @@ class PgTaskRunner:
             The claimed records in claim order, and the status of each row the
             rescue left unclaimed (pending again, failed or cancelled).
         """
-        capped = cluster_limit is not None
-        statement = self._for_limit(self._claims, self._statements.claim, limit, capped)
+        if cluster_limit is not None:
+            return await self._claim_fresh(lane, limit, owner, lease_ttl, cluster_limit)
+        statement = self._for_limit(self._claims, self._statements.claim, limit, False)
         params = claim_params(lane, limit, owner, lease_ttl)
-        if cluster_limit is None:
-            rows = await self._rows("claim tasks", statement, params)
-        else:
-            params["cap"] = cluster_limit
-            rows = await self._locked_rows("claim tasks", lane, statement, params)
+        rows = await self._rows("claim tasks", statement, params)
         return self._claimed(rows), _unclaimed(rows)
+
+    async def _claim_fresh(
+        self,
+        lane: str,
+        limit: int,
+        owner: str,
+        lease_ttl: timedelta,
+        cap: int,
+        rows: Sequence[Any] | None = None,
+        offset: int = 1,
+    ) -> tuple[list[BackgroundTaskRecord], list[TaskStatus]]:
+        """The capped claim, run again while its snapshot was not fresh (see ``_GATE``).
+
+        ``rows``: those of a capped statement already run (``fresh`` at ``offset - 1``).
+        """
+        claimed: list[BackgroundTaskRecord] = []
+        ended: list[TaskStatus] = []
+        statement = self._for_limit(self._claims, self._statements.claim, limit, True)
+        for _ in range(_FRESH_ATTEMPTS):
+            if rows is None:
+                params = {**claim_params(lane, limit, owner, lease_ttl), "cap": cap}
+                rows, offset = await self._rows("claim tasks", statement, params), 1
+            claimed += self._claimed(rows, offset)
+            ended += _unclaimed(rows, offset)
+            fresh = rows[0][offset - 1]
+            if fresh:
+                break
+            if fresh is None:  # the lane has no row yet
+                await self._ensure_lane(lane)
+            rows = None
+        claimed.sort(key=lambda r: (-r.priority, r.run_at, r.id))
+        return claimed, ended
+
+    async def _ensure_lane(self, lane: str) -> None:
+        ensure = self._statements.ensure_lane
+
+        async def body(conn: AsyncConnection) -> None:
+            await conn.execute(ensure, {"lane": lane})
+
+        await self._sql.run("claim tasks", body, single_statement=True)
 
     async def succeed_and_claim(
         self,
@@ -140,19 +175,22 @@ class PgTaskRunner:
         """
         params = {**success_params(completions), **claim_params(lane, limit, owner, lease_ttl)}
         capped = cluster_limit is not None
+        if cluster_limit is not None:
+            params["cap"] = cluster_limit
         statement = self._for_limit(
             self._succeed_and_claims, self._statements.succeed_and_claim, limit, capped
         )
-        operation = "mark tasks succeeded and claim"
-        if cluster_limit is None:
-            rows = await self._rows(operation, statement, params, queue=True)
-        else:
-            params["cap"] = cluster_limit
-            rows = await self._locked_rows(operation, lane, statement, params)
+        rows = await self._rows("mark tasks succeeded and claim", statement, params, queue=True)
         # One row at least (a LEFT JOIN): the written pairs ride on the first one.
-        done = zip(rows[0][0] or (), rows[0][1] or (), strict=True)
-        claimed = self._claimed(rows, offset=2)
-        return {(int(i), str(token)) for i, token in done}, claimed, _unclaimed(rows, offset=2)
+        written = zip(rows[0][0] or (), rows[0][1] or (), strict=True)
+        done = {(int(i), str(token)) for i, token in written}
+        if cluster_limit is not None:
+            # The successes are written; a claim run again claims only.
+            claimed, ended = await self._claim_fresh(
+                lane, limit, owner, lease_ttl, cluster_limit, rows, offset=3
+            )
+            return done, claimed, ended
+        return done, self._claimed(rows, offset=2), _unclaimed(rows, offset=2)
 
     async def succeed_many(self, completions: Sequence[TaskCompletion]) -> set[tuple[int, str]]:
         """The fenced successes in one statement; the ``(id, token)`` pairs written."""
@@ -204,40 +242,6 @@ class PgTaskRunner:
             connection, held = await self._hold.acquire(operation, queue=queue)
             try:
                 records = await driver.fetch(connection, arguments)
-            except BaseException as exc:
-                await self._hold.release_after(connection, held, exc)
-                raise
-            await self._hold.release(connection, held, broken=False)
-            return records
-
-        return await self._sql.retry(operation, once)
-
-    async def _locked_rows(
-        self, operation: str, lane: str, statement: _Statement, params: dict[str, Any]
-    ) -> Sequence[Any]:
-        """Run ``statement`` in a transaction, after taking the lane's lock in a
-        statement of its own (so its snapshot sees every claim made before the lock)."""
-        lock, lock_driver = self._lane_lock
-        key = {"key": lane_lock_key(self._table_name, lane)}
-        stmt, driver = statement
-        if not self.driver:
-
-            async def body(conn: AsyncConnection) -> Sequence[Any]:
-                await conn.execute(lock, key)
-                return (await conn.execute(stmt, params)).all()
-
-            return await self._sql.run(operation, body)
-
-        async def once() -> list[Any]:
-            lock_arguments = lock_driver.arguments(key)
-            arguments = driver.arguments(params)
-            connection, held = await self._hold.acquire(operation, queue=True)
-            try:
-                # The context manager rolls back on an error (the session is then reusable).
-                adapted: Any = connection.dbapi_connection
-                async with adapted.driver_connection.transaction():
-                    await lock_driver.fetch(connection, lock_arguments)
-                    records = await driver.fetch(connection, arguments)
             except BaseException as exc:
                 await self._hold.release_after(connection, held, exc)
                 raise
