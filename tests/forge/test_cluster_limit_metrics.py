@@ -1,4 +1,5 @@
-"""``/metrics`` shows each lane's cluster-wide limit beside what runs against it."""
+"""``/metrics`` and the lanes API show each lane's cluster-wide limit beside what runs
+against it."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def _samples(text: str) -> dict[str, float]:
     }
 
 
-async def test_the_limit_and_the_running_count_are_exported() -> None:
+async def test_the_limit_and_the_running_count_are_shown() -> None:
     forge = Forge("memory://")
     forge.lane("billing", concurrency=4, cluster_limit=2)
     forge.lane("media", concurrency=4)
@@ -43,9 +44,14 @@ async def test_the_limit_and_the_running_count_are_exported() -> None:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             samples = _samples((await client.get("/ops/metrics")).text)
+            lanes = (await client.get("/ops/api/lanes")).json()["items"]
     finally:
         await forge.aclose()
     assert samples['task_lane_cluster_limit{lane="billing"}'] == 2.0
     assert samples['task_queue_depth{lane="billing",status="running"}'] == 2.0
     assert samples['task_queue_depth{lane="billing",status="pending"}'] == 1.0
     assert not any(name.startswith('task_lane_cluster_limit{lane="media"') for name in samples)
+    assert [(lane["lane"], lane["running"], lane["cluster_limit"]) for lane in lanes] == [
+        ("billing", 2, 2),
+        ("media", 0, None),
+    ]

@@ -227,6 +227,7 @@ _SCHEMAS: dict[str, Any] = {
         {
             "lane": {"type": "string"},
             "limit": _nullable("integer"),
+            "cluster_limit": _nullable("integer"),
             "in_flight": _nullable("integer"),
             "pending": _nullable("integer"),
             "due": _nullable("integer"),
