@@ -152,18 +152,24 @@ FROM (SELECT 1) AS one LEFT JOIN claimed AS c ON true
 # running rows, less those this statement rescues or writes as succeeded. The count is
 # only as new as the statement's snapshot, and a lock taken within the statement cannot
 # make it newer. So every capped claim also rewrites the lane's row in the lane table
-# (``bump``, which waits for the claim holding it) and then reads the version of that
-# row its own snapshot sees: when another transaction had rewritten that version (its
-# ``xmax`` is set, and not by this one), a claim this snapshot misses may have
-# committed, and the statement claims nothing (``fresh`` false; the caller runs it
-# again with a new snapshot). Otherwise every capped claim before this one is in the
-# snapshot. ``fresh`` is read per row of ``bump``, so only once the row lock is held;
-# it is null when the lane has no row yet (the caller inserts it).
+# (``bump``, an upsert that waits for the claim holding the row, or creates it) and
+# then reads the version of that row its own snapshot sees: when another transaction
+# had rewritten that version (its ``xmax`` is set, and not by this one) or the snapshot
+# sees none, a claim this snapshot misses may have committed, and the statement claims
+# nothing (``fresh`` false; the caller runs it again with a new snapshot). Otherwise
+# every capped claim before this one is in the snapshot; so it is when this statement
+# created the row (no capped claim ran before). ``fresh`` is read per row of ``bump``,
+# so only once the row lock is held.
 _GATE = """, bump AS (
-    UPDATE {lanes} SET paused = paused WHERE lane = :lane RETURNING lane
+    INSERT INTO {lanes} AS b (lane, paused, paused_at, updated_at)
+    VALUES (:lane, false, NULL, now())
+    ON CONFLICT (lane) DO UPDATE SET paused = b.paused
+    RETURNING b.lane, b.xmax = '0'::xid AS created
 ), fresh AS (
-    SELECT (SELECT l.xmax = '0'::xid OR l.xmax = pg_current_xact_id()::xid
-            FROM {lanes} AS l WHERE l.lane = b.lane) AS fresh
+    SELECT b.created OR COALESCE((
+        SELECT l.xmax = '0'::xid OR l.xmax = pg_current_xact_id()::xid
+        FROM {lanes} AS l WHERE l.lane = b.lane
+    ), false) AS fresh
     FROM bump AS b
 )"""
 _CLUSTER_LIMIT = """LEAST({limit}, CASE WHEN (SELECT fresh FROM fresh) THEN GREATEST(0, :cap - (
@@ -224,17 +230,6 @@ class PgTaskStatements:
         )
         self._done_sql = _DONE.format(**names, succeeded=TaskStatus.SUCCEEDED.value)
         self._gate = _GATE.format(lanes=quote(lanes))
-        #: Inserts the lane's row when it is missing (a capped claim rewrites it).
-        self.ensure_lane = (
-            postgresql.insert(lanes)
-            .values(
-                lane=sa.bindparam("lane", type_=sa.Text()),
-                paused=False,
-                paused_at=None,
-                updated_at=sa.func.now(),
-            )
-            .on_conflict_do_nothing(index_elements=[lanes.c.lane])
-        )
         self._claims: dict[tuple[int | None, bool], Any] = {}
         self._succeed_and_claims: dict[tuple[int | None, bool], Any] = {}
         t = table

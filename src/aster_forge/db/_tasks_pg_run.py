@@ -12,7 +12,9 @@ other PostgreSQL drivers keep.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+import weakref
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -77,6 +79,12 @@ class PgTaskRunner:
         self._renew_many = self._both(statements.renew_many)
         self._utc = utc_decoder(dialect)
         self._builder = PgRecordBuilder(sql.table)
+        # Capped claims of one lane from this store take turns in the process: in the
+        # database they would wait on the lane's row anyway, holding a connection, and
+        # the one behind would then often find its snapshot stale and run again.
+        self._turns: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[str, asyncio.Lock]
+        ] = weakref.WeakKeyDictionary()
 
     def _both(self, statement: Any) -> _Statement:
         driver = PgDriverStatement(statement, self._dialect, hide_parameters=self._hide)
@@ -111,7 +119,8 @@ class PgTaskRunner:
             rescue left unclaimed (pending again, failed or cancelled).
         """
         if cluster_limit is not None:
-            return await self._claim_fresh(lane, limit, owner, lease_ttl, cluster_limit)
+            async with self._turn(lane):
+                return await self._claim_fresh(lane, limit, owner, lease_ttl, cluster_limit)
         statement = self._for_limit(self._claims, self._statements.claim, limit, False)
         params = claim_params(lane, limit, owner, lease_ttl)
         rows = await self._rows("claim tasks", statement, params)
@@ -140,22 +149,11 @@ class PgTaskRunner:
                 rows, offset = await self._rows("claim tasks", statement, params), 1
             claimed += self._claimed(rows, offset)
             ended += _unclaimed(rows, offset)
-            fresh = rows[0][offset - 1]
-            if fresh:
+            if rows[0][offset - 1]:
                 break
-            if fresh is None:  # the lane has no row yet
-                await self._ensure_lane(lane)
             rows = None
         claimed.sort(key=lambda r: (-r.priority, r.run_at, r.id))
         return claimed, ended
-
-    async def _ensure_lane(self, lane: str) -> None:
-        ensure = self._statements.ensure_lane
-
-        async def body(conn: AsyncConnection) -> None:
-            await conn.execute(ensure, {"lane": lane})
-
-        await self._sql.run("claim tasks", body, single_statement=True)
 
     async def succeed_and_claim(
         self,
@@ -174,23 +172,32 @@ class PgTaskRunner:
             the status of each row the rescue left unclaimed.
         """
         params = {**success_params(completions), **claim_params(lane, limit, owner, lease_ttl)}
-        capped = cluster_limit is not None
-        if cluster_limit is not None:
-            params["cap"] = cluster_limit
+        operation = "mark tasks succeeded and claim"
+        if cluster_limit is None:
+            statement = self._for_limit(
+                self._succeed_and_claims, self._statements.succeed_and_claim, limit, False
+            )
+            rows = await self._rows(operation, statement, params, queue=True)
+            return _written(rows), self._claimed(rows, offset=2), _unclaimed(rows, offset=2)
+        params["cap"] = cluster_limit
         statement = self._for_limit(
-            self._succeed_and_claims, self._statements.succeed_and_claim, limit, capped
+            self._succeed_and_claims, self._statements.succeed_and_claim, limit, True
         )
-        rows = await self._rows("mark tasks succeeded and claim", statement, params, queue=True)
-        # One row at least (a LEFT JOIN): the written pairs ride on the first one.
-        written = zip(rows[0][0] or (), rows[0][1] or (), strict=True)
-        done = {(int(i), str(token)) for i, token in written}
-        if cluster_limit is not None:
+        async with self._turn(lane):
+            rows = await self._rows(operation, statement, params, queue=True)
             # The successes are written; a claim run again claims only.
             claimed, ended = await self._claim_fresh(
                 lane, limit, owner, lease_ttl, cluster_limit, rows, offset=3
             )
-            return done, claimed, ended
-        return done, self._claimed(rows, offset=2), _unclaimed(rows, offset=2)
+        return _written(rows), claimed, ended
+
+    def _turn(self, lane: str) -> asyncio.Lock:
+        """The lock capped claims of ``lane`` take turns on (per event loop)."""
+        turns = self._turns.setdefault(asyncio.get_running_loop(), {})
+        turn = turns.get(lane)
+        if turn is None:
+            turn = turns[lane] = asyncio.Lock()
+        return turn
 
     async def succeed_many(self, completions: Sequence[TaskCompletion]) -> set[tuple[int, str]]:
         """The fenced successes in one statement; the ``(id, token)`` pairs written."""
@@ -249,6 +256,13 @@ class PgTaskRunner:
             return records
 
         return await self._sql.retry(operation, once)
+
+
+def _written(rows: Sequence[Any]) -> set[tuple[int, str]]:
+    """The ``(id, token)`` pairs a success-and-claim wrote (they ride on its first row)."""
+    return {
+        (int(i), str(token)) for i, token in zip(rows[0][0] or (), rows[0][1] or (), strict=True)
+    }
 
 
 def _same(value: Any) -> Any:
