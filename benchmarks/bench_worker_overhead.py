@@ -86,7 +86,13 @@ class InstantStore(InMemoryTaskStore):
         return [True] * len(completions)
 
     async def claim_due_for_lane(
-        self, lane: str, limit: int, owner: str, lease_ttl: timedelta
+        self,
+        lane: str,
+        limit: int,
+        owner: str,
+        lease_ttl: timedelta,
+        *,
+        cluster_limit: int | None = None,
     ) -> list[BackgroundTaskRecord]:
         """Up to ``limit`` of the prepared records."""
         await asyncio.sleep(0)
@@ -104,6 +110,8 @@ class InstantStore(InMemoryTaskStore):
         limit: int,
         owner: str,
         lease_ttl: timedelta,
+        *,
+        cluster_limit: int | None = None,
     ) -> tuple[list[bool], list[BackgroundTaskRecord]]:
         """Count the successes and hand out up to ``limit`` more records."""
         await asyncio.sleep(0)

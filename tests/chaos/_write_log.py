@@ -106,13 +106,17 @@ class LoggingStore(BackgroundTaskDbStore):
         limit: int,
         owner: str,
         lease_ttl: timedelta,
+        *,
+        cluster_limit: int | None = None,
     ) -> tuple[list[bool], list[BackgroundTaskRecord]]:
         parent = super().mark_tasks_succeeded_and_claim
 
         async def call() -> tuple[list[bool], list[BackgroundTaskRecord]]:
             self._combined = True
             try:
-                return await parent(completions, lane, limit, owner, lease_ttl)
+                return await parent(
+                    completions, lane, limit, owner, lease_ttl, cluster_limit=cluster_limit
+                )
             finally:
                 self._combined = False
 

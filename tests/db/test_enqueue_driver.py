@@ -515,10 +515,12 @@ class _RecordingStore(BackgroundTaskDbStore):
         limit: int,
         owner: str,
         lease_ttl: timedelta,
+        *,
+        cluster_limit: int | None = None,
     ) -> tuple[list[bool], list[BackgroundTaskRecord]]:
         self.batches.append(len(completions))
         results = await super().mark_tasks_succeeded_and_claim(
-            completions, lane, limit, owner, lease_ttl
+            completions, lane, limit, owner, lease_ttl, cluster_limit=cluster_limit
         )
         self.written += sum(results[0])
         if self.written >= self.total:

@@ -93,11 +93,19 @@ class _ClaimFails(BackgroundTaskDbStore):
     """A store whose claim fails (the server went away between the two calls)."""
 
     async def claim_due_for_lane(
-        self, lane: str, limit: int, owner: str, lease_ttl: timedelta
+        self,
+        lane: str,
+        limit: int,
+        owner: str,
+        lease_ttl: timedelta,
+        *,
+        cluster_limit: int | None = None,
     ) -> list[BackgroundTaskRecord]:
         if owner == "w2":
             raise DatabaseUnavailableError("connection lost", operation="claim tasks")
-        return await super().claim_due_for_lane(lane, limit, owner, lease_ttl)
+        return await super().claim_due_for_lane(
+            lane, limit, owner, lease_ttl, cluster_limit=cluster_limit
+        )
 
 
 async def test_together_on_postgresql_and_sqlite_and_stored_successes_are_reported(

@@ -45,6 +45,16 @@ def test_a_lane_declared_twice_is_an_error() -> None:
         forge.lane("cpu", concurrency=0)
 
 
+@pytest.mark.parametrize("bad", [0, -2, True, 1.5, "2"])
+def test_a_bad_cluster_limit_is_an_error(bad: object) -> None:
+    forge = _memory()
+    with pytest.raises(ForgeDeclarationError, match="lane 'cpu': cluster_limit must be None or"):
+        forge.lane("cpu", concurrency=2, cluster_limit=bad)  # type: ignore[arg-type]
+    forge.lane("io", concurrency=8, cluster_limit=3)
+    forge.lane("plain", concurrency=8)
+    assert forge.lane_cluster_limits == {"io": 3}
+
+
 def test_a_task_name_declared_twice_is_an_error() -> None:
     forge = _memory()
     forge.task(name="thumbnail")(_noop)

@@ -210,14 +210,20 @@ class ProxyStore(TaskStoreBase[BackgroundTaskRecord, str]):
         self.extra_claims = 0
 
     async def claim_due_for_lane(
-        self, lane: str, limit: int, owner: str, lease_ttl: timedelta
+        self,
+        lane: str,
+        limit: int,
+        owner: str,
+        lease_ttl: timedelta,
+        *,
+        cluster_limit: int | None = None,
     ) -> Sequence[BackgroundTaskRecord]:
         self.claim_lanes.append(str(lane))
         if self.claim_errors:
             self.claim_errors -= 1
             raise ConnectionError("database is down")
         return await self.inner.claim_due_for_lane(
-            lane, limit + self.extra_claims, owner, lease_ttl
+            lane, limit + self.extra_claims, owner, lease_ttl, cluster_limit=cluster_limit
         )
 
     async def renew_task_lease(self, lease: TaskLease, lease_ttl: timedelta) -> TaskLease | None:

@@ -51,7 +51,13 @@ class FakeStepStore(TaskStoreBase[BackgroundTaskRecord, str]):
         self.steps_writes: list[str] = []
 
     async def claim_due_for_lane(
-        self, lane: str, limit: int, owner: str, lease_ttl: timedelta
+        self,
+        lane: str,
+        limit: int,
+        owner: str,
+        lease_ttl: timedelta,
+        *,
+        cluster_limit: int | None = None,
     ) -> list[BackgroundTaskRecord]:
         return []
 

@@ -152,10 +152,18 @@ async def test_claims_record_latency_lag_and_rescues(
 ) -> None:
     class SlowClaim(ProxyStore):
         async def claim_due_for_lane(
-            self, lane: str, limit: int, owner: str, lease_ttl: timedelta
+            self,
+            lane: str,
+            limit: int,
+            owner: str,
+            lease_ttl: timedelta,
+            *,
+            cluster_limit: int | None = None,
         ) -> Sequence[BackgroundTaskRecord]:
             await clock.advance(0.25)
-            return await super().claim_due_for_lane(lane, limit, owner, lease_ttl)
+            return await super().claim_due_for_lane(
+                lane, limit, owner, lease_ttl, cluster_limit=cluster_limit
+            )
 
     stats = DispatchStatsRecorder()
     harness = Harness()

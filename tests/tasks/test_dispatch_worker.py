@@ -144,11 +144,19 @@ async def test_empty_polls_and_store_errors_back_off_then_recover(
 
     class Timed(ProxyStore):
         async def claim_due_for_lane(
-            self, lane: str, limit: int, owner: str, lease_ttl: timedelta
+            self,
+            lane: str,
+            limit: int,
+            owner: str,
+            lease_ttl: timedelta,
+            *,
+            cluster_limit: int | None = None,
         ) -> Sequence[BackgroundTaskRecord]:
             if not drains or drains[-1] != clock.monotonic():
                 drains.append(clock.monotonic())
-            return await super().claim_due_for_lane(lane, limit, owner, lease_ttl)
+            return await super().claim_due_for_lane(
+                lane, limit, owner, lease_ttl, cluster_limit=cluster_limit
+            )
 
     proxy = Timed(store)
     proxy.claim_errors = 3

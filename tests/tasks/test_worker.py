@@ -263,11 +263,24 @@ class _HeldClaimStore(InMemoryTaskStore):
         self.claiming = asyncio.Event()
 
     async def claim_due_for_lane(  # type: ignore[override]
-        self, lane: object, limit: int, owner: str, lease_ttl: timedelta
+        self,
+        lane: object,
+        limit: int,
+        owner: str,
+        lease_ttl: timedelta,
+        *,
+        cluster_limit: int | None = None,
     ) -> list[object]:
         self.claiming.set()
         await self.gate.wait()
-        return list(await super().claim_due_for_lane(lane, limit, owner, lease_ttl))  # type: ignore[arg-type]
+        claimed = await super().claim_due_for_lane(
+            lane,  # type: ignore[arg-type]
+            limit,
+            owner,
+            lease_ttl,
+            cluster_limit=cluster_limit,
+        )
+        return list(claimed)
 
 
 async def test_shutdown_waits_for_a_claim_on_the_wire_and_releases_what_it_brings() -> None:

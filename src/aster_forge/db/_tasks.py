@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..runtime._internal import Clock, SystemClock
@@ -216,40 +217,75 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
     # -- claim ------------------------------------------------------------------------
 
     async def claim_due_for_lane(
-        self, lane: str, limit: int, owner: str, lease_ttl: timedelta
+        self,
+        lane: str,
+        limit: int,
+        owner: str,
+        lease_ttl: timedelta,
+        *,
+        cluster_limit: int | None = None,
     ) -> list[BackgroundTaskRecord]:
-        """Rescue expired leases of ``lane``, then claim up to ``limit`` due tasks."""
-        lane_value = check_claim_args(lane, owner, lease_ttl, limit)
+        """Rescue expired leases of ``lane``, then claim up to ``limit`` due tasks.
+
+        With ``cluster_limit``, claims of the lane serialise on the lane's row in the
+        lane table and claim no more than the room left under the limit. On PostgreSQL
+        that is one statement, run again when its snapshot missed a claim that
+        committed meanwhile (see ``_tasks_pg``); on MariaDB the row is locked first in
+        the claim's transaction; SQLite has one writer.
+        """
+        lane_value = check_claim_args(lane, owner, lease_ttl, limit, cluster_limit)
         if limit <= 0:
             return []
         if self._pg_run is not None and lease_ttl < _SATURATING_DELTA:
-            claimed, ended = await self._pg_run.claim(lane_value, limit, owner, lease_ttl)
+            claimed, ended = await self._pg_run.claim(
+                lane_value, limit, owner, lease_ttl, cluster_limit
+            )
             self._count_ended(lane_value, ended)
             return claimed
         if self._lite is not None:
-            return await self._claim_sqlite(self._lite, lane_value, limit, owner, lease_ttl)
+            return await self._claim_sqlite(
+                self._lite, lane_value, limit, owner, lease_ttl, cluster_limit
+            )
 
         async def body(
             conn: AsyncConnection,
         ) -> tuple[list[BackgroundTaskRecord], list[TaskStatus]]:
+            if cluster_limit is not None:
+                await self._lock_lane(conn, lane_value)
             now = await self._sql.now(conn)
             ended = await self._rescue(conn, lane_value, now)
-            return await self._claim(conn, lane_value, limit, owner, lease_ttl, now), ended
+            room = limit
+            if cluster_limit is not None:
+                room = min(limit, cluster_limit - await self._running_in(conn, lane_value))
+                if room <= 0:
+                    return [], ended
+            return await self._claim(conn, lane_value, room, owner, lease_ttl, now), ended
 
         # PostgreSQL: the rescue and the claim are each one atomic statement and need
-        # not share a transaction, so both run in autocommit (2 round trips, not 4).
+        # not share a transaction, so both run in autocommit (2 round trips, not 4);
+        # under a cluster limit they share the lane row lock's transaction.
         records, ended = await self._sql.run(
-            "claim tasks", body, single_statement=self._sql.is_postgres
+            "claim tasks",
+            body,
+            single_statement=self._sql.is_postgres and cluster_limit is None,
         )
         self._count_ended(lane_value, ended)
         return sorted(records, key=lambda r: (-r.priority, r.run_at, r.id))
 
     async def _claim_sqlite(
-        self, lite: SqliteTaskStatements, lane: str, limit: int, owner: str, lease_ttl: timedelta
+        self,
+        lite: SqliteTaskStatements,
+        lane: str,
+        limit: int,
+        owner: str,
+        lease_ttl: timedelta,
+        cluster_limit: int | None,
     ) -> list[BackgroundTaskRecord]:
         async def body(conn: AsyncConnection) -> list[BackgroundTaskRecord]:
             now = await database_now(conn, self._sql.clock)
-            return await _claim_on_sqlite(lite, conn, now, lane, limit, owner, lease_ttl)
+            return await _claim_on_sqlite(
+                lite, conn, now, lane, limit, owner, lease_ttl, cluster_limit
+            )
 
         records = await self._sql.run("claim tasks", body)
         return self._claimed_sqlite(lane, records)
@@ -261,6 +297,33 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         self._count_ended(lane, [r.status for r in records if r.status is not TaskStatus.RUNNING])
         claimed = [r for r in records if r.status is TaskStatus.RUNNING]
         return sorted(claimed, key=lambda r: (-r.priority, r.run_at, r.id))
+
+    async def _lock_lane(self, conn: AsyncConnection, lane: str) -> None:
+        """Hold the lane's row in the lane table until the transaction ends (cluster-
+        limited lanes): an upsert that changes nothing still rewrites and locks it (and
+        creates it the first time). On PostgreSQL the new row version is also what a
+        one-statement capped claim checks its snapshot against (see ``_tasks_pg``)."""
+        lanes = self._lanes
+        now = await self._sql.now(conn)
+        values = {"lane": lane, "paused": False, "paused_at": None, "updated_at": now.expr}
+        if self._sql.is_postgres:
+            upsert: Any = (
+                postgresql.insert(lanes)
+                .values(**values)
+                .on_conflict_do_update(
+                    index_elements=[lanes.c.lane], set_={"paused": lanes.c.paused}
+                )
+            )
+        else:
+            upsert = (
+                mysql.insert(lanes).values(**values).on_duplicate_key_update(paused=lanes.c.paused)
+            )
+        await conn.execute(upsert)
+
+    async def _running_in(self, conn: AsyncConnection, lane: str) -> int:
+        t = self._table
+        query = sa.select(sa.func.count()).where(t.c.lane == lane, t.c.status == _RUNNING)
+        return int((await conn.execute(query)).scalar_one())
 
     async def _locked_ids(self, conn: AsyncConnection, query: Any) -> list[int]:
         return [int(row[0]) for row in await conn.execute(query)]
@@ -540,6 +603,8 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         limit: int,
         owner: str,
         lease_ttl: timedelta,
+        *,
+        cluster_limit: int | None = None,
     ) -> tuple[list[bool], list[BackgroundTaskRecord]]:
         """:meth:`mark_tasks_succeeded_many`, then :meth:`claim_due_for_lane` for the freed slots.
 
@@ -553,25 +618,27 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         Returns:
             The success results in input order, and the claimed records.
         """
-        lane_value = check_claim_args(lane, owner, lease_ttl, limit)
+        lane_value = check_claim_args(lane, owner, lease_ttl, limit, cluster_limit)
         pg = self._pg_run
         if self._lite is not None and completions and limit > 0:
             together = await self._succeed_and_claim_sqlite(
-                self._lite, completions, lane_value, limit, owner, lease_ttl
+                self._lite, completions, lane_value, limit, owner, lease_ttl, cluster_limit
             )
             if together is not None:
                 return together
         if pg is None or not completions or limit <= 0 or lease_ttl >= _SATURATING_DELTA:
             results = await self.mark_tasks_succeeded_many(completions)
             try:
-                claimed = await self.claim_due_for_lane(lane, limit, owner, lease_ttl)
+                claimed = await self.claim_due_for_lane(
+                    lane, limit, owner, lease_ttl, cluster_limit=cluster_limit
+                )
             except DatabaseOperationError as exc:
                 # The successes are stored: report them; the worker's next drain claims.
                 logger.warning("claim after batched successes failed (%s)", type(exc).__name__)
                 claimed = []
             return results, claimed
         done, records, ended = await pg.succeed_and_claim(
-            completions, lane_value, limit, owner, lease_ttl
+            completions, lane_value, limit, owner, lease_ttl, cluster_limit
         )
         self._count_ended(lane_value, ended)
         return _applied(completions, done), records
@@ -649,6 +716,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         limit: int,
         owner: str,
         lease_ttl: timedelta,
+        cluster_limit: int | None,
     ) -> tuple[list[bool], list[BackgroundTaskRecord]] | None:
         # Both in one transaction when every claim still holds; else ``None`` (the
         # caller writes and claims separately, the refused entries read back).
@@ -658,7 +726,9 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         async def body(conn: AsyncConnection) -> tuple[list[bool], list[BackgroundTaskRecord]]:
             now = await database_now(conn, self._sql.clock)
             written = await self._all_succeed_on_sqlite(conn, now, completions)
-            claimed = await _claim_on_sqlite(lite, conn, now, lane, limit, owner, lease_ttl)
+            claimed = await _claim_on_sqlite(
+                lite, conn, now, lane, limit, owner, lease_ttl, cluster_limit
+            )
             return written, claimed
 
         try:
@@ -821,12 +891,13 @@ async def _claim_on_sqlite(
     limit: int,
     owner: str,
     lease_ttl: timedelta,
+    cluster_limit: int | None,
 ) -> list[BackgroundTaskRecord]:
     """The rescue-and-claim statement on SQLite, inside the caller's transaction.
 
     Returns the claimed rows (``RUNNING``) and the rows it rescued without claiming.
     """
-    params = {
+    params: dict[str, Any] = {
         "lane": lane,
         "now": now,
         "lim": limit,
@@ -838,4 +909,6 @@ async def _claim_on_sqlite(
         else saturating_expiry(now, lease_ttl),
         "owner": owner,
     }
-    return await lite.claim.records(conn, params)
+    if cluster_limit is None:
+        return await lite.claim.records(conn, params)
+    return await lite.claim_capped.records(conn, {**params, "cap": cluster_limit})

@@ -61,7 +61,7 @@ WITH exp AS (
     ORDER BY lease_expires_at LIMIT {rescue} FOR UPDATE SKIP LOCKED
 ), open_lane AS (
     SELECT NOT EXISTS (SELECT 1 FROM {lanes} WHERE lane = :lane AND paused) AS open
-), due AS (
+){gate}, due AS (
     SELECT id, priority, run_at FROM {t}
     WHERE lane = :lane AND status = 'pending' AND NOT waiting AND run_at <= now()
       AND (SELECT open FROM open_lane)
@@ -73,7 +73,7 @@ WITH exp AS (
         SELECT x.id, x.priority, x.run_at FROM {t} x JOIN exp ON x.id = exp.id
         WHERE NOT (x.cancel_requested OR x.attempt + 1 >= x.max_attempts)
           AND (SELECT open FROM open_lane)
-    ) c ORDER BY c.priority DESC, c.run_at, c.id LIMIT {limit}
+    ) c ORDER BY c.priority DESC, c.run_at, c.id LIMIT {cand_limit}
 ), target AS (
     SELECT id, true AS claim FROM cand
     UNION ALL
@@ -148,11 +148,53 @@ SELECT CASE WHEN row_number() OVER () = 1 THEN (SELECT array_agg(id) FROM done) 
 FROM (SELECT 1) AS one LEFT JOIN claimed AS c ON true
 """
 
+# A lane with a cluster-wide limit claims at most the room left under it: the lane's
+# running rows, less those this statement rescues or writes as succeeded. The count is
+# only as new as the statement's snapshot, and a lock taken within the statement cannot
+# make it newer. So every capped claim also rewrites the lane's row in the lane table
+# (``bump``, an upsert that waits for the claim holding the row, or creates it) and
+# then reads the version of that row its own snapshot sees: when another transaction
+# had rewritten that version (its ``xmax`` is set, and not by this one) or the snapshot
+# sees none, a claim this snapshot misses may have committed, and the statement claims
+# nothing (``fresh`` false; the caller runs it again with a new snapshot). Otherwise
+# every capped claim before this one is in the snapshot; so it is when this statement
+# created the row (no capped claim ran before). ``fresh`` is read per row of ``bump``,
+# so only once the row lock is held.
+_GATE = """, bump AS (
+    INSERT INTO {lanes} AS b (lane, paused, paused_at, updated_at)
+    VALUES (:lane, false, NULL, now())
+    ON CONFLICT (lane) DO UPDATE SET paused = b.paused
+    RETURNING b.lane, b.xmax = '0'::xid AS created
+), fresh AS (
+    SELECT b.created OR COALESCE((
+        SELECT l.xmax = '0'::xid OR l.xmax = pg_current_xact_id()::xid
+        FROM {lanes} AS l WHERE l.lane = b.lane
+    ), false) AS fresh
+    FROM bump AS b
+)"""
+_CLUSTER_LIMIT = """LEAST({limit}, CASE WHEN (SELECT fresh FROM fresh) THEN GREATEST(0, :cap - (
+        SELECT count(*) FROM {t} WHERE lane = :lane AND status = '{running}'{counted}
+    ) + (SELECT count(*) FROM exp)) ELSE 0 END)"""
+_COUNTED_DONE = " AND id NOT IN (SELECT id FROM done)"
+_FRESH = "(SELECT fresh FROM fresh) AS fresh,\n       "
+_GATED_RESULT = """
+SELECT (SELECT fresh FROM fresh) AS fresh, c.*
+FROM (SELECT 1) AS one LEFT JOIN claimed AS c ON true
+"""
 
-def _succeed_and_claim_sql(done: str, claim: str) -> str:
-    """``done`` in front of ``claim``, whose final UPDATE becomes the ``claimed`` CTE."""
+
+def _succeed_and_claim_sql(done: str, claim: str, *, capped: bool = False) -> str:
+    """``done`` in front of ``claim``, whose final UPDATE becomes the ``claimed`` CTE
+    (``capped``: with the ``fresh`` column before the claimed rows)."""
     ctes, _, update = claim.strip().removeprefix("WITH ").partition("\nUPDATE ")
-    return f"{done}, {ctes}, claimed AS (\nUPDATE {update}\n){_DONE_RESULT}"
+    result = _DONE_RESULT.replace("c.*", _FRESH + "c.*") if capped else _DONE_RESULT
+    return f"{done}, {ctes}, claimed AS (\nUPDATE {update}\n){result}"
+
+
+def _gated_claim_sql(claim: str) -> str:
+    """``claim``'s final UPDATE as the ``claimed`` CTE, after the ``fresh`` column."""
+    ctes, _, update = claim.strip().partition("\nUPDATE ")
+    return f"{ctes}, claimed AS (\nUPDATE {update}\n){_GATED_RESULT}"
 
 
 class PgTaskStatements:
@@ -187,8 +229,9 @@ class PgTaskStatements:
             returning=returning_columns(table, dialect, "t"),
         )
         self._done_sql = _DONE.format(**names, succeeded=TaskStatus.SUCCEEDED.value)
-        self._claims: dict[int | None, Any] = {}
-        self._succeed_and_claims: dict[int | None, Any] = {}
+        self._gate = _GATE.format(lanes=quote(lanes))
+        self._claims: dict[tuple[int | None, bool], Any] = {}
+        self._succeed_and_claims: dict[tuple[int | None, bool], Any] = {}
         t = table
         running = TaskStatus.RUNNING.value
         done = (
@@ -242,31 +285,60 @@ class PgTaskStatements:
             .returning(t.c.id, t.c.processing_token, t.c.lease_expires_at, t.c.cancel_requested)
         )
 
-    def claim(self, limit: int) -> Any:
-        """The lane's rescue-and-claim for claims of ``limit`` tasks."""
+    def _cand_limit(self, limit_sql: str, capped: bool, counted: str) -> str:
+        if not capped:
+            return limit_sql
+        return _CLUSTER_LIMIT.format(
+            limit=limit_sql, t=self._table_sql, running=TaskStatus.RUNNING.value, counted=counted
+        )
+
+    def claim(self, limit: int, *, capped: bool = False) -> Any:
+        """The lane's rescue-and-claim for claims of ``limit`` tasks.
+
+        ``capped``: the variant under a cluster-wide limit (the ``cap`` parameter); its
+        rows start with ``fresh`` (see ``_GATE``), then the claimed columns, and come
+        as one all-null row past ``fresh`` when it claims and rescues nothing.
+        """
         key = limit_key(limit)
-        statement = self._claims.get(key)
+        statement = self._claims.get((key, capped))
         if statement is None:
             limit_sql = _limit_sql(key)
             late = _LATE.format(t=self._table_sql, limit=limit_sql)
-            sql = self._claim_sql(exclude="", limit=limit_sql, late=late, late_union=_LATE_UNION)
-            statement = self._claims[key] = (
-                sa.text(sql).bindparams(*_claim_params(key)).columns(*self._cols)
+            sql = self._claim_sql(
+                exclude="",
+                limit=limit_sql,
+                cand_limit=self._cand_limit(limit_sql, capped, ""),
+                gate=self._gate if capped else "",
+                late=late,
+                late_union=_LATE_UNION,
             )
+            text = sa.text(_gated_claim_sql(sql) if capped else sql)
+            fresh = [sa.column("fresh", sa.Boolean())] if capped else []
+            statement = self._claims[key, capped] = text.bindparams(
+                *_claim_params(key, capped)
+            ).columns(*fresh, *self._cols)
         return statement
 
-    def succeed_and_claim(self, limit: int) -> Any:
-        """Successes written and up to ``limit`` tasks claimed, in one statement."""
+    def succeed_and_claim(self, limit: int, *, capped: bool = False) -> Any:
+        """Successes written and up to ``limit`` tasks claimed, in one statement
+        (``capped``: as for :meth:`claim`)."""
         key = limit_key(limit)
-        statement = self._succeed_and_claims.get(key)
+        statement = self._succeed_and_claims.get((key, capped))
         if statement is None:
+            limit_sql = _limit_sql(key)
             claim = self._claim_sql(
-                exclude=_NOT_DONE, limit=_limit_sql(key), late="", late_union=""
+                exclude=_NOT_DONE,
+                limit=limit_sql,
+                cand_limit=self._cand_limit(limit_sql, capped, _COUNTED_DONE),
+                gate=self._gate if capped else "",
+                late="",
+                late_union="",
             )
-            statement = self._succeed_and_claims[key] = (
-                sa.text(_succeed_and_claim_sql(self._done_sql, claim))
+            fresh = [sa.column("fresh", sa.Boolean())] if capped else []
+            statement = self._succeed_and_claims[key, capped] = (
+                sa.text(_succeed_and_claim_sql(self._done_sql, claim, capped=capped))
                 .bindparams(
-                    *_claim_params(key),
+                    *_claim_params(key, capped),
                     sa.bindparam("ids", type_=postgresql.ARRAY(sa.BigInteger())),
                     sa.bindparam("tokens", type_=postgresql.ARRAY(sa.Text())),
                     sa.bindparam("results", type_=postgresql.ARRAY(sa.Text())),
@@ -275,6 +347,7 @@ class PgTaskStatements:
                 .columns(
                     sa.column("done_ids", postgresql.ARRAY(sa.BigInteger())),
                     sa.column("done_tokens", postgresql.ARRAY(sa.Text())),
+                    *fresh,
                     *self._cols,
                 )
             )
@@ -291,7 +364,7 @@ def _limit_sql(key: int | None) -> str:
     return ":lim" if key is None else str(int(key))
 
 
-def _claim_params(key: int | None) -> list[sa.BindParameter[Any]]:
+def _claim_params(key: int | None, capped: bool) -> list[sa.BindParameter[Any]]:
     params: list[sa.BindParameter[Any]] = [
         sa.bindparam("lane", type_=sa.Text()),
         sa.bindparam("lease_error", value=LEASE_EXPIRED_ERROR, type_=sa.Text()),
@@ -301,4 +374,6 @@ def _claim_params(key: int | None) -> list[sa.BindParameter[Any]]:
     ]
     if key is None:
         params.append(sa.bindparam("lim", type_=sa.Integer()))
+    if capped:
+        params.append(sa.bindparam("cap", type_=sa.Integer()))
     return params

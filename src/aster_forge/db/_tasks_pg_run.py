@@ -12,7 +12,9 @@ other PostgreSQL drivers keep.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+import weakref
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -32,6 +34,9 @@ __all__ = ["PgTaskRunner"]
 
 _RUNNING = TaskStatus.RUNNING.value
 _STATUS = CORE_COLUMNS.index("status")
+# How many times a capped claim runs whose snapshot missed another claim (each time
+# after that claim committed, so the cluster moved on meanwhile).
+_FRESH_ATTEMPTS = 8
 
 # A statement as SQLAlchemy runs it, and compiled for the driver.
 _Statement = tuple[Any, PgDriverStatement]
@@ -67,41 +72,89 @@ class PgTaskRunner:
         self._dialect = dialect
         self._hide = engine.sync_engine.hide_parameters
         self._statements = statements
-        # One compiled statement per limit the store was asked for (see LITERAL_LIMITS).
-        self._claims: dict[int | None, _Statement] = {}
-        self._succeed_and_claims: dict[int | None, _Statement] = {}
+        # One compiled statement per limit the store was asked for (see LITERAL_LIMITS),
+        # and per whether it claims under a cluster-wide limit.
+        self._claims: dict[tuple[int | None, bool], _Statement] = {}
+        self._succeed_and_claims: dict[tuple[int | None, bool], _Statement] = {}
         self._succeed_many = self._both(statements.succeed_many)
         self._renew_many = self._both(statements.renew_many)
         self._utc = utc_decoder(dialect)
         self._builder = PgRecordBuilder(sql.table)
+        # Capped claims of one lane from this store take turns in the process: in the
+        # database they would wait on the lane's row anyway, holding a connection, and
+        # the one behind would then often find its snapshot stale and run again.
+        self._turns: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[str, asyncio.Lock]
+        ] = weakref.WeakKeyDictionary()
 
     def _both(self, statement: Any) -> _Statement:
         driver = PgDriverStatement(statement, self._dialect, hide_parameters=self._hide)
         return statement, driver
 
     def _for_limit(
-        self, cache: dict[int | None, _Statement], build: Callable[[int], Any], limit: int
+        self,
+        cache: dict[tuple[int | None, bool], _Statement],
+        build: Callable[..., Any],
+        limit: int,
+        capped: bool,
     ) -> _Statement:
-        key = limit_key(limit)  # larger limits share one statement
+        key = limit_key(limit), capped  # larger limits share one statement
         statement = cache.get(key)
         if statement is None:
-            statement = cache[key] = self._both(build(limit))
+            statement = cache[key] = self._both(build(limit, capped=capped))
         return statement
 
     async def claim(
-        self, lane: str, limit: int, owner: str, lease_ttl: timedelta
+        self,
+        lane: str,
+        limit: int,
+        owner: str,
+        lease_ttl: timedelta,
+        cluster_limit: int | None = None,
     ) -> tuple[list[BackgroundTaskRecord], list[TaskStatus]]:
-        """The lane's rescue-and-claim.
+        """The lane's rescue-and-claim (under ``cluster_limit``: locked, see
+        :meth:`PgTaskStatements.claim`).
 
         Returns:
             The claimed records in claim order, and the status of each row the
             rescue left unclaimed (pending again, failed or cancelled).
         """
-        statement = self._for_limit(self._claims, self._statements.claim, limit)
-        rows = await self._rows(
-            "claim tasks", statement, claim_params(lane, limit, owner, lease_ttl)
-        )
+        if cluster_limit is not None:
+            async with self._turn(lane):
+                return await self._claim_fresh(lane, limit, owner, lease_ttl, cluster_limit)
+        statement = self._for_limit(self._claims, self._statements.claim, limit, False)
+        params = claim_params(lane, limit, owner, lease_ttl)
+        rows = await self._rows("claim tasks", statement, params)
         return self._claimed(rows), _unclaimed(rows)
+
+    async def _claim_fresh(
+        self,
+        lane: str,
+        limit: int,
+        owner: str,
+        lease_ttl: timedelta,
+        cap: int,
+        rows: Sequence[Any] | None = None,
+        offset: int = 1,
+    ) -> tuple[list[BackgroundTaskRecord], list[TaskStatus]]:
+        """The capped claim, run again while its snapshot was not fresh (see ``_GATE``).
+
+        ``rows``: those of a capped statement already run (``fresh`` at ``offset - 1``).
+        """
+        claimed: list[BackgroundTaskRecord] = []
+        ended: list[TaskStatus] = []
+        statement = self._for_limit(self._claims, self._statements.claim, limit, True)
+        for _ in range(_FRESH_ATTEMPTS):
+            if rows is None:
+                params = {**claim_params(lane, limit, owner, lease_ttl), "cap": cap}
+                rows, offset = await self._rows("claim tasks", statement, params), 1
+            claimed += self._claimed(rows, offset)
+            ended += _unclaimed(rows, offset)
+            if rows[0][offset - 1]:
+                break
+            rows = None
+        claimed.sort(key=lambda r: (-r.priority, r.run_at, r.id))
+        return claimed, ended
 
     async def succeed_and_claim(
         self,
@@ -110,22 +163,42 @@ class PgTaskRunner:
         limit: int,
         owner: str,
         lease_ttl: timedelta,
+        cluster_limit: int | None = None,
     ) -> tuple[set[tuple[int, str]], list[BackgroundTaskRecord], list[TaskStatus]]:
-        """The fenced successes and the claim in one statement.
+        """The fenced successes and the claim in one statement (``cluster_limit``: as
+        for :meth:`claim`).
 
         Returns:
             The ``(id, token)`` pairs written, the claimed records in claim order, and
             the status of each row the rescue left unclaimed.
         """
         params = {**success_params(completions), **claim_params(lane, limit, owner, lease_ttl)}
+        operation = "mark tasks succeeded and claim"
+        if cluster_limit is None:
+            statement = self._for_limit(
+                self._succeed_and_claims, self._statements.succeed_and_claim, limit, False
+            )
+            rows = await self._rows(operation, statement, params, queue=True)
+            return _written(rows), self._claimed(rows, offset=2), _unclaimed(rows, offset=2)
+        params["cap"] = cluster_limit
         statement = self._for_limit(
-            self._succeed_and_claims, self._statements.succeed_and_claim, limit
+            self._succeed_and_claims, self._statements.succeed_and_claim, limit, True
         )
-        rows = await self._rows("mark tasks succeeded and claim", statement, params, queue=True)
-        # One row at least (a LEFT JOIN): the written pairs ride on the first one.
-        done = zip(rows[0][0] or (), rows[0][1] or (), strict=True)
-        claimed = self._claimed(rows, offset=2)
-        return {(int(i), str(token)) for i, token in done}, claimed, _unclaimed(rows, offset=2)
+        async with self._turn(lane):
+            rows = await self._rows(operation, statement, params, queue=True)
+            # The successes are written; a claim run again claims only.
+            claimed, ended = await self._claim_fresh(
+                lane, limit, owner, lease_ttl, cluster_limit, rows, offset=3
+            )
+        return _written(rows), claimed, ended
+
+    def _turn(self, lane: str) -> asyncio.Lock:
+        """The lock capped claims of ``lane`` take turns on (per event loop)."""
+        turns = self._turns.setdefault(asyncio.get_running_loop(), {})
+        turn = turns.get(lane)
+        if turn is None:
+            turn = turns[lane] = asyncio.Lock()
+        return turn
 
     async def succeed_many(self, completions: Sequence[TaskCompletion]) -> set[tuple[int, str]]:
         """The fenced successes in one statement; the ``(id, token)`` pairs written."""
@@ -184,6 +257,13 @@ class PgTaskRunner:
             return records
 
         return await self._sql.retry(operation, once)
+
+
+def _written(rows: Sequence[Any]) -> set[tuple[int, str]]:
+    """The ``(id, token)`` pairs a success-and-claim wrote (they ride on its first row)."""
+    return {
+        (int(i), str(token)) for i, token in zip(rows[0][0] or (), rows[0][1] or (), strict=True)
+    }
 
 
 def _same(value: Any) -> Any:

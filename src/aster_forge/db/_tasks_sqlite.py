@@ -60,7 +60,7 @@ WITH exp AS MATERIALIZED (
         SELECT x.id, x.priority, x.run_at FROM {t} x JOIN exp ON x.id = exp.id
         WHERE NOT (x.cancel_requested OR x.attempt + 1 >= x.max_attempts)
           AND (SELECT open FROM open_lane)
-    ) c ORDER BY c.priority DESC, c.run_at, c.id LIMIT :lim
+    ) c ORDER BY c.priority DESC, c.run_at, c.id LIMIT {cand_limit}
 ), target AS MATERIALIZED (
     SELECT id, 1 AS claim FROM cand
     UNION ALL
@@ -93,6 +93,12 @@ FROM target
 WHERE t.id = target.id
 RETURNING {returning}
 """
+
+# Under a cluster-wide limit: the room left, counting the lane's running rows less the
+# ones this statement rescues (the transaction is the database's only writer).
+_CLUSTER_LIMIT = """MIN(:lim, MAX(0, :cap - (
+        SELECT count(*) FROM {t} WHERE lane = :lane AND status = '{running}'
+    ) + (SELECT count(*) FROM exp)))"""
 
 
 class DriverStatement:
@@ -213,13 +219,23 @@ class SqliteTaskStatements:
     """
 
     def __init__(self, table: sa.Table, lanes: sa.Table, dialect: Any) -> None:
+        self.dialect = dialect
+        self.claim = self._claim(table, lanes, capped=False)
+        #: The claim under a cluster-wide limit (the ``cap`` parameter).
+        self.claim_capped = self._claim(table, lanes, capped=True)
+
+    def _claim(self, table: sa.Table, lanes: sa.Table, *, capped: bool) -> DriverStatement:
+        dialect = self.dialect
         quote = dialect.identifier_preparer.format_table
         cols = [table.c[name] for name in CORE_COLUMNS]
+        running = TaskStatus.RUNNING.value
+        cand_limit = _CLUSTER_LIMIT.format(t=quote(table), running=running) if capped else ":lim"
         sql = _CLAIM.format(
+            cand_limit=cand_limit,
             t=quote(table),
             lanes=quote(lanes),
             rescue=_RESCUE_BATCH,
-            running=TaskStatus.RUNNING.value,
+            running=running,
             pending=TaskStatus.PENDING.value,
             cancelled=TaskStatus.CANCELLED.value,
             failed=TaskStatus.FAILED.value,
@@ -238,8 +254,8 @@ class SqliteTaskStatements:
                 sa.bindparam("prefix", type_=sa.Text()),
                 sa.bindparam("expires", type_=UtcDateTime()),
                 sa.bindparam("owner", type_=sa.Text()),
+                *([sa.bindparam("cap", type_=sa.Integer())] if capped else []),
             )
             .columns(*cols)
         )
-        self.claim = DriverStatement(claim, dialect, cols)
-        self.dialect = dialect
+        return DriverStatement(claim, dialect, cols)

@@ -75,20 +75,29 @@ class ForgeDeclarations:
     def __init__(self, *, default_concurrency: int) -> None:
         self._default_concurrency = default_concurrency
         self._lanes: dict[str, int] = {}
+        self._cluster_limits: dict[str, int] = {}
         self._tasks: dict[str, ForgeTask] = {}
         self._periodics: list[ForgePeriodic] = []
         self._resources: Callable[[], AbstractAsyncContextManager[Any]] | None = None
         self._health_checks: dict[str, ForgeHealthCheck] = {}
         self._registry: TaskRegistry[Forge, str, str] | None = None
 
-    def lane(self, name: str, *, concurrency: int = 1) -> str:
+    def lane(self, name: str, *, concurrency: int = 1, cluster_limit: int | None = None) -> str:
         """Declare a lane: a concurrency group the worker limits separately.
+
+        Args:
+            name: The lane's name.
+            concurrency: The most tasks of the lane one process runs at once.
+            cluster_limit: The most tasks of the lane running at once across every
+                instance on the database (enforced in the claim); ``None``: no limit
+                beyond each process's ``concurrency``.
 
         Returns:
             The lane's name, for ``@forge.task(lane=...)``.
 
         Raises:
-            ForgeDeclarationError: Declared twice, a bad name or a concurrency below 1.
+            ForgeDeclarationError: Declared twice, a bad name, or a concurrency or
+                cluster limit below 1.
             ForgeStateError: The forge is already in use (declarations are frozen).
         """
         self._check_open()
@@ -97,7 +106,17 @@ class ForgeDeclarations:
             raise ForgeDeclarationError(f"lane {name!r} is declared twice")
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ForgeDeclarationError(f"lane {name!r}: concurrency must be an int >= 1")
+        if cluster_limit is not None and (
+            isinstance(cluster_limit, bool)
+            or not isinstance(cluster_limit, int)
+            or cluster_limit < 1
+        ):
+            raise ForgeDeclarationError(
+                f"lane {name!r}: cluster_limit must be None or an int >= 1, got {cluster_limit!r}"
+            )
         self._lanes[name] = concurrency
+        if cluster_limit is not None:
+            self._cluster_limits[name] = cluster_limit
         return name
 
     @overload
@@ -358,6 +377,11 @@ class ForgeDeclarations:
         if any(task.lane is None for task in self._tasks.values()):
             lanes.setdefault("default", self._default_concurrency)
         return lanes
+
+    @property
+    def lane_cluster_limits(self) -> dict[str, int]:
+        """The cluster-wide limit of each lane declared with one."""
+        return dict(self._cluster_limits)
 
     @property
     def registry(self) -> TaskRegistry[Forge, str, str]:

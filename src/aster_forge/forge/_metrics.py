@@ -8,6 +8,9 @@ Read from the store, so a web process that runs no workers exports them too:
 - ``task_queue_lease_expired{lane}``: running tasks whose lease has expired: their
   worker is gone and the next claim of the lane rescues them.
 - ``task_queue_lag_seconds{lane}``: how long the oldest due task has waited.
+- ``task_lane_cluster_limit{lane}``: the declared cluster-wide limit of each lane that
+  has one (from the declarations, no read): compare it with
+  ``task_queue_depth{status="running"}``, which counts what runs against it.
 
 These are measured at scrape time by one ``lane_counts`` read over the forge's
 declared lanes (it reads only pending and running rows), bounded by a timeout; a read
@@ -122,4 +125,11 @@ class ForgeQueueCollector(Collector):
         for lane in sorted(endings):
             for status, outcome in _OUTCOMES:
                 ended.add_metric([lane, outcome], endings[lane].get(status, 0))
-        yield from (depth, due, expired, lag, ended)
+        capped = GaugeMetricFamily(
+            "task_lane_cluster_limit",
+            "The most running tasks of the lane across every instance (declared).",
+            labels=["lane"],
+        )
+        for lane, limit in sorted(self._forge.lane_cluster_limits.items()):
+            capped.add_metric([lane], limit)
+        yield from (depth, due, expired, lag, ended, capped)

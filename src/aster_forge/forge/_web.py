@@ -51,6 +51,7 @@ def forge_asgi_app(
         leases=backend.lease_store,
         dispatcher=forge.current_dispatcher,
         lanes=tuple(forge.lanes),
+        cluster_limits=forge.lane_cluster_limits,
         title=title if title is not None else forge.name,
     )
     return create_app(

@@ -178,7 +178,14 @@ class ForgeWorker:
         self._settings = settings
         self.dispatcher: TaskWorker[Forge] = TaskWorker(
             forge.backend.task_store,
-            lanes=[TaskLaneConfig(lane, limit) for lane, limit in forge.lanes.items()],
+            lanes=[
+                TaskLaneConfig(
+                    lane,
+                    limit,
+                    cluster_limit=forge.lane_cluster_limits.get(lane),
+                )
+                for lane, limit in forge.lanes.items()
+            ],
             execution=ClaimedTaskExecutionConfig(
                 state=forge,
                 registry=registry,

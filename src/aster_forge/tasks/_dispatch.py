@@ -62,11 +62,15 @@ class TaskLaneConfig:
         lane: The product's lane value (normally a lane enum member).
         max_concurrency: The most tasks of this lane executing at once (>= 1).
         claim_batch: The most tasks one claim round trip may take (default: all free slots).
+        cluster_limit: The most tasks of this lane running at once across every worker
+            of the store's table, enforced by the store's claim (default: no limit
+            beyond each worker's ``max_concurrency``).
     """
 
     lane: Hashable
     max_concurrency: int
     claim_batch: int | None = None
+    cluster_limit: int | None = None
 
     def __post_init__(self) -> None:
         error = TaskDispatchConfigError
@@ -76,6 +80,10 @@ class TaskLaneConfig:
         if self.claim_batch is not None:
             check_int_setting(
                 f"lane {self.lane!r}: claim_batch", self.claim_batch, minimum=1, error=error
+            )
+        if self.cluster_limit is not None:
+            check_int_setting(
+                f"lane {self.lane!r}: cluster_limit", self.cluster_limit, minimum=1, error=error
             )
 
 

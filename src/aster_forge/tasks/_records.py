@@ -688,7 +688,9 @@ def check_ttl(lease_ttl: object) -> None:
         raise TaskInvalidValueError("lease_ttl must be a positive timedelta")
 
 
-def check_claim_args(lane: object, owner: object, lease_ttl: object, limit: object) -> str:
+def check_claim_args(
+    lane: object, owner: object, lease_ttl: object, limit: object, cluster_limit: object = None
+) -> str:
     """Validate :meth:`~aster_forge.tasks.TaskClaimStore.claim_due_for_lane` arguments.
 
     Returns:
@@ -697,8 +699,9 @@ def check_claim_args(lane: object, owner: object, lease_ttl: object, limit: obje
     Raises:
         TaskInvalidValueError: When the lane is not a wire value, the owner is blank,
             too long or not storable, the limit is not an int in
-            ``0..MAX_TASK_CLAIM_LIMIT`` (a non-positive limit claims nothing), or the
-            TTL is not a positive ``timedelta``.
+            ``0..MAX_TASK_CLAIM_LIMIT`` (a non-positive limit claims nothing), the
+            TTL is not a positive ``timedelta``, or ``cluster_limit`` is neither
+            ``None`` nor an int in ``1..MAX_TASK_CLAIM_LIMIT``.
     """
     lane_value = wire_value(lane, "lane")
     if not isinstance(owner, str) or not owner.strip() or len(owner) > 255:
@@ -710,6 +713,14 @@ def check_claim_args(lane: object, owner: object, lease_ttl: object, limit: obje
         # Beyond 32 bits PostgreSQL's LIMIT parameter overflows in the driver.
         raise TaskInvalidValueError(f"claim limit must be at most {MAX_TASK_CLAIM_LIMIT}")
     check_ttl(lease_ttl)
+    if cluster_limit is not None and (
+        isinstance(cluster_limit, bool)
+        or not isinstance(cluster_limit, int)
+        or not 1 <= cluster_limit <= MAX_TASK_CLAIM_LIMIT
+    ):
+        raise TaskInvalidValueError(
+            f"cluster_limit must be None or an int in 1..{MAX_TASK_CLAIM_LIMIT}: {cluster_limit!r}"
+        )
     return lane_value
 
 

@@ -39,7 +39,13 @@ class TaskStoreBase(ABC, Generic[TaskT, LaneT]):
 
     @abstractmethod
     async def claim_due_for_lane(
-        self, lane: LaneT, limit: int, owner: str, lease_ttl: timedelta
+        self,
+        lane: LaneT,
+        limit: int,
+        owner: str,
+        lease_ttl: timedelta,
+        *,
+        cluster_limit: int | None = None,
     ) -> Sequence[TaskT]:
         """See :meth:`~aster_forge.tasks.TaskClaimStore.claim_due_for_lane`."""
 
@@ -110,10 +116,15 @@ class TaskStoreBase(ABC, Generic[TaskT, LaneT]):
         limit: int,
         owner: str,
         lease_ttl: timedelta,
+        *,
+        cluster_limit: int | None = None,
     ) -> tuple[Sequence[bool], Sequence[TaskT]]:
         """The successes, then a claim of ``limit`` tasks of ``lane`` (two calls)."""
         results = await self.mark_tasks_succeeded_many(completions)
-        return results, await self.claim_due_for_lane(lane, limit, owner, lease_ttl)
+        claimed = await self.claim_due_for_lane(
+            lane, limit, owner, lease_ttl, cluster_limit=cluster_limit
+        )
+        return results, claimed
 
     async def mark_task_cancelled(self, lease: TaskLease, *, steps_json: str | None) -> bool:
         """The shutdown release: it ends a task whose cancel was requested ``cancelled``

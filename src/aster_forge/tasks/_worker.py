@@ -417,7 +417,11 @@ class TaskWorker(Generic[StateT]):
         try:
             try:
                 call = self._store.claim_due_for_lane(
-                    lane, requested, self.owner, self.execution.lease_ttl
+                    lane,
+                    requested,
+                    self.owner,
+                    self.execution.lease_ttl,
+                    cluster_limit=config.cluster_limit,
                 )
                 records = await recorded_claim(lane, call, _as_records, self.stats, clock)
             finally:
@@ -612,7 +616,12 @@ class TaskWorker(Generic[StateT]):
         claimed_at = clock.monotonic()
         try:
             call = store.mark_tasks_succeeded_and_claim(
-                completions, lane, limit, self.owner, self.execution.lease_ttl
+                completions,
+                lane,
+                limit,
+                self.owner,
+                self.execution.lease_ttl,
+                cluster_limit=config.cluster_limit,
             )
             results, records = await recorded_claim(lane, call, _claimed_part, self.stats, clock)
         except BaseException:

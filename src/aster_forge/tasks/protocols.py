@@ -140,6 +140,8 @@ class TaskClaimStore(Protocol[TaskT_co, LaneT_contra]):
         limit: int,
         owner: str,
         lease_ttl: timedelta,
+        *,
+        cluster_limit: int | None = None,
     ) -> Sequence[TaskT_co]:
         """Atomically claim up to ``limit`` due tasks whose kind belongs to ``lane``.
 
@@ -151,13 +153,19 @@ class TaskClaimStore(Protocol[TaskT_co, LaneT_contra]):
               returned, even when two instances claim concurrently;
             * a task in processing whose lease has expired is claimable again (rescue of a
               crashed worker); the new token fences the old worker out;
-            * ``limit <= 0`` claims nothing.
+            * ``limit <= 0`` claims nothing;
+            * with ``cluster_limit``, the claim leaves at most that many tasks of the lane
+              running across every claimer of the store's table (claims of the lane
+              serialise on a lock; a task whose lease expired no longer counts), even
+              when instances claim concurrently.
 
         Args:
             lane: The lane whose kinds may be claimed.
             limit: The most tasks to claim (free slots of the lane).
             owner: An identifier of the claiming worker, for diagnostics.
             lease_ttl: How long the claim stays live without a heartbeat.
+            cluster_limit: The most tasks of the lane running at once across all
+                claimers (``None``: no limit beyond ``limit``).
 
         Returns:
             The claimed rows, in claim order (priority, due time, id).
@@ -509,9 +517,12 @@ class DispatchTaskStore(
         limit: int,
         owner: str,
         lease_ttl: timedelta,
+        *,
+        cluster_limit: int | None = None,
     ) -> tuple[Sequence[bool], Sequence[TaskT_co]]:
         """:meth:`mark_tasks_succeeded_many`, then :meth:`claim_due_for_lane` for the
-        slots they free; the worker calls it only when :attr:`claims_with_success`.
+        slots they free (under ``cluster_limit``, counting the written successes as
+        finished); the worker calls it only when :attr:`claims_with_success`.
 
         Returns:
             The success results in input order, and the claimed records.

@@ -25,6 +25,7 @@ from ..tasks._internal import (
     set_task_step_succeeded,
 )
 from ..tasks.errors import TaskEnqueueValueError, TaskStateError
+from ._cluster_limit_conformance import ClusterLimitChecks
 from ._conformance import StoreConformance
 from ._task_control_conformance import LONG as _LONG
 from ._task_control_conformance import TaskControlChecks
@@ -33,7 +34,9 @@ from ._task_control_conformance import lease_of as _lease
 __all__ = ["TaskStoreConformance"]
 
 
-class TaskStoreConformance(TaskControlChecks, StoreConformance[BackgroundTaskStore]):
+class TaskStoreConformance(
+    TaskControlChecks, ClusterLimitChecks, StoreConformance[BackgroundTaskStore]
+):
     """Checks every :class:`~aster_forge.tasks.BackgroundTaskStore` must pass (seed 测试要求).
 
     Each ``check_*`` coroutine raises ``AssertionError`` on a violation. Every check
@@ -79,6 +82,7 @@ class TaskStoreConformance(TaskControlChecks, StoreConformance[BackgroundTaskSto
         "check_admin_reads",
         "check_invalid_input_is_rejected",
         *TaskControlChecks.CONTROL_CHECKS,
+        *ClusterLimitChecks.CLUSTER_LIMIT_CHECKS,
     )
 
     def __init__(

@@ -208,10 +208,17 @@ class InMemoryTaskStore(
             )
 
     async def claim_due_for_lane(
-        self, lane: str, limit: int, owner: str, lease_ttl: timedelta
+        self,
+        lane: str,
+        limit: int,
+        owner: str,
+        lease_ttl: timedelta,
+        *,
+        cluster_limit: int | None = None,
     ) -> list[BackgroundTaskRecord]:
-        """Rescue expired leases of ``lane``, then claim up to ``limit`` due tasks."""
-        lane_value = check_claim_args(lane, owner, lease_ttl, limit)
+        """Rescue expired leases of ``lane``, then claim up to ``limit`` due tasks
+        (fewer when ``cluster_limit`` tasks of the lane would then be running)."""
+        lane_value = check_claim_args(lane, owner, lease_ttl, limit, cluster_limit)
         self.claim_calls += 1
         if limit <= 0:
             return []
@@ -219,6 +226,13 @@ class InMemoryTaskStore(
         self._rescue_expired(lane_value, now)
         if self._lane_paused(lane_value):
             return []
+        if cluster_limit is not None:
+            running = sum(
+                1
+                for row in self._rows.values()
+                if row.lane == lane_value and row.status is TaskStatus.RUNNING
+            )
+            limit = max(0, min(limit, cluster_limit - running))
         due = sorted(
             (
                 row

@@ -80,7 +80,8 @@ class _AdminApi:
             wanted = sorted({*limits, *stats, *label_keys(dict.fromkeys(s.lanes))})
             counts = await s.task_store.lane_counts(wanted or None)
             states = await s.task_store.lane_states()
-        return ok({"items": lanes_json(limits, stats, counts, states)})
+        items = lanes_json(limits, stats, counts, states, s.cluster_view())
+        return ok({"items": items})
 
     async def scheduled(self, request: Request) -> Response:
         store = self.sources.scheduled_store

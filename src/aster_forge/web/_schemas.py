@@ -193,6 +193,9 @@ class Lane(_Answer):
     pending: int | None
     due: int | None
     running: int | None
+    cluster_limit: int | None = Field(
+        description="The lane's cap on running tasks across every instance, when it has one."
+    )
     expired: int | None
     queue_lag_seconds: float | None
     oldest_due_run_at: Time

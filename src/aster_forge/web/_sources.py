@@ -41,6 +41,8 @@ class AdminSources:
             or a callable returning it.
         dispatch_stats: Dispatch statistics when there is no ``dispatcher``.
         lane_limits: Lane limits when there is no ``dispatcher``.
+        cluster_limits: Each lane's cluster-wide limit when there is no ``dispatcher``
+            (only lanes with one).
         lanes: Lanes to list even when they are idle (wire values or enum members).
         health: What ``/api/health`` runs; default ``runtime``, else ``components``.
         clock: Judges "due"/"claimed" for scheduled rows.
@@ -55,6 +57,7 @@ class AdminSources:
     dispatcher: DispatcherSource | None = None
     dispatch_stats: DispatchStatsSource | None = None
     lane_limits: LaneLimits | None = None
+    cluster_limits: Mapping[Any, int] | None = None
     lanes: Sequence[Hashable] = ()
     health: HealthSource | None = None
     clock: Clock = field(default_factory=SystemClock)
@@ -95,6 +98,15 @@ class AdminSources:
         if source is None or isinstance(source, TaskWorker):
             return source
         return source()
+
+    def cluster_view(self) -> dict[str, int]:
+        """Each lane's cluster-wide limit (lanes with one), by wire value."""
+        dispatcher = self.current_dispatcher()
+        if dispatcher is not None:
+            return label_keys(
+                {c.lane: c.cluster_limit for c in dispatcher.lanes if c.cluster_limit is not None}
+            )
+        return label_keys(dict(self.cluster_limits or {}))
 
     def dispatch_view(self) -> tuple[dict[str, int], dict[str, DispatchStats]]:
         """Return lane limits and stats snapshots (in-flight counts included), by wire value."""

@@ -1,0 +1,57 @@
+"""``/metrics`` and the lanes API show each lane's cluster-wide limit beside what runs
+against it."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import httpx
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+from aster_forge import Forge
+
+
+def _samples(text: str) -> dict[str, float]:
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
+
+
+async def test_the_limit_and_the_running_count_are_shown() -> None:
+    forge = Forge("memory://")
+    forge.lane("billing", concurrency=4, cluster_limit=2)
+    forge.lane("media", concurrency=4)
+
+    @forge.task(lane="billing")
+    async def charge(payload: int) -> int:
+        return payload
+
+    @forge.task(lane="media")
+    async def render(payload: int) -> int:
+        return payload
+
+    try:
+        await charge.enqueue_many([1, 2, 3])
+        store = forge.backend.task_store
+        claimed = await store.claim_due_for_lane(
+            "billing", 3, "worker", timedelta(minutes=5), cluster_limit=2
+        )
+        assert len(claimed) == 2
+        app = Starlette(routes=[Mount("/ops", forge.asgi_app())])
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            samples = _samples((await client.get("/ops/metrics")).text)
+            lanes = (await client.get("/ops/api/lanes")).json()["items"]
+    finally:
+        await forge.aclose()
+    assert samples['task_lane_cluster_limit{lane="billing"}'] == 2.0
+    assert samples['task_queue_depth{lane="billing",status="running"}'] == 2.0
+    assert samples['task_queue_depth{lane="billing",status="pending"}'] == 1.0
+    assert not any(name.startswith('task_lane_cluster_limit{lane="media"') for name in samples)
+    assert [(lane["lane"], lane["running"], lane["cluster_limit"]) for lane in lanes] == [
+        ("billing", 2, 2),
+        ("media", 0, None),
+    ]
