@@ -46,7 +46,7 @@ from ._background import BackgroundTasks
 from ._component_name import BACKGROUND_TASKS_COMPONENT
 from ._components import background_task_component_with_definitions_from_shutdown
 from ._dedupe import TaskDedupeKey, scheduled_task_dedupe_key
-from ._leased_scheduled import LeasedScheduledRuntime, LeasedScheduledRuntimeConfig
+from ._leased_scheduled import LeasedScheduledRuntimeConfig, ScheduledJob
 from ._schedule import ScheduledTaskRun
 from ._schedule_types import ScheduledTaskOutcome
 from ._schedules import CronSchedule, IntervalSchedule
@@ -63,12 +63,12 @@ __all__ = [
     "DispatchPollConfig",
     "DispatchStatsRecorder",
     "IntervalSchedule",
-    "LeasedScheduledRuntime",
     "LeasedScheduledRuntimeConfig",
     "NewTask",
     "RuntimeTaskCatalog",
     "RuntimeTaskDefinition",
     "RuntimeTaskName",
+    "ScheduledJob",
     "ScheduledTaskOutcome",
     "ScheduledTaskRun",
     "ScheduledTaskStore",
