@@ -51,6 +51,7 @@ from ._tasks_table import (
     BACKGROUND_TASKS_TABLE,
     background_tasks_table,
     create_background_tasks_table,
+    task_deps_table,
     task_lanes_table,
 )
 
@@ -93,5 +94,6 @@ __all__ = [
     "normalize_database_url",
     "runtime_leases_table",
     "scheduled_tasks_table",
+    "task_deps_table",
     "task_lanes_table",
 ]

@@ -15,6 +15,7 @@ from ..tasks import (
     check_delete_finished_tasks_args,
     check_snooze_delay,
 )
+from ._task_deps import TaskDependencySql
 from ._tasks_sql import TaskSql
 from ._time import DatabaseBackend
 
@@ -32,6 +33,7 @@ class TaskControlMixin:
 
     _table: sa.Table
     _sql: TaskSql
+    _deps: TaskDependencySql
 
     if TYPE_CHECKING:
 
@@ -132,8 +134,11 @@ class TaskControlMixin:
         """
         if limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
+        # Workflow dependents whose dependency ended without a lease's write (a rescue,
+        # an operator's cancel) come due here too.
+        settled = await self._deps.sweep()
         if not self._sql.is_postgres:
-            return 0
+            return settled
         t = self._table
 
         async def body(conn: AsyncConnection) -> int:
@@ -153,4 +158,4 @@ class TaskControlMixin:
             stmt = sa.update(t).where(t.c.id == chosen, came_due).values(waiting=False)
             return int((await conn.execute(stmt)).rowcount)
 
-        return await self._sql.run("stage waiting tasks", body, single_statement=True)
+        return settled + await self._sql.run("stage waiting tasks", body, single_statement=True)

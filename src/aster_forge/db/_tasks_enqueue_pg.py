@@ -432,5 +432,6 @@ def _unkeyed_record(
             None,  # finished_at
             0,  # snooze_count
             None,  # last_traceback
+            False,  # dependents_waiting
         )
     )

@@ -15,6 +15,7 @@ from ..tasks import (
     TaskFailureReason,
     TaskStatus,
 )
+from ._task_deps import define_deps_table, deps_table_name
 from ._task_lanes import define_lanes_table, lanes_table_name
 from ._time import UtcDateTime
 
@@ -25,6 +26,7 @@ __all__ = [
     "create_background_tasks_table",
     "record_from_row",
     "record_from_values",
+    "task_deps_table",
     "task_lanes_table",
 ]
 
@@ -60,6 +62,7 @@ CORE_COLUMNS = (
     "finished_at",
     "snooze_count",
     "last_traceback",
+    "dependents_waiting",
 )
 """The columns :class:`BackgroundTaskDbStore` reads and writes (in this order)."""
 
@@ -80,7 +83,9 @@ def background_tasks_table(
     ``failure_reason``, ``manual_retry_allowed``, ``cancel_requested``, ``rescued``,
     ``created_at``, ``updated_at``, ``started_at``, ``finished_at`` (aware UTC),
     ``snooze_count``, ``last_traceback`` (the bounded traceback beside ``last_error``),
-    and ``waiting`` (``NOT NULL DEFAULT false``; not part of a record).
+    ``waiting`` (``NOT NULL DEFAULT false``; not part of a record) and
+    ``dependents_waiting`` (``NOT NULL DEFAULT false``: workflow tasks wait for this
+    one's outcome, see ``ix_<name>_dependents`` below).
 
     ``waiting`` keeps tasks that are not yet due out of the index claims walk. On
     PostgreSQL a write that makes a task pending with a ``run_at`` in the future (a
@@ -98,7 +103,10 @@ def background_tasks_table(
     SQLite, where it stays empty), ``ix_<name>_lease`` on ``(lane, status,
     lease_expires_at)`` (partial ``WHERE status = 'running'``) and ``ix_<name>_finished``
     on ``(status, finished_at)`` (partial ``WHERE finished_at IS NOT NULL``) for the
-    retention job.
+    retention job, ``ix_<name>_dependents`` on ``dependents_waiting`` (partial ``WHERE
+    dependents_waiting`` on PostgreSQL and SQLite).
+
+    The dependency table ``<name>_deps`` (:func:`task_deps_table`) holds workflow edges.
 
     The lane state table ``<name>_lanes`` (:func:`task_lanes_table`) is defined on the
     same ``metadata``: claims read it to skip paused lanes.
@@ -150,6 +158,7 @@ def background_tasks_table(
         sa.Column("snooze_count", sa.Integer(), nullable=False, server_default=sa.text("0")),
         sa.Column("last_traceback", _LONG_TEXT, nullable=True),
         sa.Column("waiting", sa.Boolean(), nullable=False, server_default=sa.false()),
+        sa.Column("dependents_waiting", sa.Boolean(), nullable=False, server_default=sa.false()),
         *extra_columns,
         mysql_engine="InnoDB",
         mysql_charset="utf8mb4",
@@ -199,7 +208,16 @@ def background_tasks_table(
         postgresql_where=finished,
         sqlite_where=finished,
     )
+    # Only rows workflow tasks wait for are indexed: the sweep for their endings reads it.
+    flagged = table.c.dependents_waiting == sa.true()
+    sa.Index(
+        f"ix_{name}_dependents",
+        table.c.dependents_waiting,
+        postgresql_where=flagged,
+        sqlite_where=flagged,
+    )
     define_lanes_table(metadata, lanes_table_name(name))
+    define_deps_table(metadata, deps_table_name(name))
     return table
 
 
@@ -212,6 +230,15 @@ def task_lanes_table(tasks: sa.Table) -> sa.Table:
     beside the task table: claims read it to skip paused lanes.
     """
     return define_lanes_table(tasks.metadata, lanes_table_name(tasks.name))
+
+
+def task_deps_table(tasks: sa.Table) -> sa.Table:
+    """The dependency table of the task table ``tasks``: ``<name>_deps`` on its metadata.
+
+    One row per workflow edge (see ``define_deps_table``); :func:`background_tasks_table`
+    already defines it. Create it in your migration beside the task table.
+    """
+    return define_deps_table(tasks.metadata, deps_table_name(tasks.name))
 
 
 async def create_background_tasks_table(
@@ -236,10 +263,12 @@ async def create_background_tasks_table(
     """
     target = table if table is not None else background_tasks_table(sa.MetaData(), name)
     lanes = task_lanes_table(target)
+    deps = task_deps_table(target)
 
     def create(sync: Any) -> None:
         target.create(sync, checkfirst=True)
         lanes.create(sync, checkfirst=True)
+        deps.create(sync, checkfirst=True)
 
     if isinstance(engine_or_conn, AsyncConnection):
         await engine_or_conn.run_sync(create)
@@ -280,6 +309,7 @@ def record_from_row(row: Any) -> BackgroundTaskRecord:
         finished_at=m["finished_at"],
         snooze_count=int(m["snooze_count"]),
         last_traceback=m["last_traceback"],
+        dependents_waiting=bool(m["dependents_waiting"]),
     )
 
 

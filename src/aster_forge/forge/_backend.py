@@ -21,6 +21,7 @@ from ..db import (
     normalize_database_url,
     runtime_leases_table,
     scheduled_tasks_table,
+    task_deps_table,
     task_lanes_table,
 )
 from ..runtime import RuntimeLeaseStore
@@ -70,6 +71,7 @@ class ForgeBackend:
         # The tables the stores use (the product's own may share the metadata).
         self.tables = (
             self.tasks_table,
+            task_deps_table(self.tasks_table),
             task_lanes_table(self.tasks_table),
             runtime_leases_table(metadata),
             scheduled_tasks_table(metadata),

@@ -24,6 +24,7 @@ from ._catalog import (
 )
 from ._context import TaskExecutionContext
 from ._heartbeat import SharedTaskHeartbeat
+from ._workflow import TaskDependency
 from ._lease import TaskLease, TaskLeaseGuard, TaskLeaseTermination, task_lease_termination_of
 from ._registry import TaskRegistry
 from ._retry import (
@@ -306,6 +307,7 @@ __all__ = [
     "TaskCoreError",
     "TaskDedupeKey",
     "TaskDedupeKeyError",
+    "TaskDependency",
     "TaskDispatchConfigError",
     "TaskEnqueueValueError",
     "TaskErrorClassifier",

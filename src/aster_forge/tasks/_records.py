@@ -398,6 +398,8 @@ class BackgroundTaskRecord:
         snooze_count: How many times the body snoozed it (``TaskSnooze``); not attempts.
         last_traceback: The bounded traceback of the failure ``last_error`` describes,
             when the worker stored one (an unexpected exception); ``None`` otherwise.
+        dependents_waiting: Tasks of a workflow wait for this one's outcome and have
+            not yet been told it (see :class:`~aster_forge.tasks.TaskDependency`).
     """
 
     id: int
@@ -426,6 +428,7 @@ class BackgroundTaskRecord:
     finished_at: datetime | None
     snooze_count: int = 0
     last_traceback: str | None = None
+    dependents_waiting: bool = False
 
     @staticmethod
     def from_values(values: Sequence[Any]) -> BackgroundTaskRecord:
