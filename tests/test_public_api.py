@@ -59,7 +59,7 @@ def test_public_symbols_have_docstrings(name: str) -> None:
 
 # Every public module's names count once; the one-library step lowers this ceiling as
 # it folds the seeds' translation into the three doors (its target is 150).
-SURFACE_CEILING = 413
+SURFACE_CEILING = 414
 FRONT_DOOR_CEILING = 40
 
 

@@ -14,6 +14,7 @@ from ._drain import DrainedTask, ForgeDrainResult
 from ._periodic import ForgePeriodic
 from ._task import ForgeTask
 from ._worker import ForgeWorker, ForgeWorkerSettings
+from ._workflow import ForgeStep
 from .errors import (
     ForgeDeclarationError,
     ForgeError,
@@ -34,6 +35,7 @@ __all__ = [
     "ForgePayloadError",
     "ForgePeriodic",
     "ForgeStateError",
+    "ForgeStep",
     "ForgeTask",
     "ForgeTaskFailedError",
     "ForgeWorker",
