@@ -1,12 +1,13 @@
 """The dependency table beside a task table, and how a finished task settles its dependents.
 
-A dependent is written ``pending`` with ``run_at`` at ``NEVER_EXPIRES``: no claim takes
-it, and no claim statement had to change for it. Its dependencies carry
-``dependents_waiting``; the transaction that ends one of them (or the sweep, for an
-ending no lease wrote, such as a lease rescue or an operator's cancel) clears the flag
-and, for each dependent, locks the dependent's row before reading its dependencies'
-statuses. Two dependencies ending at once on two connections therefore decide in turn,
-the second seeing the first committed, and exactly one of them makes the join due.
+A dependent is written ``pending`` with ``run_at`` at ``NEVER_EXPIRES`` and its count of
+dependencies in ``dependencies_left``: no claim takes it, and no claim statement had to
+change for it. Its dependencies carry ``dependents_waiting``; the transaction that ends
+one of them (or the sweep, for an ending no lease wrote, such as a lease rescue or an
+operator's cancel) clears the flag and, for each dependent, locks the dependent's row
+before reading and lowering its count. Two dependencies ending at once on two
+connections therefore count in turn, the second reading the first's count committed,
+and exactly one of them takes it to zero and makes the join due.
 """
 
 from __future__ import annotations
@@ -110,79 +111,88 @@ class TaskDependencySql:
             for edge in edges
         ]
         await conn.execute(sa.insert(self._d), rows)
+        counts: dict[int, int] = {}
+        for edge in edges:
+            counts[ids[edge.task]] = counts.get(ids[edge.task], 0) + 1
+        by_count: dict[int, list[int]] = {}
+        for task_id, count in counts.items():
+            by_count.setdefault(count, []).append(task_id)
+        for count, dependents in by_count.items():
+            await conn.execute(
+                sa.update(t).where(t.c.id.in_(dependents)).values(dependencies_left=count)
+            )
 
     async def settle(self, conn: AsyncConnection, now: DbNow, task_ids: Sequence[int]) -> list[int]:
         """Tell the dependents of ``task_ids`` that finished, in the caller's transaction.
 
         Tasks not finished or whose dependents were already told are skipped, so a
-        call for any task is safe. A dependent all of whose dependencies finished is
-        made due now; one a failed or cancelled dependency cancels ends cancelled and
-        settles its own dependents in turn.
+        call for any task is safe. Each dependent still waiting is locked, then: a
+        failed or cancelled dependency it does not run anyway cancels it (and it settles
+        its own dependents in turn); otherwise its count of unfinished dependencies goes
+        down, and the write that takes it to zero makes it due now.
 
         Returns:
             The dependents this call made due.
         """
-        t, d = self._t, self._d
         queue = sorted(set(task_ids))
         made_due: list[int] = []
         while queue:
-            finished = (
-                sa.select(t.c.id)
-                .where(t.c.id.in_(queue), t.c.dependents_waiting == sa.true())
-                .where(t.c.status.in_(_TERMINAL))
-                .with_for_update()
-            )
-            told = [int(row[0]) for row in await conn.execute(finished)]
-            if not told:
+            ended = await self._take_flags(conn, queue)
+            if not ended:
                 break
-            await conn.execute(
-                sa.update(t).where(t.c.id.in_(told)).values(dependents_waiting=False)
-            )
-            dependents = (
-                sa.select(d.c.task_id)
-                .where(d.c.depends_on.in_(told))
-                .distinct()
-                .order_by(d.c.task_id)
-            )
-            cancelled: list[int] = []
-            for (dependent,) in (await conn.execute(dependents)).all():
-                decision = await self._decide(conn, now, int(dependent))
-                if decision is TaskStatus.CANCELLED:
-                    cancelled.append(int(dependent))
-                elif decision is TaskStatus.PENDING:
-                    made_due.append(int(dependent))
-            queue = cancelled
+            due, queue = await self._tell(conn, now, ended)
+            made_due += due
         return made_due
 
-    async def _decide(self, conn: AsyncConnection, now: DbNow, task_id: int) -> TaskStatus | None:
+    async def _take_flags(self, conn: AsyncConnection, queue: list[int]) -> dict[int, TaskStatus]:
+        """Clear the flag of the finished tasks of ``queue`` that carry it; their statuses."""
+        t = self._t
+        flagged = sa.and_(
+            t.c.id.in_(queue), t.c.dependents_waiting == sa.true(), t.c.status.in_(_TERMINAL)
+        )
+        clear = sa.update(t).values(dependents_waiting=False)
+        if self._sql.backend is DatabaseBackend.MYSQL:
+            # No UPDATE ... RETURNING on MariaDB: the locked rows are read first.
+            locked = sa.select(t.c.id, t.c.status).where(flagged).order_by(t.c.id).with_for_update()
+            ended = {int(row[0]): TaskStatus(row[1]) for row in await conn.execute(locked)}
+            if ended:
+                await conn.execute(clear.where(t.c.id.in_(list(ended))))
+            return ended
+        rows = await conn.execute(clear.where(flagged).returning(t.c.id, t.c.status))
+        return {int(row[0]): TaskStatus(row[1]) for row in rows}
+
+    async def _tell(
+        self, conn: AsyncConnection, now: DbNow, ended: dict[int, TaskStatus]
+    ) -> tuple[list[int], list[int]]:
+        """Count the endings in ``ended`` off their waiting dependents; (made due, cancelled)."""
         t, d = self._t, self._d
         # The lock first: a concurrent ending of another dependency waits here, then
-        # reads this transaction's outcome committed.
+        # reads the count this transaction leaves, committed.
         waiting = (
-            sa.select(t.c.id)
-            .where(t.c.id == task_id, t.c.status == TaskStatus.PENDING.value)
-            .where(t.c.run_at == self._blocked)
-            .with_for_update()
+            sa.select(t.c.id, t.c.dependencies_left, d.c.depends_on, d.c.run_anyway)
+            .select_from(d.join(t, t.c.id == d.c.task_id))
+            .where(d.c.depends_on.in_(list(ended)))
+            .where(t.c.status == TaskStatus.PENDING.value, t.c.run_at == self._blocked)
+            .order_by(t.c.id)
         )
-        if (await conn.execute(waiting)).first() is None:
-            return None  # already made due, cancelled, or gone
-        dep = t.alias("dep")
-        statuses = sa.select(dep.c.status, d.c.run_anyway).select_from(
-            d.join(dep, dep.c.id == d.c.depends_on)
+        if self._sql.is_postgres:
+            waiting = waiting.with_for_update(of=t)
+        else:
+            waiting = waiting.with_for_update()
+        left: dict[int, int] = {}
+        cancel: set[int] = set()
+        for task_id, count, depends_on, run_anyway in (await conn.execute(waiting)).all():
+            task_id = int(task_id)
+            left[task_id] = left.get(task_id, int(count)) - 1
+            if ended[int(depends_on)] is not TaskStatus.SUCCEEDED and not run_anyway:
+                cancel.add(task_id)
+        due = sorted(
+            task_id for task_id, count in left.items() if count <= 0 and task_id not in cancel
         )
-        rows = (await conn.execute(statuses.where(d.c.task_id == task_id))).all()
-        decision = TaskDependency.decide(
-            (TaskStatus(status), bool(run_anyway)) for status, run_anyway in rows
-        )
-        if decision is TaskStatus.PENDING:
-            values: dict[str, Any] = {"run_at": now.expr, "updated_at": now.expr}
-            if self._sql.is_postgres:
-                values["waiting"] = False
-            await conn.execute(sa.update(t).where(t.c.id == task_id).values(**values))
-        elif decision is TaskStatus.CANCELLED:
+        if cancel:
             await conn.execute(
                 sa.update(t)
-                .where(t.c.id == task_id)
+                .where(t.c.id.in_(sorted(cancel)))
                 .values(
                     status=TaskStatus.CANCELLED.value,
                     failure_reason=TaskFailureReason.CANCELLED.value,
@@ -191,7 +201,22 @@ class TaskDependencySql:
                     updated_at=now.expr,
                 )
             )
-        return decision
+        if due:
+            values: dict[str, Any] = {
+                "dependencies_left": 0,
+                "run_at": now.expr,
+                "updated_at": now.expr,
+            }
+            if self._sql.is_postgres:
+                values["waiting"] = False
+            await conn.execute(sa.update(t).where(t.c.id.in_(due)).values(**values))
+        by_count: dict[int, list[int]] = {}
+        for task_id, count in left.items():
+            if count > 0 and task_id not in cancel:
+                by_count.setdefault(count, []).append(task_id)
+        for count, ids in by_count.items():
+            await conn.execute(sa.update(t).where(t.c.id.in_(ids)).values(dependencies_left=count))
+        return due, sorted(cancel)
 
     async def sweep(self, *, limit: int = SWEEP_LIMIT) -> int:
         """Settle up to ``limit`` finished tasks whose dependents were not yet told.

@@ -66,8 +66,9 @@ CORE_COLUMNS = (
 )
 """The columns :class:`BackgroundTaskDbStore` reads and writes (in this order)."""
 
-# ``waiting`` is the store's own index hint, never part of a record.
-_RESERVED_COLUMNS = frozenset({*CORE_COLUMNS, "waiting"})
+# ``waiting`` (an index hint) and ``dependencies_left`` (a workflow count) are the
+# store's own, never part of a record.
+_RESERVED_COLUMNS = frozenset({*CORE_COLUMNS, "waiting", "dependencies_left"})
 
 
 def background_tasks_table(
@@ -85,7 +86,9 @@ def background_tasks_table(
     ``snooze_count``, ``last_traceback`` (the bounded traceback beside ``last_error``),
     ``waiting`` (``NOT NULL DEFAULT false``; not part of a record) and
     ``dependents_waiting`` (``NOT NULL DEFAULT false``: workflow tasks wait for this
-    one's outcome, see ``ix_<name>_dependents`` below).
+    one's outcome, see ``ix_<name>_dependents`` below) and ``dependencies_left``
+    (``NOT NULL DEFAULT 0``: how many of a workflow task's dependencies have not told
+    it their outcome; not part of a record).
 
     ``waiting`` keeps tasks that are not yet due out of the index claims walk. On
     PostgreSQL a write that makes a task pending with a ``run_at`` in the future (a
@@ -159,6 +162,7 @@ def background_tasks_table(
         sa.Column("last_traceback", _LONG_TEXT, nullable=True),
         sa.Column("waiting", sa.Boolean(), nullable=False, server_default=sa.false()),
         sa.Column("dependents_waiting", sa.Boolean(), nullable=False, server_default=sa.false()),
+        sa.Column("dependencies_left", sa.Integer(), nullable=False, server_default=sa.text("0")),
         *extra_columns,
         mysql_engine="InnoDB",
         mysql_charset="utf8mb4",
