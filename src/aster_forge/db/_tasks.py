@@ -37,7 +37,7 @@ from ._tasks_effects import DbTaskTransaction
 from ._tasks_enqueue import DEFAULT_TASK_NOTIFY_CHANNEL, TaskEnqueueMixin
 from ._tasks_enqueue_pg import PgEnqueueStatement
 from ._tasks_pg import PgTaskStatements
-from ._tasks_pg_run import PgTaskRunner, success_params
+from ._tasks_pg_run import PgTaskRunner
 from ._tasks_sql import _SATURATING_DELTA, DbNow, TaskSql
 from ._tasks_sqlite import DriverStatement, SqliteTaskStatements
 from ._tasks_table import (
@@ -47,7 +47,7 @@ from ._tasks_table import (
     task_deps_table,
     task_lanes_table,
 )
-from ._tasks_workflow import TaskWorkflowMixin, merged, without
+from ._tasks_workflow import TaskWorkflowMixin, claim_of, merged, without
 from ._time import (
     NEVER_EXPIRES,
     DatabaseBackend,
@@ -387,7 +387,7 @@ class BackgroundTaskDbStore(
     ) -> bool:
         t = self._table
         # A claim with dependents waiting settles them in the same transaction.
-        settles = ends and bool(self._awaited) and self._take_awaited(*_claim_of(lease))
+        settles = ends and bool(self._awaited) and self._take_awaited(*claim_of(lease))
 
         async def body(conn: AsyncConnection) -> bool:
             now = await self._sql.now(conn)
@@ -662,78 +662,6 @@ class BackgroundTaskDbStore(
 
         return await self._sql.run("mark tasks succeeded", body)
 
-    async def _succeed_awaited(
-        self, completions: Sequence[TaskCompletion], indexes: Sequence[int]
-    ) -> dict[int, bool]:
-        # One transaction: each fenced success, then the settling of their dependents
-        # (a fan-in's dependencies finishing together lock its row once, not per task).
-        for index in indexes:
-            self._take_awaited(*_claim_of(completions[index].lease))
-        t = self._table
-
-        pg = self._pg
-        if pg is not None:
-
-            async def in_one(conn: AsyncConnection) -> dict[int, bool]:
-                # One statement for every success (its RETURNING says which were written).
-                now = await self._sql.now(conn)
-                chosen = [completions[i] for i in indexes]
-                rows = await conn.execute(pg.succeed_many, success_params(chosen))
-                done = {(int(row[0]), str(row[1])) for row in rows}
-                applied = _applied(chosen, done)
-                ended = [c.lease.task_id for c, ok in zip(chosen, applied, strict=True) if ok]
-                if ended:
-                    await self._deps.settle(conn, now, ended)
-                return dict(zip(indexes, applied, strict=True))
-
-            return await self._sql.run("mark tasks succeeded", in_one)
-
-        async def together(conn: AsyncConnection) -> dict[int, bool]:
-            # The common case, every claim still held: one executemany, else rolled back.
-            now = await self._sql.now(conn)
-            assert now.value is not None  # not PostgreSQL: a value read once per transaction
-            value = now.value
-            params = [
-                {
-                    "b_id": completions[i].lease.task_id,
-                    "b_token": completions[i].lease.processing_token,
-                    "b_result": completions[i].result_json,
-                    "b_steps": completions[i].steps_json,
-                    "b_now": value,
-                }
-                for i in indexes
-            ]
-            result = await conn.execute(self._succeed_many_stmt(), params)
-            if result.rowcount != len(params):
-                raise _ClaimsNotAllHeld
-            await self._deps.settle(conn, now, [completions[i].lease.task_id for i in indexes])
-            return dict.fromkeys(indexes, True)
-
-        if len({completions[i].lease.task_id for i in indexes}) == len(indexes):
-            try:
-                return await self._sql.run("mark tasks succeeded", together)
-            except _ClaimsNotAllHeld:
-                pass
-
-        async def body(conn: AsyncConnection) -> dict[int, bool]:
-            now = await self._sql.now(conn)
-            written: dict[int, bool] = {}
-            ended: list[int] = []
-            for index in indexes:
-                c = completions[index]
-                values = self._success_values(c.result_json, c.steps_json)
-                resolved = {k: (v(now) if callable(v) else v) for k, v in values.items()}
-                update = sa.update(t).where(self._sql.fence(c.lease))
-                result = await conn.execute(update.values(updated_at=now.expr, **resolved))
-                written[index] = result.rowcount == 1
-                if written[index]:
-                    ended.append(c.lease.task_id)
-            if ended:
-                await self._deps.settle(conn, now, ended)
-            return written
-
-        return await self._sql.run("mark tasks succeeded", body)
-
     async def _succeed_many_sqlite(
         self, completions: Sequence[TaskCompletion]
     ) -> list[bool] | None:
@@ -910,10 +838,6 @@ class BackgroundTaskDbStore(
 
     def __repr__(self) -> str:
         return f"<BackgroundTaskDbStore backend={self._sql.backend.value} table={self._table.name}>"
-
-
-def _claim_of(lease: TaskLease) -> tuple[int, str]:
-    return lease.task_id, lease.processing_token
 
 
 def _applied(completions: Sequence[TaskCompletion], written: set[tuple[int, str]]) -> list[bool]:

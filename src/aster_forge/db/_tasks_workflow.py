@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..tasks import (
@@ -14,8 +15,11 @@ from ..tasks import (
     NewTask,
     TaskCompletion,
     TaskDependency,
+    TaskLease,
 )
 from ._task_deps import TaskDependencySql
+from ._tasks_pg import PgTaskStatements
+from ._tasks_pg_run import success_params
 from ._tasks_sql import TaskSql
 from ._tasks_table import record_from_row
 
@@ -31,10 +35,17 @@ class TaskWorkflowMixin:
     """
 
     _sql: TaskSql
+    _table: sa.Table
+    _pg: PgTaskStatements | None
     _deps: TaskDependencySql
     _awaited: dict[int, str]
 
     if TYPE_CHECKING:
+
+        def _success_values(
+            self, result_json: str | None, steps_json: str | None
+        ) -> dict[str, Any]:
+            """The values of a fenced success (defined on the store)."""
 
         def _checked(self, tasks: Sequence[NewTask]) -> list[NewTask]:
             """The registry-checked tasks (defined by the enqueue half)."""
@@ -96,6 +107,39 @@ class TaskWorkflowMixin:
         """
         return await self._deps.sweep()
 
+    async def _succeed_awaited(
+        self, completions: Sequence[TaskCompletion], indexes: Sequence[int]
+    ) -> dict[int, bool]:
+        """The successes at ``indexes`` (claims with dependents) and the settling of their
+        dependents, in one transaction; written or not, by index."""
+        chosen = [completions[i] for i in indexes]
+        for c in chosen:
+            self._take_awaited(*claim_of(c.lease))
+        t = self._table
+        pg = self._pg
+
+        async def body(conn: AsyncConnection) -> list[bool]:
+            now = await self._sql.now(conn)
+            if pg is not None:
+                # One statement for every success (its RETURNING says which were written).
+                rows = await conn.execute(pg.succeed_many, success_params(chosen))
+                applied = applied_of(chosen, {(int(row[0]), str(row[1])) for row in rows})
+            else:
+                applied = []
+                for c in chosen:
+                    values = self._success_values(c.result_json, c.steps_json)
+                    resolved = {k: (v(now) if callable(v) else v) for k, v in values.items()}
+                    update = sa.update(t).where(self._sql.fence(c.lease))
+                    result = await conn.execute(update.values(updated_at=now.expr, **resolved))
+                    applied.append(result.rowcount == 1)
+            ended = [c.lease.task_id for c, ok in zip(chosen, applied, strict=True) if ok]
+            if ended:
+                await self._deps.settle(conn, now, ended)
+            return applied
+
+        applied = await self._sql.run("mark tasks succeeded", body)
+        return dict(zip(indexes, applied, strict=True))
+
     def _note_claims(self, records: Sequence[BackgroundTaskRecord]) -> None:
         for record in records:
             if record.dependents_waiting and record.processing_token is not None:
@@ -115,6 +159,16 @@ class TaskWorkflowMixin:
             for index, c in enumerate(completions)
             if awaited.get(c.lease.task_id) == c.lease.processing_token
         ]
+
+
+def claim_of(lease: TaskLease) -> tuple[int, str]:
+    """The claim a lease names: task id and processing token."""
+    return lease.task_id, lease.processing_token
+
+
+def applied_of(completions: Sequence[TaskCompletion], written: set[tuple[int, str]]) -> list[bool]:
+    """Which completions a statement wrote, from the ``(id, token)`` pairs it returned."""
+    return [(c.lease.task_id, c.lease.processing_token) in written for c in completions]
 
 
 def merged(count: int, apart: dict[int, bool], rest: Sequence[bool]) -> list[bool]:
