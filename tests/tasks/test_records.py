@@ -16,7 +16,7 @@ NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 VALUES = (
     7, "kind", "lane", TaskStatus.FAILED, '{"a": 1}', None, "[]", 2, 5, NOW, -3, None, None,
     "owner", "key", "boom", TaskFailureReason.CANCELLED, True, False, True, NOW, NOW, NOW,
-    NOW, 4, "Traceback (most recent call last):\nValueError: boom\n",
+    NOW, 4, "Traceback (most recent call last):\nValueError: boom\n", True,
 )  # fmt: skip
 
 
@@ -29,9 +29,9 @@ def test_from_values_equals_the_dataclass_constructor_field_by_field() -> None:
 
 
 def test_from_values_refuses_a_wrong_number_of_values() -> None:
-    with pytest.raises(TypeError, match="26 fields, got 25 values"):
+    with pytest.raises(TypeError, match="27 fields, got 26 values"):
         BackgroundTaskRecord.from_values(VALUES[:-1])
-    with pytest.raises(TypeError, match="got 27 values"):
+    with pytest.raises(TypeError, match="got 28 values"):
         BackgroundTaskRecord.from_values((*VALUES, 0))
 
 
