@@ -120,13 +120,16 @@ class TaskControlMixin:
         )
 
     async def stage_waiting_tasks(self, *, limit: int = DEFAULT_STAGE_LIMIT) -> int:
-        """Clear the ``waiting`` hint of up to ``limit`` tasks that came due; how many.
+        """Settle workflow endings no lease wrote, then clear the ``waiting`` hint of up to
+        ``limit`` tasks that came due; how many tasks were settled or moved.
 
-        PostgreSQL only (elsewhere the hint stays false and this returns 0 without a
-        round trip): tasks written with a later ``run_at`` sit in the waiting index,
-        which lane claims also read, so this call is never needed for correctness. It
-        moves due ones, oldest ``run_at`` first, into the due index, where every claim
-        takes them (the success statement's refill reads only that index). A
+        First, on every backend, :meth:`settle_dependencies`: the dependents of tasks
+        that ended by a lease rescue or an operator's cancel are told (one indexed read
+        when there are none). Then, on PostgreSQL only (elsewhere the hint stays false):
+        tasks written with a later ``run_at`` sit in the waiting index, which lane
+        claims also read, so this step is never needed for correctness. It moves due
+        ones, oldest ``run_at`` first, into the due index, where every claim takes them
+        (the success statement's refill reads only that index). A
         :class:`~aster_forge.tasks.TaskWorker` calls it about once a second.
 
         Raises:
