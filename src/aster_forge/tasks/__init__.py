@@ -16,6 +16,7 @@ from __future__ import annotations
 from ._catalog import RuntimeTaskCatalog, RuntimeTaskDefinition, RuntimeTaskName
 from ._lease import TaskLease, TaskLeaseGuard
 from ._registry import TaskRegistry
+from ._workflow import TaskDependency
 from ._spec import TaskSpec
 from ._steps import TaskStepSpec
 from .errors import TaskInvalidValueError, TaskLeaseLostError, TaskPayloadError
@@ -74,6 +75,7 @@ __all__ = [
     "ScheduledTaskStore",
     "SharedTaskHeartbeat",
     "TaskDedupeKey",
+    "TaskDependency",
     "TaskInvalidValueError",
     "TaskLaneConfig",
     "TaskLease",

@@ -414,6 +414,8 @@ class BackgroundTaskRecord:
             when the worker stored one (an unexpected exception); ``None`` otherwise.
         trace_context: The enqueuing side's trace context (:attr:`NewTask.trace_context`),
             or ``None``.
+        dependents_waiting: Tasks of a workflow wait for this one's outcome and have
+            not yet been told it (see :class:`~aster_forge.tasks.TaskDependency`).
     """
 
     id: int
@@ -443,6 +445,7 @@ class BackgroundTaskRecord:
     snooze_count: int = 0
     last_traceback: str | None = None
     trace_context: str | None = None
+    dependents_waiting: bool = False
 
     @staticmethod
     def from_values(values: Sequence[Any]) -> BackgroundTaskRecord:
