@@ -4,13 +4,10 @@ dependency results, failure policy, batch callbacks, cancel and awaiting the end
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from aster_forge import (
     ClassifiedTaskError,
@@ -22,33 +19,6 @@ from aster_forge import (
     TaskStatus,
 )
 from aster_forge.tasks.errors import TaskEnqueueValueError
-
-from ..conftest import drop_all_tables
-
-
-@pytest.fixture(
-    params=[
-        pytest.param("memory", id="memory"),
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-        pytest.param("mysql", id="mysql", marks=pytest.mark.mysql),
-    ]
-)
-async def forge_at(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    """A forge URL: ``memory://`` and each database (its tables dropped afterwards)."""
-    if request.param == "memory":
-        yield "memory://"
-        return
-    if request.param == "sqlite":
-        url = f"sqlite+aiosqlite:///{tmp_path / 'workflows.db'}"
-    else:
-        url = str(request.getfixturevalue(f"{request.param}_url"))
-    yield url
-    engine = create_async_engine(url)
-    try:
-        await drop_all_tables(engine)
-    finally:
-        await engine.dispose()
 
 
 class Part(BaseModel):
