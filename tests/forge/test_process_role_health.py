@@ -4,6 +4,7 @@ live and ready on its database; a process that started the workers keeps their c
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -85,6 +86,23 @@ async def test_a_web_process_is_not_ready_while_its_database_is_unreachable(
         "healthz check failed",
     ]
     await forge.aclose()
+    await _sqlite_threads_ended()
+
+
+async def _sqlite_threads_ended() -> None:
+    """Wait (bounded) for aiosqlite's connection threads while the loop is open.
+
+    A failed aiosqlite connect queues its thread's stop with a future on this loop that
+    nobody awaits; should the loop close first (a loaded machine), the thread raises
+    setting it, and pytest blames whichever test runs next.
+    """
+    threads = [t for t in threading.enumerate() if "_connection_worker_thread" in t.name]
+
+    def join() -> None:
+        for thread in threads:
+            thread.join(5)
+
+    await asyncio.to_thread(join)
 
 
 async def test_a_database_that_never_answers_fails_readiness_at_the_timeout(
