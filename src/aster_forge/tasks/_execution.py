@@ -309,6 +309,7 @@ class ClaimedTaskExecution:
         self._caller_cancelled = False
         self._settled: asyncio.Future[None] | None = None
         self._lane = None if lane is None else task_kind_label(lane)
+        self._label = task_kind_label(task.kind)  # for logs and spans, once per attempt
         self._span: Any = None  # the attempt's span while tracing is on
 
     @property
@@ -361,7 +362,7 @@ class ClaimedTaskExecution:
         self._heartbeat.register(guard)
         self._span = _tracing.start_attempt(
             task_id=task.id,
-            kind=task_kind_label(task.kind),
+            kind=self._label,
             lane=self._lane,
             attempt=self.attempt,
             max_attempts=task.max_attempts,
@@ -439,12 +440,13 @@ class ClaimedTaskExecution:
         cancelled = False
         self._in_body = True
         guard.token.add_cancel_callback(self._on_stop)
-        logged = enter_task_log_context(
-            task.id, task_kind_label(task.kind), self._lane, self.attempt
-        )
+        logged = enter_task_log_context(task.id, self._label, self._lane, self.attempt)
         try:
-            with _tracing.current_span(self._span):
+            if self._span is None:
                 result = await coro
+            else:
+                with _tracing.current_span(self._span):
+                    result = await coro
         except asyncio.CancelledError:
             cancelled = True
         except BaseException as error:  # judged below, SystemExit included
@@ -516,7 +518,7 @@ class ClaimedTaskExecution:
         ``exc`` (its traceback) is ``None`` for an expected or a redacted failure.
         """
         task = self.task
-        label = task_kind_label(task.kind)
+        label = self._label
         if decision.outcome is ClaimedTaskOutcome.RETRIED:
             assert decision.delay is not None
             level = logging.WARNING
