@@ -737,11 +737,38 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 "src/aster_forge/db/_tasks_enqueue_pg.py",
-                "now(), now(), run_at > now(), trace_context\n",
-                "now(), now(), run_at > now(), NULL\n",
+                "now(), now(), run_at > now(), trace_context,\n",
+                "now(), now(), run_at > now(), NULL,\n",
             ),
         ),
         ("tests/db/test_trace_context.py::test_every_enqueue_path_stores_the_trace_context",),
+    ),
+    Mutant(
+        "partition-dropped-by-pg-bulk-insert",
+        "a plain PostgreSQL batch enqueue stores no partition",
+        (
+            Edit(
+                "src/aster_forge/db/_tasks_enqueue_pg.py",
+                "COALESCE(partition_key, $19::text) AS partition_key, ord",
+                "CAST(NULL AS text) AS partition_key, ord",
+            ),
+        ),
+        ("tests/db/test_partition_column.py::test_every_enqueue_path_stores_the_partition",),
+    ),
+    Mutant(
+        "partition-limit-not-applied",
+        "a partitioned claim takes every rank of a partition, past its limit",
+        (
+            Edit(
+                "src/aster_forge/db/_tasks_partitioned.py",
+                "ranked.c.turn + taken <= partition_limit",
+                "ranked.c.turn + taken >= 0",
+            ),
+        ),
+        (
+            "tests/db/test_task_store.py::"
+            "test_db_store[postgres-check_partition_limit_caps_each_partition]",
+        ),
     ),
 )
 

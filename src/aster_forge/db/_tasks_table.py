@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from ..tasks._internal import (
     MAX_TASK_DEDUPE_KEY_LENGTH,
     MAX_TASK_KIND_LENGTH,
+    MAX_TASK_PARTITION_LENGTH,
     BackgroundTaskRecord,
     TaskFailureReason,
     TaskStatus,
@@ -61,6 +62,7 @@ CORE_COLUMNS = (
     "snooze_count",
     "last_traceback",
     "trace_context",
+    "partition_key",
 )
 """The columns :class:`BackgroundTaskDbStore` reads and writes (in this order)."""
 
@@ -82,7 +84,8 @@ def background_tasks_table(
     ``created_at``, ``updated_at``, ``started_at``, ``finished_at`` (aware UTC),
     ``snooze_count``, ``last_traceback`` (the bounded traceback beside ``last_error``),
     ``trace_context`` (the enqueuing side's trace context, JSON text, ``NULL`` unless
-    tracing is on), and ``waiting`` (``NOT NULL DEFAULT false``; not part of a record).
+    tracing is on), ``partition_key`` (the task's partition, ``NULL`` for none), and
+    ``waiting`` (``NOT NULL DEFAULT false``; not part of a record).
 
     ``waiting`` keeps tasks that are not yet due out of the index claims walk. On
     PostgreSQL a write that makes a task pending with a ``run_at`` in the future (a
@@ -152,6 +155,7 @@ def background_tasks_table(
         sa.Column("snooze_count", sa.Integer(), nullable=False, server_default=sa.text("0")),
         sa.Column("last_traceback", _LONG_TEXT, nullable=True),
         sa.Column("trace_context", sa.Text(), nullable=True),
+        sa.Column("partition_key", sa.String(MAX_TASK_PARTITION_LENGTH), nullable=True),
         sa.Column("waiting", sa.Boolean(), nullable=False, server_default=sa.false()),
         *extra_columns,
         mysql_engine="InnoDB",
@@ -284,6 +288,7 @@ def record_from_row(row: Any) -> BackgroundTaskRecord:
         snooze_count=int(m["snooze_count"]),
         last_traceback=m["last_traceback"],
         trace_context=m["trace_context"],
+        partition=m["partition_key"],
     )
 
 

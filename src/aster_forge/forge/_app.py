@@ -214,6 +214,7 @@ class Forge(ForgeDeclarations, ForgeOperations):
         delay: timedelta,
         priority: int,
         max_attempts: int | None,
+        partition: str | None = None,
         connection: AsyncConnection | AsyncSession | None = None,
     ) -> list[EnqueueResult]:
         """Validate every payload of ``task`` then enqueue them in one store call.
@@ -234,6 +235,7 @@ class Forge(ForgeDeclarations, ForgeOperations):
                 delay=delay,
                 priority=priority,
                 max_attempts=max_attempts,
+                partition=partition,
             )
             if connection is not None:
                 store = self._backend.database_task_store(f"task {task.name!r}: connection=")
