@@ -750,7 +750,7 @@ MUTANTS: tuple[Mutant, ...] = (
             Edit(
                 "src/aster_forge/db/_tasks_enqueue_pg.py",
                 "COALESCE(partition_key, $19::text) AS partition_key, ord",
-                "CAST(NULL AS text) AS partition_key, ord",
+                "COALESCE(NULL, $19::text) AS partition_key, ord",
             ),
         ),
         ("tests/db/test_partition_column.py::test_every_enqueue_path_stores_the_partition",),
@@ -768,6 +768,23 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             "tests/db/test_task_store.py::"
             "test_db_store[postgres-check_partition_limit_caps_each_partition]",
+            "tests/db/test_partition_processes.py::"
+            "test_never_more_than_the_partition_limit_run_with_an_instance_killed",
+        ),
+    ),
+    Mutant(
+        "partition-turns-ignored",
+        "a partitioned claim takes due tasks in plain due order, not partition by partition",
+        (
+            Edit(
+                "src/aster_forge/db/_tasks_partitioned.py",
+                ".order_by(ranked.c.turn, ranked.c.priority.desc()",
+                ".order_by(ranked.c.priority.desc()",
+            ),
+        ),
+        (
+            "tests/forge/test_partition_fairness.py::"
+            "test_the_small_partition_starts_within_the_first_hundred",
         ),
     ),
 )
