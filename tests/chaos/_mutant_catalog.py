@@ -767,9 +767,41 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         (
             "tests/db/test_task_store.py::"
+            "test_db_store[mysql-check_partition_limit_caps_each_partition]",
+            "tests/db/test_partition_processes.py::"
+            "test_never_more_than_the_partition_limit_run_with_an_instance_killed",
+        ),
+    ),
+    Mutant(
+        "pg-partition-limit-not-applied",
+        "PostgreSQL's partitioned claim takes every rank of a partition, past its limit",
+        (
+            Edit(
+                "src/aster_forge/db/_tasks_pg.py",
+                "r.turn + COALESCE(ri.n, 0) <= :plim",
+                "r.turn + COALESCE(ri.n, 0) >= 0 - :plim",
+            ),
+        ),
+        (
+            "tests/db/test_task_store.py::"
             "test_db_store[postgres-check_partition_limit_caps_each_partition]",
             "tests/db/test_partition_processes.py::"
             "test_never_more_than_the_partition_limit_run_with_an_instance_killed",
+        ),
+    ),
+    Mutant(
+        "pg-partition-turns-ignored",
+        "PostgreSQL's partitioned claim takes due tasks in plain due order",
+        (
+            Edit(
+                "src/aster_forge/db/_tasks_pg.py",
+                "ORDER BY r.turn, r.priority DESC, r.run_at, r.id",
+                "ORDER BY r.priority DESC, r.run_at, r.id",
+            ),
+        ),
+        (
+            "tests/forge/test_partition_fairness.py::"
+            "test_the_small_partition_starts_within_the_first_hundred[postgres]",
         ),
     ),
     Mutant(

@@ -235,24 +235,26 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         committed meanwhile (see ``_tasks_pg``); on MariaDB the row is locked first in
         the claim's transaction; SQLite has one writer.
 
-        With ``partition_limit`` every backend claims on the portable path: the lane's
-        row locked first (PostgreSQL and MariaDB run the later statements of the
-        transaction with fresh snapshots, under READ COMMITTED), then the rescue, the
-        running counts and the fair pick (see ``_tasks_partitioned``).
+        With ``partition_limit`` the claim ranks the lane's due tasks per partition
+        and takes them by rank: on PostgreSQL in the capped claim's one statement
+        (``_tasks_pg``'s ``_FAIR_PICK``); elsewhere on the portable path, the lane's
+        row locked first (MariaDB runs the later statements of the transaction with
+        fresh snapshots, under READ COMMITTED), then the rescue, the running counts and
+        the fair pick (see ``_tasks_partitioned``).
         """
         lane_value = check_claim_args(lane, owner, lease_ttl, limit, cluster_limit, partition_limit)
         if limit <= 0:
             return []
+        if self._pg_run is not None and lease_ttl < _SATURATING_DELTA:
+            claimed, ended = await self._pg_run.claim(
+                lane_value, limit, owner, lease_ttl, cluster_limit, partition_limit
+            )
+            self._count_ended(lane_value, ended)
+            return claimed
         if partition_limit is not None:
             return await self._claim_partitioned(
                 lane_value, limit, owner, lease_ttl, cluster_limit, partition_limit
             )
-        if self._pg_run is not None and lease_ttl < _SATURATING_DELTA:
-            claimed, ended = await self._pg_run.claim(
-                lane_value, limit, owner, lease_ttl, cluster_limit
-            )
-            self._count_ended(lane_value, ended)
-            return claimed
         if self._lite is not None:
             return await self._claim_sqlite(
                 self._lite, lane_value, limit, owner, lease_ttl, cluster_limit
@@ -707,8 +709,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             The success results in input order, and the claimed records.
         """
         lane_value = check_claim_args(lane, owner, lease_ttl, limit, cluster_limit, partition_limit)
-        # A partitioned lane claims on the portable path (see claim_due_for_lane).
-        pg = self._pg_run if partition_limit is None else None
+        pg = self._pg_run
         if self._lite is not None and completions and limit > 0 and partition_limit is None:
             together = await self._succeed_and_claim_sqlite(
                 self._lite, completions, lane_value, limit, owner, lease_ttl, cluster_limit
@@ -732,7 +733,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
                 claimed = []
             return results, claimed
         done, records, ended = await pg.succeed_and_claim(
-            completions, lane_value, limit, owner, lease_ttl, cluster_limit
+            completions, lane_value, limit, owner, lease_ttl, cluster_limit, partition_limit
         )
         self._count_ended(lane_value, ended)
         return _applied(completions, done), records

@@ -35,6 +35,7 @@ from ._log_context import TaskLogContextFilter
 from ._partitions import fair_pick
 from ._records import (
     LEASE_EXPIRED_ERROR,
+    MAX_TASK_CLAIM_LIMIT,
     MAX_TASK_ID,
     MAX_TASK_KIND_LENGTH,
     MAX_TASK_PAGE_SIZE,
@@ -87,6 +88,7 @@ __all__ = [
     "MAX_CRON_EXPRESSION_LENGTH",
     "MAX_CRON_TIMEZONE_LENGTH",
     "MAX_SCHEDULED_TASK_NAME_LENGTH",
+    "MAX_TASK_CLAIM_LIMIT",
     "MAX_TASK_DEDUPE_KEY_LENGTH",
     "MAX_TASK_ERROR_SEARCH_LENGTH",
     "MAX_TASK_ID",
