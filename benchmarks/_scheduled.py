@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from aster_forge.db import ScheduledTaskDbStore, scheduled_tasks_table
 from aster_forge.runtime import CancellationToken
 from aster_forge.runtime._clock import utc_now
-from aster_forge.tasks import ScheduledTaskRun
+from aster_forge.tasks import IntervalSchedule, ScheduledTaskRun
 from aster_forge.tasks._schedule import run_scheduled_periodic_task
 from aster_forge.tasks._schedule_task import ScheduledPeriodicTask
 
@@ -62,12 +62,6 @@ async def scheduled(
         fired[(run.task.name, run.claim.scheduled_at)] += 1
         lateness.append((utc_now() - run.claim.scheduled_at).total_seconds() * 1e3)
 
-    async def record(_run: ScheduledTaskRun, _outcome: None, _duration: timedelta) -> None:
-        return None
-
-    def on_exception(_exc: Exception) -> None:
-        return None
-
     started = time.perf_counter()
     try:
         async with asyncio.TaskGroup() as group:
@@ -77,14 +71,12 @@ async def scheduled(
                     task = ScheduledPeriodicTask(
                         namespace="bench",
                         name=f"job-{n}",
-                        interval=interval,
                         owner_id=f"instance-{index}",
+                        schedule=IntervalSchedule(every=interval),
                         claim_ttl=timedelta(seconds=10),
                     )
                     group.create_task(
-                        run_scheduled_periodic_task(
-                            store, task, body, record, on_exception, shutdown_token=token
-                        ),
+                        run_scheduled_periodic_task(store, task, body, shutdown_token=token),
                         name=f"bench-scheduled-{index}-{n}",
                     )
             await asyncio.sleep(seconds)

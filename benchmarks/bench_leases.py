@@ -31,7 +31,7 @@ from aster_forge.db import (
     runtime_leases_table,
     scheduled_tasks_table,
 )
-from aster_forge.tasks import ScheduledTaskOutcome
+from aster_forge.tasks import IntervalSchedule, ScheduledTaskOutcome
 from aster_forge.tasks._schedule_types import ScheduledTaskClaim
 
 DEFAULT_POSTGRES_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
@@ -66,7 +66,7 @@ async def _measure(engine: AsyncEngine, iterations: int) -> dict[str, list[float
     await leases.try_acquire("warmup", "bench", HOUR)
     await leases.renew("warmup", "bench", HOUR)
     for index in range(iterations):
-        await catalog.ensure_scheduled_task("bench", f"job-{index}", HOUR)
+        await catalog.ensure_scheduled_task("bench", f"job-{index}", IntervalSchedule(every=HOUR))
     for index in range(iterations):
         lease_id = f"bench-{index}"
         assert await _timed(samples["acquire"], leases.try_acquire(lease_id, "o", HOUR))

@@ -19,12 +19,12 @@ from .forge._internal import (
     Forge,
     ForgeDrainResult,
     ForgePeriodic,
+    ForgeStep,
     ForgeTask,
     ForgeWorkerSettings,
 )
 from .forge.errors import (
     ForgeDeclarationError,
-    ForgeError,
     ForgePayloadError,
     ForgeStateError,
     ForgeTaskFailedError,
@@ -58,10 +58,10 @@ __all__ = [
     "Forge",
     "ForgeDeclarationError",
     "ForgeDrainResult",
-    "ForgeError",
     "ForgePayloadError",
     "ForgePeriodic",
     "ForgeStateError",
+    "ForgeStep",
     "ForgeTask",
     "ForgeTaskFailedError",
     "ForgeWorkerSettings",
@@ -79,5 +79,4 @@ __all__ = [
     "TaskSnooze",
     "TaskStateError",
     "TaskStatus",
-    "__version__",
 ]

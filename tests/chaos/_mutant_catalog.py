@@ -44,6 +44,8 @@ class Mutant:
 
 TASKS = "src/aster_forge/db/_tasks.py"
 TASKS_PG = "src/aster_forge/db/_tasks_pg.py"
+TASK_DEPS = "src/aster_forge/db/_task_deps.py"
+WORKFLOW_TESTS = "tests/db/test_workflows.py"
 TASKS_SQLITE = "src/aster_forge/db/_tasks_sqlite.py"
 PG_RUN = "src/aster_forge/db/_tasks_pg_run.py"
 EFFECTS = "src/aster_forge/db/_tasks_effects.py"
@@ -742,6 +744,25 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         ("tests/db/test_trace_context.py::test_every_enqueue_path_stores_the_trace_context",),
+    ),
+    Mutant(
+        "workflow-join-unlocked",
+        "a fan-in's count is read without locking its row: two last dependencies ending "
+        "at once each read the other's ending uncommitted and the join is never made due",
+        (
+            Edit(
+                TASK_DEPS,
+                "        if self._sql.is_postgres:\n"
+                "            waiting = waiting.with_for_update(of=t)\n"
+                "        else:\n"
+                "            waiting = waiting.with_for_update()\n",
+                "",
+            ),
+        ),
+        (
+            WORKFLOW_TESTS + "::test_the_join_is_made_due_once_when_its_last_two_dependencies"
+            "_end_at_once",
+        ),
     ),
     Mutant(
         "partition-dropped-by-pg-bulk-insert",

@@ -18,7 +18,6 @@ import signal
 import sys
 import time
 from datetime import timedelta
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -32,8 +31,9 @@ from aster_forge.db import (
 )
 from aster_forge.runtime import CancellationToken
 from aster_forge.tasks import (
-    LeasedScheduledRuntime,
+    IntervalSchedule,
     LeasedScheduledRuntimeConfig,
+    ScheduledJob,
     ScheduledTaskRun,
 )
 
@@ -104,35 +104,25 @@ async def main(url: str, owner: str, run_id: str) -> None:
     token = CancellationToken()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, token.cancel)
 
-    async def tick(state: AsyncEngine, run: ScheduledTaskRun) -> str:
-        return await run_firing(state, run)
+    async def tick(run: ScheduledTaskRun) -> str:
+        return await run_firing(engine, run)
 
-    async def record(state: AsyncEngine, run: ScheduledTaskRun, outcome: str, took: Any) -> None:
-        return None
-
-    def declare(runtime: LeasedScheduledRuntime[AsyncEngine, str]) -> None:
-        runtime.scheduled(TASK, INTERVAL, None, tick)
-
-    config = (
-        LeasedScheduledRuntimeConfig(
-            run_id,
-            lease_id(run_id),
-            RuntimeLeaseDbStore(engine),
-            ScheduledTaskDbStore(engine),
-            engine,
-            repr,
-            record,
-        )
-        .claim_ttl(CLAIM_TTL)
-        .lease_ttl(LEASE_TTL)
-        .lease_renew_interval(LEASE_RENEW)
-        .lease_standby_retry_interval(LEASE_STANDBY)
-        .shutdown_grace(timedelta(seconds=1))
+    config = LeasedScheduledRuntimeConfig(
+        namespace=run_id,
+        lease_id=lease_id(run_id),
+        lease_store=RuntimeLeaseDbStore(engine),
+        scheduled_store=ScheduledTaskDbStore(engine),
+        jobs=[ScheduledJob(kind=TASK, schedule=IntervalSchedule(every=INTERVAL), fn=tick)],
+        claim_ttl=CLAIM_TTL,
+        lease_ttl=LEASE_TTL,
+        lease_renew_interval=LEASE_RENEW,
+        lease_standby_retry_interval=LEASE_STANDBY,
+        shutdown_grace=timedelta(seconds=1),
     )
     sys.stdout.write(f"started {owner}\n")
     sys.stdout.flush()
     try:
-        await config.run(token, declare, owner_id=owner)
+        await config.run(token, owner_id=owner)
     finally:
         await engine.dispose()
 

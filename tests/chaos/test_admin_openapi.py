@@ -24,6 +24,7 @@ from aster_forge.runtime import (
     RuntimeComponentKind,
     RuntimeComponentRegistry,
 )
+from aster_forge.tasks import IntervalSchedule
 from aster_forge.testing import InMemoryScheduledTaskStore
 from aster_forge.web import AdminSources, admin_app
 from tests.web._browser import serve
@@ -59,7 +60,7 @@ def api_schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
             await create_background_tasks_table(holder["engine"])
             await seed_tasks(holder["store"])
             await holder["scheduled"].ensure_scheduled_task(
-                "reports", "nightly", timedelta(hours=1)
+                "reports", "nightly", IntervalSchedule(every=timedelta(hours=1))
             )
 
         asyncio.run_coroutine_threadsafe(prepare(), loop).result(30)

@@ -13,7 +13,7 @@ its slot. The proof comes from the side tables:
   ``lease_ttl + standby retry + interval`` plus slack for a loaded machine (the
   holder's lease must expire, a standby notice it, take the lease and fire).
 * nothing skipped beyond the catch-up policy: each firing is exactly
-  ``scheduled_next_run_at`` of the previous firing's last claim.
+  ``IntervalSchedule.following_run_at`` of the previous firing's last claim.
 * not stuck: after the last kill the firings resume, and every instance still alive
   exits 0 on SIGTERM.
 * not vacuous: every killed holder had fired before its kill, and another instance
@@ -41,7 +41,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from aster_forge.tasks._schedule_task import scheduled_next_run_at
+from aster_forge.tasks import IntervalSchedule
 
 from . import _scheduled_leader as inst
 from .report import ScenarioResult, record
@@ -183,7 +183,8 @@ def _judge(rows: list[Any], effects: set[str], killed: dict[str, float]) -> Verd
     grid_violations = sum(
         1
         for current, following in itertools.pairwise(scheduled)
-        if following != scheduled_next_run_at(current, last_claim[current], inst.INTERVAL)
+        if following
+        != IntervalSchedule(every=inst.INTERVAL).following_run_at(current, last_claim[current])
     )
     starts = sorted(min(r.started for r in key_rows) for key_rows in by_key.values())
     gaps = [b - a for a, b in itertools.pairwise(starts)]

@@ -23,6 +23,7 @@ T = TypeVar("T")
 
 REFERENCE_TABLES = {
     "background_tasks",
+    "background_tasks_deps",
     "background_tasks_lanes",
     "runtime_leases",
     "scheduled_tasks",
@@ -84,6 +85,7 @@ def test_tasks_commands_use_the_table_option_and_its_env_var(tmp_path: Path) -> 
     assert invoke("migrate", "--database-url", url, "--table", "shop_tasks").exit_code == 0
     assert on_own_loop(table_names(url.replace("sqlite:", "sqlite+aiosqlite:"))) == {
         "shop_tasks",
+        "shop_tasks_deps",
         "shop_tasks_lanes",
         "runtime_leases",
         "scheduled_tasks",

@@ -38,6 +38,7 @@ async def pg_engine(postgres_url: str, **kwargs: Any) -> AsyncIterator[AsyncEngi
     finally:
         async with engine.begin() as conn:
             await conn.execute(sa.text("DROP TABLE IF EXISTS background_tasks_lanes"))
+            await conn.execute(sa.text("DROP TABLE IF EXISTS background_tasks_deps"))
             await conn.execute(sa.text("DROP TABLE IF EXISTS background_tasks"))
         await engine.dispose()
 

@@ -28,7 +28,7 @@ from aster_forge.db._scheduled_tasks_table import (
 )
 from aster_forge.db._time import DatabaseBackend
 from aster_forge.db.errors import UnsupportedDatabaseBackendError
-from aster_forge.tasks import ScheduledTaskOutcome
+from aster_forge.tasks import IntervalSchedule, ScheduledTaskOutcome
 from aster_forge.testing import ManualClock
 
 from ._support import create_tables, drop_tables
@@ -62,7 +62,7 @@ async def test_server_clock_ignores_skewed_instance_clocks(
         assert await store_b.try_acquire("skew", "instance-b", timedelta(seconds=30)) is None
         catalog_a = ScheduledTaskDbStore(engine, clock=behind)
         catalog_b = ScheduledTaskDbStore(engine, clock=ahead)
-        await catalog_a.ensure_scheduled_task("ns", "job", HOUR)
+        await catalog_a.ensure_scheduled_task("ns", "job", IntervalSchedule(every=HOUR))
         claim = await catalog_a.claim_scheduled_task("ns", "job", "instance-a", HOUR)
         assert claim is not None
         assert await catalog_b.claim_scheduled_task("ns", "job", "instance-b", HOUR) is None
@@ -148,7 +148,11 @@ async def test_ddl_functions_create_working_tables(engine: AsyncEngine, backend:
     assert indexes["ux_scheduled_tasks_namespace_name"]
     assert not indexes["ix_scheduled_tasks_next_run_at"]
     assert await RuntimeLeaseDbStore(engine).try_acquire("l", "o", HOUR) is not None
-    assert (await ScheduledTaskDbStore(engine).ensure_scheduled_task("n", "j", HOUR)).task_id > 0
+    assert (
+        await ScheduledTaskDbStore(engine).ensure_scheduled_task(
+            "n", "j", IntervalSchedule(every=HOUR)
+        )
+    ).task_id > 0
 
 
 async def test_alembic_helpers_upgrade_and_downgrade(engine: AsyncEngine) -> None:

@@ -348,6 +348,7 @@ async def test_disposing_the_engine_right_after_an_enqueue_leaks_no_connection(
     finally:
         async with engine.begin() as conn:
             await conn.execute(sa.text("DROP TABLE IF EXISTS background_tasks_lanes"))
+            await conn.execute(sa.text("DROP TABLE IF EXISTS background_tasks_deps"))
             await conn.execute(sa.text("DROP TABLE IF EXISTS background_tasks"))
         await engine.dispose()
     await asyncio.sleep(0)

@@ -73,6 +73,7 @@ async def test_ensure_tables_names_every_missing_table_or_creates_them(
         await ensure_tables(engine, metadata)
     assert raised.value.tables == (
         "background_tasks",
+        "background_tasks_deps",
         "background_tasks_lanes",
         "runtime_leases",
         "scheduled_tasks",
@@ -81,7 +82,12 @@ async def test_ensure_tables_names_every_missing_table_or_creates_them(
     await ensure_tables(engine, metadata, tables=[tasks], create=True)
     with pytest.raises(TablesMissingError) as raised:
         await ensure_tables(engine, metadata)
-    assert raised.value.tables == ("background_tasks_lanes", "runtime_leases", "scheduled_tasks")
+    assert raised.value.tables == (
+        "background_tasks_deps",
+        "background_tasks_lanes",
+        "runtime_leases",
+        "scheduled_tasks",
+    )
     await ensure_tables(engine, metadata, tables=[tasks])  # present: nothing raised
     await ensure_tables(engine, metadata, create=True)
     await ensure_tables(engine, metadata, create=True)  # idempotent

@@ -19,6 +19,7 @@ import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from aster_forge.db import RuntimeLeaseDbStore, ScheduledTaskDbStore
+from aster_forge.tasks import IntervalSchedule
 
 from ._support import create_tables, drop_tables
 
@@ -39,7 +40,9 @@ async def _race_rounds(database_url: str, backend: str, what: str) -> None:
         rounds = ROUNDS[backend]
         if what == "claim":
             for round_no in range(rounds):
-                await catalog.ensure_scheduled_task(run_id, f"job-{round_no}", timedelta(hours=1))
+                await catalog.ensure_scheduled_task(
+                    run_id, f"job-{round_no}", IntervalSchedule(every=timedelta(hours=1))
+                )
         for round_no in range(rounds):
             start = asyncio.Event()
 
@@ -88,7 +91,9 @@ async def test_four_processes_one_winner_per_round(postgres_url: str) -> None:
         run_id = f"mp-{uuid.uuid4().hex[:8]}"
         catalog = ScheduledTaskDbStore(engine)
         for round_no in range(rounds):
-            await catalog.ensure_scheduled_task(run_id, f"job-{round_no}", timedelta(hours=1))
+            await catalog.ensure_scheduled_task(
+                run_id, f"job-{round_no}", IntervalSchedule(every=timedelta(hours=1))
+            )
         for worker in range(4):
             processes.append(  # noqa: PERF401 - sequential awaits
                 await asyncio.create_subprocess_exec(

@@ -181,6 +181,7 @@ async def test_product_extends_the_table(engine: AsyncEngine) -> None:
         "ix_product_tasks_waiting",
         "ix_product_tasks_lease",
         "ix_product_tasks_finished",
+        "ix_product_tasks_dependents",
     }
 
 

@@ -44,9 +44,10 @@ async def test_migrate_then_worker_runs_tasks_and_serves_health(
 ) -> None:
     migrated = await asyncio.to_thread(_run, "migrate", TARGET, url=forge_url)
     assert migrated.returncode == 0, migrated.stderr
-    assert "background_tasks, background_tasks_lanes, runtime_leases, scheduled_tasks" in (
-        migrated.stdout
-    )
+    assert (
+        "background_tasks, background_tasks_deps, background_tasks_lanes, runtime_leases, "
+        "scheduled_tasks"
+    ) in (migrated.stdout)
     port = free_port()
     log = (tmp_path / "worker.log").open("w+")
     worker = subprocess.Popen(  # noqa: ASYNC220 - started once, waited in a thread

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from aster_forge import (
     ClassifiedTaskError,
@@ -27,33 +24,7 @@ from aster_forge import (
     TaskStatus,
 )
 
-from ..conftest import drop_all_tables
 from ._bodies import Thumbnail, ThumbnailResult
-
-
-@pytest.fixture(
-    params=[
-        pytest.param("memory", id="memory"),
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-        pytest.param("mysql", id="mysql", marks=pytest.mark.mysql),
-    ]
-)
-async def forge_at(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    """A forge URL: ``memory://`` and each database (its tables dropped afterwards)."""
-    if request.param == "memory":
-        yield "memory://"
-        return
-    if request.param == "sqlite":
-        url = f"sqlite+aiosqlite:///{tmp_path / 'operations.db'}"
-    else:
-        url = str(request.getfixturevalue(f"{request.param}_url"))
-    yield url
-    engine = create_async_engine(url)
-    try:
-        await drop_all_tables(engine)
-    finally:
-        await engine.dispose()
 
 
 @dataclass

@@ -31,6 +31,7 @@ async def test_create_all_from_forge_metadata_gives_every_table_the_stores_use(
 
     assert set(forge.metadata.tables) == {
         "background_tasks",
+        "background_tasks_deps",
         "background_tasks_lanes",
         "runtime_leases",
         "scheduled_tasks",

@@ -15,7 +15,13 @@ from aster_forge.db import ensure_tables
 from aster_forge.forge import _backend as forge_backend
 from aster_forge.runtime.errors import AsterRuntimeStartupError
 
-_ALL = ("background_tasks", "background_tasks_lanes", "runtime_leases", "scheduled_tasks")
+_ALL = (
+    "background_tasks",
+    "background_tasks_deps",
+    "background_tasks_lanes",
+    "runtime_leases",
+    "scheduled_tasks",
+)
 
 
 def _forge(url: str, **options: Any) -> tuple[Forge, ForgeTask]:

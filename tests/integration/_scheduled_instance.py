@@ -38,8 +38,9 @@ from aster_forge.db import (
 from aster_forge.runtime import CancellationToken
 from aster_forge.tasks import (
     CronSchedule,
-    LeasedScheduledRuntime,
+    IntervalSchedule,
     LeasedScheduledRuntimeConfig,
+    ScheduledJob,
     ScheduledTaskRun,
 )
 from aster_forge.tasks._schedule import run_scheduled_periodic_task
@@ -134,31 +135,30 @@ async def main(mode: str, url: str, owner: str, run_id: str) -> None:
     try:
         if mode == "leased":
 
-            async def tick(state: AsyncEngine, run: ScheduledTaskRun) -> str:
-                return await record_attempt(state, run, 0)
+            async def tick(run: ScheduledTaskRun) -> str:
+                return await record_attempt(engine, run, 0)
 
-            async def record(state: AsyncEngine, run: ScheduledTaskRun, o: str, d: Any) -> None:
-                return None
-
-            def declare(runtime: LeasedScheduledRuntime[AsyncEngine, str]) -> None:
-                runtime.scheduled("tick", TICK_INTERVAL, None, tick)
-
-            config = (
-                LeasedScheduledRuntimeConfig(
-                    run_id, f"{run_id}.workers", leases, catalog, engine, repr, record
-                )
-                .claim_ttl(CLAIM_TTL)
-                .lease_ttl(LEASE_TTL)
-                .lease_renew_interval(LEASE_RENEW)
-                .lease_standby_retry_interval(LEASE_STANDBY)
-                .shutdown_grace(timedelta(seconds=1))
+            config = LeasedScheduledRuntimeConfig(
+                namespace=run_id,
+                lease_id=f"{run_id}.workers",
+                lease_store=leases,
+                scheduled_store=catalog,
+                jobs=[
+                    ScheduledJob(
+                        kind="tick", schedule=IntervalSchedule(every=TICK_INTERVAL), fn=tick
+                    )
+                ],
+                claim_ttl=CLAIM_TTL,
+                lease_ttl=LEASE_TTL,
+                lease_renew_interval=LEASE_RENEW,
+                lease_standby_retry_interval=LEASE_STANDBY,
+                shutdown_grace=timedelta(seconds=1),
             )
-            await config.run(token, declare, owner_id=owner)
+            await config.run(token, owner_id=owner)
         elif mode == "cron":
             every_second = ScheduledPeriodicTask(
                 namespace=run_id,
                 name="cron",
-                interval=None,
                 owner_id=owner,
                 claim_ttl=CLAIM_TTL,
                 schedule=EVERY_SECOND,
@@ -167,24 +167,20 @@ async def main(mode: str, url: str, owner: str, run_id: str) -> None:
             async def fire(run: ScheduledTaskRun) -> str:
                 return await record_attempt(engine, run, 0)
 
-            async def record_fire(run: ScheduledTaskRun, o: str, d: Any) -> None:
-                return None
-
-            await run_scheduled_periodic_task(
-                catalog, every_second, fire, record_fire, repr, shutdown_token=token
-            )
+            await run_scheduled_periodic_task(catalog, every_second, fire, shutdown_token=token)
         else:
-            task = ScheduledPeriodicTask(run_id, "slow", SLOW_INTERVAL, owner, claim_ttl=CLAIM_TTL)
+            task = ScheduledPeriodicTask(
+                namespace=run_id,
+                name="slow",
+                owner_id=owner,
+                schedule=IntervalSchedule(every=SLOW_INTERVAL),
+                claim_ttl=CLAIM_TTL,
+            )
 
             async def slow(run: ScheduledTaskRun) -> str:
                 return await record_attempt(engine, run, SLOW_BODY_SECONDS)
 
-            async def record_slow(run: ScheduledTaskRun, o: str, d: Any) -> None:
-                return None
-
-            await run_scheduled_periodic_task(
-                catalog, task, slow, record_slow, repr, shutdown_token=token
-            )
+            await run_scheduled_periodic_task(catalog, task, slow, shutdown_token=token)
     finally:
         await engine.dispose()
 

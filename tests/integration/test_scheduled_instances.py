@@ -27,7 +27,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from aster_forge.tasks._schedule_task import scheduled_next_run_at
+from aster_forge.tasks import IntervalSchedule
 
 from . import _scheduled_instance as inst
 
@@ -162,7 +162,8 @@ async def test_three_instances_run_every_firing_once_and_survive_sigkill(
     scheduled = sorted(last_claim)
     collapsed = 0
     for current, following in itertools.pairwise(scheduled):
-        expected = scheduled_next_run_at(current, last_claim[current], inst.TICK_INTERVAL)
+        tick = IntervalSchedule(every=inst.TICK_INTERVAL)
+        expected = tick.following_run_at(current, last_claim[current])
         assert following == expected, (current, last_claim[current], following)
         collapsed += round((following - current) / inst.TICK_INTERVAL) - 1
     owners = [r.owner for r in rows]

@@ -37,15 +37,11 @@ class FlakyStore:
         self,
         namespace: str,
         name: str,
-        schedule: timedelta | IntervalSchedule | CronSchedule,
-        *,
-        initial_delay: timedelta | None = None,
+        schedule: IntervalSchedule | CronSchedule,
     ) -> ScheduledTaskRecord:
         if self.ensure_errors:
             raise self.ensure_errors.pop(0)
-        return await self.inner.ensure_scheduled_task(
-            namespace, name, schedule, initial_delay=initial_delay
-        )
+        return await self.inner.ensure_scheduled_task(namespace, name, schedule)
 
     async def claim_scheduled_task(
         self, namespace: str, name: str, owner_id: str, claim_ttl: timedelta
@@ -139,9 +135,9 @@ def start_runner(
             store,
             task,
             body,
-            body.record,
-            body.on_exception,
             shutdown_token=token,
+            record_outcome=body.record,
+            on_exception=body.on_exception,
             clock=clock,
         ),
         name=f"runner:{task.owner_id}",

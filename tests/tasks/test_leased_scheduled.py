@@ -1,19 +1,29 @@
-"""LeasedScheduledRuntimeConfig: builder, declarations, one group per lease, exactly once."""
+"""LeasedScheduledRuntimeConfig: checked declarations, one group per lease, exactly once."""
 
 from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
 from aster_forge.runtime import CancellationToken
 from aster_forge.runtime.errors import RuntimeLeaseConfigError
-from aster_forge.tasks import LeasedScheduledRuntime, LeasedScheduledRuntimeConfig, ScheduledTaskRun
-from aster_forge.tasks.errors import ScheduledRuntimeDeclarationError, ScheduledTaskValueError
+from aster_forge.tasks import (
+    IntervalSchedule,
+    LeasedScheduledRuntimeConfig,
+    ScheduledJob,
+    ScheduledTaskRun,
+)
+from aster_forge.tasks.errors import (
+    PeriodicTaskConfigError,
+    ScheduledTaskValueError,
+    TaskDedupeKeyError,
+)
 from aster_forge.testing import InMemoryRuntimeLeaseStore, InMemoryScheduledTaskStore, ManualClock
 
 from ._schedule_support import until
@@ -26,13 +36,6 @@ class Kind(enum.StrEnum):
     AUDIT_CLEANUP = "audit-cleanup"
 
 
-class Registered:
-    """A kind with the RegisteredRuntimeTaskKind shape."""
-
-    def as_str(self) -> str:
-        return "system-health-check"
-
-
 @dataclass
 class State:
     runs: list[tuple[str, ScheduledTaskRun]] = field(default_factory=list)
@@ -40,103 +43,106 @@ class State:
     workers: list[str] = field(default_factory=list)
     worker_stops: list[str] = field(default_factory=list)
 
+    async def mail(self, run: ScheduledTaskRun) -> str:
+        self.runs.append(("mail", run))
+        return "sent"
 
-async def mail(state: State, run: ScheduledTaskRun) -> str:
-    state.runs.append(("mail", run))
-    return "sent"
+    async def audit(self, run: ScheduledTaskRun) -> str:
+        self.runs.append(("audit", run))
+        raise RuntimeError("audit db down")
+
+    async def record(self, run: ScheduledTaskRun, outcome: str, took: timedelta) -> None:
+        self.recorded.append((run.task.name, outcome, took))
+
+    def worker(self, owner: str) -> Callable[[CancellationToken], Awaitable[None]]:
+        async def dispatcher(token: CancellationToken) -> None:
+            self.workers.append(owner)
+            await token.wait()
+            self.worker_stops.append(owner)
+
+        return dispatcher
 
 
-async def audit(state: State, run: ScheduledTaskRun) -> str:
-    state.runs.append(("audit", run))
-    raise RuntimeError("audit db down")
-
-
-async def record(state: State, run: ScheduledTaskRun, outcome: str, took: timedelta) -> None:
-    state.recorded.append((run.task.name, outcome, took))
-
-
-def on_panic(exc: Exception) -> str:
+def on_exception(exc: Exception) -> str:
     return "panicked"
 
 
 def _config(
-    state: State, leases: InMemoryRuntimeLeaseStore, catalog: InMemoryScheduledTaskStore
-) -> LeasedScheduledRuntimeConfig[State, str]:
-    return (
-        LeasedScheduledRuntimeConfig("shop", LEASE, leases, catalog, state, on_panic, record)
-        .claim_ttl(timedelta(seconds=60))
-        .lease_ttl(timedelta(seconds=30))
-        .lease_renew_interval(timedelta(seconds=10))
-        .lease_standby_retry_interval(timedelta(seconds=5))
+    state: State,
+    leases: InMemoryRuntimeLeaseStore,
+    catalog: InMemoryScheduledTaskStore,
+    owner: str = "a",
+    **changes: Any,
+) -> LeasedScheduledRuntimeConfig[str]:
+    options: dict[str, Any] = {
+        "namespace": "shop",
+        "lease_id": LEASE,
+        "lease_store": leases,
+        "scheduled_store": catalog,
+        "jobs": [
+            ScheduledJob(
+                kind=Kind.MAIL_OUTBOX,
+                schedule=IntervalSchedule(every=timedelta(seconds=10)),
+                fn=state.mail,
+            ),
+            ScheduledJob(
+                kind=Kind.AUDIT_CLEANUP,
+                schedule=IntervalSchedule(
+                    every=timedelta(seconds=60), initial_delay=timedelta(seconds=30)
+                ),
+                fn=state.audit,
+            ),
+        ],
+        "workers": {"dispatcher": state.worker(owner)},
+        "on_exception": on_exception,
+        "record_outcome": state.record,
+        "claim_ttl": timedelta(seconds=60),
+        "lease_ttl": timedelta(seconds=30),
+        "lease_renew_interval": timedelta(seconds=10),
+        "lease_standby_retry_interval": timedelta(seconds=5),
+    }
+    options.update(changes)
+    return LeasedScheduledRuntimeConfig(**options)
+
+
+def test_config_is_a_checked_frozen_value() -> None:
+    state = State()
+    leases, catalog = InMemoryRuntimeLeaseStore(), InMemoryScheduledTaskStore()
+    base = _config(state, leases, catalog)
+    assert base.worker_names() == (
+        "dispatcher",
+        "scheduled:mail-outbox-dispatch",
+        "scheduled:audit-cleanup",
     )
-
-
-def _declare(state: State) -> Callable[[LeasedScheduledRuntime[State, str]], None]:
-    def declare(runtime: LeasedScheduledRuntime[State, str]) -> None:
-        async def dispatcher(st: State, token: CancellationToken) -> None:
-            st.workers.append(runtime.owner_id)
-            await token.wait()
-            st.worker_stops.append(runtime.owner_id)
-
-        runtime.worker(dispatcher)
-        runtime.scheduled(Kind.MAIL_OUTBOX, timedelta(seconds=10), None, mail)
-        runtime.scheduled(Kind.AUDIT_CLEANUP, timedelta(seconds=60), timedelta(seconds=30), audit)
-
-    return declare
-
-
-def test_builder_returns_new_frozen_configs() -> None:
-    base = LeasedScheduledRuntimeConfig(
-        "shop",
-        LEASE,
-        InMemoryRuntimeLeaseStore(),
-        InMemoryScheduledTaskStore(),
-        State(),
-        on_panic,
-        record,
-    )
-    tuned = base.claim_ttl(timedelta(seconds=5)).shutdown_grace(timedelta(0))
-    assert base.settings.claim_ttl == timedelta(seconds=120)
-    assert tuned.settings.claim_ttl == timedelta(seconds=5)
-    assert tuned.settings.shutdown_grace == timedelta(0)
+    assert LeasedScheduledRuntimeConfig(
+        namespace="shop", lease_id=LEASE, lease_store=leases, scheduled_store=catalog
+    ).claim_ttl == timedelta(seconds=120)
     with pytest.raises(AttributeError):
-        tuned.namespace = "other"  # type: ignore[misc]
+        base.namespace = "other"  # type: ignore[misc]
     with pytest.raises(ScheduledTaskValueError):
-        base.claim_ttl(timedelta(0))
+        _config(state, leases, catalog, claim_ttl=timedelta(0))
+    with pytest.raises(ScheduledTaskValueError):
+        _config(state, leases, catalog, shutdown_grace=timedelta(seconds=-1))
     with pytest.raises(RuntimeLeaseConfigError):
-        base.lease_ttl(timedelta(seconds=-1))
+        _config(state, leases, catalog, lease_ttl=timedelta(seconds=-1))
     with pytest.raises(RuntimeLeaseConfigError, match="shorter than ttl"):
-        base.lease_ttl(timedelta(seconds=5)).lease_config("owner")
+        _config(state, leases, catalog, lease_ttl=timedelta(seconds=5))
     with pytest.raises(ScheduledTaskValueError):
-        LeasedScheduledRuntimeConfig(
-            " ",
-            LEASE,
-            InMemoryRuntimeLeaseStore(),
-            InMemoryScheduledTaskStore(),
-            State(),
-            on_panic,
-            record,
-        )
-    with pytest.raises(ScheduledRuntimeDeclarationError, match="on_panic"):
-        LeasedScheduledRuntimeConfig(
-            "shop",
-            LEASE,
-            InMemoryRuntimeLeaseStore(),
-            InMemoryScheduledTaskStore(),
-            State(),
-            3,  # type: ignore[arg-type]
-            record,
-        )
+        _config(state, leases, catalog, namespace=" ")
+    with pytest.raises(TaskDedupeKeyError):
+        _config(state, leases, catalog, namespace="n" * 65)
+    with pytest.raises(PeriodicTaskConfigError, match="on_exception"):
+        _config(state, leases, catalog, on_exception=3)
 
 
-async def test_holder_runs_workers_and_scheduled_tasks_with_state_kind_and_outcomes() -> None:
+async def test_holder_runs_workers_and_scheduled_tasks_with_kind_and_outcomes() -> None:
     clock = ManualClock()
     leases = InMemoryRuntimeLeaseStore(clock)
     catalog = InMemoryScheduledTaskStore(clock)
     state = State()
     token = CancellationToken()
     runner = asyncio.create_task(
-        _config(state, leases, catalog).run(token, _declare(state), clock=clock, owner_id="a")
+        _config(state, leases, catalog).run(token, clock=clock, owner_id="a"), name="runner:a"
     )
     await until(lambda: len(state.recorded) == 1)
     assert state.workers == ["a"]
@@ -166,9 +172,8 @@ async def test_failover_runs_every_firing_once_and_only_one_group_at_a_time() ->
     tokens = {"a": CancellationToken(), "b": CancellationToken()}
     runners = {
         owner: asyncio.create_task(
-            _config(state, leases, catalog).run(
-                tokens[owner], _declare(state), clock=clock, owner_id=owner
-            )
+            _config(state, leases, catalog, owner).run(tokens[owner], clock=clock, owner_id=owner),
+            name=f"runner:{owner}",
         )
         for owner in ("a", "b")
     }
@@ -179,6 +184,7 @@ async def test_failover_runs_every_firing_once_and_only_one_group_at_a_time() ->
         await clock.advance(1)
     tokens[first].cancel()
     await asyncio.wait_for(runners[first], 5)
+    assert leases.holder(LEASE) is None  # released on shutdown
     for _ in range(40):
         await clock.advance(1)
     await until(lambda: state.workers == [first, second])
@@ -192,53 +198,63 @@ async def test_failover_runs_every_firing_once_and_only_one_group_at_a_time() ->
     assert state.worker_stops == [first, second]
 
 
+async def test_lease_loss_stops_the_whole_group() -> None:
+    clock = ManualClock()
+    leases = InMemoryRuntimeLeaseStore(clock)
+    state = State()
+    token = CancellationToken()
+    config = _config(state, leases, InMemoryScheduledTaskStore(clock), jobs=[])
+    runner = asyncio.create_task(config.run(token, clock=clock, owner_id="a"), name="runner:a")
+    await until(lambda: state.workers == ["a"])
+    # Another owner takes the lease over (e.g. after a long pause of this process).
+    assert await leases.release(LEASE, "a")
+    assert await leases.try_acquire(LEASE, "intruder", timedelta(seconds=300)) is not None
+    await clock.wait_for_sleepers(1)
+    await clock.advance(10)  # the next renewal finds the lease lost
+    await until(lambda: state.worker_stops == ["a"])
+    assert not token.cancelled  # the process keeps running, as a standby
+    assert leases.holder(LEASE) == "intruder"
+    token.cancel()
+    await asyncio.wait_for(runner, 5)
+
+
 async def test_default_owner_ids_are_unique_per_run() -> None:
     clock = ManualClock()
-    owners: list[str] = []
+    state = State()
     for _ in range(2):
         token = CancellationToken()
+        config = _config(state, InMemoryRuntimeLeaseStore(clock), InMemoryScheduledTaskStore(clock))
+        runner = asyncio.create_task(config.run(token, clock=clock), name="runner")
+        count = len(state.runs)
+        await until(lambda count=count: len(state.runs) == count + 1)  # type: ignore[misc]
         token.cancel()
-
-        def declare(runtime: LeasedScheduledRuntime[State, str]) -> None:
-            owners.append(runtime.owner_id)
-
-        config = _config(
-            State(), InMemoryRuntimeLeaseStore(clock), InMemoryScheduledTaskStore(clock)
-        )
-        await config.run(token, declare, clock=clock)
+        await asyncio.wait_for(runner, 5)
+    owners = [run.task.owner_id for _, run in state.runs]
     assert len(set(owners)) == 2
 
 
-async def test_declaration_errors() -> None:
-    config = _config(State(), InMemoryRuntimeLeaseStore(), InMemoryScheduledTaskStore())
-    token = CancellationToken()
-    token.cancel()
-    kept: list[LeasedScheduledRuntime[State, str]] = []
-
-    def duplicate(runtime: LeasedScheduledRuntime[State, str]) -> None:
-        runtime.scheduled(Kind.MAIL_OUTBOX, timedelta(seconds=1), None, mail)
-        runtime.scheduled("mail-outbox-dispatch", timedelta(seconds=1), None, mail)
-
-    with pytest.raises(ScheduledRuntimeDeclarationError, match="declared twice"):
-        await config.run(token, duplicate)
-
-    def no_wire(runtime: LeasedScheduledRuntime[State, str]) -> None:
-        runtime.scheduled(42, timedelta(seconds=1), None, mail)
-
-    with pytest.raises(ScheduledRuntimeDeclarationError, match="no wire value"):
-        await config.run(token, no_wire)
-
-    async def keep(runtime: LeasedScheduledRuntime[State, str]) -> None:
-        runtime.scheduled(Registered(), timedelta(seconds=1), None, mail)
-        kept.append(runtime)
-
-    await config.run(token, keep)
-    assert kept[0].worker_names() == ("scheduled:system-health-check",)
-    with pytest.raises(ScheduledRuntimeDeclarationError, match="inside declare"):
-        kept[0].scheduled(Kind.AUDIT_CLEANUP, timedelta(seconds=1), None, audit)
-
-    def bad_duration(runtime: LeasedScheduledRuntime[State, str]) -> None:
-        runtime.scheduled(Kind.MAIL_OUTBOX, timedelta(seconds=1), timedelta(seconds=-1), mail)
-
+def test_declaration_errors() -> None:
+    state = State()
+    leases, catalog = InMemoryRuntimeLeaseStore(), InMemoryScheduledTaskStore()
+    every = IntervalSchedule(every=timedelta(seconds=1))
+    mail = ScheduledJob(kind=Kind.MAIL_OUTBOX, schedule=every, fn=state.mail)
+    same = ScheduledJob(kind="mail-outbox-dispatch", schedule=every, fn=state.mail)
+    assert same.name == mail.name
+    with pytest.raises(PeriodicTaskConfigError, match="declared twice"):
+        _config(state, leases, catalog, jobs=[mail, same])
+    with pytest.raises(PeriodicTaskConfigError, match="declared twice"):
+        _config(state, leases, catalog, jobs=[mail], workers={"scheduled:" + mail.name: state.mail})
+    with pytest.raises(PeriodicTaskConfigError, match="must be a str"):
+        ScheduledJob(kind=42, schedule=every, fn=state.mail)  # type: ignore[arg-type]
+    with pytest.raises(PeriodicTaskConfigError, match="ScheduledJob values"):
+        _config(state, leases, catalog, jobs=[state.mail])
+    with pytest.raises(PeriodicTaskConfigError, match="non-empty name"):
+        _config(state, leases, catalog, workers={" ": state.worker("a")})
+    with pytest.raises(PeriodicTaskConfigError, match="non-empty name"):
+        _config(state, leases, catalog, workers={"x": 3})
     with pytest.raises(ScheduledTaskValueError):
-        await config.run(token, bad_duration)
+        ScheduledJob(
+            kind=Kind.MAIL_OUTBOX,
+            schedule=IntervalSchedule(every=every.every, initial_delay=timedelta(seconds=-1)),
+            fn=state.mail,
+        )

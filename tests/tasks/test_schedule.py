@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from aster_forge.runtime import CancellationToken
-from aster_forge.tasks import ScheduledTaskOutcome, scheduled_task_dedupe_key
+from aster_forge.tasks import IntervalSchedule, ScheduledTaskOutcome, scheduled_task_dedupe_key
 from aster_forge.tasks._schedule import (
     SCHEDULED_TASK_RAISED,
     run_scheduled_claim_renewal_loop,
@@ -18,7 +18,6 @@ from aster_forge.tasks._schedule import (
 from aster_forge.tasks._schedule_task import (
     ScheduledPeriodicTask,
     scheduled_claim_renew_interval,
-    scheduled_next_run_at,
 )
 from aster_forge.tasks._schedule_types import ScheduledTaskRunStatus
 from aster_forge.tasks.errors import (
@@ -34,13 +33,19 @@ NS = "shop"
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
 
-def _task(owner: str = "a", **kw: object) -> ScheduledPeriodicTask:
-    options: dict[str, object] = {
-        "interval": timedelta(seconds=10),
-        "claim_ttl": timedelta(seconds=30),
-    }
-    options.update(kw)
-    return ScheduledPeriodicTask(NS, "cleanup", owner_id=owner, **options)  # type: ignore[arg-type]
+def _task(
+    owner: str = "a",
+    *,
+    every: timedelta = timedelta(seconds=10),
+    claim_ttl: timedelta = timedelta(seconds=30),
+) -> ScheduledPeriodicTask:
+    return ScheduledPeriodicTask(
+        namespace=NS,
+        name="cleanup",
+        owner_id=owner,
+        schedule=IntervalSchedule(every=every),
+        claim_ttl=claim_ttl,
+    )
 
 
 def test_renew_interval_is_a_third_with_a_10ms_floor() -> None:
@@ -54,12 +59,13 @@ def test_renew_interval_is_a_third_with_a_10ms_floor() -> None:
 
 def test_next_run_is_the_first_grid_point_after_the_claim() -> None:
     hour = timedelta(hours=1)
-    assert scheduled_next_run_at(T0, T0 + timedelta(seconds=2), hour) == T0 + hour
-    assert scheduled_next_run_at(T0, T0, hour) == T0 + hour
+    hourly = IntervalSchedule(every=hour)
+    assert hourly.following_run_at(T0, T0 + timedelta(seconds=2)) == T0 + hour
+    assert hourly.following_run_at(T0, T0) == T0 + hour
     # Missed for 5 hours: one run now, the next one on the following grid point.
-    assert scheduled_next_run_at(T0, T0 + 5 * hour + timedelta(minutes=1), hour) == T0 + 6 * hour
+    assert hourly.following_run_at(T0, T0 + 5 * hour + timedelta(minutes=1)) == T0 + 6 * hour
     # Saturates instead of overflowing.
-    far = scheduled_next_run_at(T0, T0, timedelta(days=3_000_000))
+    far = IntervalSchedule(every=timedelta(days=3_000_000)).following_run_at(T0, T0)
     assert far.year == 9999
 
 
@@ -69,10 +75,14 @@ def test_task_validation() -> None:
     with pytest.raises(ScheduledTaskValueError):
         _task(claim_ttl=timedelta(0))
     with pytest.raises(PeriodicTaskConfigError):
-        _task(interval=timedelta(seconds=-1))
+        _task(every=timedelta(seconds=-1))
     with pytest.raises(TaskDedupeKeyError):
-        ScheduledPeriodicTask("n" * 65, "x", timedelta(seconds=1), "a")
-    assert _task(interval=timedelta(0)).effective_interval == timedelta(seconds=1)
+        ScheduledPeriodicTask(
+            namespace="n" * 65,
+            name="x",
+            owner_id="a",
+            schedule=IntervalSchedule(every=timedelta(seconds=1)),
+        )
 
 
 async def test_runs_each_grid_firing_once_with_its_dedupe_key() -> None:
@@ -237,7 +247,7 @@ async def test_renewal_errors_are_logged_at_warning_and_retried_next_tick(
 async def test_missed_firings_while_everyone_was_down_run_once() -> None:
     clock = ManualClock(T0)
     store = InMemoryScheduledTaskStore(clock)
-    await store.ensure_scheduled_task(NS, "cleanup", timedelta(seconds=10))
+    await store.ensure_scheduled_task(NS, "cleanup", IntervalSchedule(every=timedelta(seconds=10)))
     await clock.advance(95)  # 10 firings missed
     body = Body(clock)
     token = CancellationToken()
@@ -350,7 +360,7 @@ async def test_shutdown_does_not_interrupt_a_running_body() -> None:
 async def test_renewal_loop_returns_true_when_stopped() -> None:
     clock = ManualClock(T0)
     store = InMemoryScheduledTaskStore(clock)
-    await store.ensure_scheduled_task(NS, "x", timedelta(seconds=1))
+    await store.ensure_scheduled_task(NS, "x", IntervalSchedule(every=timedelta(seconds=1)))
     claim = await store.claim_scheduled_task(NS, "x", "a", timedelta(seconds=3))
     assert claim is not None
     stop = CancellationToken()
@@ -373,7 +383,13 @@ async def test_hooks_must_be_callable() -> None:
             store,
             _task(),
             Body(ManualClock()),
+            record_outcome=3,  # type: ignore[arg-type]
+            shutdown_token=CancellationToken(),
+        )
+    with pytest.raises(PeriodicTaskConfigError, match="fn is not callable"):
+        await run_scheduled_periodic_task(
+            store,
+            _task(),
             None,  # type: ignore[arg-type]
-            Body.on_exception,
             shutdown_token=CancellationToken(),
         )

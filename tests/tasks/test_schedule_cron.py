@@ -11,13 +11,13 @@ from aster_forge.runtime import CancellationToken
 from aster_forge.tasks import (
     CronSchedule,
     IntervalSchedule,
-    LeasedScheduledRuntime,
     LeasedScheduledRuntimeConfig,
+    ScheduledJob,
     ScheduledTaskRun,
     scheduled_task_dedupe_key,
 )
 from aster_forge.tasks._schedule_task import ScheduledPeriodicTask
-from aster_forge.tasks.errors import PeriodicTaskConfigError, ScheduledRuntimeDeclarationError
+from aster_forge.tasks.errors import PeriodicTaskConfigError
 from aster_forge.testing import (
     InMemoryRuntimeLeaseStore,
     InMemoryScheduledTaskStore,
@@ -36,7 +36,6 @@ def _cron_task(
     return ScheduledPeriodicTask(
         namespace=NS,
         name="cleanup",
-        interval=None,
         owner_id=owner,
         claim_ttl=timedelta(seconds=30),
         schedule=CronSchedule(expression, timezone=zone),
@@ -145,73 +144,45 @@ async def test_a_changed_cron_schedule_replaces_the_pending_firing() -> None:
     assert row.next_run_at == _at(10, 5), "an interval change keeps the pending firing"
 
 
-def test_task_takes_exactly_one_of_interval_and_schedule() -> None:
+def test_task_takes_a_schedule_value() -> None:
     cron = CronSchedule("* * * * *")
-    with pytest.raises(PeriodicTaskConfigError, match="not both"):
-        ScheduledPeriodicTask(NS, "x", timedelta(seconds=1), "a", schedule=cron)
-    with pytest.raises(PeriodicTaskConfigError, match="not both"):
-        ScheduledPeriodicTask(NS, "x", None, "a", initial_delay=timedelta(seconds=1), schedule=cron)
-    with pytest.raises(PeriodicTaskConfigError, match="interval or a schedule"):
-        ScheduledPeriodicTask(NS, "x", None, "a")
     with pytest.raises(PeriodicTaskConfigError, match="IntervalSchedule or"):
-        ScheduledPeriodicTask(NS, "x", None, "a", schedule="*/5 * * * *")  # type: ignore[arg-type]
-    task = ScheduledPeriodicTask(NS, "x", None, "a", schedule=cron)
-    assert task.effective_schedule is cron and task.effective_interval is None
-    every = ScheduledPeriodicTask(NS, "x", timedelta(0), "a")
-    assert every.effective_schedule == IntervalSchedule(every=timedelta(0))
-    assert every.effective_interval == timedelta(seconds=1)
+        ScheduledPeriodicTask(
+            namespace=NS,
+            name="x",
+            owner_id="a",
+            schedule="*/5 * * * *",  # type: ignore[arg-type]
+        )
+    task = ScheduledPeriodicTask(namespace=NS, name="x", owner_id="a", schedule=cron)
+    assert task.schedule is cron
 
 
-async def _noop(state: None, run: ScheduledTaskRun) -> str:
+async def _noop(run: ScheduledTaskRun) -> str:
     return "ok"
 
 
-async def _record(state: None, run: ScheduledTaskRun, outcome: str, took: timedelta) -> None:
-    return None
-
-
-def _config() -> LeasedScheduledRuntimeConfig[None, str]:
+def _config(*jobs: ScheduledJob[str]) -> LeasedScheduledRuntimeConfig[str]:
     return LeasedScheduledRuntimeConfig(
-        NS,
-        "shop.background_tasks",
-        InMemoryRuntimeLeaseStore(),
-        InMemoryScheduledTaskStore(),
-        state=None,
-        on_panic=lambda exc: "failed",
-        record_outcome=_record,
+        namespace=NS,
+        lease_id="shop.background_tasks",
+        lease_store=InMemoryRuntimeLeaseStore(),
+        scheduled_store=InMemoryScheduledTaskStore(),
+        jobs=jobs,
     )
 
 
-async def test_leased_runtime_keyword_form_declares_cron_and_interval_schedules() -> None:
-    token = CancellationToken()
-    token.cancel()
-    declared: list[LeasedScheduledRuntime[None, str]] = []
-
-    def declare(runtime: LeasedScheduledRuntime[None, str]) -> None:
-        runtime.scheduled("report", schedule=CronSchedule("0 6 * * 1-5", "Europe/Paris"), fn=_noop)
-        runtime.scheduled("poll", schedule=IntervalSchedule(every=timedelta(minutes=1)), fn=_noop)
-        runtime.scheduled("seed-shape", timedelta(seconds=10), None, _noop)
-        declared.append(runtime)
-
-    await _config().run(token, declare)
-    scheduled = declared[0]._scheduled
-    assert [s.task.effective_schedule.text for s in scheduled] == [
+async def test_leased_runtime_declares_cron_and_interval_schedules() -> None:
+    config = _config(
+        ScheduledJob(kind="report", schedule=CronSchedule("0 6 * * 1-5", "Europe/Paris"), fn=_noop),
+        ScheduledJob(kind="poll", schedule=IntervalSchedule(every=timedelta(minutes=1)), fn=_noop),
+        ScheduledJob(kind="tick", schedule=IntervalSchedule(every=timedelta(seconds=10)), fn=_noop),
+    )
+    assert [job.schedule.text for job in config.jobs] == [
         "0 6 * * 1-5 (Europe/Paris)",
         "every 1m",
         "every 10s",
     ]
-
-    def neither(runtime: LeasedScheduledRuntime[None, str]) -> None:
-        runtime.scheduled("x", fn=_noop)
-
-    def both(runtime: LeasedScheduledRuntime[None, str]) -> None:
-        runtime.scheduled("x", timedelta(seconds=1), schedule=CronSchedule("* * * * *"), fn=_noop)
-
-    def no_fn(runtime: LeasedScheduledRuntime[None, str]) -> None:
-        runtime.scheduled("x", schedule=CronSchedule("* * * * *"))
-
-    for bad in (neither, both):
-        with pytest.raises(ScheduledRuntimeDeclarationError, match="exactly one"):
-            await _config().run(token, bad)
-    with pytest.raises(ScheduledRuntimeDeclarationError, match="not callable"):
-        await _config().run(token, no_fn)
+    with pytest.raises(PeriodicTaskConfigError, match="not callable"):
+        ScheduledJob(kind="x", schedule=CronSchedule("* * * * *"), fn=None)  # type: ignore[arg-type]
+    with pytest.raises(PeriodicTaskConfigError, match="IntervalSchedule or"):
+        _config(ScheduledJob(kind="x", schedule=timedelta(1), fn=_noop))  # type: ignore[arg-type]

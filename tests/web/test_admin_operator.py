@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from aster_forge import TaskStatus
-from aster_forge.tasks import CronSchedule, NewTask
+from aster_forge.tasks import CronSchedule, IntervalSchedule, NewTask
 from aster_forge.testing import InMemoryScheduledTaskStore
 from aster_forge.web import AdminSources, admin_app
 from aster_forge.web._tasks_json import MAX_DETAIL_JSON_CHARS
@@ -103,7 +103,9 @@ async def test_a_large_payload_is_answered_as_a_truncated_preview(store: Store) 
 async def test_the_scheduled_catalog_carries_cron_text() -> None:
     scheduled = InMemoryScheduledTaskStore()
     await scheduled.ensure_scheduled_task("reports", "nightly", CronSchedule("0 3 * * *", "UTC"))
-    await scheduled.ensure_scheduled_task("reports", "often", timedelta(minutes=5))
+    await scheduled.ensure_scheduled_task(
+        "reports", "often", IntervalSchedule(every=timedelta(minutes=5))
+    )
     async with client(admin_app(AdminSources(scheduled_store=scheduled))) as http:
         items = {i["name"]: i for i in (await http.get("/api/scheduled")).json()["items"]}
     assert items["nightly"]["cron"] == "0 3 * * *"

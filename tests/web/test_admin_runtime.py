@@ -24,6 +24,7 @@ from aster_forge.tasks import (
     ClaimedTaskExecutionConfig,
     ClaimedTaskOutcome,
     DispatchStatsRecorder,
+    IntervalSchedule,
     NewTask,
     ScheduledTaskOutcome,
     ScheduledTaskStore,
@@ -169,8 +170,8 @@ async def test_scheduled_catalog_with_last_next_run_and_claim_owner(
 ) -> None:
     store, clock = scheduled_store
     minute = timedelta(minutes=1)
-    await store.ensure_scheduled_task("demo", "cleanup", minute)
-    await store.ensure_scheduled_task("demo", "health", minute)
+    await store.ensure_scheduled_task("demo", "cleanup", IntervalSchedule(every=minute))
+    await store.ensure_scheduled_task("demo", "health", IntervalSchedule(every=minute))
     done = await store.claim_scheduled_task("demo", "health", "instance-a", minute)
     assert done is not None
     await clock.advance(timedelta(seconds=2))

@@ -11,7 +11,7 @@ from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 from starlette.routing import Route
 
 from aster_forge.runtime import RuntimeComponentKind, RuntimeComponentRegistry
-from aster_forge.tasks import ClaimedTaskOutcome, DispatchStatsRecorder
+from aster_forge.tasks import ClaimedTaskOutcome, DispatchStatsRecorder, IntervalSchedule
 from aster_forge.testing import InMemoryRuntimeLeaseStore, InMemoryScheduledTaskStore, ManualClock
 from aster_forge.web import AdminSources, admin_app
 from aster_forge.web._openapi import openapi_document
@@ -80,7 +80,9 @@ async def test_every_answer_matches_its_documented_schema(store: AdminStore) -> 
     ids = await seed_tasks(store)
     clock = ManualClock(datetime(2030, 1, 1, tzinfo=UTC))
     scheduled = InMemoryScheduledTaskStore(clock)
-    await scheduled.ensure_scheduled_task("reports", "nightly", timedelta(hours=1))
+    await scheduled.ensure_scheduled_task(
+        "reports", "nightly", IntervalSchedule(every=timedelta(hours=1))
+    )
     leases = InMemoryRuntimeLeaseStore(clock)
     await leases.try_acquire("demo.singletons", "instance-a", timedelta(seconds=10))
     components = RuntimeComponentRegistry()

@@ -34,7 +34,12 @@ from .errors import (
 # isort: split
 from ._tasks import BackgroundTaskDbStore
 from ._tasks_notify import listen_for_task_notifications
-from ._tasks_table import background_tasks_table, create_background_tasks_table, task_lanes_table
+from ._tasks_table import (
+    background_tasks_table,
+    create_background_tasks_table,
+    task_deps_table,
+    task_lanes_table,
+)
 
 __all__ = [
     "BackgroundTaskDbStore",
@@ -61,5 +66,6 @@ __all__ = [
     "listen_for_task_notifications",
     "runtime_leases_table",
     "scheduled_tasks_table",
+    "task_deps_table",
     "task_lanes_table",
 ]

@@ -28,6 +28,7 @@ from ..tasks.errors import TaskRegistryError
 from ._driver_hold import HeldDriverConnection
 from ._enqueue_coalescer import EnqueueCoalescer
 from ._notify_limiter import DEFAULT_NOTIFY_WINDOW, NotifyLimiter
+from ._task_deps import TaskDependencySql
 from ._task_lanes import TaskLaneMixin, lane_open_predicate
 from ._tasks_admin import TaskAdminMixin
 from ._tasks_control import TaskControlMixin
@@ -39,7 +40,14 @@ from ._tasks_pg import PgTaskStatements
 from ._tasks_pg_run import PgTaskRunner
 from ._tasks_sql import _SATURATING_DELTA, DbNow, TaskSql
 from ._tasks_sqlite import DriverStatement, SqliteTaskStatements
-from ._tasks_table import CORE_COLUMNS, background_tasks_table, record_from_row, task_lanes_table
+from ._tasks_table import (
+    CORE_COLUMNS,
+    background_tasks_table,
+    record_from_row,
+    task_deps_table,
+    task_lanes_table,
+)
+from ._tasks_workflow import TaskWorkflowMixin, claim_of, merged, without
 from ._time import (
     NEVER_EXPIRES,
     DatabaseBackend,
@@ -64,7 +72,9 @@ class _ClaimsNotAllHeld(Exception):
     """Raised inside a batched SQLite success when a fence failed (rolls it back)."""
 
 
-class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, TaskLaneMixin):
+class BackgroundTaskDbStore(
+    TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, TaskLaneMixin, TaskWorkflowMixin
+):
     """A :class:`~aster_forge.tasks.BackgroundTaskStore` on SQLite, PostgreSQL or MariaDB.
 
     Claims: PostgreSQL runs ``UPDATE ... WHERE id IN (SELECT ... ORDER BY priority DESC,
@@ -139,6 +149,8 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         self._table = table if table is not None else background_tasks_table(sa.MetaData())
         self._lanes = task_lanes_table(self._table)
         self._sql = TaskSql(engine, self._table, clock if clock is not None else SystemClock())
+        self._deps = TaskDependencySql(self._sql, self._table, task_deps_table(self._table))
+        self._awaited: dict[int, str] = {}
         self._notify = notify and self._sql.is_postgres
         self._channel = notify_channel
         self._cols = [self._table.c[name] for name in CORE_COLUMNS]
@@ -250,6 +262,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
                 lane_value, limit, owner, lease_ttl, cluster_limit, partition_limit
             )
             self._count_ended(lane_value, ended)
+            self._note_claims(claimed)
             return claimed
         if partition_limit is not None:
             return await self._claim_partitioned(
@@ -283,6 +296,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             single_statement=self._sql.is_postgres and cluster_limit is None,
         )
         self._count_ended(lane_value, ended)
+        self._note_claims(records)
         return sorted(records, key=lambda r: (-r.priority, r.run_at, r.id))
 
     async def _claim_partitioned(
@@ -311,6 +325,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
 
         records, ended = await self._sql.run("claim tasks", body)
         self._count_ended(lane, ended)
+        self._note_claims(records)
         return records
 
     async def _claim_sqlite(
@@ -337,6 +352,7 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
         # The statement also returns the rows it rescued without claiming them.
         self._count_ended(lane, [r.status for r in records if r.status is not TaskStatus.RUNNING])
         claimed = [r for r in records if r.status is TaskStatus.RUNNING]
+        self._note_claims(claimed)
         return sorted(claimed, key=lambda r: (-r.priority, r.run_at, r.id))
 
     async def _lock_lane(self, conn: AsyncConnection, lane: str) -> None:
@@ -517,8 +533,12 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
 
     # -- fenced writes ------------------------------------------------------------------
 
-    async def _fenced(self, operation: str, lease: TaskLease, values: dict[str, Any]) -> bool:
+    async def _fenced(
+        self, operation: str, lease: TaskLease, values: dict[str, Any], *, ends: bool = True
+    ) -> bool:
         t = self._table
+        # A claim with dependents waiting settles them in the same transaction.
+        settles = ends and bool(self._awaited) and self._take_awaited(*claim_of(lease))
 
         async def body(conn: AsyncConnection) -> bool:
             now = await self._sql.now(conn)
@@ -530,9 +550,14 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             result = await conn.execute(
                 sa.update(t).where(self._sql.fence(lease)).values(**resolved)
             )
-            return bool(result.rowcount == 1)
+            written = bool(result.rowcount == 1)
+            if written and settles:
+                await self._deps.settle(conn, now, [lease.task_id])
+            return written
 
-        return await self._sql.run(operation, body, single_statement=self._sql.is_postgres)
+        return await self._sql.run(
+            operation, body, single_statement=self._sql.is_postgres and not settles
+        )
 
     async def renew_task_lease(self, lease: TaskLease, lease_ttl: timedelta) -> TaskLease | None:
         """Extend the lease if the claim still owns the task (else ``None``)."""
@@ -709,6 +734,19 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             The success results in input order, and the claimed records.
         """
         lane_value = check_claim_args(lane, owner, lease_ttl, limit, cluster_limit, partition_limit)
+        awaited = self._awaited_indexes(completions) if self._awaited else None
+        if awaited:
+            apart = await self._succeed_awaited(completions, awaited)
+            rest, claimed = await self.mark_tasks_succeeded_and_claim(
+                without(completions, awaited),
+                lane,
+                limit,
+                owner,
+                lease_ttl,
+                cluster_limit=cluster_limit,
+                partition_limit=partition_limit,
+            )
+            return merged(len(completions), apart, rest), claimed
         pg = self._pg_run
         if self._lite is not None and completions and limit > 0 and partition_limit is None:
             together = await self._succeed_and_claim_sqlite(
@@ -736,12 +774,18 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
             completions, lane_value, limit, owner, lease_ttl, cluster_limit, partition_limit
         )
         self._count_ended(lane_value, ended)
+        self._note_claims(records)
         return _applied(completions, done), records
 
     async def mark_tasks_succeeded_many(self, completions: Sequence[TaskCompletion]) -> list[bool]:
         """Fenced per entry, one statement on PostgreSQL; results in input order."""
         if not completions:
             return []
+        awaited = self._awaited_indexes(completions) if self._awaited else None
+        if awaited:
+            apart = await self._succeed_awaited(completions, awaited)
+            rest = await self.mark_tasks_succeeded_many(without(completions, awaited))
+            return merged(len(completions), apart, rest)
         if self._pg_run is not None:
             return _applied(completions, await self._pg_run.succeed_many(completions))
         if self._lite is not None:
@@ -958,7 +1002,9 @@ class BackgroundTaskDbStore(TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, 
 
     async def update_task_steps(self, lease: TaskLease, steps_json: str) -> bool:
         """Fenced: store step progress."""
-        return await self._fenced("update task steps", lease, {"steps_json": steps_json})
+        return await self._fenced(
+            "update task steps", lease, {"steps_json": steps_json}, ends=False
+        )
 
     def __repr__(self) -> str:
         return f"<BackgroundTaskDbStore backend={self._sql.backend.value} table={self._table.name}>"

@@ -28,6 +28,7 @@ from ..tasks._internal import (
     wire_value,
 )
 from ..tasks.errors import TaskNotFoundError, TaskStateError
+from ._task_deps import TaskDependencySql
 from ._tasks_admin_query import TaskAdminQueryMixin, query_conditions
 from ._tasks_sql import TaskSql
 from ._tasks_table import record_from_row
@@ -43,6 +44,7 @@ class TaskAdminMixin(TaskAdminQueryMixin):
 
     _table: sa.Table
     _sql: TaskSql
+    _deps: TaskDependencySql
     _cols: list[sa.Column[Any]]
 
     async def _get(self, conn: AsyncConnection, task_id: int) -> BackgroundTaskRecord | None:
@@ -250,8 +252,10 @@ class TaskAdminMixin(TaskAdminQueryMixin):
         return self._table.c.status == TaskStatus.PENDING.value
 
     async def _cancel_waiting_steps(self, conn: AsyncConnection, ids: list[int]) -> None:
-        """End the active step ("Waiting for worker") of tasks cancelled while pending."""
+        """End the active step ("Waiting for worker") of tasks cancelled while pending, and
+        settle the dependents of any a workflow waits for."""
         t = self._table
+        await self._deps.settle(conn, await self._sql.now(conn), ids)
         rows = await conn.execute(
             sa.select(t.c.id, t.c.steps_json).where(t.c.id.in_(ids), t.c.steps_json.is_not(None))
         )

@@ -15,6 +15,7 @@ from ..tasks._internal import (
     check_delete_finished_tasks_args,
     check_snooze_delay,
 )
+from ._task_deps import TaskDependencySql
 from ._tasks_sql import TaskSql
 from ._time import DatabaseBackend
 
@@ -32,6 +33,7 @@ class TaskControlMixin:
 
     _table: sa.Table
     _sql: TaskSql
+    _deps: TaskDependencySql
 
     if TYPE_CHECKING:
 
@@ -118,13 +120,16 @@ class TaskControlMixin:
         )
 
     async def stage_waiting_tasks(self, *, limit: int = DEFAULT_STAGE_LIMIT) -> int:
-        """Clear the ``waiting`` hint of up to ``limit`` tasks that came due; how many.
+        """Settle workflow endings no lease wrote, then clear the ``waiting`` hint of up to
+        ``limit`` tasks that came due; how many tasks were settled or moved.
 
-        PostgreSQL only (elsewhere the hint stays false and this returns 0 without a
-        round trip): tasks written with a later ``run_at`` sit in the waiting index,
-        which lane claims also read, so this call is never needed for correctness. It
-        moves due ones, oldest ``run_at`` first, into the due index, where every claim
-        takes them (the success statement's refill reads only that index). A
+        First, on every backend, :meth:`settle_dependencies`: the dependents of tasks
+        that ended by a lease rescue or an operator's cancel are told (one indexed read
+        when there are none). Then, on PostgreSQL only (elsewhere the hint stays false):
+        tasks written with a later ``run_at`` sit in the waiting index, which lane
+        claims also read, so this step is never needed for correctness. It moves due
+        ones, oldest ``run_at`` first, into the due index, where every claim takes them
+        (the success statement's refill reads only that index). A
         :class:`~aster_forge.tasks.TaskWorker` calls it about once a second.
 
         Raises:
@@ -132,8 +137,11 @@ class TaskControlMixin:
         """
         if limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
+        # Workflow dependents whose dependency ended without a lease's write (a rescue,
+        # an operator's cancel) come due here too.
+        settled = await self._deps.sweep()
         if not self._sql.is_postgres:
-            return 0
+            return settled
         t = self._table
 
         async def body(conn: AsyncConnection) -> int:
@@ -153,4 +161,4 @@ class TaskControlMixin:
             stmt = sa.update(t).where(t.c.id == chosen, came_due).values(waiting=False)
             return int((await conn.execute(stmt)).rowcount)
 
-        return await self._sql.run("stage waiting tasks", body, single_statement=True)
+        return settled + await self._sql.run("stage waiting tasks", body, single_statement=True)

@@ -456,6 +456,7 @@ def _unkeyed_record(
             0,  # snooze_count
             None,  # last_traceback
             task.trace_context,
+            False,  # dependents_waiting
             task.partition,
         )
     )

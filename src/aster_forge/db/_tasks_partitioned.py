@@ -2,9 +2,9 @@
 
 PostgreSQL folds the same pick into its one-statement capped claim (``_tasks_pg``'s
 ``_FAIR_PICK``). Elsewhere a lane with a ``partition_limit`` claims on the portable
-path under the lane's row lock (see ``BackgroundTaskDbStore._lock_lane``): every claim of the lane then sees
-every earlier one committed, so the running count per partition it reads is the
-cluster's. The pick ranks the lane's due tasks within each partition
+path under the lane's row lock (see ``BackgroundTaskDbStore._lock_lane``): every
+claim of the lane then sees every earlier one committed, so the running count per
+partition it reads is the cluster's. The pick ranks the lane's due tasks within each partition
 (``row_number() OVER (PARTITION BY partition_key ORDER BY priority DESC, run_at,
 id)``), leaves out the ranks a partition has no room for, and takes by rank first:
 each partition's first task, then each one's second (as

@@ -16,6 +16,7 @@ from ..tasks._internal import (
     TaskFailureReason,
     TaskStatus,
 )
+from ._task_deps import define_deps_table, deps_table_name
 from ._task_lanes import define_lanes_table, lanes_table_name
 from ._time import UtcDateTime
 
@@ -26,6 +27,7 @@ __all__ = [
     "create_background_tasks_table",
     "record_from_row",
     "record_from_values",
+    "task_deps_table",
     "task_lanes_table",
 ]
 
@@ -62,12 +64,14 @@ CORE_COLUMNS = (
     "snooze_count",
     "last_traceback",
     "trace_context",
+    "dependents_waiting",
     "partition_key",
 )
 """The columns :class:`BackgroundTaskDbStore` reads and writes (in this order)."""
 
-# ``waiting`` is the store's own index hint, never part of a record.
-_RESERVED_COLUMNS = frozenset({*CORE_COLUMNS, "waiting"})
+# ``waiting`` (an index hint) and ``dependencies_left`` (a workflow count) are the
+# store's own, never part of a record.
+_RESERVED_COLUMNS = frozenset({*CORE_COLUMNS, "waiting", "dependencies_left"})
 
 
 def background_tasks_table(
@@ -84,8 +88,12 @@ def background_tasks_table(
     ``created_at``, ``updated_at``, ``started_at``, ``finished_at`` (aware UTC),
     ``snooze_count``, ``last_traceback`` (the bounded traceback beside ``last_error``),
     ``trace_context`` (the enqueuing side's trace context, JSON text, ``NULL`` unless
-    tracing is on), ``partition_key`` (the task's partition, ``NULL`` for none), and
-    ``waiting`` (``NOT NULL DEFAULT false``; not part of a record).
+    tracing is on), ``partition_key`` (the task's partition, ``NULL`` for none),
+    ``waiting`` (``NOT NULL DEFAULT false``; not part of a record) and
+    ``dependents_waiting`` (``NOT NULL DEFAULT false``: workflow tasks wait for this
+    one's outcome, see ``ix_<name>_dependents`` below) and ``dependencies_left``
+    (``NOT NULL DEFAULT 0``: how many of a workflow task's dependencies have not told
+    it their outcome; not part of a record).
 
     ``waiting`` keeps tasks that are not yet due out of the index claims walk. On
     PostgreSQL a write that makes a task pending with a ``run_at`` in the future (a
@@ -103,7 +111,10 @@ def background_tasks_table(
     SQLite, where it stays empty), ``ix_<name>_lease`` on ``(lane, status,
     lease_expires_at)`` (partial ``WHERE status = 'running'``) and ``ix_<name>_finished``
     on ``(status, finished_at)`` (partial ``WHERE finished_at IS NOT NULL``) for the
-    retention job.
+    retention job, ``ix_<name>_dependents`` on ``dependents_waiting`` (partial ``WHERE
+    dependents_waiting`` on PostgreSQL and SQLite).
+
+    The dependency table ``<name>_deps`` (:func:`task_deps_table`) holds workflow edges.
 
     The lane state table ``<name>_lanes`` (:func:`task_lanes_table`) is defined on the
     same ``metadata``: claims read it to skip paused lanes.
@@ -157,6 +168,8 @@ def background_tasks_table(
         sa.Column("trace_context", sa.Text(), nullable=True),
         sa.Column("partition_key", sa.String(MAX_TASK_PARTITION_LENGTH), nullable=True),
         sa.Column("waiting", sa.Boolean(), nullable=False, server_default=sa.false()),
+        sa.Column("dependents_waiting", sa.Boolean(), nullable=False, server_default=sa.false()),
+        sa.Column("dependencies_left", sa.Integer(), nullable=False, server_default=sa.text("0")),
         *extra_columns,
         mysql_engine="InnoDB",
         mysql_charset="utf8mb4",
@@ -206,7 +219,16 @@ def background_tasks_table(
         postgresql_where=finished,
         sqlite_where=finished,
     )
+    # Only rows workflow tasks wait for are indexed: the sweep for their endings reads it.
+    flagged = table.c.dependents_waiting == sa.true()
+    sa.Index(
+        f"ix_{name}_dependents",
+        table.c.dependents_waiting,
+        postgresql_where=flagged,
+        sqlite_where=flagged,
+    )
     define_lanes_table(metadata, lanes_table_name(name))
+    define_deps_table(metadata, deps_table_name(name))
     return table
 
 
@@ -219,6 +241,15 @@ def task_lanes_table(tasks: sa.Table) -> sa.Table:
     beside the task table: claims read it to skip paused lanes.
     """
     return define_lanes_table(tasks.metadata, lanes_table_name(tasks.name))
+
+
+def task_deps_table(tasks: sa.Table) -> sa.Table:
+    """The dependency table of the task table ``tasks``: ``<name>_deps`` on its metadata.
+
+    One row per workflow edge (see ``define_deps_table``); :func:`background_tasks_table`
+    already defines it. Create it in your migration beside the task table.
+    """
+    return define_deps_table(tasks.metadata, deps_table_name(tasks.name))
 
 
 async def create_background_tasks_table(
@@ -243,10 +274,12 @@ async def create_background_tasks_table(
     """
     target = table if table is not None else background_tasks_table(sa.MetaData(), name)
     lanes = task_lanes_table(target)
+    deps = task_deps_table(target)
 
     def create(sync: Any) -> None:
         target.create(sync, checkfirst=True)
         lanes.create(sync, checkfirst=True)
+        deps.create(sync, checkfirst=True)
 
     if isinstance(engine_or_conn, AsyncConnection):
         await engine_or_conn.run_sync(create)
@@ -288,6 +321,7 @@ def record_from_row(row: Any) -> BackgroundTaskRecord:
         snooze_count=int(m["snooze_count"]),
         last_traceback=m["last_traceback"],
         trace_context=m["trace_context"],
+        dependents_waiting=bool(m["dependents_waiting"]),
         partition=m["partition_key"],
     )
 

@@ -47,6 +47,7 @@ from ._lifespan import run_forge
 from ._operations import ForgeOperations
 from ._task import ForgeTask
 from ._worker import HTTP_COMPONENT, ForgeWorker, ForgeWorkerSettings
+from ._workflow import ForgeWorkflows
 from .errors import ForgeDeclarationError, ForgePayloadError, ForgeStateError
 
 __all__ = ["DEFAULT_FORGE_URL", "Forge"]
@@ -57,7 +58,7 @@ DEFAULT_FORGE_URL = "sqlite:///./aster-forge.db"
 _DEFAULT_RETENTION = TaskRetention()
 
 
-class Forge(ForgeDeclarations, ForgeOperations):
+class Forge(ForgeDeclarations, ForgeOperations, ForgeWorkflows):
     """Background tasks and periodic jobs for one application, on one database.
 
     Declaring (``lane``, ``task``, ``periodic``, ``resources``) comes from

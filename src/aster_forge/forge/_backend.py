@@ -20,6 +20,7 @@ from ..db import (
     ensure_tables,
     runtime_leases_table,
     scheduled_tasks_table,
+    task_deps_table,
     task_lanes_table,
 )
 from ..db._internal import normalize_database_url
@@ -70,6 +71,7 @@ class ForgeBackend:
         # The tables the stores use (the product's own may share the metadata).
         self.tables = (
             self.tasks_table,
+            task_deps_table(self.tasks_table),
             task_lanes_table(self.tasks_table),
             runtime_leases_table(metadata),
             scheduled_tasks_table(metadata),

@@ -11,12 +11,14 @@ from ._drain import DrainedTask, ForgeDrainResult
 from ._periodic import ForgePeriodic
 from ._task import ForgeTask
 from ._worker import ForgeWorkerSettings
+from ._workflow import ForgeStep
 
 __all__ = [
     "DrainedTask",
     "Forge",
     "ForgeDrainResult",
     "ForgePeriodic",
+    "ForgeStep",
     "ForgeTask",
     "ForgeWorkerSettings",
 ]

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import _tracing
 from ..tasks import (
     CronSchedule,
     IntervalSchedule,
-    LeasedScheduledRuntime,
+    ScheduledJob,
     ScheduledTaskOutcome,
     ScheduledTaskRun,
 )
@@ -26,9 +26,6 @@ from ..tasks.errors import CronExtraMissingError, PeriodicTaskConfigError, Sched
 from ._signature import BodyShape
 from ._task import ForgeTask
 from .errors import ForgeDeclarationError
-
-if TYPE_CHECKING:
-    from ._app import Forge
 
 __all__ = ["ForgePeriodic", "periodic_schedule", "periodic_shape"]
 
@@ -109,11 +106,11 @@ class ForgePeriodic:
         :class:`~aster_forge.tasks.IntervalSchedule`."""
         return self._schedule
 
-    def declare(self, runtime: LeasedScheduledRuntime[Forge, ScheduledTaskOutcome]) -> None:
-        """Declare the job's catalog entry on the forge's leased scheduler."""
-        runtime.scheduled(self.name, schedule=self._schedule, fn=self._fire)
+    def job(self) -> ScheduledJob[ScheduledTaskOutcome]:
+        """The job's catalog entry, for the forge's leased scheduler."""
+        return ScheduledJob(kind=self.name, schedule=self._schedule, fn=self._fire)
 
-    async def _fire(self, forge: Forge, run: ScheduledTaskRun) -> ScheduledTaskOutcome:
+    async def _fire(self, run: ScheduledTaskRun) -> ScheduledTaskOutcome:
         payload = run.scheduled_at if self._task.payload_type is datetime else None
         with _tracing.firing_span(self.name, run.scheduled_at):
             await self._task.enqueue(payload, dedupe_key=run.dedupe_key.as_str())

@@ -17,7 +17,9 @@ from ..tasks._internal import (
     TaskExecutionContext,
     TaskRetryPolicy,
 )
+from ..tasks.errors import TaskEnqueueValueError
 from ._signature import BodyShape
+from ._workflow import ForgeStep
 
 if TYPE_CHECKING:
     from ._app import Forge
@@ -218,6 +220,49 @@ class ForgeTask:
             partition=partition,
             connection=connection,
         )
+
+    def step(
+        self,
+        payload: Any = None,
+        *,
+        after: Iterable[ForgeStep] = (),
+        run_anyway: bool | Iterable[ForgeStep] = False,
+        priority: int = 0,
+        max_attempts: int | None = None,
+    ) -> ForgeStep:
+        """Validate ``payload`` into one step of a workflow (written by
+        :meth:`Forge.workflow`), waiting for the steps of ``after``.
+
+        Args:
+            payload: An instance of the payload type, or plain data that validates as it.
+            after: The steps that must finish before this one is due.
+            run_anyway: ``True``, or the steps of ``after`` whose failure or cancel
+                still lets this one run; by default any of them ending so cancels it.
+            priority: Higher is claimed first within the lane.
+            max_attempts: Overrides the task's ``max_attempts`` for this row.
+
+        Raises:
+            ForgePayloadError: The payload does not validate.
+            TaskEnqueueValueError: ``run_anyway`` names a step that is not in ``after``.
+        """
+        waits = tuple(after)
+        anyway = frozenset(
+            waits if run_anyway is True else () if run_anyway is False else run_anyway
+        )
+        if not anyway <= set(waits):
+            raise TaskEnqueueValueError(
+                f"task {self._name!r}: run_anyway names a step that is not in after"
+            )
+        [request] = self._forge._requests(
+            self,
+            [payload],
+            dedupe_keys=[None],
+            run_at=None,
+            delay=timedelta(0),
+            priority=priority,
+            max_attempts=max_attempts,
+        )
+        return ForgeStep(self, request, waits, anyway)
 
     def enqueue_sync(
         self,

@@ -33,10 +33,8 @@ from ..tasks import (
     BACKGROUND_TASKS_COMPONENT,
     ClaimedTaskExecutionConfig,
     DispatchPollConfig,
-    LeasedScheduledRuntime,
     LeasedScheduledRuntimeConfig,
     ScheduledTaskOutcome,
-    ScheduledTaskRun,
     TaskLaneConfig,
     TaskTempDirs,
     TaskWorker,
@@ -145,15 +143,9 @@ def _require_duration(name: str, value: object, *, allow_zero: bool) -> None:
         raise ForgeDeclarationError(f"ForgeWorkerSettings.{name} must be {bound}, got {value}")
 
 
-def _on_panic(exc: Exception) -> ScheduledTaskOutcome:
+def _on_exception(exc: Exception) -> ScheduledTaskOutcome:
     # A fixed text: the catalog row never carries an exception message.
     return ScheduledTaskOutcome.failed(f"enqueue raised {type(exc).__name__}")
-
-
-async def _record(
-    forge: Forge, run: ScheduledTaskRun, outcome: ScheduledTaskOutcome, took: timedelta
-) -> None:
-    logger.debug("periodic %s fired: %s", run.task.name, outcome.status.value)
 
 
 class ForgeWorker:
@@ -238,46 +230,28 @@ class ForgeWorker:
     async def _schedule(self, token: CancellationToken) -> None:
         forge, settings = self._forge, self._settings
         backend = forge.backend
-        config = (
-            LeasedScheduledRuntimeConfig(
-                forge.name,
-                f"{forge.name}.scheduler",
-                backend.lease_store,
-                backend.scheduled_store,
-                state=forge,
-                on_panic=_on_panic,
-                record_outcome=_record,
-            )
-            .claim_ttl(settings.scheduler_claim_ttl)
-            .lease_ttl(settings.scheduler_lease_ttl)
-            .lease_renew_interval(settings.scheduler_lease_ttl / 3)
-            .lease_standby_retry_interval(settings.scheduler_lease_ttl / 3)
-        )
-
-        await self._watched(
-            "scheduler",
-            config.run(
-                token, self._declare_singletons, clock=self._clock, owner_id=forge.instance_id
-            ),
-        )
-
-    def _declare_singletons(
-        self, runtime: LeasedScheduledRuntime[Forge, ScheduledTaskOutcome]
-    ) -> None:
         # What runs once per cluster, on the instance holding the scheduler lease.
-        forge = self._forge
-        for periodic in forge.periodics:
-            periodic.declare(runtime)
+        workers: dict[str, Callable[[CancellationToken], Awaitable[object]]] = {}
         if forge.retention is not None:
-            runtime.worker(
-                task_retention_worker(
-                    forge.backend.task_store,
-                    forge.retention,
-                    on_report=self._pruned,
-                    clock=self._clock,
-                ),
-                name="task_retention",
+            workers["task_retention"] = task_retention_worker(
+                backend.task_store, forge.retention, on_report=self._pruned, clock=self._clock
             )
+        config = LeasedScheduledRuntimeConfig(
+            namespace=forge.name,
+            lease_id=f"{forge.name}.scheduler",
+            lease_store=backend.lease_store,
+            scheduled_store=backend.scheduled_store,
+            jobs=[periodic.job() for periodic in forge.periodics],
+            workers=workers,
+            on_exception=_on_exception,
+            claim_ttl=settings.scheduler_claim_ttl,
+            lease_ttl=settings.scheduler_lease_ttl,
+            lease_renew_interval=settings.scheduler_lease_ttl / 3,
+            lease_standby_retry_interval=settings.scheduler_lease_ttl / 3,
+        )
+        await self._watched(
+            "scheduler", config.run(token, clock=self._clock, owner_id=forge.instance_id)
+        )
 
     async def _pruned(self, report: TaskPruneReport) -> None:
         self.last_prune = report

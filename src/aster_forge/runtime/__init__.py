@@ -47,7 +47,6 @@ from ._tempdir import create_runtime_temp_dir_guard, ensure_runtime_temp_dir
 # isort: split
 from ._buffered import ManagedBatchWriter
 from ._buffered_types import BufferedBatchConfig, OverflowPolicy, WriteFailure
-from .errors import BufferedWriterError
 
 # --- lease ---
 # isort: split
@@ -59,7 +58,6 @@ __all__ = [
     "AsterRuntime",
     "AsterRuntimeError",
     "BufferedBatchConfig",
-    "BufferedWriterError",
     "CancellationToken",
     "EventLoopLagProbe",
     "HealthCheckOptions",

@@ -16,6 +16,7 @@ from __future__ import annotations
 from ._catalog import RuntimeTaskCatalog, RuntimeTaskDefinition, RuntimeTaskName
 from ._lease import TaskLease, TaskLeaseGuard
 from ._registry import TaskRegistry
+from ._workflow import TaskDependency
 from ._spec import TaskSpec
 from ._steps import TaskStepSpec
 from .errors import TaskInvalidValueError, TaskLeaseLostError, TaskPayloadError
@@ -46,7 +47,7 @@ from ._background import BackgroundTasks
 from ._component_name import BACKGROUND_TASKS_COMPONENT
 from ._components import background_task_component_with_definitions_from_shutdown
 from ._dedupe import TaskDedupeKey, scheduled_task_dedupe_key
-from ._leased_scheduled import LeasedScheduledRuntime, LeasedScheduledRuntimeConfig
+from ._leased_scheduled import LeasedScheduledRuntimeConfig, ScheduledJob
 from ._schedule import ScheduledTaskRun
 from ._schedule_types import ScheduledTaskOutcome
 from ._schedules import CronSchedule, IntervalSchedule
@@ -63,17 +64,18 @@ __all__ = [
     "DispatchPollConfig",
     "DispatchStatsRecorder",
     "IntervalSchedule",
-    "LeasedScheduledRuntime",
     "LeasedScheduledRuntimeConfig",
     "NewTask",
     "RuntimeTaskCatalog",
     "RuntimeTaskDefinition",
     "RuntimeTaskName",
+    "ScheduledJob",
     "ScheduledTaskOutcome",
     "ScheduledTaskRun",
     "ScheduledTaskStore",
     "SharedTaskHeartbeat",
     "TaskDedupeKey",
+    "TaskDependency",
     "TaskInvalidValueError",
     "TaskLaneConfig",
     "TaskLease",

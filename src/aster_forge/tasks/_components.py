@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import inspect
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -20,7 +21,6 @@ from ..runtime._internal import StartupPhaseFailurePolicy
 from ._background import BackgroundTasks
 from ._catalog import RuntimeTaskDefinition
 from ._component_name import BACKGROUND_TASKS_COMPONENT
-from ._leased import SpawnGroup, spawn_background_group
 from .errors import BackgroundTaskSpawnError
 
 __all__ = [
@@ -33,6 +33,28 @@ __all__ = [
     "background_task_component_with_definitions",
     "background_task_component_with_definitions_from_shutdown",
 ]
+
+SpawnGroup = Callable[[CancellationToken], BackgroundTasks | Awaitable[BackgroundTasks]]
+"""Builds a worker group from the token that stops it (plain or ``async`` function)."""
+
+
+async def spawn_background_group(
+    spawn_group: SpawnGroup, shutdown_token: CancellationToken
+) -> BackgroundTasks:
+    """Call ``spawn_group(shutdown_token)`` and check it produced a :class:`BackgroundTasks`.
+
+    Raises:
+        BackgroundTaskSpawnError: When the spawner returned something else.
+    """
+    group = spawn_group(shutdown_token)
+    if inspect.isawaitable(group):
+        group = await group
+    if not isinstance(group, BackgroundTasks):
+        raise BackgroundTaskSpawnError(
+            f"the group spawner must return BackgroundTasks, got {type(group).__name__}"
+        )
+    return group
+
 
 BACKGROUND_TASKS_SHUTDOWN_PHASE = "background_tasks"
 """The shutdown phase that stops and joins the group (in the shutdown report)."""

@@ -446,6 +446,8 @@ class BackgroundTaskRecord:
             when the worker stored one (an unexpected exception); ``None`` otherwise.
         trace_context: The enqueuing side's trace context (:attr:`NewTask.trace_context`),
             or ``None``.
+        dependents_waiting: Tasks of a workflow wait for this one's outcome and have
+            not yet been told it (see :class:`~aster_forge.tasks.TaskDependency`).
         partition: The task's partition (:attr:`NewTask.partition`), or ``None``.
     """
 
@@ -476,6 +478,7 @@ class BackgroundTaskRecord:
     snooze_count: int = 0
     last_traceback: str | None = None
     trace_context: str | None = None
+    dependents_waiting: bool = False
     partition: str | None = None
 
     @staticmethod

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any
 
 from ..runtime import CancellationToken
 from ..runtime._internal import Clock, SystemClock, sleep_or_cancelled
@@ -69,7 +68,7 @@ async def run_task_retention(
     """Prune every ``retention.interval`` until ``stop`` is cancelled.
 
     Run it on one instance only: as a worker of a
-    :class:`~aster_forge.tasks.LeasedScheduledRuntime` (see
+    :class:`~aster_forge.tasks.LeasedScheduledRuntimeConfig` (see
     :func:`task_retention_worker`). A failed pass is logged and retried at the next
     interval; it never ends the loop.
 
@@ -109,8 +108,8 @@ def task_retention_worker(
     *,
     on_report: PruneReportHook | None = None,
     clock: Clock | None = None,
-) -> Callable[[Any, CancellationToken], Awaitable[None]]:
-    """A worker for :meth:`LeasedScheduledRuntime.worker`: retention on the lease holder.
+) -> Callable[[CancellationToken], Awaitable[None]]:
+    """A worker for :attr:`LeasedScheduledRuntimeConfig.workers`: retention on the lease holder.
 
     Example:
         >>> from aster_forge.testing import InMemoryTaskStore
@@ -127,7 +126,7 @@ def task_retention_worker(
     """
     policy = retention if retention is not None else TaskRetention()
 
-    async def task_retention(state: Any, token: CancellationToken) -> None:
+    async def task_retention(token: CancellationToken) -> None:
         await run_task_retention(store, policy, stop=token, clock=clock, on_report=on_report)
 
     return task_retention

@@ -27,7 +27,6 @@ from ._schedule_task import (
     ScheduledPeriodicTask,
     ScheduledTaskRun,
     scheduled_claim_renew_interval,
-    scheduled_next_run_at,
 )
 from ._schedule_types import ScheduledTaskClaim, ScheduledTaskOutcome
 from ._schedules import CronSchedule, Schedule
@@ -42,7 +41,6 @@ __all__ = [
     "run_scheduled_claim_renewal_loop",
     "run_scheduled_periodic_task",
     "scheduled_claim_renew_interval",
-    "scheduled_next_run_at",
 ]
 
 logger = logging.getLogger("aster_forge.tasks.schedule")
@@ -67,11 +65,15 @@ class _NoOutcome:
 _NO_OUTCOME = _NoOutcome()
 
 
+RecordOutcome = Callable[[ScheduledTaskRun, OutcomeT, timedelta], Awaitable[None]]
+"""Persists one firing's product outcome (history row, metrics) with the body's duration."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Hooks(Generic[OutcomeT]):
     fn: Callable[[ScheduledTaskRun], Awaitable[OutcomeT]]
-    record_outcome: Callable[[ScheduledTaskRun, OutcomeT, timedelta], Awaitable[None]]
-    on_exception: Callable[[Exception], OutcomeT]
+    record_outcome: RecordOutcome[OutcomeT] | None
+    on_exception: Callable[[Exception], OutcomeT] | None
     kind: Any
 
 
@@ -124,33 +126,37 @@ async def run_scheduled_periodic_task(
     store: ScheduledTaskStore,
     task: ScheduledPeriodicTask,
     fn: Callable[[ScheduledTaskRun], Awaitable[OutcomeT]],
-    record_outcome: Callable[[ScheduledTaskRun, OutcomeT, timedelta], Awaitable[None]],
-    on_exception: Callable[[Exception], OutcomeT],
     *,
     shutdown_token: CancellationToken,
+    record_outcome: RecordOutcome[OutcomeT] | None = None,
+    on_exception: Callable[[Exception], OutcomeT] | None = None,
     clock: Clock = _SYSTEM_CLOCK,
     kind: Any = None,
 ) -> None:
     """Run ``task``'s firings that this instance claims, until ``shutdown_token``.
 
-    A low-level primitive: products normally use
-    :class:`~aster_forge.tasks.LeasedScheduledRuntimeConfig`, which adds the runtime
-    lease and the worker group. Steps: ensure the catalog row; claim the due firing;
-    only when claimed, run ``fn`` while renewing the claim every
+    Products normally declare a :class:`~aster_forge.tasks.ScheduledJob` on a
+    :class:`~aster_forge.tasks.LeasedScheduledRuntimeConfig`, which runs this on the
+    lease holder. Steps: ensure the catalog row; claim the due firing; only when
+    claimed, run ``fn`` while renewing the claim every
     :func:`scheduled_claim_renew_interval`; map an exception through
     ``on_exception`` (logged at ERROR); ``record_outcome(run, outcome, duration)``;
     complete the firing, which releases the claim and sets the next firing (see the
     module's catch-up policy). Store errors are logged and retried. A crash mid-body
     stops renewal, so another instance claims the firing after ``claim_ttl``.
 
+    The catalog records the outcome: a :class:`ScheduledTaskOutcome` (or a
+    :class:`ScheduledOutcomeConvertible`) as given, any other value as succeeded,
+    and an exception nobody mapped as failed with :data:`SCHEDULED_TASK_RAISED`.
+
     Args:
         store: The catalog store.
         task: What to run and as whom.
         fn: The body; receives the :class:`ScheduledTaskRun`.
-        record_outcome: Persists the product's outcome (history row, metrics).
-        on_exception: Maps an exception from ``fn`` to the product's outcome.
         shutdown_token: Ends the loop between firings; a running body is not
             interrupted by it (the group cancels it after its grace).
+        record_outcome: Persists the product's outcome (history row, metrics).
+        on_exception: Maps an exception from ``fn`` to the product's outcome.
         clock: Time source (``ManualClock`` in tests).
         kind: The product's runtime-task kind, passed on in :attr:`ScheduledTaskRun.kind`.
 
@@ -162,16 +168,16 @@ async def run_scheduled_periodic_task(
         ("record_outcome", record_outcome),
         ("on_exception", on_exception),
     ):
-        if not callable(hook):
+        if not callable(hook) and (hook is not None or what == "fn"):
             raise PeriodicTaskConfigError(f"scheduled task {task.name!r}: {what} is not callable")
     hooks = _Hooks(fn, record_outcome, on_exception, kind)
-    schedule = task.effective_schedule
+    schedule = task.schedule
     period = _nominal_period(schedule, clock.now())
     error_retry = min(period, _MAX_ERROR_RETRY)
     extra = {"namespace": task.namespace, "scheduled_task": task.name, "owner_id": task.owner_id}
     while True:
         try:
-            await _ensure(store, task, schedule)
+            await store.ensure_scheduled_task(task.namespace, task.name, schedule)
             break
         except Exception:
             logger.warning(
@@ -212,21 +218,6 @@ async def run_scheduled_periodic_task(
             wait = max((following - store_now).total_seconds(), 0.0)
         if await sleep_or_cancelled(clock, shutdown_token, wait):
             return
-
-
-async def _ensure(
-    store: ScheduledTaskStore, task: ScheduledPeriodicTask, schedule: Schedule
-) -> None:
-    if isinstance(schedule, CronSchedule):
-        await store.ensure_scheduled_task(task.namespace, task.name, schedule)
-    else:
-        # The seed's call shape, so catalog stores written against it keep working.
-        await store.ensure_scheduled_task(
-            task.namespace,
-            task.name,
-            schedule.effective_every,
-            initial_delay=schedule.initial_delay,
-        )
 
 
 def _nominal_period(schedule: Schedule, now: datetime) -> float:
@@ -299,7 +290,7 @@ async def _execute(
                 extra=extra,
             )
             try:
-                outcome = hooks.on_exception(exc)
+                outcome = _NO_OUTCOME if hooks.on_exception is None else hooks.on_exception(exc)
             except Exception:
                 logger.exception(
                     "scheduled task %s/%s: on_exception hook raised",
@@ -317,7 +308,7 @@ async def _execute(
     stop_renewal.cancel()
     await renewer
     duration = timedelta(seconds=max(clock.monotonic() - started, 0.0))
-    if not isinstance(outcome, _NoOutcome):
+    if hooks.record_outcome is not None and not isinstance(outcome, _NoOutcome):
         try:
             await hooks.record_outcome(run, outcome, duration)
         except Exception:

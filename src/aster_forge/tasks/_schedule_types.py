@@ -206,32 +206,25 @@ class ScheduledTaskRecord:
 
 
 def validate_ensure_scheduled_task_args(
-    namespace: object, name: object, schedule: object, initial_delay: object
+    namespace: object, name: object, schedule: object
 ) -> Schedule:
     """Check the arguments of ``ScheduledTaskStore.ensure_scheduled_task``.
 
     Returns:
-        The schedule as a value: a bare ``timedelta`` (the seed's shape) becomes an
-        :class:`~aster_forge.tasks.IntervalSchedule` with ``initial_delay``.
+        ``schedule``, an :class:`~aster_forge.tasks.IntervalSchedule` or a
+        :class:`~aster_forge.tasks.CronSchedule`.
 
     Raises:
-        ScheduledTaskValueError: On the first invalid argument, in signature order, or
-            when ``initial_delay`` is passed beside a schedule value (it belongs in
-            :class:`~aster_forge.tasks.IntervalSchedule`).
+        ScheduledTaskValueError: On the first invalid argument, in signature order.
     """
     validate_scheduled_identifier("namespace", namespace)
     validate_scheduled_identifier("name", name)
-    if isinstance(schedule, CronSchedule | IntervalSchedule):
-        if initial_delay is not None:
-            raise ScheduledTaskValueError(
-                "initial_delay goes inside IntervalSchedule, not beside a schedule value"
-            )
-        return schedule
-    every = validate_scheduled_duration("interval", schedule)
-    delay = None
-    if initial_delay is not None:
-        delay = validate_scheduled_duration("initial_delay", initial_delay, allow_zero=True)
-    return IntervalSchedule(every=every, initial_delay=delay)
+    if not isinstance(schedule, CronSchedule | IntervalSchedule):
+        raise ScheduledTaskValueError(
+            f"schedule must be an IntervalSchedule or a CronSchedule, got "
+            f"{type(schedule).__name__}: pass IntervalSchedule(every=...) for an interval"
+        )
+    return schedule
 
 
 def validate_claim_scheduled_task_args(

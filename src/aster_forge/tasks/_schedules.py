@@ -28,8 +28,12 @@ from typing import Any, TypeAlias
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ..runtime._internal import NEVER_EXPIRES, saturating_expiry
-from ._periodic import periodic_sleep_duration
-from .errors import CronExtraMissingError, CronScheduleError, ScheduledTaskValueError
+from .errors import (
+    CronExtraMissingError,
+    CronScheduleError,
+    PeriodicTaskConfigError,
+    ScheduledTaskValueError,
+)
 
 __all__ = [
     "MAX_CRON_EXPRESSION_LENGTH",
@@ -56,6 +60,18 @@ shorter, so the bound only refuses garbage.
 """
 
 _CRON_EXTRA_HINT = "cron schedules need the 'cron' extra: pip install 'aster-forge[cron]'"
+
+# What a zero interval becomes: a configuration slip must not make the runner spin hot
+# and hammer the catalog; a non-zero sub-second interval (fast tests) is left alone.
+_ZERO_INTERVAL_PERIOD = timedelta(seconds=1)
+
+
+def _period(every: object) -> timedelta:
+    if not isinstance(every, timedelta):
+        raise PeriodicTaskConfigError(f"interval must be a timedelta, got {type(every).__name__}")
+    if every < timedelta(0):
+        raise PeriodicTaskConfigError(f"interval must not be negative, got {every}")
+    return every if every else _ZERO_INTERVAL_PERIOD
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +102,7 @@ class IntervalSchedule:
     initial_delay: timedelta | None = None
 
     def __post_init__(self) -> None:
-        periodic_sleep_duration(self.every)
+        _period(self.every)
         if self.initial_delay is not None and (
             not isinstance(self.initial_delay, timedelta) or self.initial_delay < timedelta(0)
         ):
@@ -97,7 +113,7 @@ class IntervalSchedule:
     @property
     def effective_every(self) -> timedelta:
         """The period actually used (zero clamped to one second)."""
-        return periodic_sleep_duration(self.every)
+        return _period(self.every)
 
     @property
     def text(self) -> str:

@@ -228,14 +228,10 @@ class BackgroundTasksClosedError(BackgroundTasksError, RuntimeError):
 
 
 class PeriodicTaskConfigError(BackgroundTasksError, ValueError):
-    """Raised when a periodic or scheduled task is given an invalid interval, name or hook."""
+    """Raised when a periodic job or its runner is declared wrongly.
 
-
-class ScheduledRuntimeDeclarationError(BackgroundTasksError, ValueError):
-    """Raised when a leased scheduled runtime's declarations are invalid.
-
-    For example two scheduled tasks with the same wire name, a declaration made after
-    ``declare`` returned, or a kind with no wire value.
+    For example a negative interval, a schedule that is not a schedule value, a hook
+    that is not callable, or two jobs or workers with the same name.
     """
 
 

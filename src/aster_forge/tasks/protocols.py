@@ -406,14 +406,11 @@ class ScheduledTaskStore(Protocol):
         self,
         namespace: str,
         name: str,
-        schedule: timedelta | IntervalSchedule | CronSchedule,
-        *,
-        initial_delay: timedelta | None = None,
+        schedule: IntervalSchedule | CronSchedule,
     ) -> ScheduledTaskRecord:
         """Create the catalog row if missing (idempotent and safe under concurrency).
 
-        ``schedule`` is an interval (a bare ``timedelta`` with ``initial_delay``, the
-        seed's shape, or an :class:`~aster_forge.tasks.IntervalSchedule`) or a
+        ``schedule`` is an :class:`~aster_forge.tasks.IntervalSchedule` or a
         :class:`~aster_forge.tasks.CronSchedule`. A new row's first firing is the
         schedule's ``first_run_at(now)``: ``now + initial_delay`` for an interval, the
         first cron instant after ``now`` for cron. An existing row keeps its claim;

@@ -65,7 +65,7 @@ class ScheduledTaskStoreConformance(StoreConformance[ScheduledTaskStore]):
         self, store: ScheduledTaskStore, ttl: timedelta = _HOUR
     ) -> ScheduledTaskClaim:
         ns = self._ns()
-        await store.ensure_scheduled_task(ns, "job", _HOUR)
+        await store.ensure_scheduled_task(ns, "job", IntervalSchedule(every=_HOUR))
         claim = await store.claim_scheduled_task(ns, "job", "owner-a", ttl)
         assert claim is not None, "a due, unclaimed firing must be claimable"
         return claim
@@ -74,8 +74,12 @@ class ScheduledTaskStoreConformance(StoreConformance[ScheduledTaskStore]):
         """Ensuring twice returns the same row, due immediately, unclaimed."""
         store = self._make_store()
         ns = self._ns()
-        first = await store.ensure_scheduled_task(ns, "job", timedelta(minutes=5))
-        second = await store.ensure_scheduled_task(ns, "job", timedelta(minutes=5))
+        first = await store.ensure_scheduled_task(
+            ns, "job", IntervalSchedule(every=timedelta(minutes=5))
+        )
+        second = await store.ensure_scheduled_task(
+            ns, "job", IntervalSchedule(every=timedelta(minutes=5))
+        )
         assert first.task_id == second.task_id
         assert first.next_run_at == second.next_run_at
         assert (first.namespace, first.name, first.interval) == (ns, "job", timedelta(minutes=5))
@@ -91,7 +95,10 @@ class ScheduledTaskStoreConformance(StoreConformance[ScheduledTaskStore]):
         ns = self._ns()
         stores = [self._make_store() for _ in range(self.contenders)]
         rows = await asyncio.gather(
-            *(store.ensure_scheduled_task(ns, "job", _HOUR) for store in stores)
+            *(
+                store.ensure_scheduled_task(ns, "job", IntervalSchedule(every=_HOUR))
+                for store in stores
+            )
         )
         assert len({row.task_id for row in rows}) == 1, "ensure created duplicate rows"
         assert len(await stores[0].list_scheduled_tasks(ns)) == 1
@@ -100,7 +107,9 @@ class ScheduledTaskStoreConformance(StoreConformance[ScheduledTaskStore]):
         """Re-ensuring with a new interval keeps the schedule and claim, updates the interval."""
         store = self._make_store()
         claim = await self._due_claim(store)
-        row = await store.ensure_scheduled_task(claim.namespace, "job", timedelta(minutes=7))
+        row = await store.ensure_scheduled_task(
+            claim.namespace, "job", IntervalSchedule(every=timedelta(minutes=7))
+        )
         assert row.interval == timedelta(minutes=7)
         assert row.claimed_by == "owner-a" and row.next_run_at == claim.scheduled_at
         assert await store.complete_scheduled_task(claim, ScheduledTaskOutcome.succeeded())
@@ -112,7 +121,9 @@ class ScheduledTaskStoreConformance(StoreConformance[ScheduledTaskStore]):
         """With an initial delay the first firing is due only after the delay."""
         store = self._make_store()
         ns = self._ns()
-        await store.ensure_scheduled_task(ns, "job", _HOUR, initial_delay=self.short_ttl)
+        await store.ensure_scheduled_task(
+            ns, "job", IntervalSchedule(every=_HOUR, initial_delay=self.short_ttl)
+        )
         assert await store.claim_scheduled_task(ns, "job", "owner-a", _HOUR) is None
         await self._expire()
         assert await store.claim_scheduled_task(ns, "job", "owner-a", _HOUR) is not None
@@ -121,7 +132,7 @@ class ScheduledTaskStoreConformance(StoreConformance[ScheduledTaskStore]):
         """The claim carries the owner, the claim timestamp and the firing time."""
         store = self._make_store()
         ns = self._ns()
-        row = await store.ensure_scheduled_task(ns, "job", _HOUR)
+        row = await store.ensure_scheduled_task(ns, "job", IntervalSchedule(every=_HOUR))
         claim = await store.claim_scheduled_task(ns, "job", "owner-a", timedelta(minutes=2))
         assert claim is not None
         assert (claim.task_id, claim.namespace, claim.name, claim.owner_id) == (
@@ -189,7 +200,7 @@ class ScheduledTaskStoreConformance(StoreConformance[ScheduledTaskStore]):
         await self._expire()
         store = self._make_store()
         ns = self._ns()
-        await store.ensure_scheduled_task(ns, "job", _HOUR)
+        await store.ensure_scheduled_task(ns, "job", IntervalSchedule(every=_HOUR))
         old = await store.claim_scheduled_task(ns, "job", "owner-a", self.short_ttl)
         assert old is not None
         await self._expire()
@@ -251,7 +262,7 @@ class ScheduledTaskStoreConformance(StoreConformance[ScheduledTaskStore]):
         """Huge claim TTLs and intervals saturate to "never" instead of raising."""
         store = self._make_store()
         ns = self._ns()
-        await store.ensure_scheduled_task(ns, "job", timedelta.max)
+        await store.ensure_scheduled_task(ns, "job", IntervalSchedule(every=timedelta.max))
         claim = await store.claim_scheduled_task(ns, "job", "owner-a", timedelta.max)
         assert claim is not None and claim.claim_expires_at.year == 9999
         assert await store.renew_scheduled_task_claim(claim, timedelta.max)
@@ -266,7 +277,7 @@ class ScheduledTaskStoreConformance(StoreConformance[ScheduledTaskStore]):
         ns = f"ns 'quoted' \"dq\" ; DROP TABLE scheduled_tasks; -- 名前 🚀 {uuid.uuid4().hex}"
         names = ["job 'x'", "任务/タスク ✓", "%_\\ wildcard", "🚀" * 255, "Job", "job"]
         for name in names:
-            await store.ensure_scheduled_task(ns, name, _HOUR)
+            await store.ensure_scheduled_task(ns, name, IntervalSchedule(every=_HOUR))
         listed = [row.name for row in await store.list_scheduled_tasks(ns)]
         assert sorted(listed) == sorted(names), "names must be stored verbatim and case-sensitive"
         claim = await store.claim_scheduled_task(ns, "🚀" * 255, "owner 'ü' 🚀", _HOUR)
@@ -283,15 +294,20 @@ class ScheduledTaskStoreConformance(StoreConformance[ScheduledTaskStore]):
         bad_ids = ["", "  ", "trailing ", "x" * 10_240, "nul\x00", "tab\tname", "c1\x85"]
         for bad in bad_ids:
             await _expect_value_error(
-                store.ensure_scheduled_task(bad, "job", _HOUR), repr(bad[:20])
+                store.ensure_scheduled_task(bad, "job", IntervalSchedule(every=_HOUR)),
+                repr(bad[:20]),
             )
-            await _expect_value_error(store.ensure_scheduled_task(ns, bad, _HOUR), repr(bad[:20]))
+            await _expect_value_error(
+                store.ensure_scheduled_task(ns, bad, IntervalSchedule(every=_HOUR)), repr(bad[:20])
+            )
             await _expect_value_error(
                 store.claim_scheduled_task(ns, "job", bad, _HOUR), repr(bad[:20])
             )
         for duration in (timedelta(0), timedelta(seconds=-5)):
+            # A bare duration is not a schedule: refused before anything is written.
             await _expect_value_error(
-                store.ensure_scheduled_task(ns, "job", duration), str(duration)
+                store.ensure_scheduled_task(ns, "job", duration),  # type: ignore[arg-type]
+                str(duration),
             )
             await _expect_value_error(
                 store.claim_scheduled_task(ns, "job", "o", duration), str(duration)
@@ -321,7 +337,7 @@ class ScheduledTaskStoreConformance(StoreConformance[ScheduledTaskStore]):
         """Many instances racing for one due firing: exactly one claims it."""
         ns = self._ns()
         stores = [self._make_store() for _ in range(self.contenders)]
-        await stores[0].ensure_scheduled_task(ns, "job", _HOUR)
+        await stores[0].ensure_scheduled_task(ns, "job", IntervalSchedule(every=_HOUR))
         results = await asyncio.gather(
             *(
                 store.claim_scheduled_task(ns, "job", f"owner-{index}", _HOUR)
@@ -359,7 +375,7 @@ class ScheduledTaskStoreConformance(StoreConformance[ScheduledTaskStore]):
         """Ensure stores a changed schedule; a new cron schedule moves an unclaimed firing."""
         store = self._make_store()
         ns = self._ns()
-        first = await store.ensure_scheduled_task(ns, "job", _HOUR)
+        first = await store.ensure_scheduled_task(ns, "job", IntervalSchedule(every=_HOUR))
         daily = CronSchedule("0 3 * * *")
         row = await store.ensure_scheduled_task(ns, "job", daily)
         assert row.task_id == first.task_id and row.cron_expression == "0 3 * * *"
@@ -369,7 +385,9 @@ class ScheduledTaskStoreConformance(StoreConformance[ScheduledTaskStore]):
         row = await store.ensure_scheduled_task(ns, "job", often)
         assert (row.cron_expression, row.cron_timezone) == ("*/5 * * * *", "America/New_York")
         assert row.next_run_at == often.next_after(row.updated_at)
-        back = await store.ensure_scheduled_task(ns, "job", timedelta(minutes=7))
+        back = await store.ensure_scheduled_task(
+            ns, "job", IntervalSchedule(every=timedelta(minutes=7))
+        )
         assert back.cron_expression is None and back.cron_timezone is None
         assert back.interval == timedelta(minutes=7)
         assert back.next_run_at == row.next_run_at, "an interval change keeps the pending firing"

@@ -47,12 +47,10 @@ class InMemoryScheduledTaskStore:
         self,
         namespace: str,
         name: str,
-        schedule: timedelta | IntervalSchedule | CronSchedule,
-        *,
-        initial_delay: timedelta | None = None,
+        schedule: IntervalSchedule | CronSchedule,
     ) -> ScheduledTaskRecord:
         """Insert the row if missing, else store a changed schedule (see the protocol)."""
-        value = validate_ensure_scheduled_task_args(namespace, name, schedule, initial_delay)
+        value = validate_ensure_scheduled_task_args(namespace, name, schedule)
         interval, cron_expression, cron_timezone = stored_schedule_columns(value)
         now = self._clock.now()
         key = (namespace, name)

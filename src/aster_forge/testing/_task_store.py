@@ -40,12 +40,16 @@ from ..tasks.errors import (
 )
 from ._task_store_admin import InMemoryTaskAdminMixin
 from ._task_store_control import InMemoryTaskControlMixin
+from ._task_store_workflow import InMemoryTaskWorkflowMixin
 
 __all__ = ["InMemoryTaskStore"]
 
 
 class InMemoryTaskStore(
-    InMemoryTaskAdminMixin, InMemoryTaskControlMixin, TaskStoreBase[BackgroundTaskRecord, str]
+    InMemoryTaskAdminMixin,
+    InMemoryTaskControlMixin,
+    InMemoryTaskWorkflowMixin,
+    TaskStoreBase[BackgroundTaskRecord, str],
 ):
     """A :class:`~aster_forge.tasks.BackgroundTaskStore` kept in a dict.
 
@@ -85,6 +89,8 @@ class InMemoryTaskStore(
         self.claim_calls = 0
         """How many times :meth:`claim_due_for_lane` was called (for dispatcher tests)."""
         self._lease_expiries: dict[str, dict[TaskStatus, int]] = {}
+        self._dependents: dict[int, list[int]] = {}
+        self._dependencies: dict[int, list[tuple[int, bool]]] = {}
 
     @property
     def clock(self) -> Clock:
@@ -208,6 +214,8 @@ class InMemoryTaskStore(
                 updated_at=now,
                 finished_at=finished,
             )
+            if finished is not None:
+                self._settle([row.id])
 
     async def claim_due_for_lane(
         self,
@@ -291,6 +299,8 @@ class InMemoryTaskStore(
             updated_at=self._clock.now(),
             **changes,
         )
+        if ended:
+            self._settle([row.id])
 
     async def renew_task_lease(self, lease: TaskLease, lease_ttl: timedelta) -> TaskLease | None:
         """Extend the lease if the claim still owns the task (else ``None``)."""
@@ -490,6 +500,7 @@ class InMemoryTaskStore(
                 updated_at=now,
                 finished_at=now,
             )
+            self._settle([task_id])
             return TaskCancelOutcome.CANCELLED
         if row.status is TaskStatus.RUNNING:
             self._rows[task_id] = replace(row, cancel_requested=True, updated_at=now)

@@ -50,7 +50,6 @@ def upgrade() -> None:
     sa.Column('snooze_count', sa.Integer(), server_default=sa.text('0'), nullable=False),
     sa.Column('last_traceback', sa.Text().with_variant(mysql.LONGTEXT(), 'mysql'), nullable=True),
     sa.Column('trace_context', sa.Text(), nullable=True),
-    sa.Column('partition_key', sa.String(length=255), nullable=True),
     sa.Column('waiting', sa.Boolean(), server_default=sa.text('false'), nullable=False),
     sa.PrimaryKeyConstraint('id'),
     mysql_charset='utf8mb4',

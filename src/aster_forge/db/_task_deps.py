@@ -1,0 +1,255 @@
+"""The dependency table beside a task table, and how a finished task settles its dependents.
+
+A dependent is written ``pending`` with ``run_at`` at ``NEVER_EXPIRES`` and its count of
+dependencies in ``dependencies_left``: no claim takes it, and no claim statement had to
+change for it. Its dependencies carry ``dependents_waiting``; the transaction that ends
+one of them (or the sweep, for an ending no lease wrote, such as a lease rescue or an
+operator's cancel) clears the flag and, for each dependent, locks the dependent's row
+before reading and lowering its count. Two dependencies ending at once on two
+connections therefore count in turn, the second reading the first's count committed,
+and exactly one of them takes it to zero and makes the join due.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ..tasks import TaskDependency
+from ..tasks._internal import TaskFailureReason, TaskStatus
+from ._tasks_sql import DbNow, TaskSql
+from ._time import NEVER_EXPIRES, DatabaseBackend, UtcDateTime
+
+__all__ = [
+    "DEPENDENCY_CANCELLED_ERROR",
+    "TaskDependencySql",
+    "define_deps_table",
+    "deps_table_name",
+]
+
+DEPENDENCY_CANCELLED_ERROR = "Cancelled: a task it depends on failed or was cancelled"
+"""The ``last_error`` of a task its dependency's failure cancelled."""
+
+_TERMINAL = (TaskStatus.SUCCEEDED.value, TaskStatus.FAILED.value, TaskStatus.CANCELLED.value)
+#: How many finished tasks one sweep settles.
+SWEEP_LIMIT = 500
+
+
+def deps_table_name(tasks_table_name: str) -> str:
+    """The dependency table of a task table: ``<tasks table>_deps``."""
+    return f"{tasks_table_name}_deps"
+
+
+def define_deps_table(metadata: sa.MetaData, name: str) -> sa.Table:
+    """Define (or return) the dependency table: one row per workflow edge.
+
+    Columns: ``task_id`` (the waiting task), ``depends_on`` (the task it waits for),
+    both big integers forming the primary key ``(depends_on, task_id)`` (a finished
+    task finds its dependents by prefix), and ``run_anyway`` (see
+    :class:`~aster_forge.tasks.TaskDependency`). Index ``ix_<name>_task``
+    on ``task_id`` reads a dependent's dependencies. No foreign keys: the retention
+    job deletes finished tasks on its own schedule.
+    """
+    existing = metadata.tables.get(name)
+    if existing is not None:
+        return existing
+    big_id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+    table = sa.Table(
+        name,
+        metadata,
+        sa.Column("depends_on", big_id, primary_key=True, autoincrement=False),
+        sa.Column("task_id", big_id, primary_key=True, autoincrement=False),
+        sa.Column("run_anyway", sa.Boolean(), nullable=False),
+        mysql_engine="InnoDB",
+        mysql_charset="utf8mb4",
+        mysql_collate="utf8mb4_bin",
+    )
+    sa.Index(f"ix_{name}_task", table.c.task_id)
+    return table
+
+
+class TaskDependencySql:
+    """The dependency statements of one task table (edges, settling, the sweep).
+
+    Args:
+        sql: The store's transaction and clock helpers.
+        tasks: The task table.
+        deps: Its dependency table.
+    """
+
+    def __init__(self, sql: TaskSql, tasks: sa.Table, deps: sa.Table) -> None:
+        self._sql = sql
+        self._t = tasks
+        self._d = deps
+        self._blocked = sa.literal(NEVER_EXPIRES, UtcDateTime())
+
+    @property
+    def blocked_run_at(self) -> Any:
+        """The ``run_at`` a waiting dependent is written with (never due)."""
+        return NEVER_EXPIRES
+
+    async def write_edges(
+        self,
+        conn: AsyncConnection,
+        ids: Sequence[int],
+        edges: Sequence[TaskDependency],
+    ) -> None:
+        """Store ``edges`` (indexes into ``ids``) and flag every task something waits for."""
+        if not edges:
+            return
+        t = self._t
+        awaited = sorted({ids[edge.on] for edge in edges})
+        await conn.execute(sa.update(t).where(t.c.id.in_(awaited)).values(dependents_waiting=True))
+        rows = [
+            {
+                "task_id": ids[edge.task],
+                "depends_on": ids[edge.on],
+                "run_anyway": edge.run_anyway,
+            }
+            for edge in edges
+        ]
+        await conn.execute(sa.insert(self._d), rows)
+        counts: dict[int, int] = {}
+        for edge in edges:
+            counts[ids[edge.task]] = counts.get(ids[edge.task], 0) + 1
+        by_count: dict[int, list[int]] = {}
+        for task_id, count in counts.items():
+            by_count.setdefault(count, []).append(task_id)
+        for count, dependents in by_count.items():
+            await conn.execute(
+                sa.update(t).where(t.c.id.in_(dependents)).values(dependencies_left=count)
+            )
+
+    async def settle(self, conn: AsyncConnection, now: DbNow, task_ids: Sequence[int]) -> list[int]:
+        """Tell the dependents of ``task_ids`` that finished, in the caller's transaction.
+
+        Tasks not finished or whose dependents were already told are skipped, so a
+        call for any task is safe. Each dependent still waiting is locked, then: a
+        failed or cancelled dependency it does not run anyway cancels it (and it settles
+        its own dependents in turn); otherwise its count of unfinished dependencies goes
+        down, and the write that takes it to zero makes it due now.
+
+        Returns:
+            The dependents this call made due.
+        """
+        queue = sorted(set(task_ids))
+        made_due: list[int] = []
+        while queue:
+            ended = await self._take_flags(conn, queue)
+            if not ended:
+                break
+            due, queue = await self._tell(conn, now, ended)
+            made_due += due
+        return made_due
+
+    async def _take_flags(self, conn: AsyncConnection, queue: list[int]) -> dict[int, TaskStatus]:
+        """Clear the flag of the finished tasks of ``queue`` that carry it; their statuses."""
+        t = self._t
+        flagged = sa.and_(
+            t.c.id.in_(queue), t.c.dependents_waiting == sa.true(), t.c.status.in_(_TERMINAL)
+        )
+        clear = sa.update(t).values(dependents_waiting=False)
+        if self._sql.backend is DatabaseBackend.MYSQL:
+            # No UPDATE ... RETURNING on MariaDB: the locked rows are read first.
+            locked = sa.select(t.c.id, t.c.status).where(flagged).order_by(t.c.id).with_for_update()
+            ended = {int(row[0]): TaskStatus(row[1]) for row in await conn.execute(locked)}
+            if ended:
+                await conn.execute(clear.where(t.c.id.in_(list(ended))))
+            return ended
+        rows = await conn.execute(clear.where(flagged).returning(t.c.id, t.c.status))
+        return {int(row[0]): TaskStatus(row[1]) for row in rows}
+
+    async def _tell(
+        self, conn: AsyncConnection, now: DbNow, ended: dict[int, TaskStatus]
+    ) -> tuple[list[int], list[int]]:
+        """Count the endings in ``ended`` off their waiting dependents; (made due, cancelled)."""
+        t, d = self._t, self._d
+        # The lock first: a concurrent ending of another dependency waits here, then
+        # reads the count this transaction leaves, committed.
+        waiting = (
+            sa.select(t.c.id, t.c.dependencies_left, d.c.depends_on, d.c.run_anyway)
+            .select_from(d.join(t, t.c.id == d.c.task_id))
+            .where(d.c.depends_on.in_(list(ended)))
+            .where(t.c.status == TaskStatus.PENDING.value, t.c.run_at == self._blocked)
+            .order_by(t.c.id)
+        )
+        if self._sql.is_postgres:
+            waiting = waiting.with_for_update(of=t)
+        else:
+            waiting = waiting.with_for_update()
+        left: dict[int, int] = {}
+        cancel: set[int] = set()
+        for task_id, count, depends_on, run_anyway in (await conn.execute(waiting)).all():
+            task_id = int(task_id)
+            left[task_id] = left.get(task_id, int(count)) - 1
+            if ended[int(depends_on)] is not TaskStatus.SUCCEEDED and not run_anyway:
+                cancel.add(task_id)
+        due = sorted(
+            task_id for task_id, count in left.items() if count <= 0 and task_id not in cancel
+        )
+        if cancel:
+            await conn.execute(
+                sa.update(t)
+                .where(t.c.id.in_(sorted(cancel)))
+                .values(
+                    status=TaskStatus.CANCELLED.value,
+                    failure_reason=TaskFailureReason.CANCELLED.value,
+                    last_error=DEPENDENCY_CANCELLED_ERROR,
+                    finished_at=now.expr,
+                    updated_at=now.expr,
+                )
+            )
+        if due:
+            values: dict[str, Any] = {
+                "dependencies_left": 0,
+                "run_at": now.expr,
+                "updated_at": now.expr,
+            }
+            if self._sql.is_postgres:
+                values["waiting"] = False
+            await conn.execute(sa.update(t).where(t.c.id.in_(due)).values(**values))
+        by_count: dict[int, list[int]] = {}
+        for task_id, count in left.items():
+            if count > 0 and task_id not in cancel:
+                by_count.setdefault(count, []).append(task_id)
+        for count, ids in by_count.items():
+            await conn.execute(sa.update(t).where(t.c.id.in_(ids)).values(dependencies_left=count))
+        return due, sorted(cancel)
+
+    async def sweep(self, *, limit: int = SWEEP_LIMIT) -> int:
+        """Settle up to ``limit`` finished tasks whose dependents were not yet told.
+
+        For endings no lease wrote (a rescue that ended a task, an operator's cancel,
+        a dependency added after its claim). Returns how many were settled.
+        """
+        t = self._t
+        flagged = (
+            sa.select(t.c.id)
+            .where(t.c.dependents_waiting == sa.true(), t.c.status.in_(_TERMINAL))
+            .order_by(t.c.id)
+            .limit(limit)
+        )
+        if self._sql.backend is not DatabaseBackend.SQLITE:
+            flagged = flagged.with_for_update(skip_locked=True)
+
+        async def body(conn: AsyncConnection) -> int:
+            ids = [int(row[0]) for row in await conn.execute(flagged)]
+            if ids:
+                await self.settle(conn, await self._sql.now(conn), ids)
+            return len(ids)
+
+        return await self._sql.run("settle task dependencies", body)
+
+    async def dependencies_of(self, conn: AsyncConnection, task_id: int) -> list[Any]:
+        """The rows of the tasks ``task_id`` waits for (core columns), by id."""
+        t, d = self._t, self._d
+        query = (
+            sa.select(t)
+            .select_from(d.join(t, t.c.id == d.c.depends_on))
+            .where(d.c.task_id == task_id)
+            .order_by(t.c.id)
+        )
+        return list((await conn.execute(query)).all())

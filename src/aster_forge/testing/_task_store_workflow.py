@@ -1,0 +1,116 @@
+"""Workflows of :class:`InMemoryTaskStore`: DAG enqueue and settling dependents at once."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from ..runtime._internal import NEVER_EXPIRES, Clock
+from ..tasks import NewTask, TaskDependency
+from ..tasks._internal import BackgroundTaskRecord, EnqueueResult, TaskFailureReason, TaskStatus
+
+__all__ = ["InMemoryTaskWorkflowMixin"]
+
+# The same text the database store writes (aster_forge.db._task_deps).
+_DEPENDENCY_CANCELLED_ERROR = "Cancelled: a task it depends on failed or was cancelled"
+
+
+class InMemoryTaskWorkflowMixin:
+    """The workflow half of :class:`~aster_forge.testing.InMemoryTaskStore`.
+
+    Every ending settles the ended task's dependents in the same step (nothing awaits in
+    between), as the database store does in the ending's transaction.
+    """
+
+    _rows: dict[int, BackgroundTaskRecord]
+    _clock: Clock
+    _dependents: dict[int, list[int]]
+    _dependencies: dict[int, list[tuple[int, bool]]]
+
+    if TYPE_CHECKING:
+
+        def _checked(self, tasks: Sequence[NewTask]) -> list[NewTask]:
+            """The registry-checked tasks (defined on the store)."""
+
+        def _insert(self, task: NewTask, now: datetime) -> EnqueueResult:
+            """Insert one task (defined on the store)."""
+
+    async def enqueue_workflow(
+        self, tasks: Sequence[NewTask], dependencies: Sequence[TaskDependency]
+    ) -> list[EnqueueResult]:
+        """Write every task and edge at once (see
+        :meth:`aster_forge.db.BackgroundTaskDbStore.enqueue_workflow`)."""
+        edges = TaskDependency.checked(tasks, dependencies)
+        waiting = {edge.task for edge in edges}
+        checked = self._checked(tasks)
+        now = self._clock.now()
+        results = [
+            self._insert(replace(task, run_at=NEVER_EXPIRES) if index in waiting else task, now)
+            for index, task in enumerate(checked)
+        ]
+        ids = [result.task_id for result in results]
+        for edge in edges:
+            self._dependents.setdefault(ids[edge.on], []).append(ids[edge.task])
+            self._dependencies.setdefault(ids[edge.task], []).append(
+                (ids[edge.on], edge.run_anyway)
+            )
+        awaited = {edge.on for edge in edges}
+        out: list[EnqueueResult] = []
+        for index, result in enumerate(results):
+            if index in awaited:
+                row = self._rows[result.task_id] = replace(
+                    self._rows[result.task_id], dependents_waiting=True
+                )
+                result = EnqueueResult(row, created=True)
+            out.append(result)
+        return out
+
+    async def dependency_records(self, task_id: int) -> list[BackgroundTaskRecord]:
+        """The tasks ``task_id`` waits (or waited) for, by id."""
+        ids = sorted(dep for dep, _ in self._dependencies.get(task_id, ()))
+        return [self._rows[dep] for dep in ids if dep in self._rows]
+
+    async def settle_dependencies(self) -> int:
+        """Nothing to settle: every ending here settles its dependents at once."""
+        return 0
+
+    def _settle(self, task_ids: Sequence[int]) -> None:
+        queue = list(task_ids)
+        while queue:
+            cancelled: list[int] = []
+            for task_id in sorted(set(queue)):
+                row = self._rows.get(task_id)
+                if row is None or not row.dependents_waiting or not row.status.is_terminal:
+                    continue
+                self._rows[task_id] = replace(row, dependents_waiting=False)
+                cancelled.extend(
+                    dependent
+                    for dependent in sorted(set(self._dependents.get(task_id, ())))
+                    if self._decide(dependent) is TaskStatus.CANCELLED
+                )
+            queue = cancelled
+
+    def _decide(self, task_id: int) -> TaskStatus | None:
+        row = self._rows.get(task_id)
+        if row is None or row.status is not TaskStatus.PENDING or row.run_at != NEVER_EXPIRES:
+            return None
+        decision = TaskDependency.decide(
+            (self._rows[dep].status, anyway)
+            for dep, anyway in self._dependencies.get(task_id, ())
+            if dep in self._rows
+        )
+        now = self._clock.now()
+        if decision is TaskStatus.PENDING:
+            self._rows[task_id] = replace(row, run_at=now, updated_at=now)
+        elif decision is TaskStatus.CANCELLED:
+            self._rows[task_id] = replace(
+                row,
+                status=TaskStatus.CANCELLED,
+                failure_reason=TaskFailureReason.CANCELLED,
+                last_error=_DEPENDENCY_CANCELLED_ERROR,
+                finished_at=now,
+                updated_at=now,
+            )
+        return decision
