@@ -93,6 +93,7 @@ class InstantStore(InMemoryTaskStore):
         lease_ttl: timedelta,
         *,
         cluster_limit: int | None = None,
+        partition_limit: int | None = None,
     ) -> list[BackgroundTaskRecord]:
         """Up to ``limit`` of the prepared records."""
         await asyncio.sleep(0)
@@ -112,6 +113,7 @@ class InstantStore(InMemoryTaskStore):
         lease_ttl: timedelta,
         *,
         cluster_limit: int | None = None,
+        partition_limit: int | None = None,
     ) -> tuple[list[bool], list[BackgroundTaskRecord]]:
         """Count the successes and hand out up to ``limit`` more records."""
         await asyncio.sleep(0)

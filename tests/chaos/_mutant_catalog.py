@@ -739,8 +739,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 "src/aster_forge/db/_tasks_enqueue_pg.py",
-                "now(), now(), run_at > now(), trace_context\n",
-                "now(), now(), run_at > now(), NULL\n",
+                "now(), now(), run_at > now(), trace_context,\n",
+                "now(), now(), run_at > now(), NULL,\n",
             ),
         ),
         ("tests/db/test_trace_context.py::test_every_enqueue_path_stores_the_trace_context",),
@@ -762,6 +762,82 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             WORKFLOW_TESTS + "::test_the_join_is_made_due_once_when_its_last_two_dependencies"
             "_end_at_once",
+        ),
+    ),
+    Mutant(
+        "partition-dropped-by-pg-bulk-insert",
+        "a plain PostgreSQL batch enqueue stores no partition",
+        (
+            Edit(
+                "src/aster_forge/db/_tasks_enqueue_pg.py",
+                "COALESCE(partition_key, $19::text) AS partition_key, ord",
+                "COALESCE(NULL, $19::text) AS partition_key, ord",
+            ),
+        ),
+        ("tests/db/test_partition_column.py::test_every_enqueue_path_stores_the_partition",),
+    ),
+    Mutant(
+        "partition-limit-not-applied",
+        "a partitioned claim takes every rank of a partition, past its limit",
+        (
+            Edit(
+                "src/aster_forge/db/_tasks_partitioned.py",
+                "ranked.c.turn + taken <= partition_limit",
+                "ranked.c.turn + taken >= 0",
+            ),
+        ),
+        (
+            "tests/db/test_task_store.py::"
+            "test_db_store[mysql-check_partition_limit_caps_each_partition]",
+            "tests/db/test_partition_processes.py::"
+            "test_never_more_than_the_partition_limit_run_with_an_instance_killed",
+        ),
+    ),
+    Mutant(
+        "pg-partition-limit-not-applied",
+        "PostgreSQL's partitioned claim takes every rank of a partition, past its limit",
+        (
+            Edit(
+                "src/aster_forge/db/_tasks_pg.py",
+                "r.turn + COALESCE(ri.n, 0) <= :plim",
+                "r.turn + COALESCE(ri.n, 0) >= 0 - :plim",
+            ),
+        ),
+        (
+            "tests/db/test_task_store.py::"
+            "test_db_store[postgres-check_partition_limit_caps_each_partition]",
+            "tests/db/test_partition_processes.py::"
+            "test_never_more_than_the_partition_limit_run_with_an_instance_killed",
+        ),
+    ),
+    Mutant(
+        "pg-partition-turns-ignored",
+        "PostgreSQL's partitioned claim takes due tasks in plain due order",
+        (
+            Edit(
+                "src/aster_forge/db/_tasks_pg.py",
+                "ORDER BY r.turn, r.priority DESC, r.run_at, r.id",
+                "ORDER BY r.priority DESC, r.run_at, r.id",
+            ),
+        ),
+        (
+            "tests/forge/test_partition_fairness.py::"
+            "test_the_small_partition_starts_within_the_first_hundred[postgres]",
+        ),
+    ),
+    Mutant(
+        "partition-turns-ignored",
+        "a partitioned claim takes due tasks in plain due order, not partition by partition",
+        (
+            Edit(
+                "src/aster_forge/db/_tasks_partitioned.py",
+                ".order_by(ranked.c.turn, ranked.c.priority.desc()",
+                ".order_by(ranked.c.priority.desc()",
+            ),
+        ),
+        (
+            "tests/forge/test_partition_fairness.py::"
+            "test_the_small_partition_starts_within_the_first_hundred",
         ),
     ),
 )

@@ -108,6 +108,7 @@ class LoggingStore(BackgroundTaskDbStore):
         lease_ttl: timedelta,
         *,
         cluster_limit: int | None = None,
+        partition_limit: int | None = None,
     ) -> tuple[list[bool], list[BackgroundTaskRecord]]:
         parent = super().mark_tasks_succeeded_and_claim
 
@@ -115,7 +116,13 @@ class LoggingStore(BackgroundTaskDbStore):
             self._combined = True
             try:
                 return await parent(
-                    completions, lane, limit, owner, lease_ttl, cluster_limit=cluster_limit
+                    completions,
+                    lane,
+                    limit,
+                    owner,
+                    lease_ttl,
+                    cluster_limit=cluster_limit,
+                    partition_limit=partition_limit,
                 )
             finally:
                 self._combined = False

@@ -518,10 +518,17 @@ class _RecordingStore(BackgroundTaskDbStore):
         lease_ttl: timedelta,
         *,
         cluster_limit: int | None = None,
+        partition_limit: int | None = None,
     ) -> tuple[list[bool], list[BackgroundTaskRecord]]:
         self.batches.append(len(completions))
         results = await super().mark_tasks_succeeded_and_claim(
-            completions, lane, limit, owner, lease_ttl, cluster_limit=cluster_limit
+            completions,
+            lane,
+            limit,
+            owner,
+            lease_ttl,
+            cluster_limit=cluster_limit,
+            partition_limit=partition_limit,
         )
         self.written += sum(results[0])
         if self.written >= self.total:

@@ -100,11 +100,17 @@ class _ClaimFails(BackgroundTaskDbStore):
         lease_ttl: timedelta,
         *,
         cluster_limit: int | None = None,
+        partition_limit: int | None = None,
     ) -> list[BackgroundTaskRecord]:
         if owner == "w2":
             raise DatabaseUnavailableError("connection lost", operation="claim tasks")
         return await super().claim_due_for_lane(
-            lane, limit, owner, lease_ttl, cluster_limit=cluster_limit
+            lane,
+            limit,
+            owner,
+            lease_ttl,
+            cluster_limit=cluster_limit,
+            partition_limit=partition_limit,
         )
 
 

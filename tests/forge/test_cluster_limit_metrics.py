@@ -55,3 +55,28 @@ async def test_the_limit_and_the_running_count_are_shown() -> None:
         ("billing", 2, 2),
         ("media", 0, None),
     ]
+
+
+async def test_the_partition_limit_is_shown() -> None:
+    forge = Forge("memory://")
+    forge.lane("tenants", concurrency=4, partition_limit=1)
+    forge.lane("media", concurrency=4)
+
+    @forge.task(lane="tenants")
+    async def visit(payload: int) -> int:
+        return payload
+
+    try:
+        app = Starlette(routes=[Mount("/ops", forge.asgi_app())])
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            samples = _samples((await client.get("/ops/metrics")).text)
+            lanes = (await client.get("/ops/api/lanes")).json()["items"]
+    finally:
+        await forge.aclose()
+    assert samples['task_lane_partition_limit{lane="tenants"}'] == 1.0
+    assert not any(name.startswith('task_lane_partition_limit{lane="media"') for name in samples)
+    assert [(lane["lane"], lane["partition_limit"]) for lane in lanes] == [
+        ("media", None),
+        ("tenants", 1),
+    ]

@@ -55,6 +55,16 @@ def test_a_bad_cluster_limit_is_an_error(bad: object) -> None:
     assert forge.lane_cluster_limits == {"io": 3}
 
 
+@pytest.mark.parametrize("bad", [0, -2, True, 1.5, "2"])
+def test_a_bad_partition_limit_is_an_error(bad: object) -> None:
+    forge = _memory()
+    with pytest.raises(ForgeDeclarationError, match="lane 'cpu': partition_limit must be None or"):
+        forge.lane("cpu", concurrency=2, partition_limit=bad)  # type: ignore[arg-type]
+    forge.lane("tenants", concurrency=8, partition_limit=1)
+    forge.lane("plain", concurrency=8)
+    assert forge.lane_partition_limits == {"tenants": 1}
+
+
 def test_a_task_name_declared_twice_is_an_error() -> None:
     forge = _memory()
     forge.task(name="thumbnail")(_noop)

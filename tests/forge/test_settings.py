@@ -68,6 +68,10 @@ def test_valid_settings_are_kept_as_given() -> None:
         (lambda: TaskLaneConfig("media", "4"), "lane 'media': max_concurrency must be an int"),  # type: ignore[arg-type]
         (lambda: TaskLaneConfig("media", 2, claim_batch=0), "claim_batch must be an int >= 1"),
         (lambda: TaskLaneConfig("media", 2, cluster_limit=0), "cluster_limit must be an int >= 1"),
+        (
+            lambda: TaskLaneConfig("media", 2, partition_limit=0),
+            "partition_limit must be an int >= 1",
+        ),
     ],
 )
 def test_dispatch_configs_check_their_types(build: Any, message: str) -> None:

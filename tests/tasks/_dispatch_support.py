@@ -217,13 +217,19 @@ class ProxyStore(TaskStoreBase[BackgroundTaskRecord, str]):
         lease_ttl: timedelta,
         *,
         cluster_limit: int | None = None,
+        partition_limit: int | None = None,
     ) -> Sequence[BackgroundTaskRecord]:
         self.claim_lanes.append(str(lane))
         if self.claim_errors:
             self.claim_errors -= 1
             raise ConnectionError("database is down")
         return await self.inner.claim_due_for_lane(
-            lane, limit + self.extra_claims, owner, lease_ttl, cluster_limit=cluster_limit
+            lane,
+            limit + self.extra_claims,
+            owner,
+            lease_ttl,
+            cluster_limit=cluster_limit,
+            partition_limit=partition_limit,
         )
 
     async def renew_task_lease(self, lease: TaskLease, lease_ttl: timedelta) -> TaskLease | None:

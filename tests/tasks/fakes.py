@@ -58,6 +58,7 @@ class FakeStepStore(TaskStoreBase[BackgroundTaskRecord, str]):
         lease_ttl: timedelta,
         *,
         cluster_limit: int | None = None,
+        partition_limit: int | None = None,
     ) -> list[BackgroundTaskRecord]:
         return []
 

@@ -159,10 +159,16 @@ async def test_claims_record_latency_lag_and_rescues(
             lease_ttl: timedelta,
             *,
             cluster_limit: int | None = None,
+            partition_limit: int | None = None,
         ) -> Sequence[BackgroundTaskRecord]:
             await clock.advance(0.25)
             return await super().claim_due_for_lane(
-                lane, limit, owner, lease_ttl, cluster_limit=cluster_limit
+                lane,
+                limit,
+                owner,
+                lease_ttl,
+                cluster_limit=cluster_limit,
+                partition_limit=partition_limit,
             )
 
     stats = DispatchStatsRecorder()

@@ -151,11 +151,17 @@ async def test_empty_polls_and_store_errors_back_off_then_recover(
             lease_ttl: timedelta,
             *,
             cluster_limit: int | None = None,
+            partition_limit: int | None = None,
         ) -> Sequence[BackgroundTaskRecord]:
             if not drains or drains[-1] != clock.monotonic():
                 drains.append(clock.monotonic())
             return await super().claim_due_for_lane(
-                lane, limit, owner, lease_ttl, cluster_limit=cluster_limit
+                lane,
+                limit,
+                owner,
+                lease_ttl,
+                cluster_limit=cluster_limit,
+                partition_limit=partition_limit,
             )
 
     proxy = Timed(store)

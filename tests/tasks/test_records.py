@@ -19,6 +19,7 @@ VALUES = (
     "owner", "key", "boom", TaskFailureReason.CANCELLED, True, False, True, NOW, NOW, NOW,
     NOW, 4, "Traceback (most recent call last):\nValueError: boom\n",
     '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}', True,
+    "tenant-1",
 )  # fmt: skip
 
 
@@ -31,9 +32,9 @@ def test_from_values_equals_the_dataclass_constructor_field_by_field() -> None:
 
 
 def test_from_values_refuses_a_wrong_number_of_values() -> None:
-    with pytest.raises(TypeError, match="28 fields, got 27 values"):
+    with pytest.raises(TypeError, match="29 fields, got 28 values"):
         BackgroundTaskRecord.from_values(VALUES[:-1])
-    with pytest.raises(TypeError, match="got 29 values"):
+    with pytest.raises(TypeError, match="got 30 values"):
         BackgroundTaskRecord.from_values((*VALUES, 0))
 
 

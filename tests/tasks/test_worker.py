@@ -270,6 +270,7 @@ class _HeldClaimStore(InMemoryTaskStore):
         lease_ttl: timedelta,
         *,
         cluster_limit: int | None = None,
+        partition_limit: int | None = None,
     ) -> list[object]:
         self.claiming.set()
         await self.gate.wait()
@@ -279,6 +280,7 @@ class _HeldClaimStore(InMemoryTaskStore):
             owner,
             lease_ttl,
             cluster_limit=cluster_limit,
+            partition_limit=partition_limit,
         )
         return list(claimed)
 

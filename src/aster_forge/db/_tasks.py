@@ -35,6 +35,7 @@ from ._tasks_control import TaskControlMixin
 from ._tasks_effects import DbTaskTransaction
 from ._tasks_enqueue import DEFAULT_TASK_NOTIFY_CHANNEL, TaskEnqueueMixin
 from ._tasks_enqueue_pg import PgEnqueueStatement
+from ._tasks_partitioned import fair_due
 from ._tasks_pg import PgTaskStatements
 from ._tasks_pg_run import PgTaskRunner
 from ._tasks_sql import _SATURATING_DELTA, DbNow, TaskSql
@@ -236,6 +237,7 @@ class BackgroundTaskDbStore(
         lease_ttl: timedelta,
         *,
         cluster_limit: int | None = None,
+        partition_limit: int | None = None,
     ) -> list[BackgroundTaskRecord]:
         """Rescue expired leases of ``lane``, then claim up to ``limit`` due tasks.
 
@@ -244,17 +246,28 @@ class BackgroundTaskDbStore(
         that is one statement, run again when its snapshot missed a claim that
         committed meanwhile (see ``_tasks_pg``); on MariaDB the row is locked first in
         the claim's transaction; SQLite has one writer.
+
+        With ``partition_limit`` the claim ranks the lane's due tasks per partition
+        and takes them by rank: on PostgreSQL in the capped claim's one statement
+        (``_tasks_pg``'s ``_FAIR_PICK``); elsewhere on the portable path, the lane's
+        row locked first (MariaDB runs the later statements of the transaction with
+        fresh snapshots, under READ COMMITTED), then the rescue, the running counts and
+        the fair pick (see ``_tasks_partitioned``).
         """
-        lane_value = check_claim_args(lane, owner, lease_ttl, limit, cluster_limit)
+        lane_value = check_claim_args(lane, owner, lease_ttl, limit, cluster_limit, partition_limit)
         if limit <= 0:
             return []
         if self._pg_run is not None and lease_ttl < _SATURATING_DELTA:
             claimed, ended = await self._pg_run.claim(
-                lane_value, limit, owner, lease_ttl, cluster_limit
+                lane_value, limit, owner, lease_ttl, cluster_limit, partition_limit
             )
             self._count_ended(lane_value, ended)
             self._note_claims(claimed)
             return claimed
+        if partition_limit is not None:
+            return await self._claim_partitioned(
+                lane_value, limit, owner, lease_ttl, cluster_limit, partition_limit
+            )
         if self._lite is not None:
             return await self._claim_sqlite(
                 self._lite, lane_value, limit, owner, lease_ttl, cluster_limit
@@ -285,6 +298,35 @@ class BackgroundTaskDbStore(
         self._count_ended(lane_value, ended)
         self._note_claims(records)
         return sorted(records, key=lambda r: (-r.priority, r.run_at, r.id))
+
+    async def _claim_partitioned(
+        self,
+        lane: str,
+        limit: int,
+        owner: str,
+        lease_ttl: timedelta,
+        cluster_limit: int | None,
+        partition_limit: int,
+    ) -> list[BackgroundTaskRecord]:
+        async def body(
+            conn: AsyncConnection,
+        ) -> tuple[list[BackgroundTaskRecord], list[TaskStatus]]:
+            if self._lite is None:
+                await self._lock_lane(conn, lane)
+            now = await self._sql.now(conn)
+            ended = await self._rescue(conn, lane, now)
+            room = limit
+            if cluster_limit is not None:
+                room = min(limit, cluster_limit - await self._running_in(conn, lane))
+                if room <= 0:
+                    return [], ended
+            claimed = await self._claim(conn, lane, room, owner, lease_ttl, now, partition_limit)
+            return claimed, ended
+
+        records, ended = await self._sql.run("claim tasks", body)
+        self._count_ended(lane, ended)
+        self._note_claims(records)
+        return records
 
     async def _claim_sqlite(
         self,
@@ -408,9 +450,12 @@ class BackgroundTaskDbStore(
         owner: str,
         lease_ttl: timedelta,
         now: DbNow,
+        partition_limit: int | None = None,
     ) -> list[BackgroundTaskRecord]:
         t = self._table
         now_expr = now.expr
+        if partition_limit is not None:
+            return await self._claim_fair(conn, lane, limit, owner, lease_ttl, now, partition_limit)
         due = (
             sa.select(t.c.id)
             .where(t.c.lane == lane, t.c.status == _PENDING, t.c.run_at <= now_expr)
@@ -438,6 +483,51 @@ class BackgroundTaskDbStore(
         else:
             rows = await conn.execute(
                 sa.update(t).where(t.c.id.in_(due)).values(**values).returning(*self._cols)
+            )
+        return [record_from_row(row) for row in rows]
+
+    async def _claim_fair(
+        self,
+        conn: AsyncConnection,
+        lane: str,
+        limit: int,
+        owner: str,
+        lease_ttl: timedelta,
+        now: DbNow,
+        partition_limit: int,
+    ) -> list[BackgroundTaskRecord]:
+        """The partitioned claim (see ``_tasks_partitioned``), under the lane's row lock."""
+        t = self._table
+        now_expr = now.expr
+        due = fair_due(t, self._lanes, lane, now_expr, partition_limit, limit)
+        prefix = uuid.uuid4().hex + "-"
+        token = sa.literal(prefix, sa.String()) + sa.cast(t.c.id, sa.String())
+        values = {
+            "status": _RUNNING,
+            "processing_token": token,
+            "lease_expires_at": self._sql.plus(now, lease_ttl),
+            "claimed_by": owner,
+            "started_at": now_expr,
+            "updated_at": now_expr,
+        }
+        if self._sql.is_postgres:
+            # As the one-statement claim leaves it: the hint is for pending rows only.
+            values["waiting"] = False
+        # The pick takes no row locks: a row cancelled since is left alone.
+        still = t.c.status == _PENDING
+        if self._sql.backend is DatabaseBackend.MYSQL:
+            ids = await self._locked_ids(conn, due)
+            if not ids:
+                return []
+            await conn.execute(sa.update(t).where(t.c.id.in_(ids), still).values(**values))
+            rows = await conn.execute(
+                sa.select(*self._cols).where(
+                    t.c.id.in_(ids), t.c.processing_token.startswith(prefix, autoescape=True)
+                )
+            )
+        else:
+            rows = await conn.execute(
+                sa.update(t).where(t.c.id.in_(due), still).values(**values).returning(*self._cols)
             )
         return [record_from_row(row) for row in rows]
 
@@ -629,6 +719,7 @@ class BackgroundTaskDbStore(
         lease_ttl: timedelta,
         *,
         cluster_limit: int | None = None,
+        partition_limit: int | None = None,
     ) -> tuple[list[bool], list[BackgroundTaskRecord]]:
         """:meth:`mark_tasks_succeeded_many`, then :meth:`claim_due_for_lane` for the freed slots.
 
@@ -642,7 +733,7 @@ class BackgroundTaskDbStore(
         Returns:
             The success results in input order, and the claimed records.
         """
-        lane_value = check_claim_args(lane, owner, lease_ttl, limit, cluster_limit)
+        lane_value = check_claim_args(lane, owner, lease_ttl, limit, cluster_limit, partition_limit)
         awaited = self._awaited_indexes(completions) if self._awaited else None
         if awaited:
             apart = await self._succeed_awaited(completions, awaited)
@@ -653,10 +744,11 @@ class BackgroundTaskDbStore(
                 owner,
                 lease_ttl,
                 cluster_limit=cluster_limit,
+                partition_limit=partition_limit,
             )
             return merged(len(completions), apart, rest), claimed
         pg = self._pg_run
-        if self._lite is not None and completions and limit > 0:
+        if self._lite is not None and completions and limit > 0 and partition_limit is None:
             together = await self._succeed_and_claim_sqlite(
                 self._lite, completions, lane_value, limit, owner, lease_ttl, cluster_limit
             )
@@ -666,7 +758,12 @@ class BackgroundTaskDbStore(
             results = await self.mark_tasks_succeeded_many(completions)
             try:
                 claimed = await self.claim_due_for_lane(
-                    lane, limit, owner, lease_ttl, cluster_limit=cluster_limit
+                    lane,
+                    limit,
+                    owner,
+                    lease_ttl,
+                    cluster_limit=cluster_limit,
+                    partition_limit=partition_limit,
                 )
             except DatabaseOperationError as exc:
                 # The successes are stored: report them; the worker's next drain claims.
@@ -674,7 +771,7 @@ class BackgroundTaskDbStore(
                 claimed = []
             return results, claimed
         done, records, ended = await pg.succeed_and_claim(
-            completions, lane_value, limit, owner, lease_ttl, cluster_limit
+            completions, lane_value, limit, owner, lease_ttl, cluster_limit, partition_limit
         )
         self._count_ended(lane_value, ended)
         self._note_claims(records)

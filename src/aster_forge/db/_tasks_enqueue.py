@@ -463,6 +463,7 @@ class TaskEnqueueMixin:
                 "cancel_requested": False,
                 "rescued": False,
                 "trace_context": task.trace_context,
+                "partition_key": task.partition,
             }
             row.update(task.extra)
             params.append(row)

@@ -44,6 +44,7 @@ _INPUT = (
     ("delay", "interval", sa.Interval()),
     ("priority", "integer", sa.Integer()),
     ("trace_context", "text", sa.Text()),
+    ("partition_key", "text", sa.Text()),
     ("dedupe_key", "text", sa.Text()),
 )
 
@@ -57,12 +58,14 @@ _SHARED = (
     "delay",
     "priority",
     "trace_context",
+    "partition_key",
 )
 
 # ``waiting``: written true for a task not yet due (see ``background_tasks_table``).
 _COLUMNS = """INSERT INTO {t} (kind, lane, status, payload_json, steps_json, attempt, max_attempts,
                      run_at, priority, dedupe_key, manual_retry_allowed, cancel_requested,
-                     rescued, created_at, updated_at, waiting, trace_context)"""
+                     rescued, created_at, updated_at, waiting, trace_context,
+                     partition_key)"""
 
 # Shared by both statements: a dedupe hit inserts nothing and is read back instead.
 _ON_CONFLICT = """
@@ -77,7 +80,8 @@ WITH v AS (
     {columns}
     SELECT kind, lane, '{pending}', payload_json, steps_json, 0, max_attempts,
            COALESCE(run_at, now() + delay), priority, dedupe_key, true, false, false,
-           now(), now(), COALESCE(run_at, now() + delay) > now(), trace_context
+           now(), now(), COALESCE(run_at, now() + delay) > now(), trace_context,
+           partition_key
     FROM v ORDER BY ord{on_conflict}{woke}
 SELECT true AS created, ins.* FROM ins{woke_join}
 UNION ALL
@@ -91,13 +95,13 @@ _SINGLE_SQL = """
 WITH ins AS (
     {columns}
     VALUES ($1::text, $2::text, '{pending}', $3::text, $4::text, 0, $5::integer,
-            COALESCE($6::timestamptz, now() + $7::interval), $8::integer, $10::text,
+            COALESCE($6::timestamptz, now() + $7::interval), $8::integer, $11::text,
             true, false, false, now(), now(),
             COALESCE($6::timestamptz, now() + $7::interval) > now(),
-            $9::text){on_conflict}{woke}
+            $9::text, $10::text){on_conflict}{woke}
 SELECT true AS created, ins.* FROM ins{woke_join}
 UNION ALL
-SELECT false AS created, {existing} FROM {t} AS e WHERE e.dedupe_key = $10::text
+SELECT false AS created, {existing} FROM {t} AS e WHERE e.dedupe_key = $11::text
 """
 
 # Tasks without a key: nothing to resolve. The server returns what it decides; the
@@ -112,31 +116,33 @@ _UNKEYED_SQL = """{columns}
     VALUES ($1::text, $2::text, '{pending}', $3::text, $4::text, 0, $5::integer,
             COALESCE($6::timestamptz, now() + $7::interval), $8::integer, NULL,
             true, false, false, now(), now(),
-            COALESCE($6::timestamptz, now() + $7::interval) > now(), $9::text)
+            COALESCE($6::timestamptz, now() + $7::interval) > now(), $9::text, $10::text)
 {returning}{notify}"""
 
 # A column whose value every task of the batch shares (one kind, one lane, the kind's
-# initial steps, no delay: the usual bulk enqueue) comes as that one value ($10 to $17)
+# initial steps, no delay: the usual bulk enqueue) comes as that one value ($11 to $19)
 # and an empty array (unnest pads it with NULLs); the payloads always come as an array,
 # which gives the row count. The driver then checks and encodes one element per task,
 # not five, and the server unnests one array.
 _UNKEYED_MANY_SQL = """
 WITH v AS (
-    SELECT COALESCE(kind, $10::text) AS kind, COALESCE(lane, $11::text) AS lane,
-           payload_json, COALESCE(steps_json, $12::text) AS steps_json,
-           COALESCE(max_attempts, $13::integer) AS max_attempts,
-           COALESCE(run_at, $14::timestamptz, now() + COALESCE(delay, $15::interval), now())
+    SELECT COALESCE(kind, $11::text) AS kind, COALESCE(lane, $12::text) AS lane,
+           payload_json, COALESCE(steps_json, $13::text) AS steps_json,
+           COALESCE(max_attempts, $14::integer) AS max_attempts,
+           COALESCE(run_at, $15::timestamptz, now() + COALESCE(delay, $16::interval), now())
                AS run_at,
-           COALESCE(priority, $16::integer, 0) AS priority,
-           COALESCE(trace_context, $17::text) AS trace_context, ord
+           COALESCE(priority, $17::integer, 0) AS priority,
+           COALESCE(trace_context, $18::text) AS trace_context,
+           COALESCE(partition_key, $19::text) AS partition_key, ord
     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::integer[],
-                $6::timestamptz[], $7::interval[], $8::integer[], $9::text[])
+                $6::timestamptz[], $7::interval[], $8::integer[], $9::text[], $10::text[])
          WITH ORDINALITY AS v(kind, lane, payload_json, steps_json, max_attempts, run_at,
-                              delay, priority, trace_context, ord)
+                              delay, priority, trace_context, partition_key, ord)
 ), ins AS (
     {columns}
     SELECT kind, lane, '{pending}', payload_json, steps_json, 0, max_attempts, run_at,
-           priority, NULL, true, false, false, now(), now(), run_at > now(), trace_context
+           priority, NULL, true, false, false, now(), now(), run_at > now(), trace_context,
+           partition_key
     FROM v ORDER BY ord
     RETURNING id, {due_later}, lane
 ){woke}
@@ -197,11 +203,11 @@ class PgEnqueueStatement:
             "woke": _WOKE.format(channel=":channel") if channel is not None else "",
         }
         self.single_sql = _SINGLE_SQL.format(
-            woke=_WOKE.format(channel="$11::text") if channel is not None else "", **raw
+            woke=_WOKE.format(channel="$12::text") if channel is not None else "", **raw
         )
         self._unkeyed_sql = _UNKEYED_SQL.format(
             returning=_UNKEYED_RETURNING,
-            notify=", pg_notify($10::text, lane)" if channel is not None else "",
+            notify=", pg_notify($11::text, lane)" if channel is not None else "",
             **raw,
         )
         # A one-task insert whose NOTIFY another enqueue carries (see NotifyLimiter).
@@ -211,7 +217,7 @@ class PgEnqueueStatement:
         self._unkeyed_many_sql = _UNKEYED_MANY_SQL.format(
             due_later=_DUE_LATER,
             created=epoch_micros("now()"),
-            woke=_WOKE.format(channel="$18::text") if channel is not None else "",
+            woke=_WOKE.format(channel="$20::text") if channel is not None else "",
             **raw,
         )
         self.by_key_sql = _BY_KEY_SQL.format(columns=returning_columns(table, dialect, t), t=t)
@@ -280,7 +286,7 @@ class PgEnqueueStatement:
                 shared.append(values[0])
             else:
                 shared.append(None)  # an array per task (or none, every one NULL)
-        # $1 to $9 the arrays (all but the key), $10 to $17 the shared values.
+        # $1 to $10 the arrays (all but the key), $11 to $19 the shared values.
         args: list[Any] = [*(params[name] for name, _, _ in _INPUT[:-1]), *shared]
         if self._channel is not None:
             args.append(self._channel)
@@ -324,7 +330,7 @@ class PgEnqueueStatement:
 
     @staticmethod
     def _values(task: NewTask) -> list[Any]:
-        """The parameters both one-task statements start with ($1 to $9)."""
+        """The parameters both one-task statements start with ($1 to $10)."""
         run_at, delay = task.run_at, task.delay
         if run_at is None and delay >= _SATURATING_DELTA:
             # Saturate in Python: the server never computes an out-of-range timestamp.
@@ -339,6 +345,7 @@ class PgEnqueueStatement:
             delay,
             task.priority,
             task.trace_context,
+            task.partition,
         ]
 
     def arguments(self, tasks: Sequence[NewTask]) -> list[Any]:
@@ -370,6 +377,7 @@ class PgEnqueueStatement:
             "delay": delays,
             "priority": [task.priority for task in tasks],
             "trace_context": unless_all_null([task.trace_context for task in tasks]),
+            "partition_key": unless_all_null([task.partition for task in tasks]),
             "dedupe_key": unless_all_null(keys),
             "keys": [key for key in keys if key is not None],
         }
@@ -449,5 +457,6 @@ def _unkeyed_record(
             None,  # last_traceback
             task.trace_context,
             False,  # dependents_waiting
+            task.partition,
         )
     )

@@ -61,20 +61,7 @@ WITH exp AS (
     ORDER BY lease_expires_at LIMIT {rescue} FOR UPDATE SKIP LOCKED
 ), open_lane AS (
     SELECT NOT EXISTS (SELECT 1 FROM {lanes} WHERE lane = :lane AND paused) AS open
-){gate}, due AS (
-    SELECT id, priority, run_at FROM {t}
-    WHERE lane = :lane AND status = 'pending' AND NOT waiting AND run_at <= now()
-      AND (SELECT open FROM open_lane)
-    ORDER BY priority DESC, run_at, id LIMIT {limit} FOR UPDATE SKIP LOCKED
-){late}, cand AS (
-    SELECT c.id FROM (
-        SELECT id, priority, run_at FROM due
-        UNION ALL{late_union}
-        SELECT x.id, x.priority, x.run_at FROM {t} x JOIN exp ON x.id = exp.id
-        WHERE NOT (x.cancel_requested OR x.attempt + 1 >= x.max_attempts)
-          AND (SELECT open FROM open_lane)
-    ) c ORDER BY c.priority DESC, c.run_at, c.id LIMIT {cand_limit}
-), target AS (
+){gate}{pick}, target AS (
     SELECT id, true AS claim FROM cand
     UNION ALL
     SELECT id, false AS claim FROM exp WHERE id NOT IN (SELECT id FROM cand)
@@ -108,6 +95,48 @@ WHERE t.id = target.id AND t.id = ANY(ARRAY(SELECT id FROM target))
 RETURNING {returning}
 """
 
+
+# The claim's pick: the first ``limit`` due tasks by priority, due time and id, and the
+# rows it rescues that may run again.
+_PICK = """, due AS (
+    SELECT id, priority, run_at FROM {t}
+    WHERE lane = :lane AND status = 'pending' AND NOT waiting AND run_at <= now()
+      AND (SELECT open FROM open_lane)
+    ORDER BY priority DESC, run_at, id LIMIT {limit} FOR UPDATE SKIP LOCKED
+){late}, cand AS (
+    SELECT c.id FROM (
+        SELECT id, priority, run_at FROM due
+        UNION ALL{late_union}
+        SELECT x.id, x.priority, x.run_at FROM {t} x JOIN exp ON x.id = exp.id
+        WHERE NOT (x.cancel_requested OR x.attempt + 1 >= x.max_attempts)
+          AND (SELECT open FROM open_lane)
+    ) c ORDER BY c.priority DESC, c.run_at, c.id LIMIT {cand_limit}
+)"""
+
+# A partitioned lane's pick (always behind the gate, see ``_GATE``): the due tasks
+# ranked within each partition, the ranks a partition has no room for left out (its
+# running rows in the snapshot, less those this statement writes as succeeded; those
+# it rescues still count, which only claims less), taken by rank so partitions take
+# turns. Window functions cannot lock rows: the ranked ids are locked after. Rescued
+# rows become pending and wait for the next claim.
+_FAIR_PICK = """, running_in AS (
+    SELECT partition_key, count(*) AS n FROM {t}
+    WHERE lane = :lane AND status = '{running}' AND partition_key IS NOT NULL{counted}
+    GROUP BY partition_key
+), ranked AS (
+    SELECT r.id FROM (
+        SELECT id, partition_key, priority, run_at, row_number() OVER (
+            PARTITION BY partition_key ORDER BY priority DESC, run_at, id) AS turn
+        FROM {t}
+        WHERE lane = :lane AND status = 'pending' AND run_at <= now()
+          AND (SELECT open FROM open_lane)
+    ) r LEFT JOIN running_in ri ON ri.partition_key = r.partition_key
+    WHERE r.partition_key IS NULL OR r.turn + COALESCE(ri.n, 0) <= :plim
+    ORDER BY r.turn, r.priority DESC, r.run_at, r.id LIMIT {cand_limit}
+), cand AS (
+    SELECT d.id FROM {t} d WHERE d.id IN (SELECT id FROM ranked) AND d.status = 'pending'
+    FOR UPDATE SKIP LOCKED
+)"""
 
 # Successes written and freed slots claimed in one statement: this CTE in front of the
 # claim, whose rescue leaves out the rows being written (one statement must not modify a
@@ -230,8 +259,8 @@ class PgTaskStatements:
         )
         self._done_sql = _DONE.format(**names, succeeded=TaskStatus.SUCCEEDED.value)
         self._gate = _GATE.format(lanes=quote(lanes))
-        self._claims: dict[tuple[int | None, bool], Any] = {}
-        self._succeed_and_claims: dict[tuple[int | None, bool], Any] = {}
+        self._claims: dict[tuple[int | None, bool, bool], Any] = {}
+        self._succeed_and_claims: dict[tuple[int | None, bool, bool], Any] = {}
         t = table
         running = TaskStatus.RUNNING.value
         done = (
@@ -292,53 +321,65 @@ class PgTaskStatements:
             limit=limit_sql, t=self._table_sql, running=TaskStatus.RUNNING.value, counted=counted
         )
 
-    def claim(self, limit: int, *, capped: bool = False) -> Any:
+    def _pick(self, limit_sql: str, capped: bool, fair: bool, counted: str, late: bool) -> str:
+        cand_limit = self._cand_limit(limit_sql, capped, counted)
+        if fair:
+            return _FAIR_PICK.format(
+                t=self._table_sql,
+                running=TaskStatus.RUNNING.value,
+                counted=counted,
+                cand_limit=cand_limit,
+            )
+        return _PICK.format(
+            t=self._table_sql,
+            limit=limit_sql,
+            cand_limit=cand_limit,
+            late=_LATE.format(t=self._table_sql, limit=limit_sql) if late else "",
+            late_union=_LATE_UNION if late else "",
+        )
+
+    def claim(self, limit: int, *, capped: bool = False, fair: bool = False) -> Any:
         """The lane's rescue-and-claim for claims of ``limit`` tasks.
 
         ``capped``: the variant under a cluster-wide limit (the ``cap`` parameter); its
         rows start with ``fresh`` (see ``_GATE``), then the claimed columns, and come
         as one all-null row past ``fresh`` when it claims and rescues nothing.
+        ``fair`` (with ``capped``): a partitioned lane's, see ``_FAIR_PICK`` (the
+        ``plim`` parameter).
         """
         key = limit_key(limit)
-        statement = self._claims.get((key, capped))
+        statement = self._claims.get((key, capped, fair))
         if statement is None:
             limit_sql = _limit_sql(key)
-            late = _LATE.format(t=self._table_sql, limit=limit_sql)
             sql = self._claim_sql(
                 exclude="",
-                limit=limit_sql,
-                cand_limit=self._cand_limit(limit_sql, capped, ""),
                 gate=self._gate if capped else "",
-                late=late,
-                late_union=_LATE_UNION,
+                pick=self._pick(limit_sql, capped, fair, "", late=True),
             )
             text = sa.text(_gated_claim_sql(sql) if capped else sql)
             fresh = [sa.column("fresh", sa.Boolean())] if capped else []
-            statement = self._claims[key, capped] = text.bindparams(
-                *_claim_params(key, capped)
+            statement = self._claims[key, capped, fair] = text.bindparams(
+                *_claim_params(key, capped, fair)
             ).columns(*fresh, *self._cols)
         return statement
 
-    def succeed_and_claim(self, limit: int, *, capped: bool = False) -> Any:
+    def succeed_and_claim(self, limit: int, *, capped: bool = False, fair: bool = False) -> Any:
         """Successes written and up to ``limit`` tasks claimed, in one statement
-        (``capped``: as for :meth:`claim`)."""
+        (``capped``, ``fair``: as for :meth:`claim`)."""
         key = limit_key(limit)
-        statement = self._succeed_and_claims.get((key, capped))
+        statement = self._succeed_and_claims.get((key, capped, fair))
         if statement is None:
             limit_sql = _limit_sql(key)
             claim = self._claim_sql(
                 exclude=_NOT_DONE,
-                limit=limit_sql,
-                cand_limit=self._cand_limit(limit_sql, capped, _COUNTED_DONE),
                 gate=self._gate if capped else "",
-                late="",
-                late_union="",
+                pick=self._pick(limit_sql, capped, fair, _COUNTED_DONE, late=False),
             )
             fresh = [sa.column("fresh", sa.Boolean())] if capped else []
-            statement = self._succeed_and_claims[key, capped] = (
+            statement = self._succeed_and_claims[key, capped, fair] = (
                 sa.text(_succeed_and_claim_sql(self._done_sql, claim, capped=capped))
                 .bindparams(
-                    *_claim_params(key, capped),
+                    *_claim_params(key, capped, fair),
                     sa.bindparam("ids", type_=postgresql.ARRAY(sa.BigInteger())),
                     sa.bindparam("tokens", type_=postgresql.ARRAY(sa.Text())),
                     sa.bindparam("results", type_=postgresql.ARRAY(sa.Text())),
@@ -364,7 +405,7 @@ def _limit_sql(key: int | None) -> str:
     return ":lim" if key is None else str(int(key))
 
 
-def _claim_params(key: int | None, capped: bool) -> list[sa.BindParameter[Any]]:
+def _claim_params(key: int | None, capped: bool, fair: bool) -> list[sa.BindParameter[Any]]:
     params: list[sa.BindParameter[Any]] = [
         sa.bindparam("lane", type_=sa.Text()),
         sa.bindparam("lease_error", value=LEASE_EXPIRED_ERROR, type_=sa.Text()),
@@ -376,4 +417,6 @@ def _claim_params(key: int | None, capped: bool) -> list[sa.BindParameter[Any]]:
         params.append(sa.bindparam("lim", type_=sa.Integer()))
     if capped:
         params.append(sa.bindparam("cap", type_=sa.Integer()))
+    if fair:
+        params.append(sa.bindparam("plim", type_=sa.Integer()))
     return params

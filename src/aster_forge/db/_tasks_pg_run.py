@@ -22,7 +22,12 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..tasks import TaskLease
-from ..tasks._internal import BackgroundTaskRecord, TaskCompletion, TaskStatus
+from ..tasks._internal import (
+    MAX_TASK_CLAIM_LIMIT,
+    BackgroundTaskRecord,
+    TaskCompletion,
+    TaskStatus,
+)
 from ._driver_hold import HeldDriverConnection
 from ._pg_driver import PgDriverStatement, unless_all_null, utc_decoder
 from ._pg_records import PgRecordBuilder
@@ -73,9 +78,9 @@ class PgTaskRunner:
         self._hide = engine.sync_engine.hide_parameters
         self._statements = statements
         # One compiled statement per limit the store was asked for (see LITERAL_LIMITS),
-        # and per whether it claims under a cluster-wide limit.
-        self._claims: dict[tuple[int | None, bool], _Statement] = {}
-        self._succeed_and_claims: dict[tuple[int | None, bool], _Statement] = {}
+        # per whether it claims under a cluster-wide limit, and whether by partitions.
+        self._claims: dict[tuple[int | None, bool, bool], _Statement] = {}
+        self._succeed_and_claims: dict[tuple[int | None, bool, bool], _Statement] = {}
         self._succeed_many = self._both(statements.succeed_many)
         self._renew_many = self._both(statements.renew_many)
         self._utc = utc_decoder(dialect)
@@ -93,15 +98,16 @@ class PgTaskRunner:
 
     def _for_limit(
         self,
-        cache: dict[tuple[int | None, bool], _Statement],
+        cache: dict[tuple[int | None, bool, bool], _Statement],
         build: Callable[..., Any],
         limit: int,
         capped: bool,
+        fair: bool = False,
     ) -> _Statement:
-        key = limit_key(limit), capped  # larger limits share one statement
+        key = limit_key(limit), capped, fair  # larger limits share one statement
         statement = cache.get(key)
         if statement is None:
-            statement = cache[key] = self._both(build(limit, capped=capped))
+            statement = cache[key] = self._both(build(limit, capped=capped, fair=fair))
         return statement
 
     async def claim(
@@ -111,17 +117,20 @@ class PgTaskRunner:
         owner: str,
         lease_ttl: timedelta,
         cluster_limit: int | None = None,
+        partition_limit: int | None = None,
     ) -> tuple[list[BackgroundTaskRecord], list[TaskStatus]]:
-        """The lane's rescue-and-claim (under ``cluster_limit``: locked, see
-        :meth:`PgTaskStatements.claim`).
+        """The lane's rescue-and-claim (under ``cluster_limit`` or ``partition_limit``:
+        locked, see :meth:`PgTaskStatements.claim`).
 
         Returns:
             The claimed records in claim order, and the status of each row the
             rescue left unclaimed (pending again, failed or cancelled).
         """
-        if cluster_limit is not None:
+        if cluster_limit is not None or partition_limit is not None:
             async with self._turn(lane):
-                return await self._claim_fresh(lane, limit, owner, lease_ttl, cluster_limit)
+                return await self._claim_fresh(
+                    lane, limit, owner, lease_ttl, cluster_limit, partition_limit
+                )
         statement = self._for_limit(self._claims, self._statements.claim, limit, False)
         params = claim_params(lane, limit, owner, lease_ttl)
         rows = await self._rows("claim tasks", statement, params)
@@ -133,7 +142,8 @@ class PgTaskRunner:
         limit: int,
         owner: str,
         lease_ttl: timedelta,
-        cap: int,
+        cap: int | None,
+        plim: int | None,
         rows: Sequence[Any] | None = None,
         offset: int = 1,
     ) -> tuple[list[BackgroundTaskRecord], list[TaskStatus]]:
@@ -143,10 +153,14 @@ class PgTaskRunner:
         """
         claimed: list[BackgroundTaskRecord] = []
         ended: list[TaskStatus] = []
-        statement = self._for_limit(self._claims, self._statements.claim, limit, True)
+        fair = plim is not None
+        statement = self._for_limit(self._claims, self._statements.claim, limit, True, fair)
         for _ in range(_FRESH_ATTEMPTS):
             if rows is None:
-                params = {**claim_params(lane, limit, owner, lease_ttl), "cap": cap}
+                params = {
+                    **claim_params(lane, limit, owner, lease_ttl),
+                    **gate_params(cap, plim),
+                }
                 rows, offset = await self._rows("claim tasks", statement, params), 1
             claimed += self._claimed(rows, offset)
             ended += _unclaimed(rows, offset)
@@ -164,9 +178,10 @@ class PgTaskRunner:
         owner: str,
         lease_ttl: timedelta,
         cluster_limit: int | None = None,
+        partition_limit: int | None = None,
     ) -> tuple[set[tuple[int, str]], list[BackgroundTaskRecord], list[TaskStatus]]:
-        """The fenced successes and the claim in one statement (``cluster_limit``: as
-        for :meth:`claim`).
+        """The fenced successes and the claim in one statement (``cluster_limit``,
+        ``partition_limit``: as for :meth:`claim`).
 
         Returns:
             The ``(id, token)`` pairs written, the claimed records in claim order, and
@@ -174,21 +189,25 @@ class PgTaskRunner:
         """
         params = {**success_params(completions), **claim_params(lane, limit, owner, lease_ttl)}
         operation = "mark tasks succeeded and claim"
-        if cluster_limit is None:
+        if cluster_limit is None and partition_limit is None:
             statement = self._for_limit(
                 self._succeed_and_claims, self._statements.succeed_and_claim, limit, False
             )
             rows = await self._rows(operation, statement, params, queue=True)
             return _written(rows), self._claimed(rows, offset=2), _unclaimed(rows, offset=2)
-        params["cap"] = cluster_limit
+        params.update(gate_params(cluster_limit, partition_limit))
         statement = self._for_limit(
-            self._succeed_and_claims, self._statements.succeed_and_claim, limit, True
+            self._succeed_and_claims,
+            self._statements.succeed_and_claim,
+            limit,
+            True,
+            partition_limit is not None,
         )
         async with self._turn(lane):
             rows = await self._rows(operation, statement, params, queue=True)
             # The successes are written; a claim run again claims only.
             claimed, ended = await self._claim_fresh(
-                lane, limit, owner, lease_ttl, cluster_limit, rows, offset=3
+                lane, limit, owner, lease_ttl, cluster_limit, partition_limit, rows, offset=3
             )
         return _written(rows), claimed, ended
 
@@ -287,6 +306,15 @@ def claim_params(lane: str, limit: int, owner: str, lease_ttl: timedelta) -> dic
         "ttl": lease_ttl,
         "owner": owner,
     }
+
+
+def gate_params(cap: int | None, plim: int | None) -> dict[str, int]:
+    """The gated claim's limits: a partitioned lane without a cluster limit caps at
+    the largest claim (never binding)."""
+    params = {"cap": MAX_TASK_CLAIM_LIMIT if cap is None else cap}
+    if plim is not None:
+        params["plim"] = plim
+    return params
 
 
 def success_params(completions: Sequence[TaskCompletion]) -> dict[str, list[Any]]:

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from ..tasks._internal import (
     MAX_TASK_DEDUPE_KEY_LENGTH,
     MAX_TASK_KIND_LENGTH,
+    MAX_TASK_PARTITION_LENGTH,
     BackgroundTaskRecord,
     TaskFailureReason,
     TaskStatus,
@@ -64,6 +65,7 @@ CORE_COLUMNS = (
     "last_traceback",
     "trace_context",
     "dependents_waiting",
+    "partition_key",
 )
 """The columns :class:`BackgroundTaskDbStore` reads and writes (in this order)."""
 
@@ -86,7 +88,8 @@ def background_tasks_table(
     ``created_at``, ``updated_at``, ``started_at``, ``finished_at`` (aware UTC),
     ``snooze_count``, ``last_traceback`` (the bounded traceback beside ``last_error``),
     ``trace_context`` (the enqueuing side's trace context, JSON text, ``NULL`` unless
-    tracing is on), ``waiting`` (``NOT NULL DEFAULT false``; not part of a record) and
+    tracing is on), ``partition_key`` (the task's partition, ``NULL`` for none),
+    ``waiting`` (``NOT NULL DEFAULT false``; not part of a record) and
     ``dependents_waiting`` (``NOT NULL DEFAULT false``: workflow tasks wait for this
     one's outcome, see ``ix_<name>_dependents`` below) and ``dependencies_left``
     (``NOT NULL DEFAULT 0``: how many of a workflow task's dependencies have not told
@@ -163,6 +166,7 @@ def background_tasks_table(
         sa.Column("snooze_count", sa.Integer(), nullable=False, server_default=sa.text("0")),
         sa.Column("last_traceback", _LONG_TEXT, nullable=True),
         sa.Column("trace_context", sa.Text(), nullable=True),
+        sa.Column("partition_key", sa.String(MAX_TASK_PARTITION_LENGTH), nullable=True),
         sa.Column("waiting", sa.Boolean(), nullable=False, server_default=sa.false()),
         sa.Column("dependents_waiting", sa.Boolean(), nullable=False, server_default=sa.false()),
         sa.Column("dependencies_left", sa.Integer(), nullable=False, server_default=sa.text("0")),
@@ -318,6 +322,7 @@ def record_from_row(row: Any) -> BackgroundTaskRecord:
         last_traceback=m["last_traceback"],
         trace_context=m["trace_context"],
         dependents_waiting=bool(m["dependents_waiting"]),
+        partition=m["partition_key"],
     )
 
 

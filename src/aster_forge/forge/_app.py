@@ -215,6 +215,7 @@ class Forge(ForgeDeclarations, ForgeOperations, ForgeWorkflows):
         delay: timedelta,
         priority: int,
         max_attempts: int | None,
+        partition: str | None = None,
         connection: AsyncConnection | AsyncSession | None = None,
     ) -> list[EnqueueResult]:
         """Validate every payload of ``task`` then enqueue them in one store call.
@@ -235,6 +236,7 @@ class Forge(ForgeDeclarations, ForgeOperations, ForgeWorkflows):
                 delay=delay,
                 priority=priority,
                 max_attempts=max_attempts,
+                partition=partition,
             )
             if connection is not None:
                 store = self._backend.database_task_store(f"task {task.name!r}: connection=")

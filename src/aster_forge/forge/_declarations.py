@@ -76,13 +76,21 @@ class ForgeDeclarations:
         self._default_concurrency = default_concurrency
         self._lanes: dict[str, int] = {}
         self._cluster_limits: dict[str, int] = {}
+        self._partition_limits: dict[str, int] = {}
         self._tasks: dict[str, ForgeTask] = {}
         self._periodics: list[ForgePeriodic] = []
         self._resources: Callable[[], AbstractAsyncContextManager[Any]] | None = None
         self._health_checks: dict[str, ForgeHealthCheck] = {}
         self._registry: TaskRegistry[Forge, str, str] | None = None
 
-    def lane(self, name: str, *, concurrency: int = 1, cluster_limit: int | None = None) -> str:
+    def lane(
+        self,
+        name: str,
+        *,
+        concurrency: int = 1,
+        cluster_limit: int | None = None,
+        partition_limit: int | None = None,
+    ) -> str:
         """Declare a lane: a concurrency group the worker limits separately.
 
         Args:
@@ -91,13 +99,18 @@ class ForgeDeclarations:
             cluster_limit: The most tasks of the lane running at once across every
                 instance on the database (enforced in the claim); ``None``: no limit
                 beyond each process's ``concurrency``.
+            partition_limit: The most tasks of one partition (``enqueue(...,
+                partition=...)``) running at once across every instance; 1 runs each
+                partition's tasks one at a time. Claims then take partitions in turn,
+                so a partition with many queued tasks never starves one with a few.
+                ``None``: partitions are not considered.
 
         Returns:
             The lane's name, for ``@forge.task(lane=...)``.
 
         Raises:
-            ForgeDeclarationError: Declared twice, a bad name, or a concurrency or
-                cluster limit below 1.
+            ForgeDeclarationError: Declared twice, a bad name, or a concurrency,
+                cluster limit or partition limit below 1.
             ForgeStateError: The forge is already in use (declarations are frozen).
         """
         self._check_open()
@@ -106,17 +119,21 @@ class ForgeDeclarations:
             raise ForgeDeclarationError(f"lane {name!r} is declared twice")
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ForgeDeclarationError(f"lane {name!r}: concurrency must be an int >= 1")
-        if cluster_limit is not None and (
-            isinstance(cluster_limit, bool)
-            or not isinstance(cluster_limit, int)
-            or cluster_limit < 1
+        for setting, value in (
+            ("cluster_limit", cluster_limit),
+            ("partition_limit", partition_limit),
         ):
-            raise ForgeDeclarationError(
-                f"lane {name!r}: cluster_limit must be None or an int >= 1, got {cluster_limit!r}"
-            )
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise ForgeDeclarationError(
+                    f"lane {name!r}: {setting} must be None or an int >= 1, got {value!r}"
+                )
         self._lanes[name] = concurrency
         if cluster_limit is not None:
             self._cluster_limits[name] = cluster_limit
+        if partition_limit is not None:
+            self._partition_limits[name] = partition_limit
         return name
 
     @overload
@@ -382,6 +399,11 @@ class ForgeDeclarations:
     def lane_cluster_limits(self) -> dict[str, int]:
         """The cluster-wide limit of each lane declared with one."""
         return dict(self._cluster_limits)
+
+    @property
+    def lane_partition_limits(self) -> dict[str, int]:
+        """The per-partition limit of each lane declared with one."""
+        return dict(self._partition_limits)
 
     @property
     def registry(self) -> TaskRegistry[Forge, str, str]:

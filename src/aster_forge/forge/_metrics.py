@@ -11,6 +11,8 @@ Read from the store, so a web process that runs no workers exports them too:
 - ``task_lane_cluster_limit{lane}``: the declared cluster-wide limit of each lane that
   has one (from the declarations, no read): compare it with
   ``task_queue_depth{status="running"}``, which counts what runs against it.
+- ``task_lane_partition_limit{lane}``: the declared per-partition limit of each lane
+  that has one (from the declarations, no read).
 
 These are measured at scrape time by one ``lane_counts`` read over the forge's
 declared lanes (it reads only pending and running rows), bounded by a timeout; a read
@@ -132,4 +134,11 @@ class ForgeQueueCollector(Collector):
         )
         for lane, limit in sorted(self._forge.lane_cluster_limits.items()):
             capped.add_metric([lane], limit)
-        yield from (depth, due, expired, lag, ended, capped)
+        per_partition = GaugeMetricFamily(
+            "task_lane_partition_limit",
+            "The most running tasks of one partition of the lane across every instance (declared).",
+            labels=["lane"],
+        )
+        for lane, limit in sorted(self._forge.lane_partition_limits.items()):
+            per_partition.add_metric([lane], limit)
+        yield from (depth, due, expired, lag, ended, capped, per_partition)

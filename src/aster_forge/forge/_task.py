@@ -152,6 +152,7 @@ class ForgeTask:
         delay: timedelta = timedelta(0),
         priority: int = 0,
         max_attempts: int | None = None,
+        partition: str | None = None,
         connection: AsyncConnection | AsyncSession | None = None,
     ) -> EnqueueResult:
         """Validate ``payload`` and enqueue one task (a second enqueue with the same
@@ -164,6 +165,9 @@ class ForgeTask:
             delay: Added to now when ``run_at`` is not given.
             priority: Higher is claimed first within the lane.
             max_attempts: Overrides the task's ``max_attempts`` for this row.
+            partition: The partition the task belongs to (a tenant, an account): a
+                lane's ``partition_limit`` caps the tasks running per partition and
+                its claims take partitions in turn.
             connection: Your open SQLAlchemy ``AsyncConnection`` or ``AsyncSession`` on
                 the forge's database: the task is written in your transaction and exists
                 if and only if it commits (a worker sees it after the commit).
@@ -181,6 +185,7 @@ class ForgeTask:
             delay=delay,
             priority=priority,
             max_attempts=max_attempts,
+            partition=partition,
             connection=connection,
         )
         return results[0]
@@ -193,6 +198,7 @@ class ForgeTask:
         delay: timedelta = timedelta(0),
         priority: int = 0,
         max_attempts: int | None = None,
+        partition: str | None = None,
         connection: AsyncConnection | AsyncSession | None = None,
     ) -> list[EnqueueResult]:
         """Validate every payload, then enqueue them all in one store call (with
@@ -211,6 +217,7 @@ class ForgeTask:
             delay=delay,
             priority=priority,
             max_attempts=max_attempts,
+            partition=partition,
             connection=connection,
         )
 
@@ -266,6 +273,7 @@ class ForgeTask:
         delay: timedelta = timedelta(0),
         priority: int = 0,
         max_attempts: int | None = None,
+        partition: str | None = None,
     ) -> EnqueueResult:
         """:meth:`enqueue` for synchronous code (Django, Flask, scripts) with no event loop.
 
@@ -287,6 +295,7 @@ class ForgeTask:
             delay=delay,
             priority=priority,
             max_attempts=max_attempts,
+            partition=partition,
         )
         return results[0]
 
@@ -298,6 +307,7 @@ class ForgeTask:
         delay: timedelta = timedelta(0),
         priority: int = 0,
         max_attempts: int | None = None,
+        partition: str | None = None,
     ) -> list[EnqueueResult]:
         """:meth:`enqueue_many` for synchronous code: every payload is validated in the
         calling thread, then all are written in one store call (see :meth:`enqueue_sync`).
@@ -315,6 +325,7 @@ class ForgeTask:
             delay=delay,
             priority=priority,
             max_attempts=max_attempts,
+            partition=partition,
         )
 
     def __call__(self, *args: Any) -> Any:

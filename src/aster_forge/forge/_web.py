@@ -52,6 +52,7 @@ def forge_asgi_app(
         dispatcher=forge.current_dispatcher,
         lanes=tuple(forge.lanes),
         cluster_limits=forge.lane_cluster_limits,
+        partition_limits=forge.lane_partition_limits,
         title=title if title is not None else forge.name,
     )
     return create_app(

@@ -175,6 +175,7 @@ class ForgeWorker:
                     lane,
                     limit,
                     cluster_limit=forge.lane_cluster_limits.get(lane),
+                    partition_limit=forge.lane_partition_limits.get(lane),
                 )
                 for lane, limit in forge.lanes.items()
             ],

@@ -65,12 +65,16 @@ class TaskLaneConfig:
         cluster_limit: The most tasks of this lane running at once across every worker
             of the store's table, enforced by the store's claim (default: no limit
             beyond each worker's ``max_concurrency``).
+        partition_limit: The most tasks of one partition of this lane running at once
+            across every worker; claims then take partitions in turn (default: tasks'
+            partitions are not considered).
     """
 
     lane: Hashable
     max_concurrency: int
     claim_batch: int | None = None
     cluster_limit: int | None = None
+    partition_limit: int | None = None
 
     def __post_init__(self) -> None:
         error = TaskDispatchConfigError
@@ -84,6 +88,13 @@ class TaskLaneConfig:
         if self.cluster_limit is not None:
             check_int_setting(
                 f"lane {self.lane!r}: cluster_limit", self.cluster_limit, minimum=1, error=error
+            )
+        if self.partition_limit is not None:
+            check_int_setting(
+                f"lane {self.lane!r}: partition_limit",
+                self.partition_limit,
+                minimum=1,
+                error=error,
             )
 
 

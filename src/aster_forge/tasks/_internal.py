@@ -32,11 +32,14 @@ from ._control import (
 from ._dedupe import MAX_TASK_DEDUPE_KEY_LENGTH
 from ._dispatch import DispatchStats, default_dispatch_owner
 from ._log_context import TaskLogContextFilter
+from ._partitions import fair_pick
 from ._records import (
     LEASE_EXPIRED_ERROR,
+    MAX_TASK_CLAIM_LIMIT,
     MAX_TASK_ID,
     MAX_TASK_KIND_LENGTH,
     MAX_TASK_PAGE_SIZE,
+    MAX_TASK_PARTITION_LENGTH,
     BackgroundTaskRecord,
     EnqueueResult,
     TaskCancelOutcome,
@@ -85,11 +88,13 @@ __all__ = [
     "MAX_CRON_EXPRESSION_LENGTH",
     "MAX_CRON_TIMEZONE_LENGTH",
     "MAX_SCHEDULED_TASK_NAME_LENGTH",
+    "MAX_TASK_CLAIM_LIMIT",
     "MAX_TASK_DEDUPE_KEY_LENGTH",
     "MAX_TASK_ERROR_SEARCH_LENGTH",
     "MAX_TASK_ID",
     "MAX_TASK_KIND_LENGTH",
     "MAX_TASK_PAGE_SIZE",
+    "MAX_TASK_PARTITION_LENGTH",
     "BackgroundTaskRecord",
     "ClassifiedTaskError",
     "DispatchStats",
@@ -133,6 +138,7 @@ __all__ = [
     "check_throughput_minutes",
     "check_ttl",
     "default_dispatch_owner",
+    "fair_pick",
     "initial_task_steps_from_specs",
     "mark_active_step_failed",
     "parse_task_steps_json",

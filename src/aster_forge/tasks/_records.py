@@ -27,6 +27,7 @@ __all__ = [
     "MAX_TASK_ID",
     "MAX_TASK_KIND_LENGTH",
     "MAX_TASK_PAGE_SIZE",
+    "MAX_TASK_PARTITION_LENGTH",
     "MAX_TASK_PRIORITY",
     "BackgroundTaskRecord",
     "EnqueueResult",
@@ -39,6 +40,7 @@ __all__ = [
     "TaskStatus",
     "check_claim_args",
     "check_list_tasks_args",
+    "check_partition",
     "check_retry_delay",
     "check_run_at",
     "check_text",
@@ -129,6 +131,26 @@ def _storable_problem(text: str) -> str | None:
     except UnicodeEncodeError:
         return "contains a lone surrogate (not valid UTF-8)"
     return None
+
+
+MAX_TASK_PARTITION_LENGTH = 255
+"""The longest partition key (characters); it fits a ``VARCHAR(255)`` column."""
+
+
+def check_partition(value: object) -> str:
+    """Refuse a partition key no store keeps alike; return it.
+
+    Raises:
+        TaskEnqueueValueError: When it is not a non-empty ``str`` of at most
+            :data:`MAX_TASK_PARTITION_LENGTH` characters without NUL or lone surrogates.
+    """
+    if not isinstance(value, str):
+        raise TaskEnqueueValueError(f"partition must be a str or None, got {type(value).__name__}")
+    if not value or len(value) > MAX_TASK_PARTITION_LENGTH:
+        raise TaskEnqueueValueError(
+            f"partition must be 1 to {MAX_TASK_PARTITION_LENGTH} characters long, got {len(value)}"
+        )
+    return check_text(value, "partition")
 
 
 def check_text(value: str, what: str, error: type[Exception] = TaskEnqueueValueError) -> str:
@@ -257,6 +279,10 @@ class NewTask:
         trace_context: The enqueuing side's trace context (the propagator's carrier as
             JSON text), stored with the task so each attempt links to it; ``None``
             stores none. :meth:`TaskRegistry.new_task` fills it in while tracing is on.
+        partition: The partition the task belongs to (a tenant, an account, a file:
+            up to :data:`MAX_TASK_PARTITION_LENGTH` characters), or ``None``. A lane
+            with a ``partition_limit`` runs at most that many tasks of one partition
+            at once across the cluster and takes partitions in turn.
 
     Raises:
         TaskEnqueueValueError: When a field is invalid (checked at construction).
@@ -273,6 +299,7 @@ class NewTask:
     dedupe_key: TaskDedupeKey | str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
     trace_context: str | None = None
+    partition: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", wire_value(self.kind, "kind"))
@@ -308,6 +335,8 @@ class NewTask:
                     f"{type(self.trace_context).__name__}"
                 )
             check_text(self.trace_context, "trace_context")
+        if self.partition is not None:
+            check_partition(self.partition)
 
     @property
     def dedupe_key_text(self) -> str | None:
@@ -331,6 +360,7 @@ _set_max_attempts = _SLOT_SETTERS["max_attempts"]
 _set_dedupe_key = _SLOT_SETTERS["dedupe_key"]
 _set_extra = _SLOT_SETTERS["extra"]
 _set_trace_context = _SLOT_SETTERS["trace_context"]
+_set_partition = _SLOT_SETTERS["partition"]
 
 
 def encoded_new_task(
@@ -346,6 +376,7 @@ def encoded_new_task(
     dedupe_key: TaskDedupeKey | str | None,
     extra: Mapping[str, Any],
     trace_context: str | None = None,
+    partition: str | None = None,
 ) -> NewTask:
     """A :class:`NewTask` whose kind, lane, payload and steps a registry produced.
 
@@ -370,6 +401,7 @@ def encoded_new_task(
     _set_dedupe_key(task, dedupe_key)
     _set_extra(task, extra)
     _set_trace_context(task, trace_context)
+    _set_partition(task, partition)
     task._check_options()
     return task
 
@@ -416,6 +448,7 @@ class BackgroundTaskRecord:
             or ``None``.
         dependents_waiting: Tasks of a workflow wait for this one's outcome and have
             not yet been told it (see :class:`~aster_forge.tasks.TaskDependency`).
+        partition: The task's partition (:attr:`NewTask.partition`), or ``None``.
     """
 
     id: int
@@ -446,6 +479,7 @@ class BackgroundTaskRecord:
     last_traceback: str | None = None
     trace_context: str | None = None
     dependents_waiting: bool = False
+    partition: str | None = None
 
     @staticmethod
     def from_values(values: Sequence[Any]) -> BackgroundTaskRecord:
@@ -692,7 +726,12 @@ def check_ttl(lease_ttl: object) -> None:
 
 
 def check_claim_args(
-    lane: object, owner: object, lease_ttl: object, limit: object, cluster_limit: object = None
+    lane: object,
+    owner: object,
+    lease_ttl: object,
+    limit: object,
+    cluster_limit: object = None,
+    partition_limit: object = None,
 ) -> str:
     """Validate :meth:`~aster_forge.tasks.TaskClaimStore.claim_due_for_lane` arguments.
 
@@ -704,7 +743,7 @@ def check_claim_args(
             too long or not storable, the limit is not an int in
             ``0..MAX_TASK_CLAIM_LIMIT`` (a non-positive limit claims nothing), the
             TTL is not a positive ``timedelta``, or ``cluster_limit`` is neither
-            ``None`` nor an int in ``1..MAX_TASK_CLAIM_LIMIT``.
+            ``None`` nor an int in ``1..MAX_TASK_CLAIM_LIMIT`` (nor ``partition_limit``).
     """
     lane_value = wire_value(lane, "lane")
     if not isinstance(owner, str) or not owner.strip() or len(owner) > 255:
@@ -723,6 +762,15 @@ def check_claim_args(
     ):
         raise TaskInvalidValueError(
             f"cluster_limit must be None or an int in 1..{MAX_TASK_CLAIM_LIMIT}: {cluster_limit!r}"
+        )
+    if partition_limit is not None and (
+        isinstance(partition_limit, bool)
+        or not isinstance(partition_limit, int)
+        or not 1 <= partition_limit <= MAX_TASK_CLAIM_LIMIT
+    ):
+        raise TaskInvalidValueError(
+            "partition_limit must be None or an int in "
+            f"1..{MAX_TASK_CLAIM_LIMIT}: {partition_limit!r}"
         )
     return lane_value
 

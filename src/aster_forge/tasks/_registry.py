@@ -183,6 +183,7 @@ class TaskRegistry(Generic[StateT, KindT, LaneT]):
         priority: int = 0,
         max_attempts: int | None = None,
         extra: Mapping[str, Any] | None = None,
+        partition: str | None = None,
     ) -> NewTask:
         """Build a validated :class:`~aster_forge.tasks.NewTask` for ``kind``.
 
@@ -201,6 +202,7 @@ class TaskRegistry(Generic[StateT, KindT, LaneT]):
             max_attempts: Counted attempts allowed (``None``: the kind's
                 ``retry_policy.max_attempts``, else :class:`NewTask`'s default).
             extra: Values for columns the product added to the table.
+            partition: The task's partition (see :attr:`NewTask.partition`).
 
         Raises:
             TaskKindNotRegisteredError: When ``kind`` is not registered.
@@ -237,6 +239,7 @@ class TaskRegistry(Generic[StateT, KindT, LaneT]):
             dedupe_key=dedupe_key,
             extra=dict(extra) if extra is not None else {},
             trace_context=_tracing.trace_context(),
+            partition=partition,
         )
 
     def check_new_task(self, task: NewTask) -> NewTask:

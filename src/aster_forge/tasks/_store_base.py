@@ -46,6 +46,7 @@ class TaskStoreBase(ABC, Generic[TaskT, LaneT]):
         lease_ttl: timedelta,
         *,
         cluster_limit: int | None = None,
+        partition_limit: int | None = None,
     ) -> Sequence[TaskT]:
         """See :meth:`~aster_forge.tasks.TaskClaimStore.claim_due_for_lane`."""
 
@@ -118,11 +119,17 @@ class TaskStoreBase(ABC, Generic[TaskT, LaneT]):
         lease_ttl: timedelta,
         *,
         cluster_limit: int | None = None,
+        partition_limit: int | None = None,
     ) -> tuple[Sequence[bool], Sequence[TaskT]]:
         """The successes, then a claim of ``limit`` tasks of ``lane`` (two calls)."""
         results = await self.mark_tasks_succeeded_many(completions)
         claimed = await self.claim_due_for_lane(
-            lane, limit, owner, lease_ttl, cluster_limit=cluster_limit
+            lane,
+            limit,
+            owner,
+            lease_ttl,
+            cluster_limit=cluster_limit,
+            partition_limit=partition_limit,
         )
         return results, claimed
 

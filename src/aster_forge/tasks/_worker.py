@@ -422,6 +422,7 @@ class TaskWorker(Generic[StateT]):
                     self.owner,
                     self.execution.lease_ttl,
                     cluster_limit=config.cluster_limit,
+                    partition_limit=config.partition_limit,
                 )
                 records = await recorded_claim(lane, call, _as_records, self.stats, clock)
             finally:
@@ -622,6 +623,7 @@ class TaskWorker(Generic[StateT]):
                 self.owner,
                 self.execution.lease_ttl,
                 cluster_limit=config.cluster_limit,
+                partition_limit=config.partition_limit,
             )
             results, records = await recorded_claim(lane, call, _claimed_part, self.stats, clock)
         except BaseException:

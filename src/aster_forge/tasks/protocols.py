@@ -142,6 +142,7 @@ class TaskClaimStore(Protocol[TaskT_co, LaneT_contra]):
         lease_ttl: timedelta,
         *,
         cluster_limit: int | None = None,
+        partition_limit: int | None = None,
     ) -> Sequence[TaskT_co]:
         """Atomically claim up to ``limit`` due tasks whose kind belongs to ``lane``.
 
@@ -157,7 +158,11 @@ class TaskClaimStore(Protocol[TaskT_co, LaneT_contra]):
             * with ``cluster_limit``, the claim leaves at most that many tasks of the lane
               running across every claimer of the store's table (claims of the lane
               serialise on a lock; a task whose lease expired no longer counts), even
-              when instances claim concurrently.
+              when instances claim concurrently;
+            * with ``partition_limit``, at most that many tasks of one partition of the
+              lane run at once across every claimer (tasks without a partition are not
+              capped), and the claim takes partitions in turn: each partition's first
+              due task (by priority, due time, id), then each one's second, and so on.
 
         Args:
             lane: The lane whose kinds may be claimed.
@@ -166,6 +171,8 @@ class TaskClaimStore(Protocol[TaskT_co, LaneT_contra]):
             lease_ttl: How long the claim stays live without a heartbeat.
             cluster_limit: The most tasks of the lane running at once across all
                 claimers (``None``: no limit beyond ``limit``).
+            partition_limit: The most tasks of one partition of the lane running at
+                once across all claimers (``None``: partitions are not considered).
 
         Returns:
             The claimed rows, in claim order (priority, due time, id).
@@ -516,10 +523,11 @@ class DispatchTaskStore(
         lease_ttl: timedelta,
         *,
         cluster_limit: int | None = None,
+        partition_limit: int | None = None,
     ) -> tuple[Sequence[bool], Sequence[TaskT_co]]:
         """:meth:`mark_tasks_succeeded_many`, then :meth:`claim_due_for_lane` for the
-        slots they free (under ``cluster_limit``, counting the written successes as
-        finished); the worker calls it only when :attr:`claims_with_success`.
+        slots they free (under ``cluster_limit`` and ``partition_limit``, counting the
+        written successes as finished); the worker calls it only when :attr:`claims_with_success`.
 
         Returns:
             The success results in input order, and the claimed records.

@@ -27,6 +27,7 @@ from ..tasks._internal import (
 from ..tasks.errors import TaskEnqueueValueError, TaskStateError
 from ._cluster_limit_conformance import ClusterLimitChecks
 from ._conformance import StoreConformance
+from ._partition_conformance import PartitionChecks
 from ._task_control_conformance import LONG as _LONG
 from ._task_control_conformance import TaskControlChecks
 from ._task_control_conformance import lease_of as _lease
@@ -35,7 +36,10 @@ __all__ = ["TaskStoreConformance"]
 
 
 class TaskStoreConformance(
-    TaskControlChecks, ClusterLimitChecks, StoreConformance[BackgroundTaskStore]
+    TaskControlChecks,
+    ClusterLimitChecks,
+    PartitionChecks,
+    StoreConformance[BackgroundTaskStore],
 ):
     """Checks every :class:`~aster_forge.tasks.BackgroundTaskStore` must pass (seed 测试要求).
 
@@ -83,6 +87,7 @@ class TaskStoreConformance(
         "check_invalid_input_is_rejected",
         *TaskControlChecks.CONTROL_CHECKS,
         *ClusterLimitChecks.CLUSTER_LIMIT_CHECKS,
+        *PartitionChecks.PARTITION_CHECKS,
     )
 
     def __init__(

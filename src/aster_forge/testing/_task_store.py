@@ -27,6 +27,7 @@ from ..tasks._internal import (
     check_retry_delay,
     check_run_at,
     check_ttl,
+    fair_pick,
     parse_task_steps_json,
     serialize_task_steps_json,
     wire_value,
@@ -138,6 +139,7 @@ class InMemoryTaskStore(
             started_at=None,
             finished_at=None,
             trace_context=task.trace_context,
+            partition=task.partition,
         )
         self._next_id += 1
         self._rows[record.id] = record
@@ -223,10 +225,12 @@ class InMemoryTaskStore(
         lease_ttl: timedelta,
         *,
         cluster_limit: int | None = None,
+        partition_limit: int | None = None,
     ) -> list[BackgroundTaskRecord]:
         """Rescue expired leases of ``lane``, then claim up to ``limit`` due tasks
-        (fewer when ``cluster_limit`` tasks of the lane would then be running)."""
-        lane_value = check_claim_args(lane, owner, lease_ttl, limit, cluster_limit)
+        (fewer when ``cluster_limit`` tasks of the lane would then be running; with
+        ``partition_limit``, partitions in turn and none past the limit)."""
+        lane_value = check_claim_args(lane, owner, lease_ttl, limit, cluster_limit, partition_limit)
         self.claim_calls += 1
         if limit <= 0:
             return []
@@ -241,14 +245,19 @@ class InMemoryTaskStore(
                 if row.lane == lane_value and row.status is TaskStatus.RUNNING
             )
             limit = max(0, min(limit, cluster_limit - running))
-        due = sorted(
-            (
-                row
-                for row in self._rows.values()
-                if row.lane == lane_value and row.status is TaskStatus.PENDING and row.run_at <= now
-            ),
-            key=lambda row: (-row.priority, row.run_at, row.id),
-        )[:limit]
+        pending = [
+            row
+            for row in self._rows.values()
+            if row.lane == lane_value and row.status is TaskStatus.PENDING and row.run_at <= now
+        ]
+        if partition_limit is None:
+            due = sorted(pending, key=lambda row: (-row.priority, row.run_at, row.id))[:limit]
+        else:
+            running_in: dict[str, int] = {}
+            for row in self._rows.values():
+                if row.lane == lane_value and row.status is TaskStatus.RUNNING and row.partition:
+                    running_in[row.partition] = running_in.get(row.partition, 0) + 1
+            due = fair_pick(pending, running_in, partition_limit=partition_limit, limit=limit)
         expires = saturating_expiry(now, lease_ttl)
         claimed: list[BackgroundTaskRecord] = []
         for row in due:

@@ -196,6 +196,12 @@ class Lane(_Answer):
     cluster_limit: int | None = Field(
         description="The lane's cap on running tasks across every instance, when it has one."
     )
+    partition_limit: int | None = Field(
+        description=(
+            "The lane's cap on running tasks of one partition across every instance, "
+            "when it has one (its claims then take partitions in turn)."
+        )
+    )
     expired: int | None
     queue_lag_seconds: float | None
     oldest_due_run_at: Time

@@ -43,6 +43,8 @@ class AdminSources:
         lane_limits: Lane limits when there is no ``dispatcher``.
         cluster_limits: Each lane's cluster-wide limit when there is no ``dispatcher``
             (only lanes with one).
+        partition_limits: Each lane's per-partition limit when there is no
+            ``dispatcher`` (only lanes with one).
         lanes: Lanes to list even when they are idle (wire values or enum members).
         health: What ``/api/health`` runs; default ``runtime``, else ``components``.
         clock: Judges "due"/"claimed" for scheduled rows.
@@ -58,6 +60,7 @@ class AdminSources:
     dispatch_stats: DispatchStatsSource | None = None
     lane_limits: LaneLimits | None = None
     cluster_limits: Mapping[Any, int] | None = None
+    partition_limits: Mapping[Any, int] | None = None
     lanes: Sequence[Hashable] = ()
     health: HealthSource | None = None
     clock: Clock = field(default_factory=SystemClock)
@@ -107,6 +110,19 @@ class AdminSources:
                 {c.lane: c.cluster_limit for c in dispatcher.lanes if c.cluster_limit is not None}
             )
         return label_keys(dict(self.cluster_limits or {}))
+
+    def partition_view(self) -> dict[str, int]:
+        """Each lane's per-partition limit (lanes with one), by wire value."""
+        dispatcher = self.current_dispatcher()
+        if dispatcher is not None:
+            return label_keys(
+                {
+                    c.lane: c.partition_limit
+                    for c in dispatcher.lanes
+                    if c.partition_limit is not None
+                }
+            )
+        return label_keys(dict(self.partition_limits or {}))
 
     def dispatch_view(self) -> tuple[dict[str, int], dict[str, DispatchStats]]:
         """Return lane limits and stats snapshots (in-flight counts included), by wire value."""

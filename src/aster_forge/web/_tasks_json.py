@@ -201,16 +201,19 @@ def lanes_json(
     counts: Sequence[TaskLaneCounts],
     states: Sequence[TaskLaneState] = (),
     cluster_limits: Mapping[str, int] | None = None,
+    partition_limits: Mapping[str, int] | None = None,
 ) -> list[dict[str, Any]]:
     """Merge lane limits, in-process dispatch stats and store counts, one item per lane.
 
     ``in_flight`` is this process's executing tasks (from the dispatcher);
     ``running`` is every running row in the store (all instances), which
-    ``cluster_limit`` caps when the lane declares one; ``paused`` is the stored pause
+    ``cluster_limit`` caps when the lane declares one; ``partition_limit`` is the
+    lane's cap per partition (claims then take partitions in turn); ``paused`` is the stored pause
     state (every instance skips a paused lane); a lane with a stored state is listed
     even when idle.
     """
     capped = cluster_limits or {}
+    per_partition = partition_limits or {}
     by_lane = {c.lane: c for c in counts}
     stored = [s.lane for s in states]
     paused = {s.lane: s for s in states if s.paused}
@@ -224,6 +227,7 @@ def lanes_json(
                 "lane": name,
                 "limit": limits.get(name),
                 "cluster_limit": capped.get(name),
+                "partition_limit": per_partition.get(name),
                 "in_flight": None if snapshot is None else snapshot.in_flight,
                 "pending": None if count is None else count.pending,
                 "due": None if count is None else count.due,

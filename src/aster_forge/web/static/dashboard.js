@@ -147,7 +147,7 @@
       el("td", {}, [paused ? badge("paused") : el("span", { class: "muted", text: paused === null ? "-" : "active" })]),
       td(counts.pending ?? live.pending, "num count-pending"),
       td(live.due, "num"),
-      td(String(counts.running ?? live.running ?? "-") + (live.cluster_limit ? " / " + live.cluster_limit : ""), "num count-running"),
+      td(String(counts.running ?? live.running ?? "-") + (live.cluster_limit ? " / " + live.cluster_limit : "") + (live.partition_limit ? " (" + live.partition_limit + " per partition)" : ""), "num count-running"),
       td(expired, expired ? "num count-expired alert" : "num count-expired"),
       td(counts.succeeded, "num count-succeeded"),
       td(counts.failed, "num count-failed"),

@@ -1,0 +1,45 @@
+"""The fair claim order across partitions, as every task store takes it.
+
+A lane with a ``partition_limit`` ranks its due tasks within each partition (by
+priority, then run time, then id) and claims by rank: every partition's first task,
+then every partition's second, and so on, so a partition with many queued tasks never
+starves one with a few. A partition already running ``partition_limit`` tasks of the
+lane gets no turn; tasks without a partition take their turns as one group and are
+never capped. The database stores compute the same order in SQL
+(``row_number() OVER (PARTITION BY partition_key ...)``); the in-memory store uses
+:func:`fair_pick`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from ._records import BackgroundTaskRecord
+
+__all__ = ["fair_pick"]
+
+
+def fair_pick(
+    due: Iterable[BackgroundTaskRecord],
+    running: Mapping[str, int],
+    *,
+    partition_limit: int,
+    limit: int,
+) -> list[BackgroundTaskRecord]:
+    """The up to ``limit`` tasks of ``due`` a partitioned claim takes, in claim order.
+
+    Args:
+        due: The lane's due pending tasks (any order).
+        running: How many tasks of the lane run per partition.
+        partition_limit: The most tasks of one partition running at once.
+        limit: The most tasks to take.
+    """
+    turns: dict[str | None, int] = {}
+    ranked: list[tuple[int, BackgroundTaskRecord]] = []
+    for row in sorted(due, key=lambda r: (-r.priority, r.run_at, r.id)):
+        turn = turns.get(row.partition, 0) + 1
+        turns[row.partition] = turn
+        if row.partition is None or turn + running.get(row.partition, 0) <= partition_limit:
+            ranked.append((turn, row))
+    ranked.sort(key=lambda item: (item[0], -item[1].priority, item[1].run_at, item[1].id))
+    return [row for _, row in ranked[: max(0, limit)]]
