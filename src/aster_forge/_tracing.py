@@ -124,6 +124,29 @@ def firing_span(name: str, scheduled_at: datetime) -> AbstractContextManager[Spa
     return tracer.start_as_current_span(f"fire {name}", attributes=attributes)
 
 
+def dependents_settled(
+    *, ended: Sequence[int], released: Sequence[int], cancelled: Sequence[int]
+) -> None:
+    """``join dependents``: the endings of ``ended`` told to their workflow dependents.
+
+    Recorded by the write that tells them (in its transaction): ``released`` became due
+    (a fan-in's last dependency among them), ``cancelled`` were cancelled by a failed or
+    cancelled dependency. Nothing while tracing is off or when nobody waited.
+    """
+    if not (released or cancelled):
+        return
+    tracer = _tracer()
+    if tracer is None:
+        return
+    attributes: dict[str, Any] = {
+        "messaging.system": SYSTEM,
+        "aster_forge.workflow.ended": list(ended),
+        "aster_forge.workflow.released": list(released),
+        "aster_forge.workflow.cancelled": list(cancelled),
+    }
+    tracer.start_span("join dependents", attributes=attributes).end()
+
+
 def _links(carrier_json: str | None) -> list[Any]:
     """A link to the stored enqueue context (none when absent or unreadable)."""
     if carrier_json is None:

@@ -28,6 +28,7 @@ from aster_forge import (
     TaskLogContextFilter,
     TaskRetryPolicy,
     TaskSnooze,
+    TaskStatus,
 )
 from aster_forge._cli._logs import JsonLogFormatter
 from aster_forge.tasks import ClaimedTaskOutcome
@@ -340,3 +341,45 @@ async def test_redacted_errors_put_only_the_exception_type_on_the_span(
         ("exception", {"exception.type": "ValueError"})
     ]
     assert "4111" not in str(attempt.to_json())
+
+
+async def test_a_workflow_join_is_traced_by_the_write_that_releases_it(
+    forge_at: str, spans: InMemorySpanExporter
+) -> None:
+    forge = Forge(forge_at)
+
+    @forge.task
+    async def part(payload: int) -> int:
+        return payload
+
+    @forge.task(max_attempts=1)
+    async def broken(payload: int) -> int:
+        raise ValueError("no")
+
+    @forge.task
+    async def join(payload: int) -> int:
+        return payload
+
+    try:
+        await forge.migrate()
+        parts = [part.step(1), part.step(2)]
+        fan_in, orphan = join.step(0, after=parts), join.step(1, after=[broken.step(3)])
+        made = await forge.workflow([fan_in, orphan])
+        await forge.drain()
+        cancelled_row = await forge.get_task(made[orphan].task_id)
+        assert cancelled_row is not None and cancelled_row.status is TaskStatus.CANCELLED
+    finally:
+        await forge.aclose()
+
+    joins = _named(spans, "join dependents")
+    released = [i for join in joins for i in _ids(join, "aster_forge.workflow.released")]
+    cancelled = [i for join in joins for i in _ids(join, "aster_forge.workflow.cancelled")]
+    # Each fan-in is released (or cancelled) by exactly one write: its last dependency's.
+    assert released == [made[fan_in].task_id]
+    assert cancelled == [made[orphan].task_id]
+
+
+def _ids(span: ReadableSpan, key: str) -> list[int]:
+    value = (span.attributes or {}).get(key)
+    assert isinstance(value, tuple | list), value
+    return [int(item) for item in value]

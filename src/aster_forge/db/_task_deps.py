@@ -18,6 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from .. import _tracing
 from ..tasks import TaskDependency
 from ..tasks._internal import TaskFailureReason, TaskStatus
 from ._tasks_sql import DbNow, TaskSql
@@ -137,12 +138,17 @@ class TaskDependencySql:
         """
         queue = sorted(set(task_ids))
         made_due: list[int] = []
+        told: list[int] = []
+        cancelled: list[int] = []
         while queue:
             ended = await self._take_flags(conn, queue)
             if not ended:
                 break
+            told += ended
             due, queue = await self._tell(conn, now, ended)
             made_due += due
+            cancelled += queue
+        _tracing.dependents_settled(ended=told, released=made_due, cancelled=cancelled)
         return made_due
 
     async def _take_flags(self, conn: AsyncConnection, queue: list[int]) -> dict[int, TaskStatus]:

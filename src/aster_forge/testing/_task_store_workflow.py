@@ -7,6 +7,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from .. import _tracing
 from ..runtime._internal import NEVER_EXPIRES, Clock
 from ..tasks import NewTask, TaskDependency
 from ..tasks._internal import BackgroundTaskRecord, EnqueueResult, TaskFailureReason, TaskStatus
@@ -78,6 +79,9 @@ class InMemoryTaskWorkflowMixin:
 
     def _settle(self, task_ids: Sequence[int]) -> None:
         queue = list(task_ids)
+        told: list[int] = []
+        released: list[int] = []
+        all_cancelled: list[int] = []
         while queue:
             cancelled: list[int] = []
             for task_id in sorted(set(queue)):
@@ -85,12 +89,16 @@ class InMemoryTaskWorkflowMixin:
                 if row is None or not row.dependents_waiting or not row.status.is_terminal:
                     continue
                 self._rows[task_id] = replace(row, dependents_waiting=False)
-                cancelled.extend(
-                    dependent
-                    for dependent in sorted(set(self._dependents.get(task_id, ())))
-                    if self._decide(dependent) is TaskStatus.CANCELLED
-                )
+                told.append(task_id)
+                for dependent in sorted(set(self._dependents.get(task_id, ()))):
+                    decision = self._decide(dependent)
+                    if decision is TaskStatus.CANCELLED:
+                        cancelled.append(dependent)
+                    elif decision is TaskStatus.PENDING:
+                        released.append(dependent)
+            all_cancelled += cancelled
             queue = cancelled
+        _tracing.dependents_settled(ended=told, released=released, cancelled=all_cancelled)
 
     def _decide(self, task_id: int) -> TaskStatus | None:
         row = self._rows.get(task_id)
