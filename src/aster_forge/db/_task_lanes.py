@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -13,7 +14,13 @@ from ..tasks._internal import MAX_TASK_KIND_LENGTH, TaskLaneState, wire_value
 from ._tasks_sql import TaskSql
 from ._time import DatabaseBackend, UtcDateTime
 
-__all__ = ["TaskLaneMixin", "define_lanes_table", "lanes_table_name"]
+__all__ = [
+    "TaskLaneMixin",
+    "define_lanes_table",
+    "lanes_table_name",
+    "rate_budget_left",
+    "record_rate_starts",
+]
 
 
 def lanes_table_name(tasks_table_name: str) -> str:
@@ -22,10 +29,13 @@ def lanes_table_name(tasks_table_name: str) -> str:
 
 
 def define_lanes_table(metadata: sa.MetaData, name: str) -> sa.Table:
-    """Define (or return) the lane state table: one row per lane that was ever paused.
+    """Define (or return) the lane state table: one row per lane paused or claimed under a limit.
 
     Columns: ``lane`` (primary key, wire value), ``paused`` (bool), ``paused_at``,
-    ``updated_at`` (aware UTC). :func:`~aster_forge.db.background_tasks_table`
+    ``updated_at`` (aware UTC), and for a rate-limited lane ``rate_window_start`` (the
+    window its claims counted last) and ``rate_started`` (the starts counted in it).
+    Claims of a lane with a cluster limit, partition limit or rate limit also create
+    its row. :func:`~aster_forge.db.background_tasks_table`
     defines it next to the task table as ``<name>_lanes``
     (:func:`~aster_forge.db.task_lanes_table` returns it).
 
@@ -43,6 +53,8 @@ def define_lanes_table(metadata: sa.MetaData, name: str) -> sa.Table:
         sa.Column("paused", sa.Boolean(), nullable=False),
         sa.Column("paused_at", UtcDateTime(), nullable=True),
         sa.Column("updated_at", UtcDateTime(), nullable=False),
+        sa.Column("rate_window_start", UtcDateTime(), nullable=True),
+        sa.Column("rate_started", sa.Integer(), nullable=True),
         mysql_engine="InnoDB",
         mysql_charset="utf8mb4",
         mysql_collate="utf8mb4_bin",
@@ -53,6 +65,38 @@ def lane_open_predicate(lanes: sa.Table, lane: str) -> Any:
     """``NOT EXISTS`` a paused row for ``lane``: the condition a claim adds."""
     return sa.not_(
         sa.exists().where(lanes.c.lane == lane, lanes.c.paused == sa.true()).correlate_except(lanes)
+    )
+
+
+async def rate_budget_left(
+    conn: AsyncConnection, lanes: sa.Table, lane: str, window: datetime, count: int
+) -> int:
+    """Starts left in ``window`` for ``lane``, read from its (locked) lane row.
+
+    None once a later window was counted: this claim's "now" was taken before another
+    claimer's that committed first, and a start now would land in a window whose count
+    is no longer kept.
+    """
+    query = sa.select(lanes.c.rate_window_start, lanes.c.rate_started).where(lanes.c.lane == lane)
+    row = (await conn.execute(query)).one_or_none()
+    if row is None or row[0] is None or row[0] < window:
+        return count
+    if row[0] > window:
+        return 0
+    return max(count - int(row[1] or 0), 0)
+
+
+async def record_rate_starts(
+    conn: AsyncConnection, lanes: sa.Table, lane: str, window: datetime, started: int
+) -> None:
+    """Count ``started`` more starts of ``lane`` in ``window`` (its row is locked)."""
+    same = lanes.c.rate_window_start == window
+    started_total = sa.case((same, sa.func.coalesce(lanes.c.rate_started, 0)), else_=0) + started
+    # rate_started first: MariaDB evaluates the assignments left to right.
+    await conn.execute(
+        sa.update(lanes)
+        .where(lanes.c.lane == lane)
+        .ordered_values((lanes.c.rate_started, started_total), (lanes.c.rate_window_start, window))
     )
 
 

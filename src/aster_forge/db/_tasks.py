@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import mysql, postgresql
+from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..runtime._internal import Clock, SystemClock
@@ -24,12 +24,18 @@ from ..tasks._internal import (
     check_retry_delay,
     check_ttl,
 )
+from ..tasks._rate_limit import TaskRateLimit, check_claim_rate_limit, rate_window
 from ..tasks.errors import TaskRegistryError
 from ._driver_hold import HeldDriverConnection
 from ._enqueue_coalescer import EnqueueCoalescer
 from ._notify_limiter import DEFAULT_NOTIFY_WINDOW, NotifyLimiter
 from ._task_deps import TaskDependencySql
-from ._task_lanes import TaskLaneMixin, lane_open_predicate
+from ._task_lanes import (
+    TaskLaneMixin,
+    lane_open_predicate,
+    rate_budget_left,
+    record_rate_starts,
+)
 from ._tasks_admin import TaskAdminMixin
 from ._tasks_control import TaskControlMixin
 from ._tasks_effects import DbTaskTransaction
@@ -238,6 +244,7 @@ class BackgroundTaskDbStore(
         *,
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
+        rate_limit: TaskRateLimit | None = None,
     ) -> list[BackgroundTaskRecord]:
         """Rescue expired leases of ``lane``, then claim up to ``limit`` due tasks.
 
@@ -253,10 +260,19 @@ class BackgroundTaskDbStore(
         row locked first (MariaDB runs the later statements of the transaction with
         fresh snapshots, under READ COMMITTED), then the rescue, the running counts and
         the fair pick (see ``_tasks_partitioned``).
+
+        With ``rate_limit`` every backend takes that portable path too, and reads and
+        counts the window's starts in the locked lane row (see ``_claim_rated``);
+        lanes without one never read those columns.
         """
         lane_value = check_claim_args(lane, owner, lease_ttl, limit, cluster_limit, partition_limit)
+        rate = check_claim_rate_limit(rate_limit)
         if limit <= 0:
             return []
+        if rate is not None:
+            return await self._claim_rated(
+                lane_value, limit, owner, lease_ttl, cluster_limit, partition_limit, rate
+            )
         if self._pg_run is not None and lease_ttl < _SATURATING_DELTA:
             claimed, ended = await self._pg_run.claim(
                 lane_value, limit, owner, lease_ttl, cluster_limit, partition_limit
@@ -328,6 +344,49 @@ class BackgroundTaskDbStore(
         self._note_claims(records)
         return records
 
+    async def _claim_rated(
+        self,
+        lane: str,
+        limit: int,
+        owner: str,
+        lease_ttl: timedelta,
+        cluster_limit: int | None,
+        partition_limit: int | None,
+        rate: TaskRateLimit,
+    ) -> list[BackgroundTaskRecord]:
+        """A rate-limited claim: under the lane row's lock, at most the window's budget.
+
+        The window comes from the same "now" the claim writes as ``started_at`` (on
+        PostgreSQL the transaction's ``now()``, read once), so every start is counted
+        in the window its ``started_at`` falls in.
+        """
+        count, period = rate
+
+        async def body(
+            conn: AsyncConnection,
+        ) -> tuple[list[BackgroundTaskRecord], list[TaskStatus]]:
+            await self._lock_lane(conn, lane)
+            now = await self._sql.now(conn)
+            at = now.value
+            if at is None:
+                at = (await conn.execute(sa.select(now.expr))).scalar_one()
+            ended = await self._rescue(conn, lane, now)
+            window = rate_window(at, period)
+            room = min(limit, await rate_budget_left(conn, self._lanes, lane, window, count))
+            if cluster_limit is not None and room > 0:
+                room = min(room, cluster_limit - await self._running_in(conn, lane))
+            if room <= 0:
+                return [], ended
+            claimed = await self._claim(conn, lane, room, owner, lease_ttl, now, partition_limit)
+            if claimed:
+                await record_rate_starts(conn, self._lanes, lane, window, len(claimed))
+            return claimed, ended
+
+        records, ended = await self._sql.run("claim tasks", body)
+        self._count_ended(lane, ended)
+        self._note_claims(records)
+        return sorted(records, key=lambda r: (-r.priority, r.run_at, r.id))
+
     async def _claim_sqlite(
         self,
         lite: SqliteTaskStatements,
@@ -363,8 +422,16 @@ class BackgroundTaskDbStore(
         lanes = self._lanes
         now = await self._sql.now(conn)
         values = {"lane": lane, "paused": False, "paused_at": None, "updated_at": now.expr}
-        if self._sql.is_postgres:
+        if self._lite is not None:
             upsert: Any = (
+                sqlite.insert(lanes)
+                .values(**values)
+                .on_conflict_do_update(
+                    index_elements=[lanes.c.lane], set_={"paused": lanes.c.paused}
+                )
+            )
+        elif self._sql.is_postgres:
+            upsert = (
                 postgresql.insert(lanes)
                 .values(**values)
                 .on_conflict_do_update(
@@ -720,6 +787,7 @@ class BackgroundTaskDbStore(
         *,
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
+        rate_limit: TaskRateLimit | None = None,
     ) -> tuple[list[bool], list[BackgroundTaskRecord]]:
         """:meth:`mark_tasks_succeeded_many`, then :meth:`claim_due_for_lane` for the freed slots.
 
@@ -734,6 +802,7 @@ class BackgroundTaskDbStore(
             The success results in input order, and the claimed records.
         """
         lane_value = check_claim_args(lane, owner, lease_ttl, limit, cluster_limit, partition_limit)
+        check_claim_rate_limit(rate_limit)
         awaited = self._awaited_indexes(completions) if self._awaited else None
         if awaited:
             apart = await self._succeed_awaited(completions, awaited)
@@ -745,10 +814,13 @@ class BackgroundTaskDbStore(
                 lease_ttl,
                 cluster_limit=cluster_limit,
                 partition_limit=partition_limit,
+                rate_limit=rate_limit,
             )
             return merged(len(completions), apart, rest), claimed
-        pg = self._pg_run
-        if self._lite is not None and completions and limit > 0 and partition_limit is None:
+        # A rate-limited lane's claim is the portable one: two calls.
+        pg = self._pg_run if rate_limit is None else None
+        together = partition_limit is None and rate_limit is None
+        if self._lite is not None and completions and limit > 0 and together:
             together = await self._succeed_and_claim_sqlite(
                 self._lite, completions, lane_value, limit, owner, lease_ttl, cluster_limit
             )
@@ -764,6 +836,7 @@ class BackgroundTaskDbStore(
                     lease_ttl,
                     cluster_limit=cluster_limit,
                     partition_limit=partition_limit,
+                    rate_limit=rate_limit,
                 )
             except DatabaseOperationError as exc:
                 # The successes are stored: report them; the worker's next drain claims.

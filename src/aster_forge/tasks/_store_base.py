@@ -14,6 +14,7 @@ from typing import Generic, TypeVar
 
 from ._effects import TaskTransaction
 from ._lease import TaskLease
+from ._rate_limit import TaskRateLimit
 from ._records import TaskCompletion
 from .errors import TaskTransactionUnavailableError
 
@@ -47,6 +48,7 @@ class TaskStoreBase(ABC, Generic[TaskT, LaneT]):
         *,
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
+        rate_limit: TaskRateLimit | None = None,
     ) -> Sequence[TaskT]:
         """See :meth:`~aster_forge.tasks.TaskClaimStore.claim_due_for_lane`."""
 
@@ -120,6 +122,7 @@ class TaskStoreBase(ABC, Generic[TaskT, LaneT]):
         *,
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
+        rate_limit: TaskRateLimit | None = None,
     ) -> tuple[Sequence[bool], Sequence[TaskT]]:
         """The successes, then a claim of ``limit`` tasks of ``lane`` (two calls)."""
         results = await self.mark_tasks_succeeded_many(completions)
@@ -130,6 +133,7 @@ class TaskStoreBase(ABC, Generic[TaskT, LaneT]):
             lease_ttl,
             cluster_limit=cluster_limit,
             partition_limit=partition_limit,
+            rate_limit=rate_limit,
         )
         return results, claimed
 

@@ -14,6 +14,7 @@ from typing import Protocol, TypeVar, runtime_checkable
 from ._control_protocols import TaskLaneControlStore, TaskRetentionStore
 from ._effects import TaskTransaction
 from ._lease import TaskLease
+from ._rate_limit import TaskRateLimit
 from ._records import (
     BackgroundTaskRecord,
     EnqueueResult,
@@ -143,6 +144,7 @@ class TaskClaimStore(Protocol[TaskT_co, LaneT_contra]):
         *,
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
+        rate_limit: TaskRateLimit | None = None,
     ) -> Sequence[TaskT_co]:
         """Atomically claim up to ``limit`` due tasks whose kind belongs to ``lane``.
 
@@ -162,7 +164,11 @@ class TaskClaimStore(Protocol[TaskT_co, LaneT_contra]):
             * with ``partition_limit``, at most that many tasks of one partition of the
               lane run at once across every claimer (tasks without a partition are not
               capped), and the claim takes partitions in turn: each partition's first
-              due task (by priority, due time, id), then each one's second, and so on.
+              due task (by priority, due time, id), then each one's second, and so on;
+            * with ``rate_limit=(count, period)``, at most ``count`` tasks of the lane
+              start (are claimed) in each window of ``period`` across every claimer;
+              windows are aligned to the Unix epoch on the store's clock, and a claim
+              counts the window's starts under the same lock as ``cluster_limit``.
 
         Args:
             lane: The lane whose kinds may be claimed.
@@ -173,6 +179,8 @@ class TaskClaimStore(Protocol[TaskT_co, LaneT_contra]):
                 claimers (``None``: no limit beyond ``limit``).
             partition_limit: The most tasks of one partition of the lane running at
                 once across all claimers (``None``: partitions are not considered).
+            rate_limit: ``(count, period)``: the most starts of the lane per window of
+                ``period`` across all claimers (``None``: starts are not rate limited).
 
         Returns:
             The claimed rows, in claim order (priority, due time, id).
@@ -524,9 +532,11 @@ class DispatchTaskStore(
         *,
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
+        rate_limit: TaskRateLimit | None = None,
     ) -> tuple[Sequence[bool], Sequence[TaskT_co]]:
         """:meth:`mark_tasks_succeeded_many`, then :meth:`claim_due_for_lane` for the
-        slots they free (under ``cluster_limit`` and ``partition_limit``, counting the
+        slots they free (under ``cluster_limit``, ``partition_limit`` and
+        ``rate_limit``, counting the
         written successes as finished); the worker calls it only when :attr:`claims_with_success`.
 
         Returns:

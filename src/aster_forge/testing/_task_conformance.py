@@ -28,6 +28,7 @@ from ..tasks.errors import TaskEnqueueValueError, TaskStateError
 from ._cluster_limit_conformance import ClusterLimitChecks
 from ._conformance import StoreConformance
 from ._partition_conformance import PartitionChecks
+from ._rate_limit_conformance import RateLimitChecks
 from ._task_control_conformance import LONG as _LONG
 from ._task_control_conformance import TaskControlChecks
 from ._task_control_conformance import lease_of as _lease
@@ -39,6 +40,7 @@ class TaskStoreConformance(
     TaskControlChecks,
     ClusterLimitChecks,
     PartitionChecks,
+    RateLimitChecks,
     StoreConformance[BackgroundTaskStore],
 ):
     """Checks every :class:`~aster_forge.tasks.BackgroundTaskStore` must pass (seed 测试要求).
@@ -88,6 +90,7 @@ class TaskStoreConformance(
         *TaskControlChecks.CONTROL_CHECKS,
         *ClusterLimitChecks.CLUSTER_LIMIT_CHECKS,
         *PartitionChecks.PARTITION_CHECKS,
+        *RateLimitChecks.RATE_LIMIT_CHECKS,
     )
 
     def __init__(

@@ -12,6 +12,7 @@ from ..runtime._internal import Clock, SystemClock, saturating_expiry
 from ..tasks import NewTask, TaskLease, TaskRegistry, TaskStoreBase
 from ..tasks._internal import (
     LEASE_EXPIRED_ERROR,
+    MAX_TASK_CLAIM_LIMIT,
     BackgroundTaskRecord,
     EnqueueResult,
     TaskCancelOutcome,
@@ -32,6 +33,7 @@ from ..tasks._internal import (
     serialize_task_steps_json,
     wire_value,
 )
+from ..tasks._rate_limit import TaskRateLimit, check_claim_rate_limit, rate_window
 from ..tasks.errors import (
     TaskEnqueueValueError,
     TaskNotFoundError,
@@ -85,6 +87,8 @@ class InMemoryTaskStore(
         self._rows: dict[int, BackgroundTaskRecord] = {}
         self._by_key: dict[str, int] = {}
         self._lanes: dict[str, TaskLaneState] = {}
+        # Per lane: the rate window counted last and the starts counted in it.
+        self._rate_windows: dict[str, tuple[datetime, int]] = {}
         self._next_id = 1
         self.claim_calls = 0
         """How many times :meth:`claim_due_for_lane` was called (for dispatcher tests)."""
@@ -226,11 +230,14 @@ class InMemoryTaskStore(
         *,
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
+        rate_limit: TaskRateLimit | None = None,
     ) -> list[BackgroundTaskRecord]:
         """Rescue expired leases of ``lane``, then claim up to ``limit`` due tasks
         (fewer when ``cluster_limit`` tasks of the lane would then be running; with
-        ``partition_limit``, partitions in turn and none past the limit)."""
+        ``partition_limit``, partitions in turn and none past the limit; with
+        ``rate_limit``, no more than the starts left in the current window)."""
         lane_value = check_claim_args(lane, owner, lease_ttl, limit, cluster_limit, partition_limit)
+        rate = check_claim_rate_limit(rate_limit)
         self.claim_calls += 1
         if limit <= 0:
             return []
@@ -245,6 +252,10 @@ class InMemoryTaskStore(
                 if row.lane == lane_value and row.status is TaskStatus.RUNNING
             )
             limit = max(0, min(limit, cluster_limit - running))
+        window: datetime | None = None
+        if rate is not None:
+            window = rate_window(now, rate[1])
+            limit = max(0, min(limit, rate[0] - self._rate_used(lane_value, window)))
         pending = [
             row
             for row in self._rows.values()
@@ -272,7 +283,17 @@ class InMemoryTaskStore(
             )
             self._rows[row.id] = record
             claimed.append(record)
+        if window is not None and claimed:
+            used = self._rate_used(lane_value, window)
+            self._rate_windows[lane_value] = (window, used + len(claimed))
         return claimed
+
+    def _rate_used(self, lane: str, window: datetime) -> int:
+        """Starts already counted in ``window`` (all of it once a later window began)."""
+        stored, used = self._rate_windows.get(lane, (window, 0))
+        if stored > window:
+            return MAX_TASK_CLAIM_LIMIT
+        return used if stored == window else 0
 
     # -- fenced writes --------------------------------------------------------------
 

@@ -1,0 +1,72 @@
+"""A lane's rate limit: at most N task starts per period, across every claimer.
+
+A rate limit is ``(count, period)``. Periods are fixed windows aligned to the Unix
+epoch (a 1-minute period's windows start on whole minutes), so every claimer, and a
+reader of ``started_at``, agrees on where a window begins without asking anyone. The
+stores count the starts of the current window in the lane's row and claim at most
+what is left of it; the worker then sleeps until the next window instead of polling.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from .._validation import check_int_setting, check_stored_duration
+from ._records import MAX_TASK_CLAIM_LIMIT
+from .errors import TaskInvalidValueError
+
+__all__ = [
+    "TaskRateLimit",
+    "check_claim_rate_limit",
+    "check_rate_limit",
+    "rate_window",
+    "rate_window_end",
+]
+
+TaskRateLimit = tuple[int, timedelta]
+"""``(count, period)``: at most ``count`` task starts per ``period``."""
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def check_rate_limit(what: str, value: object, *, error: type[Exception]) -> TaskRateLimit:
+    """Refuse a rate limit that is not ``(count, period)``.
+
+    ``count`` must be an int in ``1..MAX_TASK_CLAIM_LIMIT`` and ``period`` a positive
+    ``timedelta``.
+
+    Raises:
+        Exception: ``error``, naming ``what`` and the expected form.
+    """
+    if not isinstance(value, tuple) or len(value) != 2:
+        raise error(
+            f"{what} must be a (count, period) tuple such as (10, timedelta(seconds=1)), "
+            f"got {type(value).__name__}"
+        )
+    count, period = value
+    check_int_setting(f"{what} count", count, minimum=1, error=error)
+    if count > MAX_TASK_CLAIM_LIMIT:
+        raise error(f"{what} count must be at most {MAX_TASK_CLAIM_LIMIT}, got {count}")
+    check_stored_duration(f"{what} period", period, allow_zero=False, error=error)
+    return count, period
+
+
+def check_claim_rate_limit(value: object) -> TaskRateLimit | None:
+    """A claim's ``rate_limit`` argument: ``None`` or a valid ``(count, period)``.
+
+    Raises:
+        TaskInvalidValueError: When it is neither.
+    """
+    if value is None:
+        return None
+    return check_rate_limit("rate_limit", value, error=TaskInvalidValueError)
+
+
+def rate_window(at: datetime, period: timedelta) -> datetime:
+    """The start of the window of ``period`` that ``at`` (aware) falls in."""
+    return _EPOCH + ((at - _EPOCH) // period) * period
+
+
+def rate_window_end(at: datetime, period: timedelta) -> datetime:
+    """When the window that ``at`` falls in ends: the next refill."""
+    return rate_window(at, period) + period
