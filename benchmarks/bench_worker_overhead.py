@@ -38,6 +38,7 @@ from aster_forge.tasks import (
     TaskLaneConfig,
     TaskWorker,
 )
+from aster_forge.tasks._rate_limit import TaskRateLimit
 from aster_forge.tasks._records import TaskCompletion
 from aster_forge.testing import InMemoryTaskStore
 
@@ -94,6 +95,7 @@ class InstantStore(InMemoryTaskStore):
         *,
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
+        rate_limit: TaskRateLimit | None = None,
     ) -> list[BackgroundTaskRecord]:
         """Up to ``limit`` of the prepared records."""
         await asyncio.sleep(0)
@@ -114,6 +116,7 @@ class InstantStore(InMemoryTaskStore):
         *,
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
+        rate_limit: TaskRateLimit | None = None,
     ) -> tuple[list[bool], list[BackgroundTaskRecord]]:
         """Count the successes and hand out up to ``limit`` more records."""
         await asyncio.sleep(0)

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from aster_forge import BackgroundTaskRecord
 from aster_forge.db import BackgroundTaskDbStore
 from aster_forge.tasks import TaskLease
+from aster_forge.tasks._rate_limit import TaskRateLimit
 from aster_forge.tasks._records import TaskCompletion
 
 from ._stall import WriteGate, now
@@ -109,6 +110,7 @@ class LoggingStore(BackgroundTaskDbStore):
         *,
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
+        rate_limit: TaskRateLimit | None = None,
     ) -> tuple[list[bool], list[BackgroundTaskRecord]]:
         parent = super().mark_tasks_succeeded_and_claim
 
@@ -123,6 +125,7 @@ class LoggingStore(BackgroundTaskDbStore):
                     lease_ttl,
                     cluster_limit=cluster_limit,
                     partition_limit=partition_limit,
+                    rate_limit=rate_limit,
                 )
             finally:
                 self._combined = False

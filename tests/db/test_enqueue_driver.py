@@ -32,6 +32,7 @@ from aster_forge.db._driver_hold import HeldDriverConnection
 from aster_forge.db._engine import MAX_IDLE
 from aster_forge.runtime import CancellationToken
 from aster_forge.tasks import ClaimedTaskExecutionConfig, NewTask, TaskLaneConfig, TaskWorker
+from aster_forge.tasks._rate_limit import TaskRateLimit
 from aster_forge.tasks._records import TaskCompletion
 
 from ..tasks._dispatch_support import REGISTRY, Harness, Job, Kind, Lane, until
@@ -519,6 +520,7 @@ class _RecordingStore(BackgroundTaskDbStore):
         *,
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
+        rate_limit: TaskRateLimit | None = None,
     ) -> tuple[list[bool], list[BackgroundTaskRecord]]:
         self.batches.append(len(completions))
         results = await super().mark_tasks_succeeded_and_claim(
@@ -529,6 +531,7 @@ class _RecordingStore(BackgroundTaskDbStore):
             lease_ttl,
             cluster_limit=cluster_limit,
             partition_limit=partition_limit,
+            rate_limit=rate_limit,
         )
         self.written += sum(results[0])
         if self.written >= self.total:

@@ -16,6 +16,7 @@ from aster_forge.db import (
     create_background_tasks_table,
 )
 from aster_forge.tasks import NewTask
+from aster_forge.tasks._rate_limit import TaskRateLimit
 from aster_forge.tasks._records import TaskCompletion
 
 from ._leases import lease_of
@@ -101,6 +102,7 @@ class _ClaimFails(BackgroundTaskDbStore):
         *,
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
+        rate_limit: TaskRateLimit | None = None,
     ) -> list[BackgroundTaskRecord]:
         if owner == "w2":
             raise DatabaseUnavailableError("connection lost", operation="claim tasks")
@@ -111,6 +113,7 @@ class _ClaimFails(BackgroundTaskDbStore):
             lease_ttl,
             cluster_limit=cluster_limit,
             partition_limit=partition_limit,
+            rate_limit=rate_limit,
         )
 
 

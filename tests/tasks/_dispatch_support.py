@@ -25,6 +25,7 @@ from aster_forge.tasks import (
     TaskStoreBase,
 )
 from aster_forge.tasks._execution import ClaimedTaskReport
+from aster_forge.tasks._rate_limit import TaskRateLimit
 from aster_forge.tasks.protocols import ClaimedTaskStore, ExecutableTaskRecord
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 
@@ -218,6 +219,7 @@ class ProxyStore(TaskStoreBase[BackgroundTaskRecord, str]):
         *,
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
+        rate_limit: TaskRateLimit | None = None,
     ) -> Sequence[BackgroundTaskRecord]:
         self.claim_lanes.append(str(lane))
         if self.claim_errors:
@@ -230,6 +232,7 @@ class ProxyStore(TaskStoreBase[BackgroundTaskRecord, str]):
             lease_ttl,
             cluster_limit=cluster_limit,
             partition_limit=partition_limit,
+            rate_limit=rate_limit,
         )
 
     async def renew_task_lease(self, lease: TaskLease, lease_ttl: timedelta) -> TaskLease | None:

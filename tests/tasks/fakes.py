@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from aster_forge import BackgroundTaskRecord
 from aster_forge.tasks import TaskLease, TaskStoreBase
+from aster_forge.tasks._rate_limit import TaskRateLimit
 from aster_forge.testing import ManualClock
 
 
@@ -59,6 +60,7 @@ class FakeStepStore(TaskStoreBase[BackgroundTaskRecord, str]):
         *,
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
+        rate_limit: TaskRateLimit | None = None,
     ) -> list[BackgroundTaskRecord]:
         return []
 

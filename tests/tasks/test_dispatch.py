@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -23,6 +24,7 @@ from aster_forge.tasks._dispatch import (
     default_dispatch_owner,
     effective_dispatch_base_interval,
 )
+from aster_forge.tasks._rate_limit import TaskRateLimit
 from aster_forge.tasks.errors import TaskDispatchConfigError
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 
@@ -54,7 +56,7 @@ def _worker(
     clock: ManualClock,
     media: int,
     fallback: int,
-    **lane_options: int,
+    **lane_options: Any,
 ) -> TaskWorker[Harness]:
     return TaskWorker(
         store,
@@ -160,6 +162,7 @@ async def test_claims_record_latency_lag_and_rescues(
             *,
             cluster_limit: int | None = None,
             partition_limit: int | None = None,
+            rate_limit: TaskRateLimit | None = None,
         ) -> Sequence[BackgroundTaskRecord]:
             await clock.advance(0.25)
             return await super().claim_due_for_lane(
@@ -169,6 +172,7 @@ async def test_claims_record_latency_lag_and_rescues(
                 lease_ttl,
                 cluster_limit=cluster_limit,
                 partition_limit=partition_limit,
+                rate_limit=rate_limit,
             )
 
     stats = DispatchStatsRecorder()

@@ -13,6 +13,7 @@ from aster_forge import BackgroundTaskRecord, TaskExecutionContext, TaskStatus
 from aster_forge.runtime import CancellationToken
 from aster_forge.tasks import DispatchPollConfig, TaskLaneConfig, TaskStoreBase, TaskWorker
 from aster_forge.tasks._dispatch import DispatchWakeSignal
+from aster_forge.tasks._rate_limit import TaskRateLimit, rate_window_end
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 
 from ._dispatch_support import (
@@ -152,6 +153,7 @@ async def test_empty_polls_and_store_errors_back_off_then_recover(
             *,
             cluster_limit: int | None = None,
             partition_limit: int | None = None,
+            rate_limit: TaskRateLimit | None = None,
         ) -> Sequence[BackgroundTaskRecord]:
             if not drains or drains[-1] != clock.monotonic():
                 drains.append(clock.monotonic())
@@ -162,6 +164,7 @@ async def test_empty_polls_and_store_errors_back_off_then_recover(
                 lease_ttl,
                 cluster_limit=cluster_limit,
                 partition_limit=partition_limit,
+                rate_limit=rate_limit,
             )
 
     proxy = Timed(store)
@@ -318,3 +321,44 @@ async def test_invalid_payload_fails_and_the_worker_keeps_going(
     assert good.status is TaskStatus.SUCCEEDED
     stats = worker.stats.lane(Lane.FALLBACK)
     assert (stats.failed_permanently, stats.succeeded) == (1, 1)
+
+
+async def test_a_rate_limited_lane_sleeps_until_its_window_refills(
+    store: InMemoryTaskStore, clock: ManualClock
+) -> None:
+    """A lane whose rate budget is spent claims nothing more until its window ends,
+    while the worker's 1 s polls of its other lane go on; then it takes the new budget."""
+    harness = Harness()
+    proxy = ProxyStore(store)
+    period = timedelta(seconds=30)
+    await enqueue(store, *(new_task(Kind.RENDER, f"r{i}") for i in range(5)))
+    worker = TaskWorker(
+        proxy,
+        lanes=[
+            TaskLaneConfig(Lane.MEDIA, 5, rate_limit=(2, period)),
+            TaskLaneConfig(Lane.FALLBACK, 1),
+        ],
+        execution=make_config(harness, clock),
+        owner="worker-1",
+    )
+    every_second = DispatchPollConfig(
+        base_interval=timedelta(seconds=1), max_interval=timedelta(seconds=1)
+    )
+    shutdown = CancellationToken()
+    running = _start(worker, shutdown, clock, poll=every_second)
+    await until(lambda: len(harness.finished) == 2)
+    await clock.wait_for_sleepers(1)
+    media_claims = proxy.claim_lanes.count(Lane.MEDIA)
+    fallback_claims = proxy.claim_lanes.count(Lane.FALLBACK)
+    left = rate_window_end(clock.now(), period) - clock.now()
+    for _ in range(int(left.total_seconds()) - 1):
+        await clock.advance(1)
+        await clock.wait_for_sleepers(1)
+    assert proxy.claim_lanes.count(Lane.MEDIA) == media_claims, "polled a spent budget"
+    assert proxy.claim_lanes.count(Lane.FALLBACK) > fallback_claims  # the loop kept polling
+    assert len(harness.finished) == 2
+    await clock.advance(1)  # the window ends: the budget refills
+    await until(lambda: len(harness.finished) == 4)
+    assert proxy.claim_lanes.count(Lane.MEDIA) == media_claims + 1
+    shutdown.cancel()
+    await running

@@ -26,6 +26,7 @@ from aster_forge.tasks import (
     TaskLaneConfig,
     TaskWorker,
 )
+from aster_forge.tasks._rate_limit import TaskRateLimit
 from aster_forge.tasks.errors import TaskDispatchConfigError
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 
@@ -271,6 +272,7 @@ class _HeldClaimStore(InMemoryTaskStore):
         *,
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
+        rate_limit: TaskRateLimit | None = None,
     ) -> list[object]:
         self.claiming.set()
         await self.gate.wait()
@@ -281,6 +283,7 @@ class _HeldClaimStore(InMemoryTaskStore):
             lease_ttl,
             cluster_limit=cluster_limit,
             partition_limit=partition_limit,
+            rate_limit=rate_limit,
         )
         return list(claimed)
 

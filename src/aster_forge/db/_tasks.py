@@ -819,8 +819,8 @@ class BackgroundTaskDbStore(
             return merged(len(completions), apart, rest), claimed
         # A rate-limited lane's claim is the portable one: two calls.
         pg = self._pg_run if rate_limit is None else None
-        together = partition_limit is None and rate_limit is None
-        if self._lite is not None and completions and limit > 0 and together:
+        plain = partition_limit is None and rate_limit is None
+        if self._lite is not None and completions and limit > 0 and plain:
             together = await self._succeed_and_claim_sqlite(
                 self._lite, completions, lane_value, limit, owner, lease_ttl, cluster_limit
             )

@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from .._validation import check_int_setting, check_number_setting, check_stored_duration
+from ._rate_limit import TaskRateLimit, check_rate_limit
 from .errors import TaskDispatchConfigError
 
 __all__ = [
@@ -68,6 +69,10 @@ class TaskLaneConfig:
         partition_limit: The most tasks of one partition of this lane running at once
             across every worker; claims then take partitions in turn (default: tasks'
             partitions are not considered).
+        rate_limit: ``(count, period)``: the most task starts of this lane per window
+            of ``period`` across every worker, enforced by the store's claim; a worker
+            whose claim came back short waits for the next window (or a wake-up)
+            instead of polling (default: starts are not rate limited).
     """
 
     lane: Hashable
@@ -75,6 +80,7 @@ class TaskLaneConfig:
     claim_batch: int | None = None
     cluster_limit: int | None = None
     partition_limit: int | None = None
+    rate_limit: TaskRateLimit | None = None
 
     def __post_init__(self) -> None:
         error = TaskDispatchConfigError
@@ -96,6 +102,8 @@ class TaskLaneConfig:
                 minimum=1,
                 error=error,
             )
+        if self.rate_limit is not None:
+            check_rate_limit(f"lane {self.lane!r}: rate_limit", self.rate_limit, error=error)
 
 
 @dataclass(frozen=True, slots=True)

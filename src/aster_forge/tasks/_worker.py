@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 from ..runtime import CancellationToken
-from ..runtime._internal import Clock, race, shielded
+from ..runtime._internal import Clock, RaceWinner, race, shielded
 from ._completion import TaskCompletionBatcher
 from ._dispatch import (
     ClaimedTaskOutcome,
@@ -26,6 +26,7 @@ from ._dispatch import (
 from ._execution import ClaimedTaskExecution, ClaimedTaskExecutionConfig, cancel_executions
 from ._heartbeat import SharedTaskHeartbeat, task_heartbeat_interval
 from ._lease import TaskLease
+from ._rate_limit import rate_window_end
 from ._records import TaskCompletion
 from ._registry import TaskRegistry
 from .errors import TaskDispatchConfigError
@@ -177,6 +178,9 @@ class TaskWorker(Generic[StateT]):
         self._in_flight: dict[Hashable, int] = dict.fromkeys(names, 0)
         self._reserved: dict[Hashable, int] = dict.fromkeys(names, 0)
         self._saturated: set[Hashable] = set()
+        # Rate-limited lanes whose last claim came back short: the monotonic time
+        # their window refills. No claim of theirs runs before it, unless woken.
+        self._refills: dict[Hashable, float] = {}
         self._handed_over: set[int] = set()
         # Claimed tasks waiting for a slot (their leases renewed meanwhile), the tasks
         # whose slot was freed when their body returned (success still being written),
@@ -334,14 +338,17 @@ class TaskWorker(Generic[StateT]):
                         delay = backoff.record_empty()
                 if shutdown_token.cancelled or self.wake_signal.pending:
                     self.wake_signal.clear()  # a pending wake-up is served by the next drain
+                    self._refills.clear()  # new work may be due: one claim checks the budget
                     continue
-                await race(
+                winner = await race(
                     self.wake_signal.wait(),
-                    seconds=delay.total_seconds(),
+                    seconds=self._until_refill(delay.total_seconds()),
                     clock=clock,
                     token=shutdown_token,
                     name="aster-forge:dispatch-wait",
                 )
+                if winner is RaceWinner.DONE:
+                    self._refills.clear()
         except Exception as exc:
             # Said now: releasing the running tasks below may take their whole grace.
             self._crashed = exc
@@ -357,6 +364,33 @@ class TaskWorker(Generic[StateT]):
             raise
         finally:
             await self.shutdown()
+
+    def _until_refill(self, seconds: float) -> float:
+        """The wait: ``seconds``, cut short when a rate-limited lane refills first."""
+        if not self._refills:
+            return seconds
+        refill = min(self._refills.values()) - self.execution.clock.monotonic()
+        return max(min(seconds, refill), 0.0)
+
+    def _rate_waiting(self, config: TaskLaneConfig) -> bool:
+        """Whether ``config``'s lane is rate limited and its window has not refilled."""
+        refill = self._refills.get(config.lane)
+        if refill is None:
+            return False
+        if self.execution.clock.monotonic() < refill:
+            return True
+        del self._refills[config.lane]
+        return False
+
+    def _note_rate(self, config: TaskLaneConfig, claimed: int, requested: int) -> None:
+        """After a short claim of a rate-limited lane, wait for its next window: the
+        budget may be spent, and polling before the refill would claim nothing."""
+        if config.rate_limit is None or claimed >= requested:
+            return
+        clock = self.execution.clock
+        now = clock.now()
+        left = rate_window_end(now, config.rate_limit[1]) - now
+        self._refills[config.lane] = clock.monotonic() + left.total_seconds()
 
     async def _stage_waiting(self) -> None:
         try:
@@ -408,7 +442,7 @@ class TaskWorker(Generic[StateT]):
         requested = self._room(lane)
         if config.claim_batch is not None:
             requested = min(requested, config.claim_batch)
-        if requested <= 0 or self.stopping:
+        if requested <= 0 or self.stopping or self._rate_waiting(config):
             return 0, 0
         self._reserved[lane] += requested
         self._claiming += 1
@@ -423,10 +457,12 @@ class TaskWorker(Generic[StateT]):
                     self.execution.lease_ttl,
                     cluster_limit=config.cluster_limit,
                     partition_limit=config.partition_limit,
+                    rate_limit=config.rate_limit,
                 )
                 records = await recorded_claim(lane, call, _as_records, self.stats, clock)
             finally:
                 self._reserved[lane] -= requested
+            self._note_rate(config, len(records), requested)
             self._learn(self._claim_seconds, lane, clock.monotonic() - claimed_at)
             count = await self._start_claimed(lane, records, requested, claimed_at)
         finally:
@@ -612,6 +648,8 @@ class TaskWorker(Generic[StateT]):
         self._handed_over.update(held)
         if config.claim_batch is not None:
             limit = min(limit, config.claim_batch)
+        if self._rate_waiting(config):
+            limit = 0  # only the successes: the window's budget is spent
         self._reserved[lane] += limit
         clock = self.execution.clock
         claimed_at = clock.monotonic()
@@ -624,8 +662,11 @@ class TaskWorker(Generic[StateT]):
                 self.execution.lease_ttl,
                 cluster_limit=config.cluster_limit,
                 partition_limit=config.partition_limit,
+                rate_limit=config.rate_limit,
             )
             results, records = await recorded_claim(lane, call, _claimed_part, self.stats, clock)
+            if limit > 0:
+                self._note_rate(config, len(records), limit)
         except BaseException:
             self._handed_over.difference_update(held)  # their writes free the slots
             raise
