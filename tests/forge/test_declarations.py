@@ -65,6 +65,20 @@ def test_a_bad_partition_limit_is_an_error(bad: object) -> None:
     assert forge.lane_partition_limits == {"tenants": 1}
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [5, (0, timedelta(seconds=1)), (True, timedelta(seconds=1)), (2, 1.0), (2, timedelta(0))],
+)
+def test_a_bad_rate_limit_is_an_error(bad: object) -> None:
+    forge = _memory()
+    with pytest.raises(ForgeDeclarationError, match="lane 'api': rate_limit"):
+        forge.lane("api", concurrency=2, rate_limit=bad)  # type: ignore[arg-type]
+    assert "api" not in forge.lanes
+    forge.lane("metered", concurrency=8, rate_limit=(10, timedelta(minutes=1)))
+    forge.lane("plain", concurrency=8)
+    assert forge.lane_rate_limits == {"metered": (10, timedelta(minutes=1))}
+
+
 def test_a_task_name_declared_twice_is_an_error() -> None:
     forge = _memory()
     forge.task(name="thumbnail")(_noop)

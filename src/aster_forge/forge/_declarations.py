@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 from ..runtime import HealthComponentReport
 from ..tasks import TaskRegistry, TaskStepSpec
 from ..tasks._internal import TaskErrorClassifier, TaskRetryPolicy
+from ..tasks._rate_limit import TaskRateLimit, check_rate_limit
 from ._periodic import ForgePeriodic, periodic_schedule, periodic_shape
 from ._signature import BodyShape, read_body
 from ._task import ForgeTask
@@ -77,6 +78,7 @@ class ForgeDeclarations:
         self._lanes: dict[str, int] = {}
         self._cluster_limits: dict[str, int] = {}
         self._partition_limits: dict[str, int] = {}
+        self._rate_limits: dict[str, TaskRateLimit] = {}
         self._tasks: dict[str, ForgeTask] = {}
         self._periodics: list[ForgePeriodic] = []
         self._resources: Callable[[], AbstractAsyncContextManager[Any]] | None = None
@@ -90,6 +92,7 @@ class ForgeDeclarations:
         concurrency: int = 1,
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
+        rate_limit: TaskRateLimit | None = None,
     ) -> str:
         """Declare a lane: a concurrency group the worker limits separately.
 
@@ -104,13 +107,18 @@ class ForgeDeclarations:
                 partition's tasks one at a time. Claims then take partitions in turn,
                 so a partition with many queued tasks never starves one with a few.
                 ``None``: partitions are not considered.
+            rate_limit: ``(count, period)``: at most ``count`` task starts of the lane
+                per window of ``period`` across every instance (windows are aligned
+                to the Unix epoch); a retry's start counts too. ``None``: no rate
+                limit.
 
         Returns:
             The lane's name, for ``@forge.task(lane=...)``.
 
         Raises:
-            ForgeDeclarationError: Declared twice, a bad name, or a concurrency,
-                cluster limit or partition limit below 1.
+            ForgeDeclarationError: Declared twice, a bad name, a concurrency,
+                cluster limit or partition limit below 1, or a rate limit that is not
+                ``(count >= 1, positive timedelta)``.
             ForgeStateError: The forge is already in use (declarations are frozen).
         """
         self._check_open()
@@ -129,7 +137,11 @@ class ForgeDeclarations:
                 raise ForgeDeclarationError(
                     f"lane {name!r}: {setting} must be None or an int >= 1, got {value!r}"
                 )
+        if rate_limit is not None:
+            check_rate_limit(f"lane {name!r}: rate_limit", rate_limit, error=ForgeDeclarationError)
         self._lanes[name] = concurrency
+        if rate_limit is not None:
+            self._rate_limits[name] = rate_limit
         if cluster_limit is not None:
             self._cluster_limits[name] = cluster_limit
         if partition_limit is not None:
@@ -404,6 +416,11 @@ class ForgeDeclarations:
     def lane_partition_limits(self) -> dict[str, int]:
         """The per-partition limit of each lane declared with one."""
         return dict(self._partition_limits)
+
+    @property
+    def lane_rate_limits(self) -> dict[str, TaskRateLimit]:
+        """The rate limit ``(count, period)`` of each lane declared with one."""
+        return dict(self._rate_limits)
 
     @property
     def registry(self) -> TaskRegistry[Forge, str, str]:

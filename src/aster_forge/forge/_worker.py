@@ -176,6 +176,7 @@ class ForgeWorker:
                     limit,
                     cluster_limit=forge.lane_cluster_limits.get(lane),
                     partition_limit=forge.lane_partition_limits.get(lane),
+                    rate_limit=forge.lane_rate_limits.get(lane),
                 )
                 for lane, limit in forge.lanes.items()
             ],
