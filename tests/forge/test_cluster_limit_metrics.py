@@ -80,3 +80,38 @@ async def test_the_partition_limit_is_shown() -> None:
         ("media", None),
         ("tenants", 1),
     ]
+
+
+async def test_the_rate_limit_and_its_remaining_budget_are_shown() -> None:
+    forge = Forge("memory://")
+    # Windows are aligned to the epoch: a century-long one has no boundary to cross here.
+    century = timedelta(days=36525)
+    forge.lane("api", concurrency=4, rate_limit=(5, century))
+    forge.lane("media", concurrency=4)
+
+    @forge.task(lane="api")
+    async def call(payload: int) -> int:
+        return payload
+
+    try:
+        await call.enqueue_many([1, 2, 3])
+        claimed = await forge.backend.task_store.claim_due_for_lane(
+            "api", 4, "worker", timedelta(minutes=5), rate_limit=(5, century)
+        )
+        assert len(claimed) == 3
+        app = Starlette(routes=[Mount("/ops", forge.asgi_app())])
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            samples = _samples((await client.get("/ops/metrics")).text)
+            lanes = (await client.get("/ops/api/lanes")).json()["items"]
+    finally:
+        await forge.aclose()
+    assert samples['task_lane_rate_limit{lane="api"}'] == 5.0
+    assert samples['task_lane_rate_period_seconds{lane="api"}'] == century.total_seconds()
+    assert samples['task_lane_rate_remaining{lane="api"}'] == 2.0
+    assert not any(name.startswith('task_lane_rate_limit{lane="media"') for name in samples)
+    rates = [(lane["lane"], lane["rate_limit"], lane["rate_remaining"]) for lane in lanes]
+    assert rates == [
+        ("api", {"count": 5, "period_seconds": century.total_seconds()}, 2),
+        ("media", None, None),
+    ]

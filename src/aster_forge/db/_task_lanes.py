@@ -107,6 +107,8 @@ def _state(row: Any) -> TaskLaneState:
         paused=bool(m["paused"]),
         paused_at=m["paused_at"],
         updated_at=m["updated_at"],
+        rate_window_start=m["rate_window_start"],
+        rate_started=int(m["rate_started"] or 0),
     )
 
 

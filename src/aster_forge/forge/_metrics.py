@@ -13,6 +13,10 @@ Read from the store, so a web process that runs no workers exports them too:
   ``task_queue_depth{status="running"}``, which counts what runs against it.
 - ``task_lane_partition_limit{lane}``: the declared per-partition limit of each lane
   that has one (from the declarations, no read).
+- ``task_lane_rate_limit{lane}`` and ``task_lane_rate_period_seconds{lane}``: the
+  declared rate limit (starts per period) of each lane that has one.
+- ``task_lane_rate_remaining{lane}``: the starts left in that lane's current window,
+  from the stored lane state (read with the counts, only when a lane has a rate limit).
 
 These are measured at scrape time by one ``lane_counts`` read over the forge's
 declared lanes (it reads only pending and running rows), bounded by a timeout; a read
@@ -37,7 +41,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ..runtime._internal import utc_now
 from ..tasks._internal import TaskLaneCounts, TaskStatus
+from ..tasks._rate_limit import rate_remaining
 
 if TYPE_CHECKING:
     from ._app import Forge
@@ -64,15 +70,26 @@ class ForgeQueueCollector(Collector):
     def __init__(self, forge: Forge, registry: CollectorRegistry) -> None:
         self._forge = forge
         self._counts: Sequence[TaskLaneCounts] = ()
+        self._remaining: dict[str, int] = {}
         registry.register(self)
 
     async def refresh(self) -> None:
         """Read the lane counts for the next collection (none when the read fails)."""
         self._counts = ()
+        self._remaining = {}
         lanes = sorted(self._forge.lanes)
+        rated = self._forge.lane_rate_limits
+        store = self._forge.backend.task_store
         try:
             async with asyncio.timeout(SCRAPE_READ_TIMEOUT.total_seconds()):
-                self._counts = await self._forge.backend.task_store.lane_counts(lanes)
+                self._counts = await store.lane_counts(lanes)
+                if rated:
+                    states = {s.lane: s for s in await store.lane_states(sorted(rated))}
+                    now = utc_now()
+                    self._remaining = {
+                        lane: rate_remaining(rate, states.get(lane), now)
+                        for lane, rate in rated.items()
+                    }
         except Exception as exc:  # a timeout too
             # The scrape still answers (health and dispatch families); the queue gauges
             # are absent, which an alert on absent() notices.
@@ -141,4 +158,25 @@ class ForgeQueueCollector(Collector):
         )
         for lane, limit in sorted(self._forge.lane_partition_limits.items()):
             per_partition.add_metric([lane], limit)
+        rate = GaugeMetricFamily(
+            "task_lane_rate_limit",
+            "The most task starts of the lane per rate window across every instance (declared).",
+            labels=["lane"],
+        )
+        period = GaugeMetricFamily(
+            "task_lane_rate_period_seconds",
+            "The length of the lane's rate window (declared).",
+            labels=["lane"],
+        )
+        for lane, (count, window) in sorted(self._forge.lane_rate_limits.items()):
+            rate.add_metric([lane], count)
+            period.add_metric([lane], window.total_seconds())
+        remaining = GaugeMetricFamily(
+            "task_lane_rate_remaining",
+            "Task starts left in the lane's current rate window, from the store.",
+            labels=["lane"],
+        )
+        for lane, left in sorted(self._remaining.items()):
+            remaining.add_metric([lane], left)
         yield from (depth, due, expired, lag, ended, capped, per_partition)
+        yield from (rate, period, remaining)

@@ -53,6 +53,7 @@ def forge_asgi_app(
         lanes=tuple(forge.lanes),
         cluster_limits=forge.lane_cluster_limits,
         partition_limits=forge.lane_partition_limits,
+        rate_limits=forge.lane_rate_limits,
         title=title if title is not None else forge.name,
     )
     return create_app(

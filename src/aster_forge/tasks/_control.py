@@ -77,12 +77,17 @@ class TaskLaneState:
         paused: Whether claims skip the lane (in-flight tasks still finish).
         paused_at: When it was last paused, ``None`` if never or since resumed.
         updated_at: When the state last changed, ``None`` for a lane with no stored row.
+        rate_window_start: The rate window the lane's rate-limited claims counted
+            last (``None``: none yet).
+        rate_started: The task starts counted in that window.
     """
 
     lane: str
     paused: bool = False
     paused_at: datetime | None = None
     updated_at: datetime | None = None
+    rate_window_start: datetime | None = None
+    rate_started: int = 0
 
 
 @dataclass(frozen=True, slots=True)

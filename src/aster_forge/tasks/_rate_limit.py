@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from .._validation import check_int_setting, check_stored_duration
+from ._control import TaskLaneState
 from ._records import MAX_TASK_CLAIM_LIMIT
 from .errors import TaskInvalidValueError
 
@@ -19,6 +20,7 @@ __all__ = [
     "TaskRateLimit",
     "check_claim_rate_limit",
     "check_rate_limit",
+    "rate_remaining",
     "rate_window",
     "rate_window_end",
 ]
@@ -70,3 +72,11 @@ def rate_window(at: datetime, period: timedelta) -> datetime:
 def rate_window_end(at: datetime, period: timedelta) -> datetime:
     """When the window that ``at`` falls in ends: the next refill."""
     return rate_window(at, period) + period
+
+
+def rate_remaining(rate: TaskRateLimit, state: TaskLaneState | None, now: datetime) -> int:
+    """Starts left in the window ``now`` falls in, from the lane's stored state."""
+    count, period = rate
+    if state is None or state.rate_window_start != rate_window(now, period):
+        return count
+    return max(count - state.rate_started, 0)

@@ -62,6 +62,8 @@ class RateLimitChecks:
         )
         assert list(written) == [True]
         assert list(after) == [], "a finished task gave a start back to the rate limit"
+        [state] = await second.lane_states([lane])
+        assert state.rate_started == 3, f"the lane state counts {state.rate_started} of 3 starts"
         unlimited = await second.claim_due_for_lane(lane, 2, "worker-b", LONG)
         assert len(unlimited) == 2, "without a rate limit the claim takes every due task"
 

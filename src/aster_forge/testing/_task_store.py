@@ -87,8 +87,6 @@ class InMemoryTaskStore(
         self._rows: dict[int, BackgroundTaskRecord] = {}
         self._by_key: dict[str, int] = {}
         self._lanes: dict[str, TaskLaneState] = {}
-        # Per lane: the rate window counted last and the starts counted in it.
-        self._rate_windows: dict[str, tuple[datetime, int]] = {}
         self._next_id = 1
         self.claim_calls = 0
         """How many times :meth:`claim_due_for_lane` was called (for dispatcher tests)."""
@@ -284,16 +282,21 @@ class InMemoryTaskStore(
             self._rows[row.id] = record
             claimed.append(record)
         if window is not None and claimed:
-            used = self._rate_used(lane_value, window)
-            self._rate_windows[lane_value] = (window, used + len(claimed))
+            state = self._lanes.get(lane_value) or TaskLaneState(lane_value, updated_at=now)
+            self._lanes[lane_value] = replace(
+                state,
+                rate_window_start=window,
+                rate_started=self._rate_used(lane_value, window) + len(claimed),
+            )
         return claimed
 
     def _rate_used(self, lane: str, window: datetime) -> int:
         """Starts already counted in ``window`` (all of it once a later window began)."""
-        stored, used = self._rate_windows.get(lane, (window, 0))
-        if stored > window:
-            return MAX_TASK_CLAIM_LIMIT
-        return used if stored == window else 0
+        state = self._lanes.get(lane)
+        stored = None if state is None else state.rate_window_start
+        if state is None or stored is None or stored < window:
+            return 0
+        return state.rate_started if stored == window else MAX_TASK_CLAIM_LIMIT
 
     # -- fenced writes --------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -113,7 +114,9 @@ class InMemoryTaskControlMixin:
         paused_at: datetime | None = None
         if paused:
             paused_at = current.paused_at if current is not None and current.paused else now
-        state = TaskLaneState(lane_value, paused=paused, paused_at=paused_at, updated_at=now)
+        state = replace(
+            current or TaskLaneState(lane_value), paused=paused, paused_at=paused_at, updated_at=now
+        )
         self._lanes[lane_value] = state
         return state
 

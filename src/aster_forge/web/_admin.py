@@ -80,7 +80,16 @@ class _AdminApi:
             wanted = sorted({*limits, *stats, *label_keys(dict.fromkeys(s.lanes))})
             counts = await s.task_store.lane_counts(wanted or None)
             states = await s.task_store.lane_states()
-        items = lanes_json(limits, stats, counts, states, s.cluster_view(), s.partition_view())
+        items = lanes_json(
+            limits,
+            stats,
+            counts,
+            states,
+            s.cluster_view(),
+            s.partition_view(),
+            s.rate_view(),
+            s.clock.now(),
+        )
         return ok({"items": items})
 
     async def scheduled(self, request: Request) -> Response:

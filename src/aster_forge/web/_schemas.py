@@ -186,6 +186,13 @@ class DispatchStats(_Answer):
     in_flight: NonNegativeInt
 
 
+class LaneRateLimit(_Answer):
+    count: int = Field(description="The most task starts per window.")
+    period_seconds: float = Field(
+        description="The window's length; windows are aligned to the Unix epoch."
+    )
+
+
 class Lane(_Answer):
     lane: str
     limit: int | None
@@ -200,6 +207,15 @@ class Lane(_Answer):
         description=(
             "The lane's cap on running tasks of one partition across every instance, "
             "when it has one (its claims then take partitions in turn)."
+        )
+    )
+    rate_limit: LaneRateLimit | None = Field(
+        description="The lane's cap on task starts per window across every instance."
+    )
+    rate_remaining: int | None = Field(
+        description=(
+            "Starts left in the current rate window (from the stored lane state), "
+            "when the lane has a rate limit."
         )
     )
     expired: int | None

@@ -11,6 +11,7 @@ from ..runtime import AsterRuntime, RuntimeComponentRegistry
 from ..runtime._internal import Clock, SystemClock
 from ..tasks import BackgroundTaskStore, ScheduledTaskStore, TaskWorker
 from ..tasks._internal import DispatchStats, TaskAdminStore
+from ..tasks._rate_limit import TaskRateLimit
 from ._health import HealthSource
 from ._leases import RuntimeLeaseSource
 from ._tasks_json import label_keys
@@ -45,6 +46,8 @@ class AdminSources:
             (only lanes with one).
         partition_limits: Each lane's per-partition limit when there is no
             ``dispatcher`` (only lanes with one).
+        rate_limits: Each lane's rate limit ``(count, period)`` when there is no
+            ``dispatcher`` (only lanes with one).
         lanes: Lanes to list even when they are idle (wire values or enum members).
         health: What ``/api/health`` runs; default ``runtime``, else ``components``.
         clock: Judges "due"/"claimed" for scheduled rows.
@@ -61,6 +64,7 @@ class AdminSources:
     lane_limits: LaneLimits | None = None
     cluster_limits: Mapping[Any, int] | None = None
     partition_limits: Mapping[Any, int] | None = None
+    rate_limits: Mapping[Any, TaskRateLimit] | None = None
     lanes: Sequence[Hashable] = ()
     health: HealthSource | None = None
     clock: Clock = field(default_factory=SystemClock)
@@ -123,6 +127,15 @@ class AdminSources:
                 }
             )
         return label_keys(dict(self.partition_limits or {}))
+
+    def rate_view(self) -> dict[str, TaskRateLimit]:
+        """Each lane's rate limit (lanes with one), by wire value."""
+        dispatcher = self.current_dispatcher()
+        if dispatcher is not None:
+            return label_keys(
+                {c.lane: c.rate_limit for c in dispatcher.lanes if c.rate_limit is not None}
+            )
+        return label_keys(dict(self.rate_limits or {}))
 
     def dispatch_view(self) -> tuple[dict[str, int], dict[str, DispatchStats]]:
         """Return lane limits and stats snapshots (in-flight counts included), by wire value."""

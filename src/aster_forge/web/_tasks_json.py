@@ -14,6 +14,7 @@ from ..tasks._internal import (
     TaskLaneState,
     TaskStatus,
 )
+from ..tasks._rate_limit import TaskRateLimit, rate_remaining
 from ._serialize import iso, wire
 
 __all__ = [
@@ -202,13 +203,17 @@ def lanes_json(
     states: Sequence[TaskLaneState] = (),
     cluster_limits: Mapping[str, int] | None = None,
     partition_limits: Mapping[str, int] | None = None,
+    rate_limits: Mapping[str, TaskRateLimit] | None = None,
+    now: datetime | None = None,
 ) -> list[dict[str, Any]]:
     """Merge lane limits, in-process dispatch stats and store counts, one item per lane.
 
     ``in_flight`` is this process's executing tasks (from the dispatcher);
     ``running`` is every running row in the store (all instances), which
     ``cluster_limit`` caps when the lane declares one; ``partition_limit`` is the
-    lane's cap per partition (claims then take partitions in turn); ``paused`` is the stored pause
+    lane's cap per partition (claims then take partitions in turn); ``rate_limit`` is
+    the lane's ``count`` starts per ``period_seconds`` and ``rate_remaining`` the starts
+    left in the window ``now`` falls in, from the stored lane state; ``paused`` is the stored pause
     state (every instance skips a paused lane); a lane with a stored state is listed
     even when idle.
     """
@@ -217,6 +222,8 @@ def lanes_json(
     by_lane = {c.lane: c for c in counts}
     stored = [s.lane for s in states]
     paused = {s.lane: s for s in states if s.paused}
+    rated = rate_limits or {}
+    by_state = {s.lane: s for s in states}
     names = list(dict.fromkeys([*limits, *stats, *by_lane, *stored]))
     items = []
     for name in sorted(names):
@@ -228,6 +235,10 @@ def lanes_json(
                 "limit": limits.get(name),
                 "cluster_limit": capped.get(name),
                 "partition_limit": per_partition.get(name),
+                "rate_limit": _rate_json(rated.get(name)),
+                "rate_remaining": None
+                if now is None
+                else _remaining(rated.get(name), by_state.get(name), now),
                 "in_flight": None if snapshot is None else snapshot.in_flight,
                 "pending": None if count is None else count.pending,
                 "due": None if count is None else count.due,
@@ -246,3 +257,15 @@ def lanes_json(
 def label_keys(mapping: Mapping[Hashable, Any]) -> dict[str, Any]:
     """Return ``mapping`` keyed by lane wire values (enum values, else ``str``)."""
     return {str(wire(key)): value for key, value in mapping.items()}
+
+
+def _rate_json(rate: TaskRateLimit | None) -> dict[str, Any] | None:
+    if rate is None:
+        return None
+    return {"count": rate[0], "period_seconds": rate[1].total_seconds()}
+
+
+def _remaining(
+    rate: TaskRateLimit | None, state: TaskLaneState | None, now: datetime
+) -> int | None:
+    return None if rate is None else rate_remaining(rate, state, now)

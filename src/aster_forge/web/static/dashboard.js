@@ -144,7 +144,7 @@
     const expired = item.totals ? item.totals.lease_expired : live.expired;
     return el("tr", { "data-lane": item.lane, "data-paused": paused === null ? "unsupported" : String(paused) }, [
       td(item.lane),
-      el("td", {}, [paused ? badge("paused") : el("span", { class: "muted", text: paused === null ? "-" : "active" })]),
+      el("td", {}, [paused ? badge("paused") : el("span", { class: "muted", text: paused === null ? "-" : "active" }), rateLabel(live)]),
       td(counts.pending ?? live.pending, "num count-pending"),
       td(live.due, "num"),
       td(String(counts.running ?? live.running ?? "-") + (live.cluster_limit ? " / " + live.cluster_limit : "") + (live.partition_limit ? " (" + live.partition_limit + " per partition)" : ""), "num count-running"),
@@ -157,6 +157,15 @@
       td(duration(live.queue_lag_seconds)),
       el("td", {}, [control]),
     ]);
+  }
+
+  function rateLabel(live) {
+    // The starts left in the lane's current rate window, of its count per period.
+    if (!live.rate_limit) return "";
+    return el("span", {
+      class: "muted lane-rate",
+      text: " · rate " + (live.rate_remaining ?? "-") + " left of " + live.rate_limit.count + " per " + duration(live.rate_limit.period_seconds),
+    });
   }
 
   async function laneAction(lane, action) {
