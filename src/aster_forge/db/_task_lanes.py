@@ -68,22 +68,22 @@ def lane_open_predicate(lanes: sa.Table, lane: str) -> Any:
     )
 
 
-async def rate_budget_left(
-    conn: AsyncConnection, lanes: sa.Table, lane: str, window: datetime, count: int
+def rate_budget_left(
+    counted: tuple[datetime | None, int | None], window: datetime, count: int
 ) -> int:
-    """Starts left in ``window`` for ``lane``, read from its (locked) lane row.
+    """Starts left in ``window``, from the (locked) lane row's ``counted`` window and
+    the starts in it.
 
     None once a later window was counted: this claim's "now" was taken before another
     claimer's that committed first, and a start now would land in a window whose count
     is no longer kept.
     """
-    query = sa.select(lanes.c.rate_window_start, lanes.c.rate_started).where(lanes.c.lane == lane)
-    row = (await conn.execute(query)).one_or_none()
-    if row is None or row[0] is None or row[0] < window:
+    stored, started = counted
+    if stored is None or stored < window:
         return count
-    if row[0] > window:
+    if stored > window:
         return 0
-    return max(count - int(row[1] or 0), 0)
+    return max(count - (started or 0), 0)
 
 
 async def record_rate_starts(

@@ -365,14 +365,10 @@ class BackgroundTaskDbStore(
         async def body(
             conn: AsyncConnection,
         ) -> tuple[list[BackgroundTaskRecord], list[TaskStatus]]:
-            await self._lock_lane(conn, lane)
-            now = await self._sql.now(conn)
-            at = now.value
-            if at is None:
-                at = (await conn.execute(sa.select(now.expr))).scalar_one()
+            now, at, counted = await self._lock_rated_lane(conn, lane)
             ended = await self._rescue(conn, lane, now)
             window = rate_window(at, period)
-            room = min(limit, await rate_budget_left(conn, self._lanes, lane, window, count))
+            room = min(limit, rate_budget_left(counted, window, count))
             if cluster_limit is not None and room > 0:
                 room = min(room, cluster_limit - await self._running_in(conn, lane))
             if room <= 0:
@@ -414,13 +410,35 @@ class BackgroundTaskDbStore(
         self._note_claims(claimed)
         return sorted(claimed, key=lambda r: (-r.priority, r.run_at, r.id))
 
+    async def _lock_rated_lane(
+        self, conn: AsyncConnection, lane: str
+    ) -> tuple[DbNow, datetime, tuple[datetime | None, int | None]]:
+        """Lock the lane's row (see :meth:`_lock_lane`); the claim's "now" (read after
+        the lock off PostgreSQL), its value, and the window the row counted last with
+        the starts in it. PostgreSQL returns them from the upsert (one round trip)."""
+        lanes = self._lanes
+        counted = (lanes.c.rate_window_start, lanes.c.rate_started)
+        if self._sql.is_postgres:
+            now = await self._sql.now(conn)
+            upsert = self._lane_upsert(lane, now).returning(*counted, now.expr)
+            row = (await conn.execute(upsert)).one()
+            return now, row[2], (row[0], row[1])
+        await conn.execute(self._lane_upsert(lane, await self._sql.now(conn)))
+        row = (await conn.execute(sa.select(*counted).where(lanes.c.lane == lane))).one()
+        now = await self._sql.now(conn)
+        if now.value is None:
+            raise TypeError("off PostgreSQL a claim's now is a bound value")
+        return now, now.value, (row[0], row[1])
+
     async def _lock_lane(self, conn: AsyncConnection, lane: str) -> None:
         """Hold the lane's row in the lane table until the transaction ends (cluster-
         limited lanes): an upsert that changes nothing still rewrites and locks it (and
         creates it the first time). On PostgreSQL the new row version is also what a
         one-statement capped claim checks its snapshot against (see ``_tasks_pg``)."""
+        await conn.execute(self._lane_upsert(lane, await self._sql.now(conn)))
+
+    def _lane_upsert(self, lane: str, now: DbNow) -> Any:
         lanes = self._lanes
-        now = await self._sql.now(conn)
         values = {"lane": lane, "paused": False, "paused_at": None, "updated_at": now.expr}
         if self._lite is not None:
             upsert: Any = (
@@ -442,7 +460,7 @@ class BackgroundTaskDbStore(
             upsert = (
                 mysql.insert(lanes).values(**values).on_duplicate_key_update(paused=lanes.c.paused)
             )
-        await conn.execute(upsert)
+        return upsert
 
     async def _running_in(self, conn: AsyncConnection, lane: str) -> int:
         t = self._table
