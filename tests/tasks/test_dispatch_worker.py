@@ -362,3 +362,62 @@ async def test_a_rate_limited_lane_sleeps_until_its_window_refills(
     assert proxy.claim_lanes.count(Lane.MEDIA) == media_claims + 1
     shutdown.cancel()
     await running
+
+
+def _rated_worker(
+    store: TaskStoreBase[BackgroundTaskRecord, str],
+    harness: Harness,
+    clock: ManualClock,
+    rate: tuple[int, timedelta],
+) -> TaskWorker[Harness]:
+    return TaskWorker(
+        store,
+        lanes=[
+            TaskLaneConfig(Lane.MEDIA, 5, rate_limit=rate),
+            TaskLaneConfig(Lane.FALLBACK, 1),
+        ],
+        execution=make_config(harness, clock),
+        owner="worker-1",
+    )
+
+
+async def test_a_spent_rate_ends_a_long_poll_wait_at_the_refill(
+    store: InMemoryTaskStore, clock: ManualClock
+) -> None:
+    """With a 60 s poll, the worker still wakes when the 30 s window refills."""
+    harness = Harness()
+    period = timedelta(seconds=30)
+    await enqueue(store, *(new_task(Kind.RENDER, f"r{i}") for i in range(4)))
+    worker = _rated_worker(store, harness, clock, (2, period))
+    slow = DispatchPollConfig(
+        base_interval=timedelta(seconds=60), max_interval=timedelta(seconds=60)
+    )
+    shutdown = CancellationToken()
+    running = _start(worker, shutdown, clock, poll=slow)
+    await until(lambda: len(harness.finished) == 2)
+    await clock.wait_for_sleepers(1)
+    await clock.advance(rate_window_end(clock.now(), period) - clock.now())
+    await until(lambda: len(harness.finished) == 4)
+    assert clock.monotonic() == period.total_seconds()
+    shutdown.cancel()
+    await running
+
+
+async def test_a_wake_lets_a_rate_limited_lane_start_new_work_at_once(
+    store: InMemoryTaskStore, clock: ManualClock
+) -> None:
+    """A short claim that left budget (the queue was empty) does not hold back a task
+    enqueued next: the enqueue's wake-up claims it without waiting for the window."""
+    harness = Harness()
+    await enqueue(store, new_task(Kind.RENDER, "first"))
+    worker = _rated_worker(store, harness, clock, (5, timedelta(seconds=30)))
+    shutdown = CancellationToken()
+    running = _start(worker, shutdown, clock)
+    await until(lambda: "first" in harness.finished)
+    await clock.wait_for_sleepers(1)
+    await enqueue(store, new_task(Kind.RENDER, "second"))
+    worker.wake()
+    await until(lambda: "second" in harness.finished)
+    assert clock.monotonic() == 0.0
+    shutdown.cancel()
+    await running
