@@ -777,6 +777,38 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/db/test_partition_column.py::test_every_enqueue_path_stores_the_partition",),
     ),
     Mutant(
+        "rate-count-ignored",
+        "a rate-limited claim forgets the starts already counted in its window",
+        (
+            Edit(
+                "src/aster_forge/db/_task_lanes.py",
+                "return max(count - (started or 0), 0)",
+                "return count",
+            ),
+        ),
+        (
+            "tests/db/test_task_store.py::"
+            "test_db_store[postgres-check_racing_claims_never_exceed_the_rate_in_any_window]",
+            "tests/db/test_rate_limit_processes.py::"
+            "test_no_window_sees_more_starts_than_the_rate_with_an_instance_killed",
+        ),
+    ),
+    Mutant(
+        "rate-refill-wait-skipped",
+        "a worker claims a rate-limited lane again before its window refills",
+        (
+            Edit(
+                "src/aster_forge/tasks/_worker.py",
+                "if requested <= 0 or self.stopping or self._rate_waiting(config):",
+                "if requested <= 0 or self.stopping:",
+            ),
+        ),
+        (
+            "tests/tasks/test_dispatch_worker.py::"
+            "test_a_rate_limited_lane_sleeps_until_its_window_refills",
+        ),
+    ),
+    Mutant(
         "partition-limit-not-applied",
         "a partitioned claim takes every rank of a partition, past its limit",
         (
