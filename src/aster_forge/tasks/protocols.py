@@ -126,6 +126,12 @@ class ExecutableTaskRecord(TaskRecord[KindT_co], Protocol[KindT_co]):
         to; a store that does not keep it answers ``None``."""
         ...
 
+    @property
+    def partition(self) -> str | None:
+        """The partition the task was enqueued under (``enqueue(partition=...)``); a
+        store without partitions answers ``None``."""
+        ...
+
 
 class TaskClaimStore(Protocol[TaskT_co, LaneT_contra]):
     """Claims due tasks of one lane, each under a fresh processing token.
