@@ -448,7 +448,7 @@ class BackgroundTaskRecord:
             or ``None``.
         dependents_waiting: Tasks of a workflow wait for this one's outcome and have
             not yet been told it (see :class:`~aster_forge.tasks.TaskDependency`).
-        partition: The task's partition (:attr:`NewTask.partition`), or ``None``.
+        partition_key: The task's partition (:attr:`NewTask.partition`), or ``None``.
     """
 
     id: int
@@ -479,7 +479,7 @@ class BackgroundTaskRecord:
     last_traceback: str | None = None
     trace_context: str | None = None
     dependents_waiting: bool = False
-    partition: str | None = None
+    partition_key: str | None = None
 
     @staticmethod
     def from_values(values: Sequence[Any]) -> BackgroundTaskRecord:

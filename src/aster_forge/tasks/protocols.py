@@ -127,7 +127,7 @@ class ExecutableTaskRecord(TaskRecord[KindT_co], Protocol[KindT_co]):
         ...
 
     @property
-    def partition(self) -> str | None:
+    def partition_key(self) -> str | None:
         """The partition the task was enqueued under (``enqueue(partition=...)``); a
         store without partitions answers ``None``."""
         ...

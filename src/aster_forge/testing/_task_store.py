@@ -139,7 +139,7 @@ class InMemoryTaskStore(
             started_at=None,
             finished_at=None,
             trace_context=task.trace_context,
-            partition=task.partition,
+            partition_key=task.partition,
         )
         self._next_id += 1
         self._rows[record.id] = record
@@ -255,8 +255,12 @@ class InMemoryTaskStore(
         else:
             running_in: dict[str, int] = {}
             for row in self._rows.values():
-                if row.lane == lane_value and row.status is TaskStatus.RUNNING and row.partition:
-                    running_in[row.partition] = running_in.get(row.partition, 0) + 1
+                if (
+                    row.lane == lane_value
+                    and row.status is TaskStatus.RUNNING
+                    and row.partition_key
+                ):
+                    running_in[row.partition_key] = running_in.get(row.partition_key, 0) + 1
             due = fair_pick(pending, running_in, partition_limit=partition_limit, limit=limit)
         expires = saturating_expiry(now, lease_ttl)
         claimed: list[BackgroundTaskRecord] = []
