@@ -9,7 +9,8 @@ the race-free "one holder, every racer gets it back" of a plain key. The release
 locks the old holder's row, so a racing enqueue of the same key waits for it, finds
 the key gone from that row, and meets the new holder in its insert. A window only
 ends (statuses a holder left it does not re-enter with the key, time moves forward),
-so releasing early is never wrong.
+so releasing early is never wrong: on PostgreSQL's driver path the release is a
+statement of its own in autocommit, ahead of the one-statement insert-or-get.
 
 A hit whose key asks ``replace`` writes the request's payload and run time
 into the holder if it is still pending and of the same kind, in the same transaction.
@@ -30,13 +31,19 @@ from ._tasks_sql import DbNow, TaskSql
 from ._tasks_table import record_from_row
 from ._time import DatabaseBackend, UtcDateTime
 
-__all__ = ["has_windows", "release_ended_keys", "replace_pending_holders"]
+__all__ = [
+    "has_windows",
+    "release_ended_keys",
+    "replace_pending_holders",
+    "replaces",
+    "window_groups",
+]
 
 _KEY_CHUNK = 500
 _PENDING = TaskStatus.PENDING.value
 
 
-def _windows(tasks: Sequence[NewTask]) -> dict[tuple[Any, Any], list[str]]:
+def window_groups(tasks: Sequence[NewTask]) -> dict[tuple[Any, Any], list[str]]:
     """Each window's keys (a key's first task in the batch decides its window)."""
     seen: set[str] = set()
     groups: dict[tuple[Any, Any], list[str]] = {}
@@ -54,6 +61,14 @@ def _windows(tasks: Sequence[NewTask]) -> dict[tuple[Any, Any], list[str]]:
     return groups
 
 
+def replaces(tasks: Sequence[NewTask]) -> bool:
+    """Whether a task of ``tasks`` has a key that replaces a pending holder."""
+    return any(
+        window is not None and window.replace
+        for window in (task.windowed_dedupe_key for task in tasks if task.dedupe_key)
+    )
+
+
 def has_windows(tasks: Sequence[NewTask]) -> bool:
     """Whether a task of ``tasks`` has a key with a window (or that replaces)."""
     return any(task.windowed_dedupe_key is not None for task in tasks if task.dedupe_key)
@@ -64,7 +79,7 @@ async def release_ended_keys(
 ) -> None:
     """Set ``dedupe_key`` to ``NULL`` on each holder of a key of ``tasks`` whose window ended."""
     t = sql.table
-    for (statuses, period), keys in _windows(tasks).items():
+    for (statuses, period), keys in window_groups(tasks).items():
         ended: list[Any] = []
         if statuses is not None:
             ended.append(t.c.status.not_in(statuses))

@@ -30,7 +30,13 @@ from ..tasks._internal import BackgroundTaskRecord, EnqueueResult, TaskStatus
 from ._driver_hold import HeldDriverConnection, hand_over
 from ._enqueue_coalescer import EnqueueCoalescer
 from ._notify_limiter import NotifyLimiter
-from ._tasks_dedupe_window import has_windows, release_ended_keys, replace_pending_holders
+from ._tasks_dedupe_window import (
+    has_windows,
+    release_ended_keys,
+    replace_pending_holders,
+    replaces,
+    window_groups,
+)
 from ._tasks_enqueue_pg import PgEnqueueStatement
 from ._tasks_sql import _SATURATING_DELTA, DbNow, TaskSql
 from ._tasks_table import CORE_COLUMNS, record_from_row
@@ -141,7 +147,10 @@ class TaskEnqueueMixin:
         if pg is not None and not any(task.extra for task in tasks):
             if not has_windows(tasks):
                 return await self._enqueue_on_driver(pg, tasks)
-            # A window writes more than the insert: one transaction of the store's.
+            if not replaces(tasks):
+                # Releasing an ended holder's key is right on its own: a statement ahead.
+                return await self._enqueue_on_driver(pg, tasks, release=True)
+            # A rewrite of a pending holder: one transaction of the store's.
             return await self._sql.run(_OPERATION, lambda c: self._enqueue_pg_in(c, pg, tasks))
         has_keys = any(task.dedupe_key is not None for task in tasks)
         attempt = 0
@@ -235,7 +244,7 @@ class TaskEnqueueMixin:
         )
 
     async def _enqueue_on_driver(
-        self, pg: PgEnqueueStatement, tasks: Sequence[NewTask]
+        self, pg: PgEnqueueStatement, tasks: Sequence[NewTask], *, release: bool = False
     ) -> list[EnqueueResult]:
         """The statement on a pooled asyncpg connection itself, in autocommit.
 
@@ -268,6 +277,9 @@ class TaskEnqueueMixin:
             return pg.records(await self._on_driver(driver, pg.by_key_sql, [list(keys)]))
 
         try:
+            if release:
+                for (statuses, period), keys in window_groups(tasks).items():
+                    await self._on_driver(driver, pg.release_sql, [keys, statuses, period])
             results = await self._enqueue_pg(tasks, fetch, read_keys)
         except BaseException as exc:
             await self._driver_hold.release_after(connection, held, exc)
