@@ -474,6 +474,19 @@ MUTANTS: tuple[Mutant, ...] = (
         (DEDUPE_WINDOW_RACE, ENQUEUE_BOUNDARY),
     ),
     Mutant(
+        "dedupe-window-release-all-pg",
+        "PostgreSQL's driver-path enqueue with a dedupe window takes the key from its holder "
+        "whatever the window",
+        (
+            Edit(
+                "src/aster_forge/db/_tasks_enqueue_pg.py",
+                "  AND (status <> ALL($2::text[]) OR created_at <= now() - $3::interval)",
+                "  AND (status <> ALL($2::text[]) OR true OR created_at <= now() - $3::interval)",
+            ),
+        ),
+        (DEDUPE_WINDOW_RACE, ENQUEUE_BOUNDARY),
+    ),
+    Mutant(
         "dedupe-window-period",
         "a dedupe key held for a period is never released when the period is over",
         (
