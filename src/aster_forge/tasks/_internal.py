@@ -53,6 +53,7 @@ from ._records import (
     check_retry_delay,
     check_run_at,
     check_ttl,
+    dedupe_window_holds,
     wire_value,
 )
 from ._retention import prune_finished_tasks
@@ -137,6 +138,7 @@ __all__ = [
     "check_snooze_delay",
     "check_throughput_minutes",
     "check_ttl",
+    "dedupe_window_holds",
     "default_dispatch_owner",
     "fair_pick",
     "initial_task_steps_from_specs",

@@ -27,6 +27,7 @@ from ..tasks._internal import (
     check_retry_delay,
     check_run_at,
     check_ttl,
+    dedupe_window_holds,
     fair_pick,
     parse_task_steps_json,
     serialize_task_steps_json,
@@ -108,10 +109,23 @@ class InMemoryTaskStore(
 
     # -- enqueue -----------------------------------------------------------------
 
-    def _insert(self, task: NewTask, now: datetime) -> EnqueueResult:
+    def _insert(self, task: NewTask, now: datetime, fresh: set[int]) -> EnqueueResult:
+        # ``fresh``: the rows this batch inserted or already resolved a key to.
         key = task.dedupe_key_text
         if key is not None and key in self._by_key:
-            return EnqueueResult(self._rows[self._by_key[key]], created=False)
+            holder = self._rows[self._by_key[key]]
+            window = task.windowed_dedupe_key
+            if holder.id in fresh or window is None:
+                return EnqueueResult(holder, created=False)
+            if dedupe_window_holds(window, holder, now):
+                # A key's first task in the batch decides: later ones get this row.
+                fresh.add(holder.id)
+                if window.replace:
+                    holder = self._replaced(task, holder, now)
+                return EnqueueResult(holder, created=False)
+            # The holder's window ended: the key moves to a new task.
+            self._rows[holder.id] = replace(holder, dedupe_key=None)
+            del self._by_key[key]
         run_at = task.run_at if task.run_at is not None else saturating_expiry(now, task.delay)
         record = BackgroundTaskRecord(
             id=self._next_id,
@@ -143,9 +157,20 @@ class InMemoryTaskStore(
         )
         self._next_id += 1
         self._rows[record.id] = record
+        fresh.add(record.id)
         if key is not None:
             self._by_key[key] = record.id
         return EnqueueResult(record, created=True)
+
+    def _replaced(
+        self, task: NewTask, holder: BackgroundTaskRecord, now: datetime
+    ) -> BackgroundTaskRecord:
+        if holder.status is not TaskStatus.PENDING or holder.kind != task.kind:
+            return holder
+        run_at = task.run_at if task.run_at is not None else saturating_expiry(now, task.delay)
+        updated = replace(holder, payload_json=task.payload_json, run_at=run_at, updated_at=now)
+        self._rows[holder.id] = updated
+        return updated
 
     def _checked(self, tasks: Sequence[NewTask]) -> list[NewTask]:
         for task in tasks:
@@ -174,7 +199,8 @@ class InMemoryTaskStore(
             raise TaskEnqueueValueError("InMemoryTaskStore has no database transaction to join")
         checked = self._checked(tasks)
         now = self._clock.now()
-        return [self._insert(task, now) for task in checked]
+        fresh: set[int] = set()
+        return [self._insert(task, now, fresh) for task in checked]
 
     # -- claim and rescue ---------------------------------------------------------
 

@@ -35,7 +35,7 @@ class InMemoryTaskWorkflowMixin:
         def _checked(self, tasks: Sequence[NewTask]) -> list[NewTask]:
             """The registry-checked tasks (defined on the store)."""
 
-        def _insert(self, task: NewTask, now: datetime) -> EnqueueResult:
+        def _insert(self, task: NewTask, now: datetime, fresh: set[int]) -> EnqueueResult:
             """Insert one task (defined on the store)."""
 
     async def enqueue_workflow(
@@ -47,8 +47,11 @@ class InMemoryTaskWorkflowMixin:
         waiting = {edge.task for edge in edges}
         checked = self._checked(tasks)
         now = self._clock.now()
+        fresh: set[int] = set()
         results = [
-            self._insert(replace(task, run_at=NEVER_EXPIRES) if index in waiting else task, now)
+            self._insert(
+                replace(task, run_at=NEVER_EXPIRES) if index in waiting else task, now, fresh
+            )
             for index, task in enumerate(checked)
         ]
         ids = [result.task_id for result in results]
