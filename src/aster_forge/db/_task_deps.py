@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .. import _tracing
 from ..tasks import TaskDependency
-from ..tasks._internal import TaskFailureReason, TaskStatus
+from ..tasks._internal import TaskFailureReason, TaskStatus, TaskWorkflowEdge, TaskWorkflowNode
 from ._tasks_sql import DbNow, TaskSql
 from ._time import NEVER_EXPIRES, DatabaseBackend, UtcDateTime
 
@@ -259,3 +259,35 @@ class TaskDependencySql:
             .order_by(t.c.id)
         )
         return list((await conn.execute(query)).all())
+
+    async def edges_touching(
+        self, conn: AsyncConnection, ids: Sequence[int]
+    ) -> list[TaskWorkflowEdge]:
+        """The edges with either end in ``ids`` (by the key's prefix and ``ix_<deps>_task``)."""
+        d = self._d
+        query = sa.select(d.c.depends_on, d.c.task_id, d.c.run_anyway).where(
+            sa.or_(d.c.depends_on.in_(list(ids)), d.c.task_id.in_(list(ids)))
+        )
+        return [
+            TaskWorkflowEdge(depends_on=int(dep), task_id=int(task), run_anyway=bool(anyway))
+            for dep, task, anyway in (await conn.execute(query)).all()
+        ]
+
+    async def nodes(self, conn: AsyncConnection, ids: Sequence[int]) -> list[TaskWorkflowNode]:
+        """The graph nodes of the tasks ``ids`` that still exist, by id."""
+        t = self._t
+        query = (
+            sa.select(t.c.id, t.c.kind, t.c.lane, t.c.status, t.c.run_at)
+            .where(t.c.id.in_(list(ids)))
+            .order_by(t.c.id)
+        )
+        return [
+            TaskWorkflowNode(
+                id=int(task_id),
+                kind=str(kind),
+                lane=str(lane),
+                status=TaskStatus(status),
+                waiting=status == TaskStatus.PENDING.value and run_at == NEVER_EXPIRES,
+            )
+            for task_id, kind, lane, status, run_at in (await conn.execute(query)).all()
+        ]

@@ -10,7 +10,17 @@ from typing import TYPE_CHECKING
 from .. import _tracing
 from ..runtime._internal import NEVER_EXPIRES, Clock
 from ..tasks import NewTask, TaskDependency
-from ..tasks._internal import BackgroundTaskRecord, EnqueueResult, TaskFailureReason, TaskStatus
+from ..tasks._internal import (
+    BackgroundTaskRecord,
+    EnqueueResult,
+    TaskFailureReason,
+    TaskStatus,
+    TaskWorkflowEdge,
+    TaskWorkflowGraph,
+    TaskWorkflowNode,
+    check_workflow_limit,
+    walk_workflow,
+)
 
 __all__ = ["InMemoryTaskWorkflowMixin"]
 
@@ -72,6 +82,44 @@ class InMemoryTaskWorkflowMixin:
         """The tasks ``task_id`` waits (or waited) for, by id."""
         ids = sorted(dep for dep, _ in self._dependencies.get(task_id, ()))
         return [self._rows[dep] for dep in ids if dep in self._rows]
+
+    async def workflow_graph(self, task_id: int, *, limit: int = 500) -> TaskWorkflowGraph | None:
+        """The tasks connected to ``task_id`` (see
+        :meth:`aster_forge.tasks.protocols.TaskWorkflowStore.workflow_graph`)."""
+        check_workflow_limit(limit)
+        if task_id not in self._rows:
+            return None
+
+        async def edges_of(ids: list[int]) -> list[TaskWorkflowEdge]:
+            found = [
+                TaskWorkflowEdge(depends_on=dep, task_id=task, run_anyway=anyway)
+                for task in ids
+                for dep, anyway in self._dependencies.get(task, ())
+            ]
+            for dep in ids:
+                for task in self._dependents.get(dep, ()):
+                    anyway = dict(self._dependencies.get(task, ())).get(dep, False)
+                    found.append(TaskWorkflowEdge(depends_on=dep, task_id=task, run_anyway=anyway))
+            return found
+
+        ids, edges, truncated = await walk_workflow(task_id, edges_of, limit=limit)
+        rows = [self._rows[node] for node in ids if node in self._rows]
+        present = {row.id for row in rows}
+        return TaskWorkflowGraph(
+            task_id=task_id,
+            nodes=tuple(
+                TaskWorkflowNode(
+                    id=row.id,
+                    kind=row.kind,
+                    lane=row.lane,
+                    status=row.status,
+                    waiting=row.status is TaskStatus.PENDING and row.run_at == NEVER_EXPIRES,
+                )
+                for row in rows
+            ),
+            edges=tuple(e for e in edges if e.depends_on in present and e.task_id in present),
+            truncated=truncated,
+        )
 
     async def settle_dependencies(self) -> int:
         """Nothing to settle: every ending here settles its dependents at once."""
