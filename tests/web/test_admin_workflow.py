@@ -132,3 +132,93 @@ async def test_cancel_workflow_cancels_every_unfinished_node(store: AdminStore) 
         tail: (TaskStatus.CANCELLED, False),
         other: (TaskStatus.RUNNING, False),
     }
+
+
+async def _finish(store: AdminStore, lane: str, *, fail: bool = False) -> int:
+    _, lease = await claim_one(store, lane)
+    if fail:
+        assert await store.mark_task_failed(lease, error="boom", steps_json=None, manual_retry=True)
+    else:
+        assert await store.mark_task_succeeded(lease, "1", None)
+    await store.settle_dependencies()
+    return lease.task_id
+
+
+async def _states(store: AdminStore, task_id: int) -> dict[int, str]:
+    graph = await store.workflow_graph(task_id)
+    assert graph is not None
+    return {n.id: "waiting" if n.waiting else n.status.value for n in graph.nodes}
+
+
+@pytest.mark.parametrize("bulk", [False, True], ids=["one", "bulk"])
+async def test_retrying_a_failed_step_brings_back_what_its_failure_cancelled(
+    store: AdminStore, bulk: bool
+) -> None:
+    written = await store.enqueue_workflow(
+        [
+            NewTask("a", "wf", max_attempts=1),
+            NewTask("b", "wf"),
+            NewTask("join", "wf"),  # after a and b
+            NewTask("tail", "wf"),  # after join
+            NewTask("c", "slow"),
+            NewTask("callback", "cb"),  # after a (anyway) and c
+            NewTask("f", "f", max_attempts=1),
+            NewTask("x", "x"),  # after a and f
+        ],
+        [
+            TaskDependency(task=2, on=0),
+            TaskDependency(task=2, on=1),
+            TaskDependency(task=3, on=2),
+            TaskDependency(task=5, on=0, run_anyway=True),
+            TaskDependency(task=5, on=4),
+            TaskDependency(task=7, on=0),
+            TaskDependency(task=7, on=6),
+        ],
+    )
+    a, b, join, tail, c, callback, f, x = (result.task_id for result in written)
+    assert await _finish(store, "wf", fail=True) == a
+    assert await _finish(store, "wf") == b
+    assert await _finish(store, "f", fail=True) == f
+    assert await _states(store, a) == {
+        a: "failed",
+        b: "succeeded",
+        join: "cancelled",
+        tail: "cancelled",
+        c: "pending",
+        callback: "waiting",
+        f: "failed",
+        x: "cancelled",
+    }
+
+    async with client(admin_app(AdminSources(task_store=store))) as http:
+        if bulk:
+            answer = await http.post("/api/tasks/bulk/retry", json={"id": a})
+            assert answer.status_code == 200 and answer.json()["changed"] == [a], answer.text
+        else:
+            answer = await http.post(f"/api/tasks/{a}/retry")
+            assert answer.status_code == 200 and answer.json()["status"] == "pending"
+    after_retry = await _states(store, a)
+    # join and tail wait again; x stays cancelled (f still failed); finished b never reruns.
+    assert after_retry == {
+        a: "pending",
+        b: "succeeded",
+        join: "waiting",
+        tail: "waiting",
+        c: "pending",
+        callback: "waiting",
+        f: "failed",
+        x: "cancelled",
+    }
+    joined = await store.get_task(join)
+    assert joined is not None and joined.last_error is None and joined.finished_at is None
+
+    # The callback counted a's failure already: it now waits for a's retry as well.
+    assert await _finish(store, "slow") == c
+    assert (await _states(store, a))[callback] == "waiting"
+    assert await _finish(store, "wf") == a
+    assert await _finish(store, "wf") == join
+    assert await _finish(store, "cb") == callback
+    assert await _finish(store, "wf") == tail
+    final = await _states(store, a)
+    assert final == {**final, join: "succeeded", tail: "succeeded", callback: "succeeded"}
+    assert final[x] == "cancelled"

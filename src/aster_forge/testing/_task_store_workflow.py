@@ -125,6 +125,63 @@ class InMemoryTaskWorkflowMixin:
         """Nothing to settle: every ending here settles its dependents at once."""
         return 0
 
+    def _restore(self, task_ids: Sequence[int]) -> list[int]:
+        """After an operator retry of ``task_ids``, bring back the dependents their
+        endings cancelled (see :meth:`aster_forge.db.BackgroundTaskDbStore.retry_task`)."""
+        retried = set(task_ids)
+        candidates: set[int] = set()
+        frontier = sorted(retried)
+        while frontier:
+            found = {
+                dependent
+                for task_id in frontier
+                for dependent in self._dependents.get(task_id, ())
+                if self._cancelled_by_dependency(dependent)
+            }
+            frontier = sorted(found - candidates - retried)
+            candidates.update(frontier)
+        blockers = {
+            task_id: {
+                dep
+                for dep, anyway in self._dependencies.get(task_id, ())
+                if not anyway
+                and dep in self._rows
+                and self._rows[dep].status in (TaskStatus.FAILED, TaskStatus.CANCELLED)
+            }
+            for task_id in candidates
+        }
+        kept = set(candidates)
+        changed = True
+        while changed:
+            changed = False
+            for task_id in sorted(kept):
+                if blockers[task_id] - kept - retried:
+                    kept.discard(task_id)
+                    changed = True
+        now = self._clock.now()
+        for task_id in kept:
+            self._rows[task_id] = replace(
+                self._rows[task_id],
+                status=TaskStatus.PENDING,
+                run_at=NEVER_EXPIRES,
+                failure_reason=None,
+                last_error=None,
+                finished_at=None,
+                updated_at=now,
+            )
+        for task_id in retried | kept:
+            if self._dependents.get(task_id) and task_id in self._rows:
+                self._rows[task_id] = replace(self._rows[task_id], dependents_waiting=True)
+        return sorted(kept)
+
+    def _cancelled_by_dependency(self, task_id: int) -> bool:
+        row = self._rows.get(task_id)
+        return (
+            row is not None
+            and row.status is TaskStatus.CANCELLED
+            and row.last_error == _DEPENDENCY_CANCELLED_ERROR
+        )
+
     def _settle(self, task_ids: Sequence[int]) -> None:
         queue = list(task_ids)
         told: list[int] = []
