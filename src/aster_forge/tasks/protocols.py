@@ -645,6 +645,8 @@ class BackgroundTaskStore(
 
         Resets ``attempt`` to 0 and clears the result and failure reason (``last_error``
         is kept for history). Conditional on the status, so it cannot race a worker.
+        A store with workflows brings back, in the same write, the dependents the
+        task's ending cancelled: they wait for it again.
 
         Args:
             task_id: The task.

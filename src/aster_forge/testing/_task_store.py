@@ -483,7 +483,13 @@ class InMemoryTaskStore(
     async def retry_task(
         self, task_id: int, *, run_at: datetime | None = None, force: bool = False
     ) -> BackgroundTaskRecord:
-        """Operator retry of a failed/cancelled task."""
+        """Operator retry of a failed/cancelled task; the workflow dependents its ending
+        cancelled wait again."""
+        self._retry_row(task_id, run_at=run_at, force=force)
+        self._restore([task_id])
+        return self._rows[task_id]
+
+    def _retry_row(self, task_id: int, *, run_at: datetime | None, force: bool) -> None:
         row = self._rows.get(task_id)
         if row is None:
             raise TaskNotFoundError(task_id)
@@ -507,7 +513,6 @@ class InMemoryTaskStore(
             finished_at=None,
         )
         self._rows[task_id] = record
-        return record
 
     async def cancel_task(self, task_id: int) -> TaskCancelOutcome:
         """Cancel a pending task or flag a running one."""
