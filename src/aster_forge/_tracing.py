@@ -172,6 +172,7 @@ def start_attempt(
     max_attempts: int,
     rescued: bool,
     trace_context: str | None,
+    partition: str | None = None,
 ) -> Span | None:
     """``process <kind>``: the CONSUMER span of one attempt, linked to its enqueue.
 
@@ -196,6 +197,8 @@ def start_attempt(
     if lane is not None:
         attributes["messaging.destination.name"] = lane
         attributes["aster_forge.task.lane"] = lane
+    if partition is not None:
+        attributes["aster_forge.task.partition"] = partition
     span = tracer.start_span(
         f"process {kind}",
         context=Context(),  # a root: whatever the worker's task runs under is not its parent

@@ -378,6 +378,32 @@ def tasks_cancel(database_url: str, table_name: str, task_id: int) -> None:
     sys.exit(_run(cancel_task(database_url, table_name, task_id)))
 
 
+@tasks.command(name="workflow")
+@_database_option
+@_table_option
+@click.argument("task_id", type=_TASK_ID)
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 10_000),
+    default=500,
+    show_default=True,
+    help="Show at most this many tasks, nearest first.",
+)
+@click.option("--cancel", is_flag=True, help="First cancel every unfinished task of it.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def tasks_workflow(
+    database_url: str, table_name: str, task_id: int, limit: int, cancel: bool, as_json: bool
+) -> None:
+    """Show TASK_ID's workflow: the tasks connected by dependencies, their states and what
+    each waits for (the task itself is starred)."""
+    from aster_forge._cli._tasks import show_workflow
+
+    run = show_workflow(
+        database_url, table_name, task_id, limit=limit, cancel=cancel, as_json=as_json
+    )
+    sys.exit(_run(run))
+
+
 @cli.group()
 def lanes() -> None:
     """Pause, resume and list lanes (stored: every instance obeys)."""

@@ -73,6 +73,9 @@ LEASE_CONFORMANCE = "tests/db/test_lease_conformance.py"
 SCHEDULED_CONFORMANCE = "tests/db/test_scheduled_conformance.py"
 
 ENQUEUE = "src/aster_forge/db/_tasks_enqueue.py"
+DEDUPE_WINDOW = "src/aster_forge/db/_tasks_dedupe_window.py"
+DEDUPE_WINDOW_RACE = "tests/db/test_dedupe_window_processes.py"
+ENQUEUE_BOUNDARY = "tests/db/test_enqueue_boundary.py"
 COALESCER = "src/aster_forge/db/_enqueue_coalescer.py"
 COALESCER_UNIT = "tests/db/test_enqueue_coalescer.py"
 COALESCING = "tests/db/test_enqueue_coalescing.py"
@@ -455,6 +458,45 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         (TASK_CONFORMANCE,),
+    ),
+    Mutant(
+        "dedupe-window-release-all",
+        "an enqueue with a dedupe window takes the key from its holder whatever the window "
+        "(racing enqueues make several tasks for one key)",
+        (
+            Edit(
+                DEDUPE_WINDOW,
+                "                .where(t.c.dedupe_key.in_(keys[start : start + _KEY_CHUNK]), "
+                "sa.or_(*ended))\n",
+                "                .where(t.c.dedupe_key.in_(keys[start : start + _KEY_CHUNK]))\n",
+            ),
+        ),
+        (DEDUPE_WINDOW_RACE, ENQUEUE_BOUNDARY),
+    ),
+    Mutant(
+        "dedupe-window-release-all-pg",
+        "PostgreSQL's driver-path enqueue with a dedupe window takes the key from its holder "
+        "whatever the window",
+        (
+            Edit(
+                "src/aster_forge/db/_tasks_enqueue_pg.py",
+                "  AND (status <> ALL($2::text[]) OR created_at <= now() - $3::interval)",
+                "  AND (status <> ALL($2::text[]) OR true OR created_at <= now() - $3::interval)",
+            ),
+        ),
+        (DEDUPE_WINDOW_RACE, ENQUEUE_BOUNDARY),
+    ),
+    Mutant(
+        "dedupe-window-period",
+        "a dedupe key held for a period is never released when the period is over",
+        (
+            Edit(
+                DEDUPE_WINDOW,
+                "            ended.append(t.c.created_at <= _minus(now, period))\n",
+                "            ended.append(sa.false())\n",
+            ),
+        ),
+        (ENQUEUE_BOUNDARY,),
     ),
     Mutant(
         "scheduled-claim-exclusive",

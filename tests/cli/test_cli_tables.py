@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import sys
 from collections.abc import Coroutine
 from datetime import timedelta
@@ -17,7 +18,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from aster_forge.cli import cli
 from aster_forge.db import BackgroundTaskDbStore, background_tasks_table
-from aster_forge.tasks import NewTask, TaskLease
+from aster_forge.tasks import NewTask, TaskDependency, TaskLease
 
 T = TypeVar("T")
 
@@ -126,3 +127,67 @@ def test_a_missing_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> No
     assert result.exit_code == 2
     (line,) = result.stderr.strip().splitlines()
     assert "pip install 'aster-forge[postgres]'" in line and "secret" not in line
+
+
+async def a_chain(url: str, table: str) -> list[int]:
+    """fetch -> parse -> store on ``table``, fetch claimed (running)."""
+    engine = create_async_engine(url)
+    try:
+        store = BackgroundTaskDbStore(engine, table=background_tasks_table(sa.MetaData(), table))
+        written = await store.enqueue_workflow(
+            [NewTask("fetch", "etl"), NewTask("parse", "etl"), NewTask("store", "etl")],
+            [TaskDependency(task=1, on=0), TaskDependency(task=2, on=1, run_anyway=True)],
+        )
+        (claimed,) = await store.claim_due_for_lane("etl", 5, "cli-test", timedelta(minutes=1))
+        assert claimed.id == written[0].task_id
+        return [result.task_id for result in written]
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_tasks_workflow_shows_and_cancels_the_graph(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'etl.db'}"
+        driver_url = url.replace("sqlite:", "sqlite+aiosqlite:")
+    else:
+        driver_url = str(request.getfixturevalue("demo_postgres_url"))
+        url = _plain(driver_url)
+    assert invoke("migrate", "--database-url", url, "--table", "etl_tasks").exit_code == 0
+    fetch, parse, store = on_own_loop(a_chain(driver_url, "etl_tasks"))
+    base = ("--database-url", url, "--table", "etl_tasks")
+
+    shown = invoke("tasks", "workflow", str(parse), *base, "--json")
+    assert shown.exit_code == 0, shown.stderr
+    graph = json.loads(shown.stdout)
+    assert [(n["id"], n["status"], n["waiting"]) for n in graph["nodes"]] == [
+        (fetch, "running", False),
+        (parse, "pending", True),
+        (store, "pending", True),
+    ]
+    assert graph["edges"] == [
+        {"from": fetch, "to": parse, "run_anyway": False},
+        {"from": parse, "to": store, "run_anyway": True},
+    ]
+    table = invoke("tasks", "workflow", str(parse), *base)
+    assert table.exit_code == 0, table.stderr
+    row = next(line for line in table.stdout.splitlines() if f"{parse}*" in line)
+    assert "parse" in row and "waiting" in row and str(fetch) in row
+    assert f"{parse} (anyway)" in table.stdout
+    nearest = json.loads(
+        invoke("tasks", "workflow", str(fetch), *base, "--json", "--limit", "2").stdout
+    )
+    assert [n["id"] for n in nearest["nodes"]] == [fetch, parse] and nearest["truncated"]
+
+    cancelled = json.loads(
+        invoke("tasks", "workflow", str(store), *base, "--cancel", "--json").stdout
+    )
+    assert cancelled["cancelled"] == [parse, store] and cancelled["cancel_requested"] == [fetch]
+    assert [n["status"] for n in cancelled["nodes"]] == ["running", "cancelled", "cancelled"]
+
+    missing = invoke("tasks", "workflow", "987654", *base)
+    assert missing.exit_code != 0 and "task 987654 not found" in missing.stderr

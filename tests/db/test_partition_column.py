@@ -55,29 +55,29 @@ async def test_every_enqueue_path_stores_the_partition(engine: AsyncEngine, coal
             else await store.enqueue_many(tasks)
         )
         for task, result in zip(tasks, results, strict=True):
-            assert result.record.partition == task.partition
+            assert result.record.partition_key == task.partition
             expected[result.task_id] = task.partition
     async with engine.begin() as conn:
         tasks = _tasks("in-transaction", ["x", None], keyed=False)
         for task, result in zip(
             tasks, await store.enqueue_many(tasks, connection=conn), strict=True
         ):
-            assert result.record.partition == task.partition
+            assert result.record.partition_key == task.partition
             expected[result.task_id] = task.partition
     for task_id, partition in expected.items():
         stored = await store.get_task(task_id)
-        assert stored is not None and stored.partition == partition, task_id
+        assert stored is not None and stored.partition_key == partition, task_id
     for lane in [*batches, "in-transaction"]:
         for claimed in await store.claim_due_for_lane(lane, 10, "w", _TTL):
-            assert claimed.partition == expected[claimed.id]
+            assert claimed.partition_key == expected[claimed.id]
 
 
 async def test_the_in_memory_store_keeps_the_partition() -> None:
     store = InMemoryTaskStore()
     made = await store.enqueue(NewTask("k", "l", partition="tenant-9"))
-    assert made.record.partition == "tenant-9"
+    assert made.record.partition_key == "tenant-9"
     (claimed,) = await store.claim_due_for_lane("l", 1, "w", _TTL)
-    assert claimed.partition == "tenant-9"
+    assert claimed.partition_key == "tenant-9"
 
 
 def test_a_partition_must_be_storable_text() -> None:

@@ -383,3 +383,19 @@ def _ids(span: ReadableSpan, key: str) -> list[int]:
     value = (span.attributes or {}).get(key)
     assert isinstance(value, tuple | list), value
     return [int(item) for item in value]
+
+
+async def test_an_attempt_names_its_partition(forge_url: str, spans: InMemorySpanExporter) -> None:
+    product = _Product(forge_url)
+    try:
+        await product.forge.migrate()
+        await product.send_mail.enqueue(1, partition="tenant-7")
+        await product.send_mail.enqueue(2)
+        assert (await product.forge.drain()).succeeded == 2
+    finally:
+        await product.forge.aclose()
+    partitions = sorted(
+        str(dict(span.attributes or {}).get("aster_forge.task.partition"))
+        for span in _named(spans, "process send_mail")
+    )
+    assert partitions == ["None", "tenant-7"]  # left out when the task has none

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aster_forge.tasks import TaskDedupeKey, TaskInvalidValueError, scheduled_task_dedupe_key
+from aster_forge import TaskStatus
+from aster_forge.tasks import (
+    NewTask,
+    TaskDedupeKey,
+    TaskInvalidValueError,
+    scheduled_task_dedupe_key,
+)
 from aster_forge.tasks.errors import TaskDedupeKeyError
 
 AT = datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
@@ -97,3 +104,32 @@ def test_errors_are_invalid_value_errors() -> None:
     assert isinstance(caught.value, ValueError)
     assert isinstance(caught.value, TaskInvalidValueError)
     assert TaskDedupeKey("x" * 255).value == "x" * 255
+
+
+WINDOW_ERRORS: dict[str, tuple[dict[str, Any], str]] = {
+    "statuses-not-a-set": ({"held_while": [TaskStatus.PENDING]}, "set of TaskStatus"),
+    "status-unknown": ({"held_while": {"pending", "later"}}, "not a TaskStatus"),
+    "without-pending": ({"held_while": {TaskStatus.RUNNING}}, "must include"),
+    "period-zero": ({"held_for": timedelta(0)}, "above zero"),
+    "period-negative": ({"held_for": timedelta(seconds=-1)}, "above zero"),
+    "period-too-long": ({"held_for": timedelta(days=36501)}, "at most 36500 days"),
+    "period-not-timedelta": ({"held_for": 60}, "must be a timedelta"),
+    "replace-not-bool": ({"replace": 1}, "must be a bool"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WINDOW_ERRORS))
+def test_a_bad_window_is_a_dedupe_key_error(case: str) -> None:
+    window, message = WINDOW_ERRORS[case]
+    with pytest.raises(TaskDedupeKeyError, match=message):
+        TaskDedupeKey("key", **window)
+
+
+def test_a_window_is_normalised_and_reported() -> None:
+    key = TaskDedupeKey("key", held_while={"pending", TaskStatus.RUNNING})  # type: ignore[arg-type]
+    assert key.held_while == frozenset({TaskStatus.PENDING, TaskStatus.RUNNING})
+    assert key.has_window
+    assert TaskDedupeKey("key", replace=True).has_window
+    assert not TaskDedupeKey("key").has_window
+    assert NewTask("k", "l", dedupe_key=key).windowed_dedupe_key == key
+    assert NewTask("k", "l", dedupe_key="key").windowed_dedupe_key is None

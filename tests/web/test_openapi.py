@@ -11,7 +11,13 @@ from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 from starlette.routing import Route
 
 from aster_forge.runtime import RuntimeComponentKind, RuntimeComponentRegistry
-from aster_forge.tasks import ClaimedTaskOutcome, DispatchStatsRecorder, IntervalSchedule
+from aster_forge.tasks import (
+    ClaimedTaskOutcome,
+    DispatchStatsRecorder,
+    IntervalSchedule,
+    NewTask,
+    TaskDependency,
+)
 from aster_forge.testing import InMemoryRuntimeLeaseStore, InMemoryScheduledTaskStore, ManualClock
 from aster_forge.web import AdminSources, admin_app
 from aster_forge.web._openapi import openapi_document
@@ -78,6 +84,10 @@ def test_validates_with_openapi_spec_validator() -> None:
 async def test_every_answer_matches_its_documented_schema(store: AdminStore) -> None:
     # The response schemas are generated from models; this pins the serializers to them.
     ids = await seed_tasks(store)
+    steps = await store.enqueue_workflow(
+        [NewTask("fetch", "flow"), NewTask("join", "flow")], [TaskDependency(task=1, on=0)]
+    )
+    join = steps[1].task_id
     clock = ManualClock(datetime(2030, 1, 1, tzinfo=UTC))
     scheduled = InMemoryScheduledTaskStore(clock)
     await scheduled.ensure_scheduled_task(
@@ -110,6 +120,8 @@ async def test_every_answer_matches_its_documented_schema(store: AdminStore) -> 
         ("post", f"/api/tasks/{ids['failed']}/retry", "/api/tasks/{task_id}/retry"),
         ("post", f"/api/tasks/{ids['running']}/cancel", "/api/tasks/{task_id}/cancel"),
         ("post", "/api/tasks/bulk/cancel", "/api/tasks/bulk/{action}"),
+        ("get", f"/api/tasks/{join}/workflow", "/api/tasks/{task_id}/workflow"),
+        ("post", f"/api/tasks/{join}/workflow/cancel", "/api/tasks/{task_id}/workflow/cancel"),
         ("get", "/api/lanes", "/api/lanes"),
         ("post", "/api/lanes/media/pause", "/api/lanes/{lane}/pause"),
         ("get", "/api/scheduled", "/api/scheduled"),

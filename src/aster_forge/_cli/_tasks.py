@@ -1,4 +1,4 @@
-"""``aster-forge tasks list|show|retry|cancel`` on a reference task table (``--table``)."""
+"""``aster-forge tasks list|show|retry|cancel|workflow`` on a reference task table (``--table``)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,27 @@ from rich.table import Table
 from aster_forge import BackgroundTaskRecord, TaskCancelOutcome, TaskStateError, TaskStatus
 from aster_forge._json import load_json
 from aster_forge.db import BackgroundTaskDbStore, background_tasks_table
-from aster_forge.tasks._internal import TaskStepInfo, parse_task_steps_json
+from aster_forge.tasks._internal import (
+    MAX_WORKFLOW_NODES,
+    TaskStepInfo,
+    TaskWorkflowGraph,
+    cancel_workflow_nodes,
+    parse_task_steps_json,
+)
 
 from ._db import checked_engine, require_table
 from ._errors import EXIT_FAILED, CliError
 from ._output import console
 
-__all__ = ["cancel_task", "list_tasks", "retry_task", "show_task", "task_dict", "task_store"]
+__all__ = [
+    "cancel_task",
+    "list_tasks",
+    "retry_task",
+    "show_task",
+    "show_workflow",
+    "task_dict",
+    "task_store",
+]
 
 _FORCE_HELPS = frozenset({TaskStatus.FAILED.value, TaskStatus.CANCELLED.value})
 
@@ -234,3 +248,70 @@ async def cancel_task(url: str, table: str, task_id: int) -> int:
     }
     console().print(messages[outcome])
     return 0 if outcome is not TaskCancelOutcome.ALREADY_FINISHED else EXIT_FAILED
+
+
+def _workflow_dict(graph: TaskWorkflowGraph) -> dict[str, Any]:
+    return {
+        "task_id": graph.task_id,
+        "nodes": [
+            {
+                "id": n.id,
+                "kind": n.kind,
+                "lane": n.lane,
+                "status": n.status.value,
+                "waiting": n.waiting,
+            }
+            for n in graph.nodes
+        ],
+        "edges": [
+            {"from": e.depends_on, "to": e.task_id, "run_anyway": e.run_anyway} for e in graph.edges
+        ],
+        "truncated": graph.truncated,
+    }
+
+
+async def show_workflow(
+    url: str,
+    table: str,
+    task_id: int,
+    *,
+    limit: int = 500,
+    cancel: bool = False,
+    as_json: bool = False,
+) -> int:
+    """Print the tasks connected to ``task_id`` by dependencies, each with what it waits
+    for; with ``cancel``, first cancel every unfinished one."""
+    async with task_store(url, table) as store:
+        cancelled: list[int] = []
+        requested: list[int] = []
+        if cancel:
+            whole = await store.workflow_graph(task_id, limit=MAX_WORKFLOW_NODES)
+            if whole is None:
+                raise CliError(f"task {task_id} not found", EXIT_FAILED)
+            cancelled, requested = await cancel_workflow_nodes(store, whole)
+        graph = await store.workflow_graph(task_id, limit=limit)
+    if graph is None:
+        raise CliError(f"task {task_id} not found", EXIT_FAILED)
+    if as_json:
+        data = _workflow_dict(graph)
+        if cancel:
+            data["cancelled"], data["cancel_requested"] = cancelled, requested
+        console().print_json(json.dumps(data))
+        return 0
+    out = console()
+    if cancel:
+        out.print(f"{len(cancelled)} cancelled, {len(requested)} running asked to stop")
+    rows = Table("ID", "KIND", "LANE", "STATUS", "WAITS FOR")
+    for node in graph.nodes:
+        waits = [
+            f"{e.depends_on}{' (anyway)' if e.run_anyway else ''}"
+            for e in graph.edges
+            if e.task_id == node.id
+        ]
+        status = "waiting" if node.waiting else node.status.value
+        marker = "*" if node.id == graph.task_id else ""
+        rows.add_row(f"{node.id}{marker}", node.kind, node.lane, status, ", ".join(waits))
+    out.print(rows)
+    if graph.truncated:
+        out.print(f"more tasks are connected than --limit {limit} shows")
+    return 0

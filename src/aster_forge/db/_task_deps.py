@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .. import _tracing
 from ..tasks import TaskDependency
-from ..tasks._internal import TaskFailureReason, TaskStatus
+from ..tasks._internal import TaskFailureReason, TaskStatus, TaskWorkflowEdge, TaskWorkflowNode
 from ._tasks_sql import DbNow, TaskSql
 from ._time import NEVER_EXPIRES, DatabaseBackend, UtcDateTime
 
@@ -225,6 +225,125 @@ class TaskDependencySql:
             await conn.execute(sa.update(t).where(t.c.id.in_(ids)).values(dependencies_left=count))
         return due, sorted(cancel)
 
+    async def restore(
+        self, conn: AsyncConnection, now: DbNow, task_ids: Sequence[int]
+    ) -> list[int]:
+        """After an operator retry of ``task_ids`` (pending again in the caller's
+        transaction), bring back the dependents their ending cancelled.
+
+        A dependent the dependency rule cancelled waits again (recursively) unless
+        another dependency it does not run anyway still stands failed or cancelled.
+        Every waiting dependent of a retried or restored task is then recounted: its
+        unfinished dependencies are those not finished or whose ending it has not been
+        told (``dependents_waiting``), so one that runs anyway and already counted the
+        failure waits for the retry's ending instead. Finished dependents never run
+        again. Locks each dependent before counting, as :meth:`settle` does.
+
+        Returns:
+            The dependents made to wait again, by id.
+        """
+        retried = sorted(set(task_ids))
+        if not retried:
+            return []
+        t, d = self._t, self._d
+        candidates: set[int] = set()
+        frontier = retried
+        while frontier:
+            cancelled = self._locked(
+                sa.select(d.c.task_id)
+                .select_from(d.join(t, t.c.id == d.c.task_id))
+                .where(d.c.depends_on.in_(frontier))
+                .where(
+                    t.c.status == TaskStatus.CANCELLED.value,
+                    t.c.last_error == DEPENDENCY_CANCELLED_ERROR,
+                )
+                .order_by(d.c.task_id)
+            )
+            found = {int(row[0]) for row in await conn.execute(cancelled)}
+            frontier = sorted(found - candidates - set(retried))
+            candidates.update(frontier)
+        kept = await self._standing(conn, candidates, set(retried))
+        if kept:
+            values: dict[str, Any] = {
+                "status": TaskStatus.PENDING.value,
+                "run_at": self._blocked,
+                "failure_reason": None,
+                "last_error": None,
+                "finished_at": None,
+                "updated_at": now.expr,
+            }
+            if self._sql.is_postgres:
+                values["waiting"] = True
+            await conn.execute(sa.update(t).where(t.c.id.in_(kept)).values(**values))
+        awaited = sa.select(d.c.depends_on).where(d.c.depends_on.in_([*retried, *kept])).distinct()
+        flagged = sorted(int(row[0]) for row in await conn.execute(awaited))
+        if flagged:
+            await conn.execute(
+                sa.update(t).where(t.c.id.in_(flagged)).values(dependents_waiting=True)
+            )
+            await self._recount(conn, flagged)
+        return kept
+
+    def _locked(self, query: Any) -> Any:
+        return (
+            query.with_for_update(of=self._t) if self._sql.is_postgres else query.with_for_update()
+        )
+
+    async def _standing(
+        self, conn: AsyncConnection, candidates: set[int], retried: set[int]
+    ) -> list[int]:
+        """The candidates no other failed or cancelled dependency (not run anyway) keeps
+        cancelled, to a fixed point."""
+        if not candidates:
+            return []
+        t, d = self._t, self._d
+        query = (
+            sa.select(d.c.task_id, d.c.depends_on, t.c.status)
+            .select_from(d.join(t, t.c.id == d.c.depends_on))
+            .where(d.c.task_id.in_(sorted(candidates)), d.c.run_anyway == sa.false())
+        )
+        blockers: dict[int, set[int]] = {}
+        for task_id, depends_on, status in (await conn.execute(query)).all():
+            if status in (TaskStatus.FAILED.value, TaskStatus.CANCELLED.value):
+                blockers.setdefault(int(task_id), set()).add(int(depends_on))
+        kept = set(candidates)
+        changed = True
+        while changed:
+            changed = False
+            for task_id in sorted(kept):
+                if blockers.get(task_id, set()) - kept - retried:
+                    kept.discard(task_id)
+                    changed = True
+        return sorted(kept)
+
+    async def _recount(self, conn: AsyncConnection, awaited: list[int]) -> None:
+        """Set each waiting dependent of ``awaited`` to its count of untold dependencies."""
+        t, d = self._t, self._d
+        waiting = self._locked(
+            sa.select(t.c.id)
+            .select_from(d.join(t, t.c.id == d.c.task_id))
+            .where(d.c.depends_on.in_(awaited))
+            .where(t.c.status == TaskStatus.PENDING.value, t.c.run_at == self._blocked)
+            .order_by(t.c.id)
+        )
+        dependents = sorted({int(row[0]) for row in await conn.execute(waiting)})
+        if not dependents:
+            return
+        dep = t.alias("dep")
+        untold = (
+            sa.select(d.c.task_id, sa.func.count())
+            .select_from(d.join(dep, dep.c.id == d.c.depends_on))
+            .where(d.c.task_id.in_(dependents))
+            .where(sa.or_(dep.c.status.not_in(_TERMINAL), dep.c.dependents_waiting == sa.true()))
+            .group_by(d.c.task_id)
+        )
+        counts = {int(task_id): int(count) for task_id, count in await conn.execute(untold)}
+        by_count: dict[int, list[int]] = {}
+        for task_id in dependents:
+            by_count.setdefault(counts.get(task_id, 0), []).append(task_id)
+        for count, ids in sorted(by_count.items()):
+            await conn.execute(sa.update(t).where(t.c.id.in_(ids)).values(dependencies_left=count))
+
     async def sweep(self, *, limit: int = SWEEP_LIMIT) -> int:
         """Settle up to ``limit`` finished tasks whose dependents were not yet told.
 
@@ -259,3 +378,35 @@ class TaskDependencySql:
             .order_by(t.c.id)
         )
         return list((await conn.execute(query)).all())
+
+    async def edges_touching(
+        self, conn: AsyncConnection, ids: Sequence[int]
+    ) -> list[TaskWorkflowEdge]:
+        """The edges with either end in ``ids`` (by the key's prefix and ``ix_<deps>_task``)."""
+        d = self._d
+        query = sa.select(d.c.depends_on, d.c.task_id, d.c.run_anyway).where(
+            sa.or_(d.c.depends_on.in_(list(ids)), d.c.task_id.in_(list(ids)))
+        )
+        return [
+            TaskWorkflowEdge(depends_on=int(dep), task_id=int(task), run_anyway=bool(anyway))
+            for dep, task, anyway in (await conn.execute(query)).all()
+        ]
+
+    async def nodes(self, conn: AsyncConnection, ids: Sequence[int]) -> list[TaskWorkflowNode]:
+        """The graph nodes of the tasks ``ids`` that still exist, by id."""
+        t = self._t
+        query = (
+            sa.select(t.c.id, t.c.kind, t.c.lane, t.c.status, t.c.run_at)
+            .where(t.c.id.in_(list(ids)))
+            .order_by(t.c.id)
+        )
+        return [
+            TaskWorkflowNode(
+                id=int(task_id),
+                kind=str(kind),
+                lane=str(lane),
+                status=TaskStatus(status),
+                waiting=status == TaskStatus.PENDING.value and run_at == NEVER_EXPIRES,
+            )
+            for task_id, kind, lane, status, run_at in (await conn.execute(query)).all()
+        ]

@@ -111,6 +111,7 @@ class TaskAdminMixin(TaskAdminQueryMixin):
             if not force:
                 stmt = stmt.where(self._retry_allowed())
             if (await conn.execute(stmt)).rowcount == 1:
+                await self._deps.restore(conn, now, [task_id])
                 record = await self._get(conn, task_id)
                 assert record is not None  # written in this transaction
                 return record
@@ -224,7 +225,12 @@ class TaskAdminMixin(TaskAdminQueryMixin):
             limit,
             dry_run,
             {"retry": (self._retry_allowed(), lambda now: self._retry_values(now, None))},
+            after={"retry": self._restore_dependents},
         )
+
+    async def _restore_dependents(self, conn: AsyncConnection, ids: list[int]) -> None:
+        """Bring back the workflow dependents the endings of retried ``ids`` cancelled."""
+        await self._deps.restore(conn, await self._sql.now(conn), ids)
 
     async def cancel_tasks(
         self, query: TaskQuery, *, limit: int, dry_run: bool = False

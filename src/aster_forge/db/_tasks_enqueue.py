@@ -30,6 +30,13 @@ from ..tasks._internal import BackgroundTaskRecord, EnqueueResult, TaskStatus
 from ._driver_hold import HeldDriverConnection, hand_over
 from ._enqueue_coalescer import EnqueueCoalescer
 from ._notify_limiter import NotifyLimiter
+from ._tasks_dedupe_window import (
+    has_windows,
+    release_ended_keys,
+    replace_pending_holders,
+    replaces,
+    window_groups,
+)
 from ._tasks_enqueue_pg import PgEnqueueStatement
 from ._tasks_sql import _SATURATING_DELTA, DbNow, TaskSql
 from ._tasks_table import CORE_COLUMNS, record_from_row
@@ -138,7 +145,13 @@ class TaskEnqueueMixin:
         """Checked tasks atomically, in a transaction of the store's own."""
         pg = self._pg_enqueue
         if pg is not None and not any(task.extra for task in tasks):
-            return await self._enqueue_on_driver(pg, tasks)
+            if not has_windows(tasks):
+                return await self._enqueue_on_driver(pg, tasks)
+            if not replaces(tasks):
+                # Releasing an ended holder's key is right on its own: a statement ahead.
+                return await self._enqueue_on_driver(pg, tasks, release=True)
+            # A rewrite of a pending holder: one transaction of the store's.
+            return await self._sql.run(_OPERATION, lambda c: self._enqueue_pg_in(c, pg, tasks))
         has_keys = any(task.dedupe_key is not None for task in tasks)
         attempt = 0
         while True:
@@ -176,16 +189,7 @@ class TaskEnqueueMixin:
         pg = self._pg_enqueue
         try:
             if pg is not None and not any(task.extra for task in tasks):
-
-                async def fetch(pending: Sequence[NewTask]) -> _Rows:
-                    rows = (await conn.execute(pg.statement, pg.parameters(pending))).all()
-                    return [record_from_row(row) for row in rows if row.created], [
-                        record_from_row(row) for row in rows if not row.created
-                    ]
-
-                return await self._enqueue_pg(
-                    tasks, fetch, lambda keys: self._rows_by_key(conn, keys, locking_read=False)
-                )
+                return await self._enqueue_pg_in(conn, pg, tasks)
             if self._sql.backend is DatabaseBackend.SQLITE:
                 # SQLite has one writer: once this transaction writes, no other can
                 # insert our key, and a stale read fails as "database is locked".
@@ -205,8 +209,42 @@ class TaskEnqueueMixin:
         except (sa.exc.SQLAlchemyError, OSError, TimeoutError, UnicodeError) as exc:
             raise translate_db_error(exc, _OPERATION) from exc
 
+    async def _enqueue_pg_in(
+        self, conn: AsyncConnection, pg: PgEnqueueStatement, tasks: Sequence[NewTask]
+    ) -> list[EnqueueResult]:
+        """The PostgreSQL statement through SQLAlchemy, in ``conn``'s transaction."""
+        windowed = has_windows(tasks)
+        now = await self._sql.now(conn)
+        if windowed:
+            await release_ended_keys(conn, self._sql, tasks, now)
+
+        async def fetch(pending: Sequence[NewTask]) -> _Rows:
+            rows = (await conn.execute(pg.statement, pg.parameters(pending))).all()
+            return [record_from_row(row) for row in rows if row.created], [
+                record_from_row(row) for row in rows if not row.created
+            ]
+
+        results = await self._enqueue_pg(
+            tasks, fetch, lambda keys: self._rows_by_key(conn, keys, locking_read=False)
+        )
+        if not windowed:
+            return results
+        return await self._replace_holders(conn, tasks, results, now)
+
+    async def _replace_holders(
+        self,
+        conn: AsyncConnection,
+        tasks: Sequence[NewTask],
+        results: list[EnqueueResult],
+        now: DbNow,
+    ) -> list[EnqueueResult]:
+        channel = self._channel if self._notify else None
+        return await replace_pending_holders(
+            conn, self._sql, self._cols, tasks, results, now, notify_channel=channel
+        )
+
     async def _enqueue_on_driver(
-        self, pg: PgEnqueueStatement, tasks: Sequence[NewTask]
+        self, pg: PgEnqueueStatement, tasks: Sequence[NewTask], *, release: bool = False
     ) -> list[EnqueueResult]:
         """The statement on a pooled asyncpg connection itself, in autocommit.
 
@@ -239,6 +277,9 @@ class TaskEnqueueMixin:
             return pg.records(await self._on_driver(driver, pg.by_key_sql, [list(keys)]))
 
         try:
+            if release:
+                for (statuses, period), keys in window_groups(tasks).items():
+                    await self._on_driver(driver, pg.release_sql, [keys, statuses, period])
             results = await self._enqueue_pg(tasks, fetch, read_keys)
         except BaseException as exc:
             await self._driver_hold.release_after(connection, held, exc)
@@ -392,6 +433,11 @@ class TaskEnqueueMixin:
             key = task.dedupe_key_text
             if key is not None:
                 keys.setdefault(key, index)
+        windowed = has_windows(tasks)
+        now: DbNow | None = None
+        if windowed:
+            now = await self._sql.now(conn)
+            await release_ended_keys(conn, self._sql, tasks, now)
         existing = {
             record.dedupe_key or "": record
             for record in await self._rows_by_key(conn, list(keys), locking_read=locking_read)
@@ -404,7 +450,8 @@ class TaskEnqueueMixin:
         ]
         created: dict[int, BackgroundTaskRecord] = {}
         if inserts:
-            now = await self._sql.now(conn)
+            if now is None:
+                now = await self._sql.now(conn)
             # One statement per set of `extra` columns: a task that gives no value for a
             # product column gets the column's default, not a NULL another task's forced.
             shapes: dict[frozenset[str], list[int]] = {}
@@ -438,7 +485,9 @@ class TaskEnqueueMixin:
                 results.append(EnqueueResult(created[index], created=True))
             else:
                 results.append(EnqueueResult(by_key[task.dedupe_key_text or ""], created=False))
-        return results
+        if now is None or not windowed:
+            return results
+        return await self._replace_holders(conn, tasks, results, now)
 
     def _insert(self, now: DbNow, tasks: Sequence[NewTask]) -> tuple[Any, list[dict[str, Any]]]:
         t = self._table

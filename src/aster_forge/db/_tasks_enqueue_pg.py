@@ -162,6 +162,12 @@ _WOKE = """, woke AS (
 
 _BY_KEY_SQL = "SELECT {columns} FROM {t} WHERE dedupe_key = ANY($1::text[])"
 
+# Keys of a dedupe window ($2 the statuses that hold, $3 the period; either NULL: no
+# such limit) moved off holders whose window ended; run before the insert-or-get.
+_RELEASE_SQL = """UPDATE {t} SET dedupe_key = NULL
+WHERE dedupe_key = ANY($1::text[])
+  AND (status <> ALL($2::text[]) OR created_at <= now() - $3::interval)"""
+
 
 class PgEnqueueStatement:
     """The prebuilt enqueue statements of one table (with or without the NOTIFY).
@@ -221,6 +227,7 @@ class PgEnqueueStatement:
             **raw,
         )
         self.by_key_sql = _BY_KEY_SQL.format(columns=returning_columns(table, dialect, t), t=t)
+        self.release_sql = _RELEASE_SQL.format(t=t)
         params: list[sa.BindParameter[Any]] = [
             sa.bindparam(name, type_=postgresql.ARRAY(type_)) for name, _, type_ in _INPUT
         ]

@@ -322,7 +322,7 @@ def record_from_row(row: Any) -> BackgroundTaskRecord:
         last_traceback=m["last_traceback"],
         trace_context=m["trace_context"],
         dependents_waiting=bool(m["dependents_waiting"]),
-        partition=m["partition_key"],
+        partition_key=m["partition_key"],
     )
 
 

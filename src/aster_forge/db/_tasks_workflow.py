@@ -10,7 +10,16 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..tasks import NewTask, TaskDependency, TaskLease
-from ..tasks._internal import BackgroundTaskRecord, EnqueueResult, TaskCompletion
+from ..tasks._internal import (
+    MAX_TASK_ID,
+    BackgroundTaskRecord,
+    EnqueueResult,
+    TaskCompletion,
+    TaskWorkflowEdge,
+    TaskWorkflowGraph,
+    check_workflow_limit,
+    walk_workflow,
+)
 from ._task_deps import TaskDependencySql
 from ._tasks_pg import PgTaskStatements
 from ._tasks_pg_run import success_params
@@ -91,6 +100,38 @@ class TaskWorkflowMixin:
             return [record_from_row(row) for row in await self._deps.dependencies_of(conn, task_id)]
 
         return await self._sql.run("read task dependencies", body, single_statement=True)
+
+    async def workflow_graph(self, task_id: int, *, limit: int = 500) -> TaskWorkflowGraph | None:
+        """The tasks connected to ``task_id`` by dependency edges, nearest first, up to
+        ``limit`` (see :meth:`aster_forge.tasks.protocols.TaskWorkflowStore.workflow_graph`).
+
+        One read transaction: a statement per step outwards, then one for the nodes.
+        """
+        check_workflow_limit(limit)
+        if not isinstance(task_id, int) or not 1 <= task_id <= MAX_TASK_ID:
+            return None  # no BIGINT row can have it; never hand it to the driver
+        deps = self._deps
+        t = self._table
+
+        async def body(conn: AsyncConnection) -> TaskWorkflowGraph | None:
+            exists = await conn.execute(sa.select(t.c.id).where(t.c.id == task_id))
+            if exists.first() is None:
+                return None
+
+            async def edges_of(ids: list[int]) -> list[TaskWorkflowEdge]:
+                return await deps.edges_touching(conn, ids)
+
+            ids, edges, truncated = await walk_workflow(task_id, edges_of, limit=limit)
+            nodes = await deps.nodes(conn, ids)
+            present = {node.id for node in nodes}
+            return TaskWorkflowGraph(
+                task_id=task_id,
+                nodes=tuple(nodes),
+                edges=tuple(e for e in edges if e.depends_on in present and e.task_id in present),
+                truncated=truncated,
+            )
+
+        return await self._sql.run("read workflow graph", body)
 
     async def settle_dependencies(self) -> int:
         """Settle the dependents of tasks whose ending no lease wrote; how many were settled.

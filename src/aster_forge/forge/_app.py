@@ -34,6 +34,7 @@ from ..tasks import (
     BACKGROUND_TASKS_COMPONENT,
     BackgroundTaskStore,
     NewTask,
+    TaskDedupeKey,
     TaskPayloadError,
     TaskWorker,
 )
@@ -210,7 +211,7 @@ class Forge(ForgeDeclarations, ForgeOperations, ForgeWorkflows):
         task: ForgeTask,
         payloads: Sequence[Any],
         *,
-        dedupe_keys: Sequence[str | None],
+        dedupe_keys: Sequence[str | TaskDedupeKey | None],
         run_at: datetime | None,
         delay: timedelta,
         priority: int,
@@ -257,7 +258,7 @@ class Forge(ForgeDeclarations, ForgeOperations, ForgeWorkflows):
         task: ForgeTask,
         payloads: Sequence[Any],
         *,
-        dedupe_keys: Sequence[str | None],
+        dedupe_keys: Sequence[str | TaskDedupeKey | None],
         max_attempts: int | None,
         **options: Any,
     ) -> list[NewTask]:

@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pydantic
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from ..tasks import TaskSpec, TaskStepSpec
+from ..tasks import TaskDedupeKey, TaskSpec, TaskStepSpec
 from ..tasks._internal import (
     EnqueueResult,
     TaskErrorClassifier,
     TaskExecutionContext,
     TaskRetryPolicy,
+    TaskStatus,
 )
-from ..tasks.errors import TaskEnqueueValueError
+from ..tasks.errors import TaskDedupeKeyError, TaskEnqueueValueError
 from ._signature import BodyShape
 from ._workflow import ForgeStep
 
@@ -153,6 +155,9 @@ class ForgeTask:
         priority: int = 0,
         max_attempts: int | None = None,
         partition: str | None = None,
+        dedupe_while: AbstractSet[TaskStatus] | None = None,
+        dedupe_for: timedelta | None = None,
+        dedupe_replace: bool = False,
         connection: AsyncConnection | AsyncSession | None = None,
     ) -> EnqueueResult:
         """Validate ``payload`` and enqueue one task (a second enqueue with the same
@@ -161,6 +166,13 @@ class ForgeTask:
         Args:
             payload: An instance of the payload type, or plain data that validates as it.
             dedupe_key: Makes a retried request safe: one row per key.
+            dedupe_while: The statuses in which the key's task keeps the key, e.g.
+                ``{TaskStatus.PENDING}`` (must include ``PENDING``; default: any status,
+                for ever). Once that task is in another status, this enqueue creates a
+                new task for the key (the old one keeps its status, without the key).
+            dedupe_for: How long after its enqueue the key's task keeps the key.
+            dedupe_replace: On a hit whose task is still pending, write this payload
+                and run time into it (``created`` false, the updated row returned).
             run_at: When it becomes due (timezone-aware); default now (plus ``delay``).
             delay: Added to now when ``run_at`` is not given.
             priority: Higher is claimed first within the lane.
@@ -174,13 +186,15 @@ class ForgeTask:
 
         Raises:
             ForgePayloadError: The payload does not validate; nothing was written.
+            TaskDedupeKeyError: The key or its window is invalid (a window without a
+                key); nothing was written.
             TaskEnqueueValueError: Another argument is invalid; nothing was written.
             ForgeStateError: ``connection`` was given to an in-memory forge.
         """
         results = await self._forge.enqueue_tasks(
             self,
             [payload],
-            dedupe_keys=[dedupe_key],
+            dedupe_keys=[_dedupe_key(dedupe_key, dedupe_while, dedupe_for, dedupe_replace)],
             run_at=run_at,
             delay=delay,
             priority=priority,
@@ -274,6 +288,9 @@ class ForgeTask:
         priority: int = 0,
         max_attempts: int | None = None,
         partition: str | None = None,
+        dedupe_while: AbstractSet[TaskStatus] | None = None,
+        dedupe_for: timedelta | None = None,
+        dedupe_replace: bool = False,
     ) -> EnqueueResult:
         """:meth:`enqueue` for synchronous code (Django, Flask, scripts) with no event loop.
 
@@ -290,7 +307,7 @@ class ForgeTask:
         results = self._forge.enqueue_tasks_sync(
             self,
             [payload],
-            dedupe_keys=[dedupe_key],
+            dedupe_keys=[_dedupe_key(dedupe_key, dedupe_while, dedupe_for, dedupe_replace)],
             run_at=run_at,
             delay=delay,
             priority=priority,
@@ -334,3 +351,17 @@ class ForgeTask:
 
     def __repr__(self) -> str:
         return f"ForgeTask(name={self._name!r}, lane={self._lane!r})"
+
+
+def _dedupe_key(
+    key: str | None,
+    held_while: AbstractSet[TaskStatus] | None,
+    held_for: timedelta | None,
+    replace: bool,
+) -> str | TaskDedupeKey | None:
+    """``key`` with the enqueue's dedupe window, when it has one."""
+    if held_while is None and held_for is None and not replace:
+        return key
+    if key is None:
+        raise TaskDedupeKeyError("dedupe_while, dedupe_for and dedupe_replace need a dedupe_key")
+    return TaskDedupeKey(key, held_while=held_while, held_for=held_for, replace=replace)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import ClassVar
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, ClassVar
 
 from .errors import TaskDedupeKeyError
+
+if TYPE_CHECKING:
+    from ._records import TaskStatus
 
 __all__ = [
     "MAX_TASK_DEDUPE_KEY_LENGTH",
@@ -22,6 +26,8 @@ A key is checked against it when it is built, so an over-long key is the same
 on one and a database error on another.
 """
 
+# Far beyond any window a product needs, and "now - held_for" stays a valid timestamp.
+_MAX_HELD_FOR = timedelta(days=36500)
 _MAX_NAMESPACE = 64
 _MAX_NAME = 128
 _PREFIX = "scheduled"
@@ -43,22 +49,43 @@ class TaskDedupeKey:
     own stable key wrapped in this type. After a unique conflict the product's store
     returns the existing row for the key.
 
+    By default the row holds its key for ever. A window limits that: once the row
+    holding the key is in a status outside ``held_while``, or was enqueued
+    ``held_for`` ago or more, an enqueue with this key takes the key from it (the old
+    row keeps its status, its ``dedupe_key`` becomes ``NULL``) and inserts a new task.
+    The window is the enqueue's own: it decides whatever window the holder was
+    enqueued with.
+
     Attributes:
         value: The key text: non-empty, at most :data:`MAX_TASK_DEDUPE_KEY_LENGTH`
             characters, without control characters.
+        held_while: The statuses in which the holder keeps the key (a set of
+            ``TaskStatus``, with ``PENDING``; e.g. ``{PENDING, RUNNING}``: until it
+            finishes); ``None``: any status.
+        held_for: How long after its enqueue the holder keeps the key (above zero, at
+            most 36,500 days); ``None``: no time limit. Both limits apply when given.
+        replace: On a hit whose holder is still pending and of the same kind, write
+            this enqueue's payload and run time into it (``created`` stays false; the
+            updated row is returned). A running or finished holder is left as it is.
 
     Raises:
-        TaskDedupeKeyError: When ``value`` violates those rules.
+        TaskDedupeKeyError: When a field violates those rules.
 
     Example:
         >>> str(TaskDedupeKey("import:order-42"))
         'import:order-42'
+        >>> from datetime import timedelta
+        >>> TaskDedupeKey("nightly-report", held_for=timedelta(hours=20)).has_window
+        True
     """
 
     MAX_LENGTH: ClassVar[int] = MAX_TASK_DEDUPE_KEY_LENGTH
     """The longest key in characters (fits a ``VARCHAR(255)`` unique column)."""
 
     value: str
+    held_while: AbstractSet[TaskStatus] | None = None
+    held_for: timedelta | None = None
+    replace: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.value, str):
@@ -76,6 +103,23 @@ class TaskDedupeKey:
             raise TaskDedupeKeyError(
                 "dedupe key must not contain control characters or lone surrogates"
             )
+        if self.held_while is not None:
+            object.__setattr__(self, "held_while", _statuses(self.held_while))
+        held_for = self.held_for
+        if held_for is not None and (
+            not isinstance(held_for, timedelta) or not timedelta(0) < held_for <= _MAX_HELD_FOR
+        ):
+            raise TaskDedupeKeyError(
+                f"held_for must be a timedelta above zero and at most {_MAX_HELD_FOR.days} "
+                "days, or None (no time limit)"
+            )
+        if not isinstance(self.replace, bool):
+            raise TaskDedupeKeyError(f"replace must be a bool, got {type(self.replace).__name__}")
+
+    @property
+    def has_window(self) -> bool:
+        """Whether the key limits how long its holder keeps it, or replaces a pending one."""
+        return self.held_while is not None or self.held_for is not None or self.replace
 
     def as_str(self) -> str:
         """Return the key text (what the ``dedupe_key`` column stores)."""
@@ -83,6 +127,28 @@ class TaskDedupeKey:
 
     def __str__(self) -> str:
         return self.value
+
+
+def _statuses(value: object) -> frozenset[TaskStatus]:
+    from ._records import TaskStatus  # the records module imports this one
+
+    if not isinstance(value, AbstractSet):
+        raise TaskDedupeKeyError(
+            f"held_while must be a set of TaskStatus, got {type(value).__name__}"
+        )
+    try:
+        statuses = frozenset(TaskStatus(status) for status in value)
+    except ValueError:
+        raise TaskDedupeKeyError(
+            "held_while holds a value that is not a TaskStatus; use "
+            + ", ".join(f"TaskStatus.{status.name}" for status in TaskStatus)
+        ) from None
+    if TaskStatus.PENDING not in statuses:
+        raise TaskDedupeKeyError(
+            "held_while must include TaskStatus.PENDING: a key holds at least while its "
+            "task waits to run"
+        )
+    return statuses
 
 
 def _part(what: str, value: object, limit: int) -> str:

@@ -368,6 +368,7 @@ class ClaimedTaskExecution:
             max_attempts=task.max_attempts,
             rescued=task.rescued,
             trace_context=task.trace_context,
+            partition=task.partition_key,
         )
         ctx: TaskExecutionContext | None = None
         try:

@@ -53,6 +53,7 @@ from ._records import (
     check_retry_delay,
     check_run_at,
     check_ttl,
+    dedupe_window_holds,
     wire_value,
 )
 from ._retention import prune_finished_tasks
@@ -82,6 +83,16 @@ from ._steps import (
     set_task_step_active,
     set_task_step_succeeded,
 )
+from ._workflow_graph import (
+    MAX_WORKFLOW_NODES,
+    TaskWorkflowEdge,
+    TaskWorkflowGraph,
+    TaskWorkflowNode,
+    TaskWorkflowStore,
+    cancel_workflow_nodes,
+    check_workflow_limit,
+    walk_workflow,
+)
 
 __all__ = [
     "LEASE_EXPIRED_ERROR",
@@ -95,6 +106,7 @@ __all__ = [
     "MAX_TASK_KIND_LENGTH",
     "MAX_TASK_PAGE_SIZE",
     "MAX_TASK_PARTITION_LENGTH",
+    "MAX_WORKFLOW_NODES",
     "BackgroundTaskRecord",
     "ClassifiedTaskError",
     "DispatchStats",
@@ -126,7 +138,12 @@ __all__ = [
     "TaskStepInfo",
     "TaskStepStatus",
     "TaskThroughput",
+    "TaskWorkflowEdge",
+    "TaskWorkflowGraph",
+    "TaskWorkflowNode",
+    "TaskWorkflowStore",
     "cancel_active_step",
+    "cancel_workflow_nodes",
     "check_bulk_limit",
     "check_claim_args",
     "check_delete_finished_tasks_args",
@@ -137,6 +154,8 @@ __all__ = [
     "check_snooze_delay",
     "check_throughput_minutes",
     "check_ttl",
+    "check_workflow_limit",
+    "dedupe_window_holds",
     "default_dispatch_owner",
     "fair_pick",
     "initial_task_steps_from_specs",
@@ -153,5 +172,6 @@ __all__ = [
     "validate_scheduled_claim",
     "validate_scheduled_duration",
     "validate_scheduled_identifier",
+    "walk_workflow",
     "wire_value",
 ]

@@ -37,9 +37,9 @@ def fair_pick(
     turns: dict[str | None, int] = {}
     ranked: list[tuple[int, BackgroundTaskRecord]] = []
     for row in sorted(due, key=lambda r: (-r.priority, r.run_at, r.id)):
-        turn = turns.get(row.partition, 0) + 1
-        turns[row.partition] = turn
-        if row.partition is None or turn + running.get(row.partition, 0) <= partition_limit:
+        turn = turns.get(row.partition_key, 0) + 1
+        turns[row.partition_key] = turn
+        if row.partition_key is None or turn + running.get(row.partition_key, 0) <= partition_limit:
             ranked.append((turn, row))
     ranked.sort(key=lambda item: (item[0], -item[1].priority, item[1].run_at, item[1].id))
     return [row for _, row in ranked[: max(0, limit)]]

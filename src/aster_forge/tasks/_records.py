@@ -274,7 +274,9 @@ class NewTask:
         priority: Higher is claimed first within a lane (32-bit signed).
         max_attempts: Counted attempts allowed (>= 1).
         dedupe_key: A :class:`TaskDedupeKey` (or its text); a second enqueue with the
-            same key returns the existing row instead of inserting.
+            same key returns the existing row instead of inserting. The key's
+            ``held_while`` / ``held_for`` / ``replace`` say how long the existing row
+            holds it and whether a hit rewrites a pending row.
         extra: Values for columns a product added to the table (DB store only).
         trace_context: The enqueuing side's trace context (the propagator's carrier as
             JSON text), stored with the task so each attempt links to it; ``None``
@@ -339,10 +341,29 @@ class NewTask:
             check_partition(self.partition)
 
     @property
+    def windowed_dedupe_key(self) -> TaskDedupeKey | None:
+        """The dedupe key when it has a window or replaces (else ``None``)."""
+        key = self.dedupe_key
+        return key if isinstance(key, TaskDedupeKey) and key.has_window else None
+
+    @property
     def dedupe_key_text(self) -> str | None:
         """The dedupe key as stored (``None`` when there is none)."""
         key = self.dedupe_key
         return key.value if isinstance(key, TaskDedupeKey) else key
+
+
+def dedupe_window_holds(key: TaskDedupeKey, holder: BackgroundTaskRecord, now: datetime) -> bool:
+    """Whether ``holder`` still holds ``key`` under the key's window at ``now``.
+
+    The database stores say the same in SQL (a holder's key is released where this is
+    false); the in-memory store calls this.
+    """
+    statuses = key.held_while
+    if statuses is not None and holder.status not in statuses:
+        return False
+    period = key.held_for
+    return period is None or now - period < holder.created_at
 
 
 _NO_DELAY = timedelta(0)
@@ -448,7 +469,7 @@ class BackgroundTaskRecord:
             or ``None``.
         dependents_waiting: Tasks of a workflow wait for this one's outcome and have
             not yet been told it (see :class:`~aster_forge.tasks.TaskDependency`).
-        partition: The task's partition (:attr:`NewTask.partition`), or ``None``.
+        partition_key: The task's partition (:attr:`NewTask.partition`), or ``None``.
     """
 
     id: int
@@ -479,7 +500,7 @@ class BackgroundTaskRecord:
     last_traceback: str | None = None
     trace_context: str | None = None
     dependents_waiting: bool = False
-    partition: str | None = None
+    partition_key: str | None = None
 
     @staticmethod
     def from_values(values: Sequence[Any]) -> BackgroundTaskRecord:

@@ -122,7 +122,8 @@ class TaskCancelRequestedError(TaskLeaseControlError):
 
 
 class TaskDedupeKeyError(TaskInvalidValueError):
-    """Raised when a dedupe key (or one of its parts) is empty, too long or has control chars."""
+    """Raised when a dedupe key (or one of its parts) is empty, too long or has control chars,
+    or its window (``held_while``, ``held_for``, ``replace``) is invalid."""
 
 
 class ScheduledTaskValueError(TaskInvalidValueError):

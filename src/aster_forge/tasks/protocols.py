@@ -127,6 +127,12 @@ class ExecutableTaskRecord(TaskRecord[KindT_co], Protocol[KindT_co]):
         to; a store that does not keep it answers ``None``."""
         ...
 
+    @property
+    def partition_key(self) -> str | None:
+        """The partition the task was enqueued under (``enqueue(partition=...)``); a
+        store without partitions answers ``None``."""
+        ...
+
 
 class TaskClaimStore(Protocol[TaskT_co, LaneT_contra]):
     """Claims due tasks of one lane, each under a fresh processing token.
@@ -649,6 +655,8 @@ class BackgroundTaskStore(
 
         Resets ``attempt`` to 0 and clears the result and failure reason (``last_error``
         is kept for history). Conditional on the status, so it cannot race a worker.
+        A store with workflows brings back, in the same write, the dependents the
+        task's ending cancelled: they wait for it again.
 
         Args:
             task_id: The task.

@@ -22,6 +22,7 @@ from ..tasks import (
 from ..tasks._internal import TaskExecutionContext
 from ..tasks.errors import TaskEnqueueValueError, TaskKindNotRegisteredError, TaskLaneMismatchError
 from ._conformance import StoreConformance
+from ._dedupe_window_checks import DedupeWindowChecks
 
 __all__ = ["TaskEnqueueConformance"]
 
@@ -53,14 +54,17 @@ def conformance_registry() -> TaskRegistry[Any, Any, Any]:
     return registry.validate()
 
 
-class TaskEnqueueConformance(StoreConformance[BackgroundTaskStore]):
+class TaskEnqueueConformance(DedupeWindowChecks, StoreConformance[BackgroundTaskStore]):
     """Checks every store built with ``registry=`` must pass (any backend, any product store).
 
     The store validates every enqueue against the registry before writing: an unknown
     kind or a lane that is not the kind's own is a typed error and nothing is written
     (a batch with one bad task is refused whole); the spec's steps are filled in when
     ``steps_json`` is absent. Bad text (NUL, lone surrogates, NaN) and an oversized
-    claim limit are the same typed errors on every store.
+    claim limit are the same typed errors on every store. Dedupe windows
+    (:class:`~aster_forge.tasks.TaskDedupeKey`'s ``held_while``, ``held_for`` and
+    ``replace``) hold, release and replace as declared, in batches and under racing
+    enqueues.
 
     Args:
         make_store: Called with :attr:`registry`; returns a store that validates
@@ -85,7 +89,11 @@ class TaskEnqueueConformance(StoreConformance[BackgroundTaskStore]):
         "check_new_task_round_trips",
         "check_bad_text_is_refused_alike",
         "check_claim_limit_is_bounded",
+        *DedupeWindowChecks.WINDOW_CHECKS,
     )
+
+    _window_kind = _Kind.PLAIN.value
+    _window_lane = _Lane.PLAIN.value
 
     registry: TaskRegistry[Any, Any, Any]
     """The registry the checks' stores validate against."""

@@ -44,7 +44,7 @@ class PartitionChecks:
         self, store: BackgroundTaskStore, lane: str
     ) -> Counter[str | None]:
         page = await store.list_tasks(status=TaskStatus.RUNNING, lane=lane, limit=1000)
-        return Counter(record.partition for record in page.items)
+        return Counter(record.partition_key for record in page.items)
 
     async def check_partition_limit_caps_each_partition(self) -> None:
         """Each partition runs at most ``partition_limit`` tasks across store instances;
@@ -53,11 +53,11 @@ class PartitionChecks:
         tasks = [NewTask("k", lane, partition=p) for p in ("a", "a", "a", "b", "b")]
         await first.enqueue_many([*tasks, NewTask("k", lane), NewTask("k", lane)])
         claimed = await first.claim_due_for_lane(lane, 10, "worker-a", LONG, partition_limit=1)
-        got = Counter(r.partition for r in claimed)
+        got = Counter(r.partition_key for r in claimed)
         assert got == {"a": 1, "b": 1, None: 2}, f"claimed per partition: {dict(got)}"
         none = await second.claim_due_for_lane(lane, 10, "worker-b", LONG, partition_limit=1)
         assert none == [], "another instance claimed past the partition limit"
-        done = next(r for r in claimed if r.partition == "a")
+        done = next(r for r in claimed if r.partition_key == "a")
         written, more = await first.mark_tasks_succeeded_and_claim(
             [TaskCompletion(lease_of(done), None, None)],
             lane,
@@ -67,11 +67,13 @@ class PartitionChecks:
             partition_limit=1,
         )
         assert list(written) == [True]
-        assert [r.partition for r in more] == ["a"], "the success freed one slot of a"
+        assert [r.partition_key for r in more] == ["a"], "the success freed one slot of a"
         running = await self._running_per_partition(first, lane)
         assert running == {"a": 1, "b": 1, None: 2}, f"running: {dict(running)}"
         two = await second.claim_due_for_lane(lane, 10, "worker-b", LONG, partition_limit=2)
-        assert sorted(r.partition or "" for r in two) == ["a", "b"], "a limit of 2: one more each"
+        assert sorted(r.partition_key or "" for r in two) == ["a", "b"], (
+            "a limit of 2: one more each"
+        )
 
     async def check_partitioned_claims_take_partitions_in_turn(self) -> None:
         """A partition with many due tasks does not starve one with few: the claim takes
@@ -82,10 +84,10 @@ class PartitionChecks:
         await store.enqueue_many([*big, *small])
         claimed = await store.claim_due_for_lane(lane, 4, "w", LONG, partition_limit=100)
         # Returned in the usual claim order; which tasks were taken is the check.
-        taken = Counter((r.partition, r.priority) for r in claimed)
+        taken = Counter((r.partition_key, r.priority) for r in claimed)
         assert taken == {("big", 5): 2, ("small", 2): 1, ("small", 1): 1}, dict(taken)
         rest = await store.claim_due_for_lane(lane, 3, "w", LONG, partition_limit=100)
-        taken = Counter((r.partition, r.priority) for r in rest)
+        taken = Counter((r.partition_key, r.priority) for r in rest)
         assert taken == {("big", 5): 2, ("small", 0): 1}, f"small's last turn: {dict(taken)}"
 
     async def check_concurrent_claims_never_exceed_the_partition_limit(self) -> None:
@@ -107,7 +109,7 @@ class PartitionChecks:
             return got
 
         results = await asyncio.gather(*(claim(s, i) for i, s in enumerate(stores)))
-        every = Counter(r.partition for batch in results for r in batch)
+        every = Counter(r.partition_key for batch in results for r in batch)
         assert every == {"p0": cap, "p1": cap, "p2": cap}, f"claimed: {dict(every)}"
         running = await self._running_per_partition(stores[0], lane)
         assert running == every, f"running: {dict(running)}"

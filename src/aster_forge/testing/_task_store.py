@@ -28,6 +28,7 @@ from ..tasks._internal import (
     check_retry_delay,
     check_run_at,
     check_ttl,
+    dedupe_window_holds,
     fair_pick,
     parse_task_steps_json,
     serialize_task_steps_json,
@@ -110,10 +111,23 @@ class InMemoryTaskStore(
 
     # -- enqueue -----------------------------------------------------------------
 
-    def _insert(self, task: NewTask, now: datetime) -> EnqueueResult:
+    def _insert(self, task: NewTask, now: datetime, fresh: set[int]) -> EnqueueResult:
+        # ``fresh``: the rows this batch inserted or already resolved a key to.
         key = task.dedupe_key_text
         if key is not None and key in self._by_key:
-            return EnqueueResult(self._rows[self._by_key[key]], created=False)
+            holder = self._rows[self._by_key[key]]
+            window = task.windowed_dedupe_key
+            if holder.id in fresh or window is None:
+                return EnqueueResult(holder, created=False)
+            if dedupe_window_holds(window, holder, now):
+                # A key's first task in the batch decides: later ones get this row.
+                fresh.add(holder.id)
+                if window.replace:
+                    holder = self._replaced(task, holder, now)
+                return EnqueueResult(holder, created=False)
+            # The holder's window ended: the key moves to a new task.
+            self._rows[holder.id] = replace(holder, dedupe_key=None)
+            del self._by_key[key]
         run_at = task.run_at if task.run_at is not None else saturating_expiry(now, task.delay)
         record = BackgroundTaskRecord(
             id=self._next_id,
@@ -141,13 +155,24 @@ class InMemoryTaskStore(
             started_at=None,
             finished_at=None,
             trace_context=task.trace_context,
-            partition=task.partition,
+            partition_key=task.partition,
         )
         self._next_id += 1
         self._rows[record.id] = record
+        fresh.add(record.id)
         if key is not None:
             self._by_key[key] = record.id
         return EnqueueResult(record, created=True)
+
+    def _replaced(
+        self, task: NewTask, holder: BackgroundTaskRecord, now: datetime
+    ) -> BackgroundTaskRecord:
+        if holder.status is not TaskStatus.PENDING or holder.kind != task.kind:
+            return holder
+        run_at = task.run_at if task.run_at is not None else saturating_expiry(now, task.delay)
+        updated = replace(holder, payload_json=task.payload_json, run_at=run_at, updated_at=now)
+        self._rows[holder.id] = updated
+        return updated
 
     def _checked(self, tasks: Sequence[NewTask]) -> list[NewTask]:
         for task in tasks:
@@ -176,7 +201,8 @@ class InMemoryTaskStore(
             raise TaskEnqueueValueError("InMemoryTaskStore has no database transaction to join")
         checked = self._checked(tasks)
         now = self._clock.now()
-        return [self._insert(task, now) for task in checked]
+        fresh: set[int] = set()
+        return [self._insert(task, now, fresh) for task in checked]
 
     # -- claim and rescue ---------------------------------------------------------
 
@@ -264,8 +290,12 @@ class InMemoryTaskStore(
         else:
             running_in: dict[str, int] = {}
             for row in self._rows.values():
-                if row.lane == lane_value and row.status is TaskStatus.RUNNING and row.partition:
-                    running_in[row.partition] = running_in.get(row.partition, 0) + 1
+                if (
+                    row.lane == lane_value
+                    and row.status is TaskStatus.RUNNING
+                    and row.partition_key
+                ):
+                    running_in[row.partition_key] = running_in.get(row.partition_key, 0) + 1
             due = fair_pick(pending, running_in, partition_limit=partition_limit, limit=limit)
         expires = saturating_expiry(now, lease_ttl)
         claimed: list[BackgroundTaskRecord] = []
@@ -477,7 +507,13 @@ class InMemoryTaskStore(
     async def retry_task(
         self, task_id: int, *, run_at: datetime | None = None, force: bool = False
     ) -> BackgroundTaskRecord:
-        """Operator retry of a failed/cancelled task."""
+        """Operator retry of a failed/cancelled task; the workflow dependents its ending
+        cancelled wait again."""
+        self._retry_row(task_id, run_at=run_at, force=force)
+        self._restore([task_id])
+        return self._rows[task_id]
+
+    def _retry_row(self, task_id: int, *, run_at: datetime | None, force: bool) -> None:
         row = self._rows.get(task_id)
         if row is None:
             raise TaskNotFoundError(task_id)
@@ -501,7 +537,6 @@ class InMemoryTaskStore(
             finished_at=None,
         )
         self._rows[task_id] = record
-        return record
 
     async def cancel_task(self, task_id: int) -> TaskCancelOutcome:
         """Cancel a pending task or flag a running one."""

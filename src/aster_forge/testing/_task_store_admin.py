@@ -79,6 +79,10 @@ class InMemoryTaskAdminMixin:
 
         async def cancel_task(self, task_id: int) -> TaskCancelOutcome: ...
 
+        def _retry_row(self, task_id: int, *, run_at: datetime | None, force: bool) -> None: ...
+
+        def _restore(self, task_ids: Sequence[int]) -> list[int]: ...
+
     def _newest_first(self, query: TaskQuery) -> list[BackgroundTaskRecord]:
         return [row for _, row in sorted(self._rows.items(), reverse=True) if matches(row, query)]
 
@@ -164,8 +168,10 @@ class InMemoryTaskAdminMixin:
         selected = self._selected(query, limit)
         eligible = [row.id for row in selected if _retryable(row)]
         if not dry_run:
+            # Every row first, then their dependents, as the database store's one write.
             for task_id in eligible:
-                await self.retry_task(task_id)  # never suspends: still one atomic step
+                self._retry_row(task_id, run_at=None, force=False)
+            self._restore(eligible)
         return TaskBulkResult(len(selected), len(eligible), () if dry_run else tuple(eligible))
 
     async def cancel_tasks(

@@ -199,6 +199,7 @@ def admin_routes(
         ("/tasks", tasks.list_tasks),
         ("/tasks/counts", tasks.count_tasks),
         ("/tasks/{task_id}", tasks.get_task),
+        ("/tasks/{task_id}/workflow", tasks.workflow),
         ("/lanes", api.lanes),
         ("/scheduled", api.scheduled),
         ("/leases", api.leases),
@@ -211,6 +212,7 @@ def admin_routes(
         ("/tasks/bulk/{action}", tasks.bulk),
         ("/tasks/{task_id}/retry", tasks.retry_task),
         ("/tasks/{task_id}/cancel", tasks.cancel_task),
+        ("/tasks/{task_id}/workflow/cancel", tasks.cancel_workflow),
         *lane_control_endpoints(lambda: sources.task_store),
     ]
     # A task's detail carries its payload and result: the product's data.

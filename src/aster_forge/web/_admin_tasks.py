@@ -16,11 +16,15 @@ from starlette.responses import Response
 
 from ..tasks import BackgroundTaskStore
 from ..tasks._internal import (
+    MAX_WORKFLOW_NODES,
     TaskAdminStore,
     TaskBulkResult,
     TaskCancelOutcome,
     TaskLaneCounts,
     TaskStatus,
+    TaskWorkflowGraph,
+    TaskWorkflowStore,
+    cancel_workflow_nodes,
 )
 from ..tasks.errors import TaskNotFoundError, TaskStateError
 from ._params import (
@@ -37,12 +41,15 @@ from ._serialize import iso
 from ._sources import AdminSources
 from ._tasks_json import task_actions, task_json
 
-__all__ = ["THROUGHPUT_MINUTES", "TaskEndpoints"]
+__all__ = ["THROUGHPUT_MINUTES", "WORKFLOW_NODES", "TaskEndpoints", "workflow_json"]
 
 logger = logging.getLogger("aster_forge.web.admin")
 
 THROUGHPUT_MINUTES = 60
 """The overview chart's window (minutes)."""
+
+WORKFLOW_NODES = 500
+"""The most tasks ``GET /api/tasks/{task_id}/workflow`` shows."""
 
 _BULK_ACTIONS = ("retry", "cancel")
 
@@ -59,6 +66,31 @@ def bulk_json(action: str, result: TaskBulkResult, *, dry_run: bool) -> dict[str
         "matched": result.matched,
         "eligible": result.eligible,
         "changed": list(result.changed),
+    }
+
+
+def workflow_json(graph: TaskWorkflowGraph, *, limit: int) -> dict[str, Any]:
+    """The JSON answer of a workflow graph."""
+    return {
+        "task_id": graph.task_id,
+        "nodes": [
+            {
+                "id": node.id,
+                "kind": node.kind,
+                "lane": node.lane,
+                "status": node.status.value,
+                "waiting": node.waiting,
+            }
+            for node in graph.nodes
+        ],
+        "edges": [
+            {"from": edge.depends_on, "to": edge.task_id, "run_anyway": edge.run_anyway}
+            for edge in graph.edges
+        ],
+        "dependencies": graph.dependencies(graph.task_id),
+        "dependents": graph.dependents(graph.task_id),
+        "truncated": graph.truncated,
+        "limit": limit,
     }
 
 
@@ -169,6 +201,50 @@ class TaskEndpoints:
                 "task": None
                 if record is None
                 else task_json(record, now=self.sources.clock.now(), detail=True),
+            }
+        )
+
+    async def _workflow_graph(self, request: Request, limit: int) -> TaskWorkflowGraph | Response:
+        # Typed as object: mypy reads the two protocols' intersection as impossible.
+        store: object = self.sources.task_store
+        if not isinstance(store, TaskWorkflowStore):
+            return not_configured("task store with workflows")
+        task_id = task_id_param(request)
+        graph = await store.workflow_graph(task_id, limit=limit)
+        if graph is None:
+            return error(404, "task_not_found", f"background task #{task_id} not found")
+        return graph
+
+    async def workflow(self, request: Request) -> Response:
+        """``GET /api/tasks/{task_id}/workflow``: the connected tasks and their edges."""
+        graph = await self._workflow_graph(request, WORKFLOW_NODES)
+        if isinstance(graph, Response):
+            return graph
+        return ok(workflow_json(graph, limit=WORKFLOW_NODES))
+
+    async def cancel_workflow(self, request: Request) -> Response:
+        """``POST /api/tasks/{task_id}/workflow/cancel``: cancel every unfinished task
+        connected to the task (pending ones end cancelled, running ones are asked to stop)."""
+        store = self.sources.task_store
+        if store is None:
+            return not_configured("task store")
+        graph = await self._workflow_graph(request, MAX_WORKFLOW_NODES)
+        if isinstance(graph, Response):
+            return graph
+        cancelled, requested = await cancel_workflow_nodes(store, graph)
+        logger.info(
+            "admin: workflow of task #%d cancelled by %s: %d cancelled, %d asked to stop",
+            graph.task_id,
+            _client(request),
+            len(cancelled),
+            len(requested),
+        )
+        return ok(
+            {
+                "task_id": graph.task_id,
+                "cancelled": cancelled,
+                "cancel_requested": requested,
+                "truncated": graph.truncated,
             }
         )
 

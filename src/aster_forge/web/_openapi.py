@@ -152,6 +152,23 @@ def openapi_document(title: str, *, auth: bool) -> dict[str, Any]:
                 },
             }
         },
+        "/api/tasks/{task_id}/workflow": _get(
+            "The task's workflow: the tasks connected by dependencies, their states, the edges",
+            _ref("Workflow"),
+            404,
+            503,
+            parameters=[_TASK_ID],
+        ),
+        "/api/tasks/{task_id}/workflow/cancel": {
+            "post": {
+                "summary": "Cancel every unfinished task of the task's workflow",
+                "parameters": [_TASK_ID],
+                "responses": {
+                    "200": _json(_ref("WorkflowCancelResult"), "What the cancel did."),
+                    **_errors(401, 403, 404, 503),
+                },
+            }
+        },
         "/api/lanes": _get(
             "Lanes with limits, in-flight and queue counts",
             _ref("LanePage"),

@@ -167,6 +167,39 @@ class CancelResult(_Answer):
     task: TaskDetail | None
 
 
+class WorkflowNode(_Answer):
+    id: int
+    kind: str
+    lane: str
+    status: Status
+    waiting: bool = Field(description="Pending, not yet due: a dependency has not finished.")
+
+
+class WorkflowEdge(_Answer):
+    from_: int = Field(alias="from", description="The dependency's task id.")
+    to: int = Field(description="The id of the task that waits for it.")
+    run_anyway: bool = Field(
+        description="The dependent runs even when this dependency fails or is cancelled."
+    )
+
+
+class Workflow(_Answer):
+    task_id: int
+    nodes: list[WorkflowNode] = Field(description="The connected tasks, by id.")
+    edges: list[WorkflowEdge]
+    dependencies: list[int] = Field(description="The ids task_id waits for.")
+    dependents: list[int] = Field(description="The ids that wait for task_id.")
+    truncated: bool = Field(description="More tasks are connected than limit nodes.")
+    limit: int
+
+
+class WorkflowCancelResult(_Answer):
+    task_id: int
+    cancelled: list[int] = Field(description="Pending tasks this call cancelled.")
+    cancel_requested: list[int] = Field(description="Running tasks asked to stop.")
+    truncated: bool = Field(description="The workflow had more tasks than one call reads.")
+
+
 class DispatchStats(_Answer):
     """Dispatch counters of this process for one lane."""
 
@@ -349,6 +382,8 @@ ANSWERS: tuple[type[BaseModel], ...] = (
     TaskCounts,
     TaskDetail,
     TaskPage,
+    Workflow,
+    WorkflowCancelResult,
 )
 """Every model an endpoint answers with (the others are reached from these)."""
 

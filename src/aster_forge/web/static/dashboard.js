@@ -403,6 +403,46 @@
     $("detail-traceback-box").hidden = !task.last_traceback;
     $("detail-payload").textContent = pretty(task.payload, task.payload_invalid, task.payload_preview, task.payload_size);
     $("detail-result").textContent = pretty(task.result, task.result_invalid, task.result_preview, task.result_size);
+    await loadWorkflow(task.id);
+  }
+
+  // A task's workflow: what it waits for and what waits for it, with their states.
+  async function loadWorkflow(taskId) {
+    const { status, body: graph } = await request(API + "/tasks/" + taskId + "/workflow");
+    const box = $("detail-workflow");
+    if (status !== 200 || !graph.edges.length) { box.hidden = true; return; }
+    box.hidden = false;
+    const nodes = new Map(graph.nodes.map((node) => [node.id, node]));
+    const anyway = new Set(graph.edges.filter((e) => e.run_anyway).map((e) => e.from + ">" + e.to));
+    const item = (id, edgeKey) => {
+      const node = nodes.get(id);
+      return el("li", { "data-workflow-task": id }, [
+        el("a", { href: "#task/" + id, text: "#" + id }),
+        " " + (node ? node.kind + " " : ""),
+        badge(node ? (node.waiting ? "waiting" : node.status) : "-"),
+        anyway.has(edgeKey) ? el("span", { class: "muted", text: " runs anyway" }) : "",
+      ]);
+    };
+    const none = (text) => [el("li", { class: "muted", text })];
+    $("workflow-dependencies").replaceChildren(...(graph.dependencies.length
+      ? graph.dependencies.map((id) => item(id, id + ">" + taskId)) : none("nothing")));
+    $("workflow-dependents").replaceChildren(...(graph.dependents.length
+      ? graph.dependents.map((id) => item(id, taskId + ">" + id)) : none("nothing")));
+    const open = graph.nodes.filter((node) => node.status === "pending" || node.status === "running").length;
+    say("workflow-summary", graph.nodes.length + (graph.truncated ? "+" : "") + " tasks, " + open + " unfinished");
+    const actions = [];
+    if (state.actionsAllowed && open) {
+      const button = el("button", { type: "button", "data-action": "cancel-workflow", text: "Cancel workflow" });
+      button.addEventListener("click", async () => {
+        const done = await request(API + "/tasks/" + taskId + "/workflow/cancel", { method: "POST" });
+        say("detail-message", done.status === 200
+          ? "workflow: " + done.body.cancelled.length + " cancelled, " + done.body.cancel_requested.length + " asked to stop"
+          : "cancel workflow refused: " + ((done.body && done.body.message) || done.status));
+        schedule(0);
+      });
+      actions.push(button);
+    }
+    $("workflow-actions").replaceChildren(...actions);
   }
 
   // -- runtime ---------------------------------------------------------------------------
