@@ -12,64 +12,30 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aster_forge.db import BackgroundTaskDbStore
 from aster_forge.tasks import NewTask
 
-from ..conftest import drop_all_tables
-from ._cluster_limit_worker import KIND, LANE, build
+from ._fleet import ON_SERVERS, fleet_engine, start_worker
+from ._fleet_worker import MODES
 
-ROOT = Path(__file__).resolve().parents[2]
+LANE, KIND = MODES["cluster"].lane, MODES["cluster"].kind
 CAP = 3
 TASKS = 150
 
-pytestmark = pytest.mark.parametrize(
-    "server",
-    [
-        pytest.param("postgres_url", id="postgres", marks=pytest.mark.postgres),
-        pytest.param("mysql_url", id="mysql", marks=pytest.mark.mysql),
-    ],
-)
+pytestmark = ON_SERVERS
 
 
 @pytest.fixture
 async def server_engine(server: str, request: pytest.FixtureRequest) -> AsyncIterator[AsyncEngine]:
     """An engine on the server's session database, with the forge's tables."""
-    url = str(request.getfixturevalue(server))
-    engine = create_async_engine(url)
-    forge = build(url, CAP)
-    try:
-        await drop_all_tables(engine)
-        await forge.migrate()
+    async for engine in fleet_engine(str(request.getfixturevalue(server)), "cluster", CAP):
         yield engine
-    finally:
-        await forge.aclose()
-        await drop_all_tables(engine)
-        await engine.dispose()
-
-
-async def _start(url: str, limit: int) -> asyncio.subprocess.Process:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.db._cluster_limit_worker",
-        url,
-        str(limit),
-        cwd=str(ROOT),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    assert process.stdout is not None
-    line = await asyncio.wait_for(process.stdout.readline(), 60)
-    assert line.strip() == b"ready", line
-    return process
 
 
 async def _counts(engine: AsyncEngine) -> dict[str, int]:
@@ -83,7 +49,7 @@ async def _counts(engine: AsyncEngine) -> dict[str, int]:
 async def _run(engine: AsyncEngine, limit: int, *, kill_after: int | None) -> list[int]:
     """Run three instances until every task succeeded; the running count per sample."""
     url = engine.url.render_as_string(hide_password=False)
-    processes = await asyncio.gather(*(_start(url, limit) for _ in range(3)))
+    processes = await asyncio.gather(*(start_worker(url, "cluster", limit) for _ in range(3)))
     samples: list[int] = []
     killed = False
     try:

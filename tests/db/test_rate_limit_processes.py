@@ -12,67 +12,33 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
 from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import datetime
-from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aster_forge.db import BackgroundTaskDbStore
 from aster_forge.tasks import NewTask
 from aster_forge.tasks._rate_limit import rate_window
 
-from ..conftest import drop_all_tables
-from ._rate_worker import KIND, LANE, PERIOD, build
+from ._fleet import ON_SERVERS, fleet_engine, start_worker
+from ._fleet_worker import MODES, PERIOD
 
-ROOT = Path(__file__).resolve().parents[2]
+LANE, KIND = MODES["rate"].lane, MODES["rate"].kind
 COUNT = 5
 TASKS = 60
 
-pytestmark = pytest.mark.parametrize(
-    "server",
-    [
-        pytest.param("postgres_url", id="postgres", marks=pytest.mark.postgres),
-        pytest.param("mysql_url", id="mysql", marks=pytest.mark.mysql),
-    ],
-)
+pytestmark = ON_SERVERS
 
 
 @pytest.fixture
 async def server_engine(server: str, request: pytest.FixtureRequest) -> AsyncIterator[AsyncEngine]:
     """An engine on the server's session database, with the forge's tables."""
-    url = str(request.getfixturevalue(server))
-    engine = create_async_engine(url)
-    forge = build(url, COUNT)
-    try:
-        await drop_all_tables(engine)
-        await forge.migrate()
+    async for engine in fleet_engine(str(request.getfixturevalue(server)), "rate", COUNT):
         yield engine
-    finally:
-        await forge.aclose()
-        await drop_all_tables(engine)
-        await engine.dispose()
-
-
-async def _start(url: str, count: int) -> asyncio.subprocess.Process:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.db._rate_worker",
-        url,
-        str(count),
-        cwd=str(ROOT),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    assert process.stdout is not None
-    line = await asyncio.wait_for(process.stdout.readline(), 60)
-    assert line.strip() == b"ready", line
-    return process
 
 
 async def _sample(engine: AsyncEngine, starts: set[tuple[int, datetime]]) -> int:
@@ -92,7 +58,7 @@ async def _sample(engine: AsyncEngine, starts: set[tuple[int, datetime]]) -> int
 async def _run(engine: AsyncEngine, count: int, *, kill_after: int | None) -> Counter[datetime]:
     """Run three instances until every task succeeded; the starts seen per window."""
     url = engine.url.render_as_string(hide_password=False)
-    processes = await asyncio.gather(*(_start(url, count) for _ in range(3)))
+    processes = await asyncio.gather(*(start_worker(url, "rate", count) for _ in range(3)))
     starts: set[tuple[int, datetime]] = set()
     killed = False
     try:
