@@ -19,12 +19,14 @@ from ..tasks._internal import (
     BackgroundTaskRecord,
     TaskCompletion,
     TaskFailureReason,
+    TaskRateLimit,
     TaskStatus,
     check_claim_args,
+    check_claim_rate_limit,
     check_retry_delay,
     check_ttl,
+    rate_window,
 )
-from ..tasks._rate_limit import TaskRateLimit, check_claim_rate_limit, rate_window
 from ..tasks.errors import TaskRegistryError
 from ._driver_hold import HeldDriverConnection
 from ._enqueue_coalescer import EnqueueCoalescer

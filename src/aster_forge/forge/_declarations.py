@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
 from ..runtime import HealthComponentReport
 from ..tasks import TaskRegistry, TaskStepSpec
-from ..tasks._internal import TaskErrorClassifier, TaskRetryPolicy
-from ..tasks._rate_limit import TaskRateLimit, check_rate_limit
+from ..tasks._internal import TaskErrorClassifier, TaskRateLimit, TaskRetryPolicy, check_rate_limit
 from ._periodic import ForgePeriodic, periodic_schedule, periodic_shape
 from ._signature import BodyShape, read_body
 from ._task import ForgeTask

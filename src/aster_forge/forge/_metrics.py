@@ -42,8 +42,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from ..runtime._internal import utc_now
-from ..tasks._internal import TaskLaneCounts, TaskStatus
-from ..tasks._rate_limit import rate_remaining
+from ..tasks._internal import TaskLaneCounts, TaskStatus, rate_remaining
 
 if TYPE_CHECKING:
     from ._app import Forge

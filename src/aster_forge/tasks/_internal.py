@@ -33,6 +33,13 @@ from ._dedupe import MAX_TASK_DEDUPE_KEY_LENGTH
 from ._dispatch import DispatchStats, default_dispatch_owner
 from ._log_context import TaskLogContextFilter
 from ._partitions import fair_pick
+from ._rate_limit import (
+    TaskRateLimit,
+    check_claim_rate_limit,
+    check_rate_limit,
+    rate_remaining,
+    rate_window,
+)
 from ._records import (
     LEASE_EXPIRED_ERROR,
     MAX_TASK_CLAIM_LIMIT,
@@ -129,6 +136,7 @@ __all__ = [
     "TaskPage",
     "TaskPruneReport",
     "TaskQuery",
+    "TaskRateLimit",
     "TaskRetention",
     "TaskRetryClass",
     "TaskRetryPolicy",
@@ -146,8 +154,10 @@ __all__ = [
     "cancel_workflow_nodes",
     "check_bulk_limit",
     "check_claim_args",
+    "check_claim_rate_limit",
     "check_delete_finished_tasks_args",
     "check_list_tasks_args",
+    "check_rate_limit",
     "check_retry_delay",
     "check_run_at",
     "check_search_page_args",
@@ -162,6 +172,8 @@ __all__ = [
     "mark_active_step_failed",
     "parse_task_steps_json",
     "prune_finished_tasks",
+    "rate_remaining",
+    "rate_window",
     "serialize_task_steps_json",
     "set_task_step_active",
     "set_task_step_succeeded",

@@ -9,8 +9,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, ClassVar
 
 from ..tasks import BackgroundTaskStore, NewTask, TaskInvalidValueError
-from ..tasks._internal import BackgroundTaskRecord, TaskCompletion, TaskStatus
-from ..tasks._rate_limit import rate_window
+from ..tasks._internal import BackgroundTaskRecord, TaskCompletion, TaskStatus, rate_window
 from ._task_control_conformance import LONG, lease_of
 
 __all__ = ["RateLimitChecks"]

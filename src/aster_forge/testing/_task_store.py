@@ -21,9 +21,11 @@ from ..tasks._internal import (
     TaskLaneCounts,
     TaskLaneState,
     TaskPage,
+    TaskRateLimit,
     TaskStatus,
     cancel_active_step,
     check_claim_args,
+    check_claim_rate_limit,
     check_list_tasks_args,
     check_retry_delay,
     check_run_at,
@@ -31,10 +33,10 @@ from ..tasks._internal import (
     dedupe_window_holds,
     fair_pick,
     parse_task_steps_json,
+    rate_window,
     serialize_task_steps_json,
     wire_value,
 )
-from ..tasks._rate_limit import TaskRateLimit, check_claim_rate_limit, rate_window
 from ..tasks.errors import (
     TaskEnqueueValueError,
     TaskNotFoundError,

@@ -10,8 +10,7 @@ from ..metrics._internal import DispatchStatsSource
 from ..runtime import AsterRuntime, RuntimeComponentRegistry
 from ..runtime._internal import Clock, SystemClock
 from ..tasks import BackgroundTaskStore, ScheduledTaskStore, TaskWorker
-from ..tasks._internal import DispatchStats, TaskAdminStore
-from ..tasks._rate_limit import TaskRateLimit
+from ..tasks._internal import DispatchStats, TaskAdminStore, TaskRateLimit
 from ._health import HealthSource
 from ._leases import RuntimeLeaseSource
 from ._tasks_json import label_keys

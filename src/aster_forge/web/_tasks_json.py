@@ -12,9 +12,10 @@ from ..tasks._internal import (
     DispatchStats,
     TaskLaneCounts,
     TaskLaneState,
+    TaskRateLimit,
     TaskStatus,
+    rate_remaining,
 )
-from ..tasks._rate_limit import TaskRateLimit, rate_remaining
 from ._serialize import iso, wire
 
 __all__ = [
