@@ -14,7 +14,6 @@ from aster_forge.runtime import (
     runtime_component,
     runtime_component_with_shutdown,
 )
-from aster_forge.runtime._lifecycle import AsterRuntimeBuilder
 
 
 def _resource() -> object:
@@ -45,12 +44,12 @@ def _service(until_stopped: bool) -> object:
 
 def short_lived() -> AsterRuntime:
     """A runtime whose service returns at once."""
-    return AsterRuntime.builder().component(_resource()).component(_service(False)).build()
+    return AsterRuntime(components=[_resource(), _service(False)])
 
 
-def until_signal() -> AsterRuntimeBuilder:
-    """A builder whose service runs until SIGINT/SIGTERM."""
-    return AsterRuntime.builder().component(_resource()).component(_service(True))
+def until_signal() -> AsterRuntime:
+    """A runtime whose service runs until SIGINT/SIGTERM."""
+    return AsterRuntime(components=[_resource(), _service(True)])
 
 
 async def built_async() -> AsterRuntime:

@@ -57,21 +57,16 @@ async def main(mode: str) -> int:
             emit("SHUTTING")
             await asyncio.Event().wait()
 
-    result: int = await (
-        AsterRuntime.builder()
-        .component(runtime_component_with_shutdown(http_component))
-        .component(
-            shutdown_resource_component_after(
-                "database",
-                RuntimeComponentKind.DATABASE,
-                "database_close",
-                ["http"],
-                "db-handle",
-                close_database,
-            )
-        )
-        .run()
+    database = shutdown_resource_component_after(
+        "database",
+        RuntimeComponentKind.DATABASE,
+        "database_close",
+        ["http"],
+        "db-handle",
+        close_database,
     )
+    runtime = AsterRuntime(components=[runtime_component_with_shutdown(http_component), database])
+    result: int = await runtime.run()
     return result
 
 

@@ -464,19 +464,17 @@ async def test_a_critical_task_crash_stops_the_runtime(runtime_errors: ErrorSeen
         await token.wait()
         stopped.append("service saw the stop")
 
-    builder = AsterRuntime.builder().install_signal_handlers(False)
-    builder.component(
-        runtime_component(
-            lambda registry: (
-                registry.component("tasks", Kind.TASKS)
-                .task("dispatch", dispatcher, critical=True)
-                .task("service", service)
-            )
+    bundle = runtime_component(
+        lambda registry: (
+            registry.component("tasks", Kind.TASKS)
+            .task("dispatch", dispatcher, critical=True)
+            .task("service", service)
         )
     )
+    runtime = AsterRuntime(components=[bundle], install_signal_handlers=False)
     with pytest.raises(AsterRuntimeShutdownError) as caught:
         async with asyncio.timeout(10):  # a runtime that kept running would fail here
-            await builder.build().run()
+            await runtime.run()
     assert stopped == ["service saw the stop"]
     assert [p.name for p in caught.value.report.failures()] == ["dispatch"]
     (record,) = runtime_errors.records

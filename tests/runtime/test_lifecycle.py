@@ -93,10 +93,7 @@ class Product:
         return runtime_component(register)
 
     def runtime(self, *components: object) -> AsterRuntime:
-        builder = AsterRuntime.builder().install_signal_handlers(False)
-        for component in components:
-            builder.component(component)
-        return builder.build()
+        return AsterRuntime(components=components, install_signal_handlers=False)
 
 
 async def test_entrypoint_of_only_components_returns_the_service_value() -> None:
@@ -137,8 +134,9 @@ async def test_request_stop_cancels_tokens_and_calls_stop_once() -> None:
 @pytest.mark.skipif(os.name != "posix", reason="POSIX signals")
 async def test_signal_and_programmatic_stop_together_stop_once() -> None:
     product = Product()
-    builder = AsterRuntime.builder().component(product.http_component(result="wait"))
-    runtime = builder.component(product.tasks_component()).build()
+    runtime = AsterRuntime(
+        components=[product.http_component(result="wait"), product.tasks_component()]
+    )
     before = signal.getsignal(signal.SIGTERM)
     run = asyncio.create_task(runtime.run())
     await product.serving.wait()
@@ -264,12 +262,13 @@ async def test_before_shutdown_exception_does_not_skip_component_cleanup() -> No
     async def hook() -> None:
         raise hook_error
 
-    builder = AsterRuntime.builder().install_signal_handlers(False)
-    builder.component(product.http_component(result=3))
-    builder.component(product.database_component(depends=()))
-    builder.before_shutdown(hook).before_shutdown(product.note("second hook"))
+    runtime = AsterRuntime(
+        components=[product.http_component(result=3), product.database_component(depends=())],
+        before_shutdown=[hook, product.note("second hook")],
+        install_signal_handlers=False,
+    )
     with pytest.raises(AsterRuntimeBeforeShutdownError) as caught:
-        await builder.run()
+        await runtime.run()
     assert caught.value.__cause__ is hook_error
     assert product.events[-2:] == ["second hook", "close db"]
     assert not caught.value.shutdown_report.has_failures()
@@ -285,16 +284,20 @@ async def test_service_and_before_shutdown_both_fail() -> None:
     async def drain() -> None:
         raise RuntimeError("drain")
 
-    builder = AsterRuntime.builder().install_signal_handlers(False)
-    builder.component(product.http_component(fail=original)).before_shutdown(hook)
-    builder.component(
-        shutdown_resource_component_after(
-            "mail", Kind.MAIL, "mail_drain", ["http"], None, lambda _none: drain()
-        )
+    mail = shutdown_resource_component_after(
+        "mail", Kind.MAIL, "mail_drain", ["http"], None, lambda _none: drain()
     )
-    builder.component(product.database_component(depends=("mail",)))
+    runtime = AsterRuntime(
+        components=[
+            product.http_component(fail=original),
+            mail,
+            product.database_component(depends=("mail",)),
+        ],
+        before_shutdown=[hook],
+        install_signal_handlers=False,
+    )
     with pytest.raises(AsterRuntimeServiceError) as caught:
-        await builder.run()
+        await runtime.run()
     error = caught.value
     assert error.__cause__ is original
     assert error.before_shutdown_panicked is True
@@ -325,10 +328,12 @@ async def test_failed_shutdown_phase_raises_after_all_cleanup() -> None:
 
 def test_graph_errors_fail_the_build() -> None:
     product = Product()
-    builder = AsterRuntime.builder().component(product.http_component())
-    builder.component(product.database_component())  # depends on missing background_tasks
+    components = [
+        product.http_component(),
+        product.database_component(),  # depends on missing background_tasks
+    ]
     with pytest.raises(AsterRuntimeComponentGraphError) as caught:
-        builder.build()
+        AsterRuntime(components=components)
     assert isinstance(caught.value, AsterRuntimeError.ComponentGraph)
     assert caught.value.graph_error.missing == (("database", "background_tasks"),)
 
@@ -340,7 +345,7 @@ def test_a_component_constructors_error_surfaces_unchanged() -> None:
         raise original
 
     with pytest.raises(OSError) as caught:
-        AsterRuntime.builder().component(runtime_component_with_shutdown(build))
+        AsterRuntime(components=[runtime_component_with_shutdown(build)])
     assert caught.value is original
 
 
@@ -351,18 +356,16 @@ async def test_component_gets_the_shared_root_token_and_bad_values_are_rejected(
         seen.append(token)
         return runtime_component(lambda registry: registry.component("x", Kind.CORE))
 
-    builder = AsterRuntime.builder().install_signal_handlers(False)
-    builder.component(runtime_component_with_shutdown(build))
-    assert seen == [builder.shutdown_token]
     with pytest.raises(RuntimeComponentRegistrationError):
-        builder.component(42)
+        AsterRuntime(components=[42])
     product = Product()
-    builder.component(product.http_component())
     with pytest.raises(RuntimeComponentRegistrationError, match="already has service"):
-        builder.component(product.http_component())
-    runtime = builder.build()
-    with pytest.raises(RuntimeComponentRegistrationError):
-        builder.build()
+        AsterRuntime(components=[product.http_component(), product.http_component()])
+    runtime = AsterRuntime(
+        components=[runtime_component_with_shutdown(build), product.http_component()],
+        install_signal_handlers=False,
+    )
+    assert seen == [runtime.shutdown_token]
     assert await runtime.run() == 0
     with pytest.raises(RuntimeComponentRegistrationError):
         await runtime.run()
@@ -377,9 +380,8 @@ async def test_cancelling_run_cancels_root_and_service_tokens() -> None:
         await asyncio.Event().wait()
         return 0
 
-    builder = AsterRuntime.builder().install_signal_handlers(False)
-    builder.component(RuntimeServiceComponent("svc", Kind.CORE, serve(), service_token))
-    runtime = builder.build()
+    service = RuntimeServiceComponent("svc", Kind.CORE, serve(), service_token)
+    runtime = AsterRuntime(components=[service], install_signal_handlers=False)
     run = asyncio.create_task(runtime.run())
     await serving.wait()
     run.cancel()
@@ -435,10 +437,8 @@ async def test_stop_hook_is_cancelled_when_the_service_ends() -> None:
             stop_cancelled.set()
             raise
 
-    builder = AsterRuntime.builder().install_signal_handlers(False)
-    runtime = builder.component(
-        RuntimeServiceComponent("svc", Kind.CORE, serve(), token, stop)
-    ).build()
+    service = RuntimeServiceComponent("svc", Kind.CORE, serve(), token, stop)
+    runtime = AsterRuntime(components=[service], install_signal_handlers=False)
     runtime.request_stop()  # before run: the stop hook fires as soon as the service starts
     assert await runtime.run() == "ended while stop hook hung"
     assert stop_cancelled.is_set()
@@ -455,9 +455,8 @@ async def test_run_outside_the_main_thread_is_a_clear_signal_error() -> None:
                 return 0
 
             token = CancellationToken()
-            builder = AsterRuntime.builder()
-            builder.component(RuntimeServiceComponent("svc", Kind.CORE, serve(), token))
-            await builder.run()
+            service = RuntimeServiceComponent("svc", Kind.CORE, serve(), token)
+            await AsterRuntime(components=[service]).run()
 
         try:
             asyncio.run(main())
@@ -480,10 +479,8 @@ async def test_a_stop_hook_that_raises_is_logged_and_the_runtime_still_stops(
     async def stop() -> None:
         raise ProductError("the stop hook broke")
 
-    builder = AsterRuntime.builder().install_signal_handlers(False)
-    runtime = builder.component(
-        RuntimeServiceComponent("svc", Kind.CORE, serve(), token, stop)
-    ).build()
+    service = RuntimeServiceComponent("svc", Kind.CORE, serve(), token, stop)
+    runtime = AsterRuntime(components=[service], install_signal_handlers=False)
     runtime.request_stop()
     with caplog.at_level("ERROR", logger="aster_forge.runtime"):
         assert await runtime.run() == "stopped"

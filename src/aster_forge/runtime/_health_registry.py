@@ -14,10 +14,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Self
+from typing import Any
 
 from ._health import HealthComponentReport, SystemHealthReport, _with_measured_duration
 from ._health_options import (
@@ -113,11 +113,11 @@ async def _guarded(entry: _Entry, scope: str) -> HealthComponentReport:
 class HealthCheckRegistry:
     """Named health checks with options; runs a scope concurrently.
 
-    Reports come back in registration order. Register with
-    :meth:`register_with_options` (or build with :class:`HealthCheckRegistryBuilder`
-    or :meth:`configured`), then ``await registry.run_scope(HealthCheckScope.READINESS)``.
+    Reports come back in registration order. Pass ``checks`` or register with
+    :meth:`register_with_options`, then ``await registry.run_scope(HealthCheckScope.READINESS)``.
 
     Args:
+        checks: ``{name: (options, check)}``, registered in order.
         default_timeout: Timeout of checks registered without one (5 s when ``None``).
         cancel_grace: How long a timed-out check may take to honour cancellation before
             the run reports it and moves on.
@@ -128,6 +128,7 @@ class HealthCheckRegistry:
     def __init__(
         self,
         *,
+        checks: Mapping[str, tuple[HealthCheckOptions, HealthCheck]] | None = None,
         default_timeout: timedelta | None = None,
         cancel_grace: timedelta = DEFAULT_CANCEL_GRACE,
     ) -> None:
@@ -137,19 +138,8 @@ class HealthCheckRegistry:
         self._entries: list[_Entry] = []
         self._names: set[str] = set()
         self._stragglers: set[asyncio.Task[Any]] = set()
-
-    @classmethod
-    def configured(
-        cls,
-        configure: Callable[[HealthCheckRegistry], object],
-        *,
-        default_timeout: timedelta | None = None,
-        cancel_grace: timedelta = DEFAULT_CANCEL_GRACE,
-    ) -> HealthCheckRegistry:
-        """Return a new registry after passing it to ``configure`` (which registers checks)."""
-        registry = cls(default_timeout=default_timeout, cancel_grace=cancel_grace)
-        configure(registry)
-        return registry
+        for name, (options, check) in (checks or {}).items():
+            self.register_with_options(name, options, check)
 
     @property
     def default_timeout(self) -> timedelta:
@@ -163,8 +153,8 @@ class HealthCheckRegistry:
 
     def register_with_options(
         self, name: str, options: HealthCheckOptions, check: HealthCheck
-    ) -> Self:
-        """Register ``check`` under ``name``; returns ``self`` for chaining.
+    ) -> None:
+        """Register ``check`` under ``name``.
 
         Raises:
             DuplicateHealthCheckError: ``name`` is already registered.
@@ -192,7 +182,6 @@ class HealthCheckRegistry:
         )
         self._names.add(name)
         self._entries.append(_Entry(descriptor, check))
-        return self
 
     def __len__(self) -> int:
         return len(self._entries)

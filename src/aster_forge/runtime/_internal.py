@@ -20,7 +20,6 @@ from ._lease_types import (
     validate_lease_identifier,
     validate_lease_ttl,
 )
-from ._lifecycle import AsterRuntimeBuilder
 from ._loop_lag import watch_blocking_steps
 from ._race import RaceWinner, abandon_task, race, shielded, sleep_or_cancelled
 from ._startup import StartupPhaseFailurePolicy
@@ -30,7 +29,6 @@ __all__ = [
     "MAX_RUNTIME_LEASE_ID_LENGTH",
     "NEVER_EXPIRES",
     "RUNTIME_TEMP_DIR_NAME",
-    "AsterRuntimeBuilder",
     "BufferedWriterLifecycle",
     "BufferedWriterStopReport",
     "Clock",

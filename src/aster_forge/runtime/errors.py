@@ -194,7 +194,7 @@ class AsterRuntimeServiceError(AsterRuntimeError):
 
 
 class AsterRuntimeComponentGraphError(AsterRuntimeError, ValueError):
-    """Raised by ``AsterRuntimeBuilder.build()`` when the component graph is invalid.
+    """Raised by ``AsterRuntime(...)`` when the component graph is invalid.
 
     Attributes:
         graph_error: The underlying :class:`RuntimeComponentGraphError`.

@@ -200,7 +200,7 @@ def background_task_component_with_definitions_from_shutdown(
 ) -> RuntimeComponentWithShutdown:
     """The recommended entry: catalog + group spawned from the runtime's shutdown token.
 
-    ``AsterRuntime.builder().component(...)`` hands the shared token over; the group is
+    ``AsterRuntime(components=[...])`` hands the shared token over; the group is
     spawned in a required startup phase and stopped in the component's shutdown phase
     (before every component that depends on ``background_tasks``).
 
@@ -213,11 +213,9 @@ def background_task_component_with_definitions_from_shutdown(
         >>> from aster_forge.runtime import AsterRuntime
         >>> def spawn(token: CancellationToken) -> BackgroundTasks:
         ...     return BackgroundTasks(token)
-        >>> runtime = (
-        ...     AsterRuntime.builder()
-        ...     .install_signal_handlers(False)
-        ...     .component(background_task_component_with_definitions_from_shutdown((), spawn))
-        ...     .build()
+        >>> runtime = AsterRuntime(
+        ...     components=[background_task_component_with_definitions_from_shutdown((), spawn)],
+        ...     install_signal_handlers=False,
         ... )
         >>> [d.name for d in runtime.descriptors()]
         ['background_tasks']
