@@ -25,7 +25,7 @@ from aster_forge.runtime import (
     ShutdownReport,
     create_runtime_temp_dir_guard,
 )
-from aster_forge.runtime._shutdown import ShutdownCoordinator, log_shutdown_report
+from aster_forge.runtime._phases import ShutdownCoordinator, log_shutdown_report
 from aster_forge.runtime.errors import RuntimeTempDirScopeError
 from aster_forge.tasks import TaskLease, TaskTempDirs, sweep_task_temp_dirs
 from aster_forge.tasks._records import TaskFailureReason

@@ -15,7 +15,7 @@ from aster_forge.runtime import (
     RuntimeComponentKind,
     RuntimeComponentRegistry,
 )
-from aster_forge.runtime._health_detail import HealthComponentDetailKind
+from aster_forge.runtime._health import HealthComponentDetailKind
 
 
 async def test_health_ping_reports_backend_and_latency(engine: AsyncEngine, backend: str) -> None:

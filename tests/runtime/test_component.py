@@ -22,14 +22,13 @@ from aster_forge.runtime import (
     runtime_component,
     shutdown_resource_component_after,
 )
-from aster_forge.runtime._component import COMPONENT_TASK_FAILED
-from aster_forge.runtime._component_types import RuntimeComponentBundle
-from aster_forge.runtime._shutdown import (
+from aster_forge.runtime._component import COMPONENT_TASK_FAILED, RuntimeComponentBundle
+from aster_forge.runtime._phases import (
     SHUTDOWN_PHASE_PANICKED,
     SHUTDOWN_RESOURCE_CONSUMED,
     ShutdownPhaseStatus,
+    StartupPhaseFailurePolicy,
 )
-from aster_forge.runtime._startup import StartupPhaseFailurePolicy
 from aster_forge.runtime.errors import (
     AsterRuntimeShutdownError,
     RuntimeComponentGraphError,

@@ -22,8 +22,7 @@ from aster_forge.runtime import (
     runtime_component_with_shutdown,
     shutdown_resource_component_after,
 )
-from aster_forge.runtime._shutdown import ShutdownPhaseStatus
-from aster_forge.runtime._startup import StartupPhaseStatus
+from aster_forge.runtime._phases import ShutdownPhaseStatus, StartupPhaseStatus
 from aster_forge.runtime.errors import (
     AsterRuntimeBeforeShutdownError,
     AsterRuntimeComponentGraphError,

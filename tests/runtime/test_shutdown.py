@@ -10,7 +10,7 @@ import pytest
 
 from aster_forge.runtime import ShutdownPhaseFailure, ShutdownReport
 from aster_forge.runtime._isolation import abandoned_tasks
-from aster_forge.runtime._shutdown import (
+from aster_forge.runtime._phases import (
     SHUTDOWN_PHASE_PANICKED,
     SHUTDOWN_RESOURCE_CONSUMED,
     ShutdownCoordinator,
@@ -179,7 +179,7 @@ async def test_once_resource_is_consumed_by_exactly_one_invocation() -> None:
 
 
 async def test_once_phase_registered_twice_reports_the_second_as_consumed() -> None:
-    from aster_forge.runtime._shutdown import once_phase
+    from aster_forge.runtime._phases import once_phase
 
     consumed: list[str] = []
 
@@ -246,7 +246,7 @@ def test_invalid_registrations_are_rejected() -> None:
 
 
 def test_log_shutdown_report_levels(caplog: pytest.LogCaptureFixture) -> None:
-    from aster_forge.runtime._shutdown import ShutdownPhaseReport
+    from aster_forge.runtime._phases import ShutdownPhaseReport
 
     report = ShutdownReport(
         (

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from aster_forge.runtime import CancellationToken
-from aster_forge.runtime._startup import (
+from aster_forge.runtime._phases import (
     STARTUP_PHASE_FAILED,
     StartupCoordinator,
     StartupPhaseFailurePolicy,

@@ -15,7 +15,7 @@ from aster_forge.runtime import (
     RuntimeComponentRegistry,
     runtime_component,
 )
-from aster_forge.runtime._shutdown import ShutdownPhaseStatusKind
+from aster_forge.runtime._phases import ShutdownPhaseStatusKind
 from aster_forge.runtime.errors import AsterRuntimeShutdownError, AsterRuntimeStartupError
 from aster_forge.tasks import (
     BACKGROUND_TASKS_COMPONENT,

@@ -18,11 +18,10 @@ from ._component import (
     RuntimeComponentRegistry,
 )
 from ._health import SystemHealthReport
-from ._health_options import HealthCheckScope
+from ._health_registry import HealthCheckScope
 from ._isolation import DEFAULT_ABANDON_GRACE, OutcomeKind, run_isolated
-from ._shutdown import ShutdownReport, log_shutdown_report
+from ._phases import ShutdownReport, StartupReport, log_shutdown_report
 from ._signals import TerminationSignal, _default_force_exit, _SignalInstallation
-from ._startup import StartupReport
 from .errors import (
     AsterRuntimeBeforeShutdownError,
     AsterRuntimeComponentGraphError,

@@ -16,15 +16,14 @@ from typing import Any, TypeVar
 
 from ._cancellation import CancellationToken
 from ._clock import Clock, SystemClock
-from ._component import RuntimeComponentRegistry
-from ._component_types import (
+from ._component import (
     RuntimeComponentBundleRegistration,
     RuntimeComponentKind,
+    RuntimeComponentRegistry,
     runtime_component,
 )
-from ._health import HealthComponentReport
-from ._health_detail import HealthComponentDetailValue
-from ._health_options import HealthCheckOptions
+from ._health import HealthComponentDetailValue, HealthComponentReport
+from ._health_registry import HealthCheckOptions
 from ._race import RaceWinner, race
 
 __all__ = ["EventLoopLagProbe", "watch_blocking_steps"]

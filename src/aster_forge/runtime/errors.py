@@ -12,13 +12,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 from .._errors import AsterForgeError
 
 if TYPE_CHECKING:  # buffered: annotations only, avoids an import cycle
-    from ._buffered_types import BufferedWriterLifecycle, WriteFailure
+    from ._buffered_core import BufferedWriterLifecycle, WriteFailure
 
 _T = TypeVar("_T")
 
 if TYPE_CHECKING:  # lifecycle: report types for annotations only
-    from ._shutdown import ShutdownReport
-    from ._startup import StartupReport
+    from ._phases import ShutdownReport, StartupReport
 
 
 class AsterForgeRuntimeError(AsterForgeError):
