@@ -21,8 +21,13 @@ def _resource() -> object:
         async def close() -> None:
             return None
 
-        registry.component("resource", RuntimeComponentKind.OTHER).shutdown(
-            "resource_close", timedelta(seconds=5), close
+        registry.component_shutdown(
+            "resource",
+            RuntimeComponentKind.OTHER,
+            "resource_close",
+            None,
+            close,
+            timeout=timedelta(seconds=5),
         )
 
     return runtime_component(register)

@@ -70,11 +70,12 @@ class Product:
 
     def tasks_component(self) -> RuntimeComponentBundleRegistration[Any]:
         def register(registry: RuntimeComponentRegistry) -> None:
-            (
-                registry.component("background_tasks", Kind.TASKS)
-                .depends_on("http")
-                .startup("tasks_start", self.note("start tasks"))
-                .shutdown("tasks_stop", None, self.note("stop tasks"))
+            registry.component("background_tasks", Kind.TASKS, depends_on=["http"])
+            registry.component_startup(
+                "background_tasks", Kind.TASKS, "tasks_start", self.note("start tasks")
+            )
+            registry.component_shutdown(
+                "background_tasks", Kind.TASKS, "tasks_stop", None, self.note("stop tasks")
             )
 
         return runtime_component(register)
@@ -85,9 +86,13 @@ class Product:
         depends: tuple[str, ...] = ("background_tasks",),
     ) -> Any:
         def register(registry: RuntimeComponentRegistry) -> None:
-            builder = registry.component("database", Kind.DATABASE).depends_on(*depends)
-            builder.startup("db_connect", startup or self.note("connect db"))
-            builder.shutdown("db_close", None, self.note("close db"))
+            registry.component("database", Kind.DATABASE, depends_on=depends)
+            registry.component_startup(
+                "database", Kind.DATABASE, "db_connect", startup or self.note("connect db")
+            )
+            registry.component_shutdown(
+                "database", Kind.DATABASE, "db_close", None, self.note("close db")
+            )
 
         return runtime_component(register)
 
@@ -178,9 +183,12 @@ async def test_required_startup_failure_runs_best_effort_shutdown_first() -> Non
         raise original
 
     def tasks(registry: RuntimeComponentRegistry) -> None:
-        registry.component("background_tasks", Kind.TASKS).startup(
-            "tasks_start", product.note("start tasks")
-        ).shutdown("tasks_stop", None, product.note("stop tasks"))
+        registry.component_startup(
+            "background_tasks", Kind.TASKS, "tasks_start", product.note("start tasks")
+        )
+        registry.component_shutdown(
+            "background_tasks", Kind.TASKS, "tasks_stop", None, product.note("stop tasks")
+        )
 
     def database(registry: RuntimeComponentRegistry) -> None:
         # The database starts after the tasks here (tasks depend on nothing, db on tasks
@@ -188,10 +196,9 @@ async def test_required_startup_failure_runs_best_effort_shutdown_first() -> Non
         async def close() -> None:
             started_tasks.append("db close called")
 
-        registry.component("database", Kind.DATABASE).startup("db_connect", connect).shutdown(
-            "db_close", None, close
-        )
-        registry.component("background_tasks", Kind.TASKS).depends_on("database")
+        registry.component_startup("database", Kind.DATABASE, "db_connect", connect)
+        registry.component_shutdown("database", Kind.DATABASE, "db_close", None, close)
+        registry.component("background_tasks", Kind.TASKS, depends_on=["database"])
 
     runtime = product.runtime(
         product.http_component(result=1), runtime_component(database), runtime_component(tasks)

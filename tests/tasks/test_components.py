@@ -165,7 +165,8 @@ async def test_existing_group_is_shut_down_once_even_if_registered_twice() -> No
 
     component = background_task_component(group)
     registry = RuntimeComponentRegistry()
-    registry.register_bundle(component).register_bundle(component)
+    registry.register_bundle(component)
+    registry.register_bundle(component)
     group.spawn("w", worker)
     await asyncio.sleep(0)
     report = await registry.shutdown()

@@ -218,7 +218,9 @@ async def test_runtime_source_brings_its_shutdown_token() -> None:
         return HealthComponentReport.healthy("database", "ok")
 
     def register(registry: RuntimeComponentRegistry) -> None:
-        registry.component("database", RuntimeComponentKind.DATABASE).health_with_options(
+        registry.component_health_with_options(
+            "database",
+            RuntimeComponentKind.DATABASE,
             "database",
             HealthCheckOptions.required(SECOND).with_scopes(HealthCheckScopes.readiness()),
             ping,

@@ -9,7 +9,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Generic, Protocol, Self, TypeVar, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from ._cancellation import CancellationToken
 from ._clock import Clock, SystemClock
@@ -38,7 +38,6 @@ from .errors import (
 
 __all__ = [
     "COMPONENT_TASK_FAILED",
-    "RuntimeComponentBuilder",
     "RuntimeComponentBundle",
     "RuntimeComponentBundleRegistration",
     "RuntimeComponentDescriptor",
@@ -333,110 +332,6 @@ class _ComponentTask:
             raise ShutdownPhaseFailure(COMPONENT_TASK_FAILED)
 
 
-class RuntimeComponentBuilder:
-    """Adds dependencies, checks and phases to one component (see ``registry.component``)."""
-
-    __slots__ = ("_component", "_registry")
-
-    def __init__(self, registry: RuntimeComponentRegistry, component: _Component) -> None:
-        self._registry = registry
-        self._component = component
-
-    @property
-    def name(self) -> str:
-        """The component name."""
-        return self._component.name
-
-    def depends_on(self, *names: str) -> Self:
-        """Declare components that must shut down before this one (start after it)."""
-        for dep in names:
-            _check_name(dep, "dependency name")
-            if dep not in self._component.depends_on:
-                self._component.depends_on.append(dep)
-        return self
-
-    def health_with_options(
-        self,
-        check_name: str,
-        options: HealthCheckOptions,
-        check: Callable[[], Awaitable[HealthComponentReport]],
-    ) -> Self:
-        """Register a health check owned by this component."""
-        self._registry.health_registry.register_with_options(check_name, options, check)
-        self._component.checks.append(check_name)
-        return self
-
-    def startup(
-        self,
-        phase: str,
-        fn: Callable[[], Awaitable[Any]],
-        policy: StartupPhaseFailurePolicy = StartupPhaseFailurePolicy.REQUIRED,
-    ) -> Self:
-        """Register a startup phase (components start in reverse shutdown order)."""
-        _check_name(phase, "startup phase name")
-        if not callable(fn):
-            raise RuntimeComponentRegistrationError(f"startup phase {phase!r}: fn is not callable")
-        if any(p.name == phase for p in self._component.startup):
-            _warn_duplicate(self._component.name, phase, "startup")
-        self._component.startup.append(StartupPhase(phase, policy, fn, self._component.name))
-        return self
-
-    def task(
-        self,
-        name: str,
-        fn: Callable[[CancellationToken], Awaitable[Any]],
-        *,
-        critical: bool = False,
-    ) -> Self:
-        """Register a background task ``fn(token)`` started after startup.
-
-        Shutdown cancels its token and joins it in a phase named ``name``. A task that
-        ends by raising is logged at ERROR with its traceback when it ends, and its phase
-        fails in the shutdown report. ``critical``: its crash also stops the runtime (a
-        stop request: every component shuts down in order, and ``run()`` raises
-        ``AsterRuntimeShutdownError``), for a loop the process is useless without.
-        """
-        _check_name(name, "task name")
-        if name in self._component.tasks:
-            raise RuntimeComponentRegistrationError(
-                f"component {self._component.name!r} already has a task named {name!r}"
-            )
-        task = _ComponentTask(self._component.name, name, fn, critical=critical)
-        self._component.tasks[name] = task
-        return self.shutdown(name, None, task.join)
-
-    def task_descriptor(self, name: str) -> Self:
-        """Declare a task this component runs, as catalog metadata only.
-
-        Nothing is started and no shutdown phase is added; the name appears in the
-        component's descriptor (``tasks``) for admin UIs and diagnostics.
-        """
-        _check_name(name, "task name")
-        if name not in self._component.task_names:
-            self._component.task_names.append(name)
-        return self
-
-    def shutdown(
-        self, phase: str, timeout: timedelta | None, fn: Callable[[], Awaitable[Any]]
-    ) -> Self:
-        """Register a shutdown phase; a component's phases run in registration order."""
-        _check_phase(phase, timeout)
-        if any(p.name == phase for p in self._component.shutdown):
-            _warn_duplicate(self._component.name, phase, "shutdown")
-        self._component.shutdown.append(_Phase(phase, timeout, fn, self._component.name))
-        return self
-
-    def shutdown_once(
-        self,
-        phase: str,
-        timeout: timedelta | None,
-        resource: R,
-        fn: Callable[[R], Awaitable[None]],
-    ) -> Self:
-        """Register a shutdown phase that consumes ``resource`` exactly once."""
-        return self.shutdown(phase, timeout, once_phase(resource, fn))
-
-
 def _check_name(name: object, what: str) -> None:
     if not isinstance(name, str) or not name:
         raise RuntimeComponentRegistrationError(f"{what} must be a non-empty string, got {name!r}")
@@ -463,7 +358,7 @@ class RuntimeComponentRegistry:
     Example:
         >>> registry = RuntimeComponentRegistry()
         >>> async def close_db(handle: str) -> None: ...
-        >>> _ = registry.component_shutdown_once(
+        >>> registry.component_shutdown_once(
         ...     "database", RuntimeComponentKind.DATABASE, "close", ["tasks"], "db", close_db
         ... )
         >>> registry.descriptor("database").depends_on
@@ -486,12 +381,37 @@ class RuntimeComponentRegistry:
 
     # -- registration -----------------------------------------------------------------
 
-    def component(self, name: str, kind: RuntimeComponentKind) -> RuntimeComponentBuilder:
-        """Declare (or extend) a component and return its builder.
+    def component(
+        self,
+        name: str,
+        kind: RuntimeComponentKind,
+        *,
+        depends_on: Iterable[str] = (),
+        task_names: Iterable[str] = (),
+    ) -> None:
+        """Declare (or extend) a component.
+
+        Args:
+            name: The component name.
+            kind: Its kind; declaring the name again with another kind raises.
+            depends_on: Components that must shut down before this one (start after it).
+            task_names: Tasks it runs, as catalog metadata only (its descriptor's
+                ``tasks``): nothing is started and no phase is added.
 
         Raises:
-            RuntimeComponentRegistrationError: Empty name, or the name exists with another kind.
+            RuntimeComponentRegistrationError: An empty name, or another kind.
         """
+        component = self._declare(name, kind)
+        for dep in depends_on:
+            _check_name(dep, "dependency name")
+            if dep not in component.depends_on:
+                component.depends_on.append(dep)
+        for task_name in task_names:
+            _check_name(task_name, "task name")
+            if task_name not in component.task_names:
+                component.task_names.append(task_name)
+
+    def _declare(self, name: str, kind: RuntimeComponentKind) -> _Component:
         _check_name(name, "component name")
         if not isinstance(kind, RuntimeComponentKind):
             raise RuntimeComponentRegistrationError(
@@ -504,17 +424,16 @@ class RuntimeComponentRegistry:
             raise RuntimeComponentRegistrationError(
                 f"component {name!r} is registered as {existing.kind.value}, not {kind.value}"
             )
-        return RuntimeComponentBuilder(self, existing)
+        return existing
 
-    def register_bundle(self, bundle: RuntimeComponentBundle) -> Self:
-        """Let ``bundle`` register its components; returns ``self`` for chaining."""
+    def register_bundle(self, bundle: RuntimeComponentBundle) -> None:
+        """Let ``bundle`` register its components."""
         if not isinstance(bundle, RuntimeComponentBundle):
             raise RuntimeComponentRegistrationError(
                 f"register_bundle() needs an object with register(registry), "
                 f"got {type(bundle).__name__}"
             )
         bundle.register(self)
-        return self
 
     def component_health_with_options(
         self,
@@ -523,10 +442,11 @@ class RuntimeComponentRegistry:
         check_name: str,
         options: HealthCheckOptions,
         check: Callable[[], Awaitable[HealthComponentReport]],
-    ) -> Self:
-        """Shortcut: register a health check owned by ``component``."""
-        self.component(component, kind).health_with_options(check_name, options, check)
-        return self
+    ) -> None:
+        """Register a health check owned by ``component`` (declared if new)."""
+        owner = self._declare(component, kind)
+        self._health.register_with_options(check_name, options, check)
+        owner.checks.append(check_name)
 
     def component_startup(
         self,
@@ -535,10 +455,15 @@ class RuntimeComponentRegistry:
         phase: str,
         fn: Callable[[], Awaitable[Any]],
         policy: StartupPhaseFailurePolicy = StartupPhaseFailurePolicy.REQUIRED,
-    ) -> Self:
-        """Shortcut: register a startup phase owned by ``component``."""
-        self.component(component, kind).startup(phase, fn, policy)
-        return self
+    ) -> None:
+        """Register a startup phase (components start in reverse shutdown order)."""
+        owner = self._declare(component, kind)
+        _check_name(phase, "startup phase name")
+        if not callable(fn):
+            raise RuntimeComponentRegistrationError(f"startup phase {phase!r}: fn is not callable")
+        if any(p.name == phase for p in owner.startup):
+            _warn_duplicate(owner.name, phase, "startup")
+        owner.startup.append(StartupPhase(phase, policy, fn, owner.name))
 
     def component_task(
         self,
@@ -546,39 +471,57 @@ class RuntimeComponentRegistry:
         kind: RuntimeComponentKind,
         task_name: str,
         fn: Callable[[CancellationToken], Awaitable[Any]],
-    ) -> Self:
-        """Shortcut: register a background task ``fn(token)`` owned by ``component``."""
-        self.component(component, kind).task(task_name, fn)
-        return self
+        *,
+        critical: bool = False,
+    ) -> None:
+        """Register a background task ``fn(token)`` started after startup.
+
+        Shutdown cancels its token and joins it in a phase named ``task_name``. A task
+        that ends by raising is logged at ERROR with its traceback when it ends, and its
+        phase fails in the shutdown report. ``critical``: its crash also stops the
+        runtime (a stop request: every component shuts down in order, and ``run()``
+        raises ``AsterRuntimeShutdownError``), for a loop the process is useless without.
+        """
+        owner = self._declare(component, kind)
+        _check_name(task_name, "task name")
+        if task_name in owner.tasks:
+            raise RuntimeComponentRegistrationError(
+                f"component {owner.name!r} already has a task named {task_name!r}"
+            )
+        task = owner.tasks[task_name] = _ComponentTask(owner.name, task_name, fn, critical=critical)
+        self.component_shutdown(component, kind, task_name, None, task.join)
 
     def component_shutdown(
         self,
         component: str,
         kind: RuntimeComponentKind,
         phase: str,
-        depends_on: Sequence[str] | None,
+        depends_on: Iterable[str] | None,
         fn: Callable[[], Awaitable[Any]],
         *,
         timeout: timedelta | None = None,
-    ) -> Self:
-        """Shortcut: register a shutdown phase owned by ``component``."""
-        builder = self.component(component, kind).depends_on(*(depends_on or ()))
-        builder.shutdown(phase, timeout, fn)
-        return self
+    ) -> None:
+        """Register a shutdown phase; a component's phases run in registration order."""
+        self.component(component, kind, depends_on=depends_on or ())
+        owner = self._components[component]
+        _check_phase(phase, timeout)
+        if any(p.name == phase for p in owner.shutdown):
+            _warn_duplicate(owner.name, phase, "shutdown")
+        owner.shutdown.append(_Phase(phase, timeout, fn, owner.name))
 
     def component_shutdown_once(
         self,
         component: str,
         kind: RuntimeComponentKind,
         phase: str,
-        depends_on: Sequence[str] | None,
+        depends_on: Iterable[str] | None,
         resource: R,
         fn: Callable[[R], Awaitable[None]],
         *,
         timeout: timedelta | None = None,
-    ) -> Self:
-        """Shortcut: a shutdown phase that consumes ``resource`` exactly once."""
-        return self.component_shutdown(
+    ) -> None:
+        """Register a shutdown phase that consumes ``resource`` exactly once."""
+        self.component_shutdown(
             component, kind, phase, depends_on, once_phase(resource, fn), timeout=timeout
         )
 

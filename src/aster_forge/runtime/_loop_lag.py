@@ -105,12 +105,12 @@ class EventLoopLagProbe:
         """A runtime component: the sampling task and a readiness/liveness check."""
 
         def register(registry: RuntimeComponentRegistry) -> None:
-            builder = registry.component(name, RuntimeComponentKind.CORE)
+            kind = RuntimeComponentKind.CORE
             # Optional: a blocked loop degrades readiness, it does not fail it.
-            builder.health_with_options(
-                name, HealthCheckOptions.optional(), lambda: self.check(name)
+            registry.component_health_with_options(
+                name, kind, name, HealthCheckOptions.optional(), lambda: self.check(name)
             )
-            builder.task("loop_lag_probe", self.run)
+            registry.component_task(name, kind, "loop_lag_probe", self.run)
 
         return runtime_component(register)
 

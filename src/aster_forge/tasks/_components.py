@@ -97,14 +97,19 @@ class BackgroundTaskComponent:
 
     def register(self, registry: RuntimeComponentRegistry) -> None:
         """Register the component, its startup phase (if spawning) and its shutdown phase."""
-        builder = registry.component(BACKGROUND_TASKS_COMPONENT, RuntimeComponentKind.TASKS)
-        for name in self.task_names:
-            builder.task_descriptor(name)
+        name, kind = BACKGROUND_TASKS_COMPONENT, RuntimeComponentKind.TASKS
+        registry.component(name, kind, task_names=self.task_names)
         if self.spawn is not None:
-            builder.startup(
-                BACKGROUND_TASKS_SPAWN_PHASE, self._spawn, StartupPhaseFailurePolicy.REQUIRED
+            registry.component_startup(
+                name,
+                kind,
+                BACKGROUND_TASKS_SPAWN_PHASE,
+                self._spawn,
+                StartupPhaseFailurePolicy.REQUIRED,
             )
-        builder.shutdown(BACKGROUND_TASKS_SHUTDOWN_PHASE, self.timeout, self._shutdown)
+        registry.component_shutdown(
+            name, kind, BACKGROUND_TASKS_SHUTDOWN_PHASE, None, self._shutdown, timeout=self.timeout
+        )
 
     async def _spawn(self) -> None:
         if self.group is not None:
