@@ -346,8 +346,9 @@ class StartupCoordinator:
     Example:
         >>> async def migrate() -> None: ...
         >>> async def warm_cache() -> None: ...
-        >>> coordinator = StartupCoordinator().required("migrate", migrate)
-        >>> coordinator = coordinator.optional("warm_cache", warm_cache)
+        >>> coordinator = StartupCoordinator()
+        >>> coordinator.required("migrate", migrate)
+        >>> coordinator.optional("warm_cache", warm_cache)
     """
 
     def __init__(
@@ -357,15 +358,15 @@ class StartupCoordinator:
         self._clock: Clock = clock or SystemClock()
         self._grace = grace
 
-    def required(self, name: str, fn: Callable[[], Awaitable[Any]]) -> StartupCoordinator:
-        """Register a phase whose failure aborts startup. Returns this coordinator."""
-        return self._add(StartupPhase(name, StartupPhaseFailurePolicy.REQUIRED, fn))
+    def required(self, name: str, fn: Callable[[], Awaitable[Any]]) -> None:
+        """Register a phase whose failure aborts startup."""
+        self._add(StartupPhase(name, StartupPhaseFailurePolicy.REQUIRED, fn))
 
-    def optional(self, name: str, fn: Callable[[], Awaitable[Any]]) -> StartupCoordinator:
-        """Register a phase whose failure is recorded and skipped. Returns this coordinator."""
-        return self._add(StartupPhase(name, StartupPhaseFailurePolicy.OPTIONAL, fn))
+    def optional(self, name: str, fn: Callable[[], Awaitable[Any]]) -> None:
+        """Register a phase whose failure is recorded and skipped."""
+        self._add(StartupPhase(name, StartupPhaseFailurePolicy.OPTIONAL, fn))
 
-    def _add(self, phase: StartupPhase) -> StartupCoordinator:
+    def _add(self, phase: StartupPhase) -> None:
         if not isinstance(phase.name, str) or not phase.name:
             raise RuntimeComponentRegistrationError("startup phase name must be a non-empty string")
         if not callable(phase.fn):
@@ -373,7 +374,6 @@ class StartupCoordinator:
                 f"startup phase {phase.name!r}: fn must be callable"
             )
         self._phases.append(phase)
-        return self
 
     @property
     def phase_names(self) -> tuple[str, ...]:
@@ -693,7 +693,7 @@ class ShutdownCoordinator:
         name: str,
         timeout: timedelta | None,
         fn: Callable[[], Awaitable[Any]],
-    ) -> ShutdownCoordinator:
+    ) -> None:
         """Register a phase; ``fn()`` is called when the phase runs.
 
         Args:
@@ -701,13 +701,9 @@ class ShutdownCoordinator:
             timeout: The phase deadline, or ``None`` for no limit.
             fn: Creates the phase's awaitable. Raise
                 :class:`~aster_forge.runtime.ShutdownPhaseFailure` to report your own text.
-
-        Returns:
-            This coordinator, for chaining.
         """
         _check_phase(name, timeout)
         self._phases.append(_Phase(name, timeout, fn))
-        return self
 
     def phase_once(
         self,
@@ -715,13 +711,9 @@ class ShutdownCoordinator:
         timeout: timedelta | None,
         resource: R,
         fn: Callable[[R], Awaitable[None]],
-    ) -> ShutdownCoordinator:
-        """Register a phase that consumes ``resource``: only one invocation receives it.
-
-        Returns:
-            This coordinator, for chaining.
-        """
-        return self.phase(name, timeout, once_phase(resource, fn))
+    ) -> None:
+        """Register a phase that consumes ``resource``: only one invocation receives it."""
+        self.phase(name, timeout, once_phase(resource, fn))
 
     @property
     def phase_names(self) -> tuple[str, ...]:
