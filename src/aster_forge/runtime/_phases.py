@@ -171,20 +171,6 @@ async def run_required_startup_phase(
 
     The phase name, duration and result are logged. The product's exception is
     re-raised unchanged (same type, same object), never wrapped.
-
-    Args:
-        name: The phase name.
-        fn: Creates the step's awaitable.
-        clock: The clock used to measure the duration.
-
-    Returns:
-        The product's value with the phase report.
-
-    Example:
-        >>> async def prepare_state() -> dict[str, int]:
-        ...     return {"ready": 1}
-        >>> # outcome = await run_required_startup_phase("prepare_state", prepare_state)
-        >>> # state = outcome.value
     """
     clock = clock or SystemClock()
     begin = clock.monotonic()
@@ -217,14 +203,6 @@ async def run_optional_startup_phase(
     A failure is logged and recorded as ``SKIPPED_AFTER_FAILURE`` with a fixed text;
     the value is then ``None``. Cancellation, ``KeyboardInterrupt`` and ``SystemExit``
     propagate.
-
-    Args:
-        name: The phase name.
-        fn: Creates the step's awaitable.
-        clock: The clock used to measure the duration.
-
-    Returns:
-        The value (or ``None``) with the phase report.
     """
     clock = clock or SystemClock()
     begin = clock.monotonic()
@@ -381,15 +359,8 @@ class StartupCoordinator:
         return tuple(phase.name for phase in self._phases)
 
     async def run(self, token: CancellationToken | None = None) -> StartupReport:
-        """Run the phases and return the report.
-
-        Args:
-            token: A stop request; when cancelled, the running phase is cancelled and the
-                remaining phases are skipped (``report.cancelled``).
-
-        Returns:
-            The startup report; check :meth:`StartupReport.succeeded`.
-        """
+        """Run the phases and return the report; cancelling ``token`` cancels the
+        running phase and skips the rest (``report.cancelled``)."""
         result = await run_startup_phases(
             list(self._phases), token=token, clock=self._clock, grace=self._grace
         )
@@ -529,12 +500,7 @@ class ShutdownReport:
 
 
 def log_shutdown_report(report: ShutdownReport, log: logging.Logger | None = None) -> None:
-    """Log a shutdown report: INFO per phase and overall, WARNING for failed phases.
-
-    Args:
-        report: The report to log.
-        log: The logger to use (default ``aster_forge.runtime``).
-    """
+    """Log a shutdown report: INFO per phase and overall, WARNING for failed phases."""
     log = log or logger
     for phase in report.phases:
         level = logging.WARNING if phase.status.is_failure() else logging.INFO
@@ -637,7 +603,7 @@ async def run_shutdown_phases(
         outcome = await run_isolated(
             phase.name, phase.fn, timeout=phase.timeout, clock=clock, grace=grace
         )
-        elapsed = timedelta(seconds=max(clock.monotonic() - phase_begin, 0.0))
+        elapsed = _elapsed(clock, phase_begin)
         if outcome.kind is OutcomeKind.ESCAPED:
             # Never a report line: remember it, finish cleanup, then re-raise.
             escaped = escaped or outcome.error
@@ -661,7 +627,7 @@ async def run_shutdown_phases(
                 component_started=started(phase.component),
             )
         )
-    report = ShutdownReport(tuple(reports), timedelta(seconds=max(clock.monotonic() - begin, 0.0)))
+    report = ShutdownReport(tuple(reports), _elapsed(clock, begin))
     return ShutdownRun(report, escaped, first_error)
 
 
@@ -694,14 +660,8 @@ class ShutdownCoordinator:
         timeout: timedelta | None,
         fn: Callable[[], Awaitable[Any]],
     ) -> None:
-        """Register a phase; ``fn()`` is called when the phase runs.
-
-        Args:
-            name: The phase name shown in the report.
-            timeout: The phase deadline, or ``None`` for no limit.
-            fn: Creates the phase's awaitable. Raise
-                :class:`~aster_forge.runtime.ShutdownPhaseFailure` to report your own text.
-        """
+        """Register a phase ``fn()`` with a deadline (``None``: no limit); raise
+        :class:`~aster_forge.runtime.ShutdownPhaseFailure` in it to report your own text."""
         _check_phase(name, timeout)
         self._phases.append(_Phase(name, timeout, fn))
 
