@@ -10,9 +10,9 @@ from aster_forge.runtime import (
     CancellationToken,
     RuntimeComponentKind,
     RuntimeComponentRegistry,
+    RuntimeComponentWithShutdown,
     RuntimeServiceComponent,
     runtime_component,
-    runtime_component_with_shutdown,
 )
 
 
@@ -44,7 +44,7 @@ def _service(until_stopped: bool) -> object:
 
         return RuntimeServiceComponent("service", RuntimeComponentKind.HTTP, serve(), token)
 
-    return runtime_component_with_shutdown(build)
+    return RuntimeComponentWithShutdown(build)
 
 
 def short_lived() -> AsterRuntime:

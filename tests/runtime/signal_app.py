@@ -17,8 +17,8 @@ from aster_forge.runtime import (
     AsterRuntime,
     CancellationToken,
     RuntimeComponentKind,
+    RuntimeComponentWithShutdown,
     RuntimeServiceComponent,
-    runtime_component_with_shutdown,
     shutdown_resource_component_after,
 )
 
@@ -65,7 +65,7 @@ async def main(mode: str) -> int:
         "db-handle",
         close_database,
     )
-    runtime = AsterRuntime(components=[runtime_component_with_shutdown(http_component), database])
+    runtime = AsterRuntime(components=[RuntimeComponentWithShutdown(http_component), database])
     result: int = await runtime.run()
     return result
 

@@ -17,9 +17,9 @@ from aster_forge.runtime import (
     RuntimeComponentBundleRegistration,
     RuntimeComponentKind,
     RuntimeComponentRegistry,
+    RuntimeComponentWithShutdown,
     RuntimeServiceComponent,
     runtime_component,
-    runtime_component_with_shutdown,
     shutdown_resource_component_after,
 )
 from aster_forge.runtime._phases import ShutdownPhaseStatus, StartupPhaseStatus
@@ -66,7 +66,7 @@ class Product:
 
             return RuntimeServiceComponent("http", Kind.HTTP, serve(), token, self.note("stop"))
 
-        return runtime_component_with_shutdown(build)
+        return RuntimeComponentWithShutdown(build)
 
     def tasks_component(self) -> RuntimeComponentBundleRegistration[Any]:
         def register(registry: RuntimeComponentRegistry) -> None:
@@ -351,7 +351,7 @@ def test_a_component_constructors_error_surfaces_unchanged() -> None:
         raise original
 
     with pytest.raises(OSError) as caught:
-        AsterRuntime(components=[runtime_component_with_shutdown(build)])
+        AsterRuntime(components=[RuntimeComponentWithShutdown(build)])
     assert caught.value is original
 
 
@@ -368,7 +368,7 @@ async def test_component_gets_the_shared_root_token_and_bad_values_are_rejected(
     with pytest.raises(RuntimeComponentRegistrationError, match="already has service"):
         AsterRuntime(components=[product.http_component(), product.http_component()])
     runtime = AsterRuntime(
-        components=[runtime_component_with_shutdown(build), product.http_component()],
+        components=[RuntimeComponentWithShutdown(build), product.http_component()],
         install_signal_handlers=False,
     )
     assert seen == [runtime.shutdown_token]

@@ -25,10 +25,10 @@ from ..runtime import (
     HealthComponentReport,
     RuntimeComponentBundleRegistration,
     RuntimeComponentRegistry,
+    RuntimeComponentWithShutdown,
     SystemHealthReport,
     new_runtime_lease_owner_id,
     runtime_component,
-    runtime_component_with_shutdown,
 )
 from ..tasks import (
     BACKGROUND_TASKS_COMPONENT,
@@ -373,7 +373,7 @@ class Forge(ForgeDeclarations, ForgeOperations, ForgeWorkflows):
             from ._http import http_service  # needs the web extra
 
             app = self.asgi_app(admin_token=admin_token)
-            components.append(runtime_component_with_shutdown(http_service(app, http)))
+            components.append(RuntimeComponentWithShutdown(http_service(app, http)))
         components.append(runtime_component(worker.register))
         self._runtime = AsterRuntime(
             components=components, install_signal_handlers=install_signal_handlers

@@ -31,7 +31,6 @@ from ._lifecycle import (
     AsterRuntime,
     RuntimeComponentWithShutdown,
     RuntimeServiceComponent,
-    runtime_component_with_shutdown,
 )
 from ._service import ServiceLifecycle
 from ._phases import ShutdownReport
@@ -88,7 +87,6 @@ __all__ = [
     "new_runtime_lease_owner_id",
     "run_runtime_lease_supervisor",
     "runtime_component",
-    "runtime_component_with_shutdown",
     "shutdown_resource_component_after",
     "wait_for_termination_signal",
 ]

@@ -37,7 +37,6 @@ __all__ = [
     "AsterRuntime",
     "RuntimeComponentWithShutdown",
     "RuntimeServiceComponent",
-    "runtime_component_with_shutdown",
 ]
 
 T = TypeVar("T")
@@ -77,22 +76,13 @@ class RuntimeServiceComponent(Generic[T]):
 
 @dataclass(frozen=True, slots=True)
 class RuntimeComponentWithShutdown:
-    """A component built from the runtime's shared shutdown token (see the factory)."""
+    """A component built once the runtime hands ``build`` its shared shutdown token.
+
+    ``build(token)`` returns a bundle or a ``RuntimeServiceComponent``; its exception
+    comes out of ``AsterRuntime(...)`` unchanged (same type).
+    """
 
     build: Callable[[CancellationToken], object]
-
-
-def runtime_component_with_shutdown(
-    fn: Callable[[CancellationToken], object],
-) -> RuntimeComponentWithShutdown:
-    """Defer building a component until the runtime hands it the shared shutdown token.
-
-    A constructor's exception comes out of ``AsterRuntime(...)`` unchanged (same type).
-
-    Args:
-        fn: ``fn(token)`` returns a component (a bundle or a ``RuntimeServiceComponent``).
-    """
-    return RuntimeComponentWithShutdown(fn)
 
 
 class AsterRuntime:
@@ -109,7 +99,7 @@ class AsterRuntime:
 
     Args:
         components: Bundles, at most one ``RuntimeServiceComponent``, and
-            ``runtime_component_with_shutdown`` values (built with ``shutdown_token``).
+            ``RuntimeComponentWithShutdown`` values (built with ``shutdown_token``).
         install_signal_handlers: Whether ``run()`` installs SIGINT/SIGTERM handlers.
         before_shutdown: Hooks run after the service ended, before component shutdown.
         clock: The clock for phase deadlines and durations (tests use a manual clock).
@@ -120,7 +110,7 @@ class AsterRuntime:
     Raises:
         RuntimeComponentRegistrationError: Not a component, or a second service.
         AsterRuntimeComponentGraphError: A missing dependency or a cycle.
-        Exception: A ``runtime_component_with_shutdown`` constructor's own error.
+        Exception: A ``RuntimeComponentWithShutdown.build`` error, unchanged.
 
     Example:
         >>> runtime = AsterRuntime(install_signal_handlers=False)

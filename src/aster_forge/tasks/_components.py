@@ -15,7 +15,6 @@ from ..runtime import (
     RuntimeComponentRegistry,
     RuntimeComponentWithShutdown,
     runtime_component,
-    runtime_component_with_shutdown,
 )
 from ..runtime._internal import StartupPhaseFailurePolicy
 from ._background import BackgroundTasks
@@ -236,4 +235,4 @@ def background_task_component_with_definitions_from_shutdown(
             )
         )
 
-    return runtime_component_with_shutdown(build)
+    return RuntimeComponentWithShutdown(build)
