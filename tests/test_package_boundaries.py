@@ -112,7 +112,7 @@ _DB_MODULE = SRC / PACKAGE / "db" / "_example.py"
         "from aster_forge.tasks._records import MAX_TASK_ID\n",
         "import aster_forge.tasks._records\n",
         "from .._cli._errors import CliError\n",
-        "def lazy() -> None:\n    from ..runtime._lease_types import NEVER_EXPIRES\n",
+        "def lazy() -> None:\n    from ..runtime._lease import NEVER_EXPIRES\n",
         "from ..tasks._internal import _private_helper\n",
         "from ..tasks._internal._nested import check_ttl\n",
     ],

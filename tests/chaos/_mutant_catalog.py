@@ -556,7 +556,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the batch writer's retry_failed() resumes after a PERMANENT or UNKNOWN_COMMIT failure",
         (
             Edit(
-                "src/aster_forge/runtime/_buffered_types.py",
+                "src/aster_forge/runtime/_buffered_core.py",
                 "        return self.failure_class is WriteFailureClass.RETRYABLE\n",
                 "        return True\n",
             ),
