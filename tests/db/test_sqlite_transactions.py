@@ -19,8 +19,8 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from aster_forge.db import DatabaseIntegrityError, create_database_engine
+from aster_forge.db._tables import background_tasks_table
 from aster_forge.db._tasks_sql import TaskSql, driver_connection
-from aster_forge.db._tasks_table import background_tasks_table
 from aster_forge.testing import ManualClock
 
 

@@ -1,7 +1,7 @@
 """Task records built positionally from the rows of the PostgreSQL hot statements.
 
 The statements that run on the asyncpg connection itself (the claim family, the
-enqueue) return :data:`~aster_forge.db._tasks_table.CORE_COLUMNS` in order, which is
+enqueue) return :data:`~aster_forge.db._tables.CORE_COLUMNS` in order, which is
 :class:`~aster_forge.tasks.BackgroundTaskRecord`'s field order, so a record is the
 row's values with the few that need it converted: no name lookups and no per-column
 result processors. A test guards that the two orders agree.
@@ -23,7 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..tasks._internal import BackgroundTaskRecord
-from ._tasks_table import CORE_COLUMNS, record_from_values
+from ._tables import CORE_COLUMNS, record_from_values
 from ._time import UtcDateTime
 
 __all__ = ["PgRecordBuilder", "UtcStamps", "epoch_micros", "returning_columns", "utc_from_micros"]

@@ -1,18 +1,15 @@
-"""The ``runtime_leases`` table and :class:`RuntimeLeaseDbStore`."""
+""":class:`RuntimeLeaseDbStore`: runtime leases on the ``runtime_leases`` table."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.schema import CreateTable
 
 from ..runtime import RuntimeLease
 from ..runtime._internal import (
-    MAX_RUNTIME_LEASE_ID_LENGTH,
     RuntimeLeases,
     RuntimeLeaseView,
     saturating_expiry,
@@ -20,70 +17,11 @@ from ..runtime._internal import (
     validate_lease_ttl,
 )
 from ._engine_store import EngineBackedStore
+from ._tables import RUNTIME_LEASES_TABLE, runtime_leases_table
 from ._time import DatabaseBackend, UtcDateTime, database_now
 from ._translate import run_transaction
 
-__all__ = [
-    "RUNTIME_LEASES_TABLE",
-    "RuntimeLeaseDbStore",
-    "create_runtime_leases_table",
-    "runtime_leases_table",
-]
-
-RUNTIME_LEASES_TABLE = "runtime_leases"
-
-_MYSQL_TABLE_OPTIONS: dict[str, Any] = {
-    "mysql_engine": "InnoDB",
-    "mysql_charset": "utf8mb4",
-    # Binary collation: ids compare exactly (case, accents); validation rejects
-    # surrounding whitespace, which MariaDB's PAD SPACE collations would ignore.
-    "mysql_collate": "utf8mb4_bin",
-}
-
-
-def runtime_leases_table(metadata: sa.MetaData) -> sa.Table:
-    """Define (or return the already defined) ``runtime_leases`` table on ``metadata``.
-
-    Columns: ``lease_id`` (primary key), ``owner_id``, ``expires_at``, ``acquired_at``,
-    ``updated_at`` (aware-UTC timestamps, see :class:`UtcDateTime`).
-
-    Args:
-        metadata: The caller's ``MetaData`` (e.g. the product's migration metadata).
-    """
-    existing = metadata.tables.get(RUNTIME_LEASES_TABLE)
-    if existing is not None:
-        return existing
-    return sa.Table(
-        RUNTIME_LEASES_TABLE,
-        metadata,
-        sa.Column("lease_id", sa.String(MAX_RUNTIME_LEASE_ID_LENGTH), primary_key=True),
-        sa.Column("owner_id", sa.String(MAX_RUNTIME_LEASE_ID_LENGTH), nullable=False),
-        sa.Column("expires_at", UtcDateTime(), nullable=False),
-        sa.Column("acquired_at", UtcDateTime(), nullable=False),
-        sa.Column("updated_at", UtcDateTime(), nullable=False),
-        **_MYSQL_TABLE_OPTIONS,
-    )
-
-
-def create_runtime_leases_table(
-    backend: object = None, *, if_not_exists: bool = False
-) -> CreateTable:
-    """Return the ``CREATE TABLE runtime_leases`` DDL for a product migration.
-
-    Execute it with ``await conn.execute(create_runtime_leases_table("postgresql"))``
-    or ``op.execute(...)`` in Alembic (see :func:`aster_forge.db.alembic_create_runtime_leases`).
-
-    Args:
-        backend: Optional backend name/dialect/engine; validated when given (the DDL
-            itself adapts to the dialect it is executed on).
-        if_not_exists: Emit ``CREATE TABLE IF NOT EXISTS``.
-
-    Raises:
-        UnsupportedDatabaseBackendError: When ``backend`` is given and unsupported.
-    """
-    if backend is not None:
-        DatabaseBackend.of(backend)
-    return CreateTable(runtime_leases_table(sa.MetaData()), if_not_exists=if_not_exists)
+__all__ = ["RuntimeLeaseDbStore"]
 
 
 class RuntimeLeaseDbStore(EngineBackedStore):

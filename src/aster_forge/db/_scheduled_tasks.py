@@ -25,7 +25,7 @@ from ..tasks._internal import (
     validate_scheduled_identifier,
 )
 from ._engine_store import EngineBackedStore
-from ._scheduled_tasks_table import scheduled_tasks_table
+from ._tables import scheduled_tasks_table
 from ._time import DatabaseBackend, UtcDateTime, database_now
 from ._translate import run_transaction
 

@@ -27,8 +27,6 @@ from ._time import NEVER_EXPIRES, DatabaseBackend, UtcDateTime
 __all__ = [
     "DEPENDENCY_CANCELLED_ERROR",
     "TaskDependencySql",
-    "define_deps_table",
-    "deps_table_name",
 ]
 
 DEPENDENCY_CANCELLED_ERROR = "Cancelled: a task it depends on failed or was cancelled"
@@ -37,39 +35,6 @@ DEPENDENCY_CANCELLED_ERROR = "Cancelled: a task it depends on failed or was canc
 _TERMINAL = (TaskStatus.SUCCEEDED.value, TaskStatus.FAILED.value, TaskStatus.CANCELLED.value)
 #: How many finished tasks one sweep settles.
 SWEEP_LIMIT = 500
-
-
-def deps_table_name(tasks_table_name: str) -> str:
-    """The dependency table of a task table: ``<tasks table>_deps``."""
-    return f"{tasks_table_name}_deps"
-
-
-def define_deps_table(metadata: sa.MetaData, name: str) -> sa.Table:
-    """Define (or return) the dependency table: one row per workflow edge.
-
-    Columns: ``task_id`` (the waiting task), ``depends_on`` (the task it waits for),
-    both big integers forming the primary key ``(depends_on, task_id)`` (a finished
-    task finds its dependents by prefix), and ``run_anyway`` (see
-    :class:`~aster_forge.tasks.TaskDependency`). Index ``ix_<name>_task``
-    on ``task_id`` reads a dependent's dependencies. No foreign keys: the retention
-    job deletes finished tasks on its own schedule.
-    """
-    existing = metadata.tables.get(name)
-    if existing is not None:
-        return existing
-    big_id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
-    table = sa.Table(
-        name,
-        metadata,
-        sa.Column("depends_on", big_id, primary_key=True, autoincrement=False),
-        sa.Column("task_id", big_id, primary_key=True, autoincrement=False),
-        sa.Column("run_anyway", sa.Boolean(), nullable=False),
-        mysql_engine="InnoDB",
-        mysql_charset="utf8mb4",
-        mysql_collate="utf8mb4_bin",
-    )
-    sa.Index(f"ix_{name}_task", table.c.task_id)
-    return table
 
 
 class TaskDependencySql:

@@ -31,6 +31,13 @@ from ..tasks.errors import TaskRegistryError
 from ._driver_hold import HeldDriverConnection
 from ._enqueue_coalescer import EnqueueCoalescer
 from ._notify_limiter import DEFAULT_NOTIFY_WINDOW, NotifyLimiter
+from ._tables import (
+    CORE_COLUMNS,
+    background_tasks_table,
+    record_from_row,
+    task_deps_table,
+    task_lanes_table,
+)
 from ._task_deps import TaskDependencySql
 from ._task_lanes import (
     TaskLaneMixin,
@@ -48,13 +55,6 @@ from ._tasks_pg import PgTaskStatements
 from ._tasks_pg_run import PgTaskRunner
 from ._tasks_sql import _SATURATING_DELTA, DbNow, TaskSql
 from ._tasks_sqlite import DriverStatement, SqliteTaskStatements
-from ._tasks_table import (
-    CORE_COLUMNS,
-    background_tasks_table,
-    record_from_row,
-    task_deps_table,
-    task_lanes_table,
-)
 from ._tasks_workflow import TaskWorkflowMixin, claim_of, merged, without
 from ._time import (
     NEVER_EXPIRES,

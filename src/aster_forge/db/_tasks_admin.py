@@ -28,10 +28,10 @@ from ..tasks._internal import (
     wire_value,
 )
 from ..tasks.errors import TaskNotFoundError, TaskStateError
+from ._tables import record_from_row
 from ._task_deps import TaskDependencySql
 from ._tasks_admin_query import TaskAdminQueryMixin, query_conditions
 from ._tasks_sql import TaskSql
-from ._tasks_table import record_from_row
 from ._time import UtcDateTime
 
 __all__ = ["TaskAdminMixin"]

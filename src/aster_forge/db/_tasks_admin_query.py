@@ -20,8 +20,8 @@ from ..tasks._internal import (
     check_search_page_args,
     check_throughput_minutes,
 )
+from ._tables import record_from_row
 from ._tasks_sql import TaskSql
-from ._tasks_table import record_from_row
 from ._time import DatabaseBackend, UtcDateTime
 
 __all__ = ["TaskAdminQueryMixin", "query_conditions"]

@@ -27,8 +27,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..tasks import NewTask
 from ..tasks._internal import BackgroundTaskRecord, EnqueueResult, TaskStatus
+from ._tables import record_from_row
 from ._tasks_sql import DbNow, TaskSql
-from ._tasks_table import record_from_row
 from ._time import DatabaseBackend, UtcDateTime
 
 __all__ = [

@@ -30,6 +30,7 @@ from ..tasks._internal import BackgroundTaskRecord, EnqueueResult, TaskStatus
 from ._driver_hold import HeldDriverConnection, hand_over
 from ._enqueue_coalescer import EnqueueCoalescer
 from ._notify_limiter import NotifyLimiter
+from ._tables import CORE_COLUMNS, record_from_row
 from ._tasks_dedupe_window import (
     has_windows,
     release_ended_keys,
@@ -39,7 +40,6 @@ from ._tasks_dedupe_window import (
 )
 from ._tasks_enqueue_pg import PgEnqueueStatement
 from ._tasks_sql import _SATURATING_DELTA, DbNow, TaskSql
-from ._tasks_table import CORE_COLUMNS, record_from_row
 from ._time import DatabaseBackend, UtcDateTime
 from ._translate import translate_db_error, translate_driver_error
 from .errors import DatabaseIntegrityError, DatabaseOperationError, UnsupportedDatabaseBackendError

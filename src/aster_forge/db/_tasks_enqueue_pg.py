@@ -28,8 +28,8 @@ from ..tasks import NewTask
 from ..tasks._internal import BackgroundTaskRecord, EnqueueResult, TaskStatus
 from ._pg_driver import unless_all_null
 from ._pg_records import PgRecordBuilder, UtcStamps, epoch_micros, returning_columns
+from ._tables import CORE_COLUMNS
 from ._tasks_sql import _SATURATING_DELTA
-from ._tasks_table import CORE_COLUMNS
 from .errors import DatabaseOperationError
 
 __all__ = ["PgEnqueueStatement"]

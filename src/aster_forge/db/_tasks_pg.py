@@ -19,7 +19,7 @@ from sqlalchemy.dialects import postgresql
 
 from ..tasks._internal import LEASE_EXPIRED_ERROR, TaskFailureReason, TaskStatus
 from ._pg_records import returning_columns
-from ._tasks_table import CORE_COLUMNS
+from ._tables import CORE_COLUMNS
 from ._time import UtcDateTime
 
 __all__ = ["LITERAL_LIMITS", "PgTaskStatements", "limit_key"]

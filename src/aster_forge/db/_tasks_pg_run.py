@@ -31,9 +31,9 @@ from ..tasks._internal import (
 from ._driver_hold import HeldDriverConnection
 from ._pg_driver import PgDriverStatement, unless_all_null, utc_decoder
 from ._pg_records import PgRecordBuilder
+from ._tables import CORE_COLUMNS
 from ._tasks_pg import PgTaskStatements, limit_key
 from ._tasks_sql import TaskSql
-from ._tasks_table import CORE_COLUMNS
 
 __all__ = ["PgTaskRunner"]
 

@@ -33,8 +33,8 @@ from ..tasks._internal import (
     TaskFailureReason,
     TaskStatus,
 )
+from ._tables import CORE_COLUMNS, record_from_values
 from ._tasks_sql import driver_connection
-from ._tasks_table import CORE_COLUMNS, record_from_values
 from ._time import UtcDateTime
 
 __all__ = ["DriverStatement", "SqliteTaskStatements"]
