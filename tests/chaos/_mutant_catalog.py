@@ -46,7 +46,8 @@ TASKS = "src/aster_forge/db/_tasks.py"
 TASKS_PG = "src/aster_forge/db/_tasks_pg.py"
 TASK_DEPS = "src/aster_forge/db/_task_deps.py"
 WORKFLOW_TESTS = "tests/db/test_workflows.py"
-TASKS_SQLITE = "src/aster_forge/db/_tasks_sqlite.py"
+TASKS_SQLITE = "src/aster_forge/db/_sqlite.py"
+SQLITE_SQL = "src/aster_forge/db/sql/sqlite.sql"
 PG_RUN = "src/aster_forge/db/_tasks_pg_run.py"
 EFFECTS = "src/aster_forge/db/_tasks_effects.py"
 SLOT_TESTS = "tests/tasks/test_slots.py"
@@ -286,7 +287,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "claim-token-reused-sqlite",
         "the SQLite claim's token is the same on every claim of a row (no fresh token)",
-        (Edit(TASKS, '"prefix": uuid.uuid4().hex + "-",', '"prefix": "claim-",'),),
+        (Edit(TASKS_SQLITE, '"prefix": uuid.uuid4().hex + "-",', '"prefix": "claim-",'),),
         (TASK_CONFORMANCE,),
     ),
     Mutant(
@@ -312,7 +313,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the SQLite claim never rescues an expired lease",
         (
             Edit(
-                TASKS_SQLITE,
+                SQLITE_SQL,
                 "WHERE lane = :lane AND status = '{running}' AND lease_expires_at <= :now",
                 "WHERE lane = :lane AND status = '{running}' AND 0",
             ),
@@ -396,7 +397,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the SQLite claim takes due tasks of a paused lane",
         (
             Edit(
-                TASKS_SQLITE,
+                SQLITE_SQL,
                 "      AND (SELECT open FROM open_lane)\n    ORDER BY priority DESC, run_at, id",
                 "    ORDER BY priority DESC, run_at, id",
             ),
@@ -412,7 +413,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the SQLite one-executemany success reports every entry written without counting rows",
         (
             Edit(
-                TASKS,
+                TASKS_SQLITE,
                 'if await succeed.executemany(conn, params, {"b_now": now}) != len(params):',
                 'if await succeed.executemany(conn, params, {"b_now": now}) < 0:',
             ),
@@ -794,10 +795,7 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 TASK_DEPS,
-                "        if self._sql.is_postgres:\n"
-                "            waiting = waiting.with_for_update(of=t)\n"
-                "        else:\n"
-                "            waiting = waiting.with_for_update()\n",
+                "        waiting = self._locked(waiting)\n",
                 "",
             ),
         ),

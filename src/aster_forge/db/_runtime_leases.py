@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..runtime import RuntimeLease
@@ -17,8 +16,7 @@ from ..runtime._internal import (
     validate_lease_ttl,
 )
 from ._engine_store import EngineBackedStore
-from ._tables import RUNTIME_LEASES_TABLE, runtime_leases_table
-from ._time import DatabaseBackend, UtcDateTime, database_now
+from ._tables import runtime_leases_table
 from ._translate import run_transaction
 
 __all__ = ["RuntimeLeaseDbStore"]
@@ -51,96 +49,11 @@ class RuntimeLeaseDbStore(EngineBackedStore):
         _validate(lease_id, owner_id, ttl)
 
         async def body(conn: AsyncConnection) -> RuntimeLease | None:
-            now = await database_now(conn, self._clock)
-            expires_at = saturating_expiry(now, ttl)
-            if self._backend is DatabaseBackend.MYSQL:
-                return await self._acquire_mysql(conn, lease_id, owner_id, now, expires_at)
-            return await self._acquire_upsert(conn, lease_id, owner_id, now, expires_at)
+            now = await self._backend_sql.now_value(conn, self._clock)
+            wanted = RuntimeLease(lease_id, owner_id, saturating_expiry(now, ttl))
+            return await self._backend_sql.acquire_runtime_lease(conn, self._table, wanted, now)
 
         return await run_transaction(self._engine, "acquire runtime lease", body)
-
-    async def _acquire_upsert(
-        self,
-        conn: AsyncConnection,
-        lease_id: str,
-        owner_id: str,
-        now: datetime,
-        expires_at: datetime,
-    ) -> RuntimeLease | None:
-        t = self._table
-        insert = (
-            postgresql.insert(t)
-            if self._backend is DatabaseBackend.POSTGRESQL
-            else sqlite.insert(t)
-        )
-        values = {
-            "lease_id": lease_id,
-            "owner_id": owner_id,
-            "expires_at": expires_at,
-            "acquired_at": now,
-            "updated_at": now,
-        }
-        stmt = (
-            insert.values(**values)
-            .on_conflict_do_update(
-                index_elements=[t.c.lease_id],
-                set_={
-                    "owner_id": insert.excluded.owner_id,
-                    "expires_at": insert.excluded.expires_at,
-                    "acquired_at": sa.case(
-                        (t.c.owner_id == insert.excluded.owner_id, t.c.acquired_at),
-                        else_=insert.excluded.acquired_at,
-                    ),
-                    "updated_at": insert.excluded.updated_at,
-                },
-                where=sa.or_(t.c.expires_at <= now, t.c.owner_id == owner_id),
-            )
-            .returning(t.c.expires_at)
-        )
-        row = (await conn.execute(stmt)).first()
-        if row is None:
-            return None
-        return RuntimeLease(lease_id, owner_id, row[0])
-
-    async def _acquire_mysql(
-        self,
-        conn: AsyncConnection,
-        lease_id: str,
-        owner_id: str,
-        now: datetime,
-        expires_at: datetime,
-    ) -> RuntimeLease | None:
-        t = self._table
-        # MariaDB evaluates ON DUPLICATE KEY UPDATE assignments left to right, each
-        # seeing the previous ones: owner_id changes only when the lease is free,
-        # expired or ours, and the later assignments key off the new owner_id.
-        stmt = sa.text(
-            f"INSERT INTO {RUNTIME_LEASES_TABLE} "
-            "(lease_id, owner_id, expires_at, acquired_at, updated_at) "
-            "VALUES (:lease_id, :owner_id, :expires_at, :now, :now) "
-            "ON DUPLICATE KEY UPDATE "
-            "acquired_at = IF(expires_at <= :now AND owner_id <> :owner_id, :now, acquired_at), "
-            "owner_id = IF(expires_at <= :now OR owner_id = :owner_id, :owner_id, owner_id), "
-            "expires_at = IF(owner_id = :owner_id, :expires_at, expires_at), "
-            "updated_at = IF(owner_id = :owner_id, :now, updated_at)"
-        ).bindparams(
-            sa.bindparam("lease_id", type_=t.c.lease_id.type),
-            sa.bindparam("owner_id", type_=t.c.owner_id.type),
-            sa.bindparam("expires_at", type_=UtcDateTime()),
-            sa.bindparam("now", type_=UtcDateTime()),
-        )
-        await conn.execute(
-            stmt,
-            {"lease_id": lease_id, "owner_id": owner_id, "expires_at": expires_at, "now": now},
-        )
-        row = (
-            await conn.execute(
-                sa.select(t.c.owner_id, t.c.expires_at).where(t.c.lease_id == lease_id)
-            )
-        ).first()
-        if row is None or row.owner_id != owner_id or row.expires_at != expires_at:
-            return None
-        return RuntimeLease(lease_id, owner_id, expires_at)
 
     async def renew(self, lease_id: str, owner_id: str, ttl: timedelta) -> RuntimeLease | None:
         """Extend our unexpired lease (see the protocol)."""
@@ -148,7 +61,7 @@ class RuntimeLeaseDbStore(EngineBackedStore):
         t = self._table
 
         async def body(conn: AsyncConnection) -> RuntimeLease | None:
-            now = await database_now(conn, self._clock)
+            now = await self._backend_sql.now_value(conn, self._clock)
             expires_at = saturating_expiry(now, ttl)
             result = await conn.execute(
                 sa.update(t)
@@ -185,7 +98,7 @@ class RuntimeLeaseDbStore(EngineBackedStore):
         t = self._table
 
         async def body(conn: AsyncConnection) -> RuntimeLease | None:
-            now = await database_now(conn, self._clock)
+            now = await self._backend_sql.now_value(conn, self._clock)
             row = (
                 await conn.execute(
                     sa.select(t.c.owner_id, t.c.expires_at).where(
@@ -206,17 +119,10 @@ class RuntimeLeaseDbStore(EngineBackedStore):
             DatabaseOperationError: (or a subclass) when the query fails.
         """
         t = self._table
-        # PostgreSQL's default collation is locale-aware; "C" gives the same code-point
-        # order as SQLite's BINARY and MariaDB's utf8mb4_bin.
-        key = (
-            t.c.lease_id.collate("C")
-            if self._backend is DatabaseBackend.POSTGRESQL
-            else t.c.lease_id
-        )
-        query = sa.select(t).order_by(key)
+        query = sa.select(t).order_by(self._backend_sql.code_point_order(t.c.lease_id))
 
         async def body(conn: AsyncConnection) -> RuntimeLeases:
-            now = await database_now(conn, self._clock)
+            now = await self._backend_sql.now_value(conn, self._clock)
             rows = (await conn.execute(query)).all()
             return RuntimeLeases(
                 now=now,

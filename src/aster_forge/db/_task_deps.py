@@ -22,7 +22,7 @@ from .. import _tracing
 from ..tasks import TaskDependency
 from ..tasks._internal import TaskFailureReason, TaskStatus, TaskWorkflowEdge, TaskWorkflowNode
 from ._tasks_sql import DbNow, TaskSql
-from ._time import NEVER_EXPIRES, DatabaseBackend, UtcDateTime
+from ._time import NEVER_EXPIRES, UtcDateTime
 
 __all__ = [
     "DEPENDENCY_CANCELLED_ERROR",
@@ -123,15 +123,7 @@ class TaskDependencySql:
             t.c.id.in_(queue), t.c.dependents_waiting == sa.true(), t.c.status.in_(_TERMINAL)
         )
         clear = sa.update(t).values(dependents_waiting=False)
-        if self._sql.backend is DatabaseBackend.MYSQL:
-            # No UPDATE ... RETURNING on MariaDB: the locked rows are read first.
-            locked = sa.select(t.c.id, t.c.status).where(flagged).order_by(t.c.id).with_for_update()
-            ended = {int(row[0]): TaskStatus(row[1]) for row in await conn.execute(locked)}
-            if ended:
-                await conn.execute(clear.where(t.c.id.in_(list(ended))))
-            return ended
-        rows = await conn.execute(clear.where(flagged).returning(t.c.id, t.c.status))
-        return {int(row[0]): TaskStatus(row[1]) for row in rows}
+        return await self._sql.backend_sql.take_flags(conn, t, flagged, clear)
 
     async def _tell(
         self, conn: AsyncConnection, now: DbNow, ended: dict[int, TaskStatus]
@@ -147,10 +139,7 @@ class TaskDependencySql:
             .where(t.c.status == TaskStatus.PENDING.value, t.c.run_at == self._blocked)
             .order_by(t.c.id)
         )
-        if self._sql.is_postgres:
-            waiting = waiting.with_for_update(of=t)
-        else:
-            waiting = waiting.with_for_update()
+        waiting = self._locked(waiting)
         left: dict[int, int] = {}
         cancel: set[int] = set()
         for task_id, count, depends_on, run_anyway in (await conn.execute(waiting)).all():
@@ -179,8 +168,7 @@ class TaskDependencySql:
                 "run_at": now.expr,
                 "updated_at": now.expr,
             }
-            if self._sql.is_postgres:
-                values["waiting"] = False
+            values.update(self._sql.backend_sql.waiting(False))
             await conn.execute(sa.update(t).where(t.c.id.in_(due)).values(**values))
         by_count: dict[int, list[int]] = {}
         for task_id, count in left.items():
@@ -237,8 +225,7 @@ class TaskDependencySql:
                 "finished_at": None,
                 "updated_at": now.expr,
             }
-            if self._sql.is_postgres:
-                values["waiting"] = True
+            values.update(self._sql.backend_sql.waiting(True))
             await conn.execute(sa.update(t).where(t.c.id.in_(kept)).values(**values))
         awaited = sa.select(d.c.depends_on).where(d.c.depends_on.in_([*retried, *kept])).distinct()
         flagged = sorted(int(row[0]) for row in await conn.execute(awaited))
@@ -250,9 +237,7 @@ class TaskDependencySql:
         return kept
 
     def _locked(self, query: Any) -> Any:
-        return (
-            query.with_for_update(of=self._t) if self._sql.is_postgres else query.with_for_update()
-        )
+        return self._sql.backend_sql.locked(query, self._t)
 
     async def _standing(
         self, conn: AsyncConnection, candidates: set[int], retried: set[int]
@@ -321,9 +306,8 @@ class TaskDependencySql:
             .where(t.c.dependents_waiting == sa.true(), t.c.status.in_(_TERMINAL))
             .order_by(t.c.id)
             .limit(limit)
+            .with_for_update(skip_locked=True)  # nothing to lock on SQLite: one writer
         )
-        if self._sql.backend is not DatabaseBackend.SQLITE:
-            flagged = flagged.with_for_update(skip_locked=True)
 
         async def body(conn: AsyncConnection) -> int:
             ids = [int(row[0]) for row in await conn.execute(flagged)]

@@ -7,12 +7,10 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..tasks._internal import TaskLaneState, wire_value
 from ._tasks_sql import TaskSql
-from ._time import DatabaseBackend
 
 __all__ = [
     "TaskLaneMixin",
@@ -106,14 +104,7 @@ class TaskLaneMixin:
         }
         # paused_at first: MariaDB evaluates the assignments left to right.
         changes = [("paused_at", paused_at), ("paused", paused), ("updated_at", now_expr)]
-        backend = self._sql.backend
-        if backend is DatabaseBackend.MYSQL:
-            return mysql.insert(lanes).values(**values).on_duplicate_key_update(changes)
-        if backend is DatabaseBackend.POSTGRESQL:
-            pg = postgresql.insert(lanes).values(**values)
-            return pg.on_conflict_do_update(index_elements=[lanes.c.lane], set_=dict(changes))
-        lite = sqlite.insert(lanes).values(**values)
-        return lite.on_conflict_do_update(index_elements=[lanes.c.lane], set_=dict(changes))
+        return self._sql.backend_sql.upsert(lanes, values, changes)
 
     async def pause_lane(self, lane: str) -> TaskLaneState:
         """Pause ``lane`` for every instance: claims skip it, running tasks finish."""

@@ -137,7 +137,7 @@ class TaskAdminMixin(TaskAdminQueryMixin):
     def _retry_values(self, now: Any, run_at: datetime | None) -> dict[str, Any]:
         due = now if run_at is None else sa.literal(run_at, UtcDateTime())
         # Not yet due: kept out of the claims' index (see background_tasks_table).
-        waiting = {"waiting": due > now} if self._sql.is_postgres else {}
+        waiting = self._sql.backend_sql.waiting(due > now)
         return {
             **waiting,
             "status": TaskStatus.PENDING.value,

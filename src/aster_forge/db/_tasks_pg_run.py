@@ -16,11 +16,15 @@ import asyncio
 import uuid
 import weakref
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from contextlib import AsyncExitStack
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from ..runtime._internal import Clock
 from ..tasks import TaskLease
 from ..tasks._internal import (
     MAX_TASK_CLAIM_LIMIT,
@@ -31,11 +35,14 @@ from ..tasks._internal import (
 from ._driver_hold import HeldDriverConnection
 from ._pg_driver import PgDriverStatement, unless_all_null, utc_decoder
 from ._pg_records import PgRecordBuilder
+from ._returning import ReturningSql
 from ._tables import CORE_COLUMNS
+from ._tasks_enqueue_pg import PgEnqueueStatement
 from ._tasks_pg import PgTaskStatements, limit_key
-from ._tasks_sql import TaskSql
+from ._tasks_sql import DbNow, HotPaths, TaskSql, Transaction, begin_plain, plain_transaction
+from ._time import DatabaseBackend, UtcDateTime
 
-__all__ = ["PgTaskRunner"]
+__all__ = ["PgTaskRunner", "PostgresSql"]
 
 _RUNNING = TaskStatus.RUNNING.value
 _STATUS = CORE_COLUMNS.index("status")
@@ -325,3 +332,147 @@ def success_params(completions: Sequence[TaskCompletion]) -> dict[str, list[Any]
         "results": unless_all_null([c.result_json for c in completions]),
         "steps": unless_all_null([c.steps_json for c in completions]),
     }
+
+
+class PostgresSql(ReturningSql):
+    """The :class:`~aster_forge.db._tasks_sql.BackendSql` of PostgreSQL.
+
+    Times are computed inline with ``now()`` (no extra round trip); one-statement
+    writes run in autocommit; rows written with a later ``run_at`` carry the
+    ``waiting`` hint that keeps them out of the due index.
+    """
+
+    backend = DatabaseBackend.POSTGRESQL
+    writes_autocommit = True
+    one_writer = False
+    notifies = True
+    claims_with_success = True
+    # With asyncpg the second waits on the worker's connection and goes out the moment
+    # the first returns, so the worker runs the tasks one statement brought while the
+    # database writes the other's.
+    success_writes_in_flight = 2
+
+    def __init__(self) -> None:
+        super().__init__(postgresql.insert)
+
+    def hot_paths(
+        self,
+        table: sa.Table,
+        lanes: sa.Table,
+        engine: AsyncEngine,
+        sql: TaskSql,
+        hold: HeldDriverConnection,
+        *,
+        channel: str | None,
+    ) -> HotPaths:
+        """The prebuilt claim, success, renewal and enqueue statements."""
+        statements = PgTaskStatements(table, lanes, engine.dialect)
+        return HotPaths(
+            pg=statements,
+            pg_run=PgTaskRunner(statements, engine, sql, hold),
+            pg_enqueue=PgEnqueueStatement(table, engine.dialect, channel=channel),
+        )
+
+    def transaction_engine(self, engine: AsyncEngine) -> AsyncEngine:
+        """``engine`` itself."""
+        return engine
+
+    def transaction(
+        self, engine: AsyncEngine, autocommit: AsyncEngine, *, single_statement: bool
+    ) -> Transaction:
+        """Autocommit for one statement, else a transaction."""
+        return plain_transaction(engine, autocommit, single_statement=single_statement)
+
+    async def begin_held(self, engine: AsyncEngine, stack: AsyncExitStack) -> AsyncConnection:
+        """A connection in a transaction of its own."""
+        return await begin_plain(engine, stack)
+
+    async def now_value(self, conn: AsyncConnection, clock: Clock) -> datetime:
+        """``now()``: the transaction's start on the server's clock."""
+        value = (await conn.execute(sa.select(sa.func.now()))).scalar_one()
+        if not isinstance(value, datetime):  # pragma: no cover - driver contract
+            raise TypeError(f"database returned {value!r} for now()")
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+    async def now(self, conn: AsyncConnection, clock: Clock) -> DbNow:
+        """``now()`` in the statement itself (no value: the server computes it)."""
+        return DbNow(sa.func.now(type_=UtcDateTime()), None)
+
+    def waiting(self, value: Any) -> dict[str, Any]:
+        """``waiting``: not yet due, kept out of the claims' index (see background_tasks_table)."""
+        return {"waiting": value}
+
+    def enqueue_run_at(
+        self, now: DbNow, params: list[dict[str, Any]]
+    ) -> tuple[Any, dict[str, Any]]:
+        """``coalesce(p_run_at, now() + p_delay)`` and the ``waiting`` hint from the same."""
+        run_at = sa.func.coalesce(
+            sa.bindparam("p_run_at", type_=UtcDateTime()),
+            now.expr + sa.bindparam("p_delay", type_=sa.Interval()),
+        )
+        # Its own parameters: a parameter named twice in VALUES breaks SQLAlchemy's
+        # multi-row insert.
+        waiting = (
+            sa.func.coalesce(
+                sa.bindparam("w_run_at", type_=UtcDateTime()),
+                now.expr + sa.bindparam("w_delay", type_=sa.Interval()),
+            )
+            > now.expr
+        )
+        for row in params:
+            row["w_run_at"], row["w_delay"] = row["p_run_at"], row["p_delay"]
+        return run_at, {"waiting": waiting}
+
+    def insert_returning(self, insert: Any, columns: Sequence[Any]) -> Any:
+        """``INSERT ... RETURNING``, in parameter order."""
+        return insert.returning(*columns, sort_by_parameter_order=True)
+
+    def inserted_rows(self, rows: Sequence[Any]) -> Sequence[Any]:
+        """``rows`` (already in parameter order)."""
+        return rows
+
+    def locked(self, query: Any, of: sa.Table) -> Any:
+        """``query ... FOR UPDATE OF of``: the other tables it joins stay unlocked."""
+        return query.with_for_update(of=of)
+
+    def locking_read(self, query: Any) -> Any:
+        """``query``: a read in the product's transaction needs no lock here."""
+        return query
+
+    def locked_for_write(self, query: Any) -> Any:
+        """``query``: the fenced write that follows checks the row itself."""
+        return query
+
+    async def stage_waiting(self, sql: TaskSql, table: sa.Table, limit: int) -> int:
+        """Clear the hint of up to ``limit`` due tasks, oldest ``run_at`` first."""
+        t = table
+
+        async def body(conn: AsyncConnection) -> int:
+            came_due = sa.and_(
+                t.c.status == TaskStatus.PENDING.value, t.c.waiting, t.c.run_at <= sa.func.now()
+            )
+            ids = (
+                sa.select(t.c.id)
+                .where(came_due)
+                .order_by(t.c.run_at, t.c.id)
+                .limit(limit)
+                .with_for_update(skip_locked=True)
+            )
+            # ``= ANY(ARRAY(...))``: the locking subquery runs once. As ``IN (...)`` the
+            # planner may run it again per row, each run locking (and clearing) others.
+            chosen = sa.func.any(sa.func.array(ids.scalar_subquery()))
+            stmt = sa.update(t).where(t.c.id == chosen, came_due).values(waiting=False)
+            return int((await conn.execute(stmt)).rowcount)
+
+        return await sql.run("stage waiting tasks", body, single_statement=True)
+
+    def minute(self, column: Any) -> Any:
+        """``to_char`` of the UTC timestamp."""
+        return sa.func.to_char(sa.func.timezone("UTC", column), "YYYY-MM-DD HH24:MI")
+
+    def code_point_order(self, column: Any) -> Any:
+        """``column COLLATE "C"``: the default collation is locale-aware; "C" gives the
+        same code-point order as SQLite's BINARY and MariaDB's utf8mb4_bin."""
+        return column.collate("C")
