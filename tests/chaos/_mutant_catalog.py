@@ -43,7 +43,7 @@ class Mutant:
 
 
 TASKS = "src/aster_forge/db/_tasks.py"
-TASKS_PG = "src/aster_forge/db/_tasks_pg.py"
+TASKS_PG = "src/aster_forge/db/_postgres.py"
 TASK_DEPS = "src/aster_forge/db/_task_deps.py"
 WORKFLOW_TESTS = "tests/db/test_workflows.py"
 TASKS_SQLITE = "src/aster_forge/db/_sqlite.py"
@@ -870,7 +870,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "PostgreSQL's partitioned claim takes every rank of a partition, past its limit",
         (
             Edit(
-                "src/aster_forge/db/_tasks_pg.py",
+                "src/aster_forge/db/_postgres.py",
                 "r.turn + COALESCE(ri.n, 0) <= :plim",
                 "r.turn + COALESCE(ri.n, 0) >= 0 - :plim",
             ),
@@ -887,7 +887,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "PostgreSQL's partitioned claim takes due tasks in plain due order",
         (
             Edit(
-                "src/aster_forge/db/_tasks_pg.py",
+                "src/aster_forge/db/_postgres.py",
                 "ORDER BY r.turn, r.priority DESC, r.run_at, r.id",
                 "ORDER BY r.priority DESC, r.run_at, r.id",
             ),

@@ -233,12 +233,12 @@ class BackgroundTaskDbStore(
         With ``cluster_limit``, claims of the lane serialise on the lane's row in the
         lane table and claim no more than the room left under the limit. On PostgreSQL
         that is one statement, run again when its snapshot missed a claim that
-        committed meanwhile (see ``_tasks_pg``); on MariaDB the row is locked first in
+        committed meanwhile (see ``_postgres``); on MariaDB the row is locked first in
         the claim's transaction; SQLite has one writer.
 
         With ``partition_limit`` the claim ranks the lane's due tasks per partition
         and takes them by rank: on PostgreSQL in the capped claim's one statement
-        (``_tasks_pg``'s ``_FAIR_PICK``); elsewhere on the portable path, the lane's
+        (``_postgres``'s ``_FAIR_PICK``); elsewhere on the portable path, the lane's
         row locked first (MariaDB runs the later statements of the transaction with
         fresh snapshots, under READ COMMITTED), then the rescue, the running counts and
         the fair pick (see ``_tasks_partitioned``).
@@ -415,7 +415,7 @@ class BackgroundTaskDbStore(
         """Hold the lane's row in the lane table until the transaction ends (cluster-
         limited lanes): an upsert that changes nothing still rewrites and locks it (and
         creates it the first time). On PostgreSQL the new row version is also what a
-        one-statement capped claim checks its snapshot against (see ``_tasks_pg``)."""
+        one-statement capped claim checks its snapshot against (see ``_postgres``)."""
         await conn.execute(self._lane_upsert(lane, await self._sql.now(conn)))
 
     def _lane_upsert(self, lane: str, now: DbNow) -> Any:

@@ -35,10 +35,10 @@ from ..tasks._internal import (
 from ._driver_hold import HeldDriverConnection
 from ._pg_driver import PgDriverStatement, unless_all_null, utc_decoder
 from ._pg_records import PgRecordBuilder
+from ._postgres import PgTaskStatements, limit_key
 from ._returning import ReturningSql
 from ._tables import CORE_COLUMNS
 from ._tasks_enqueue_pg import PgEnqueueStatement
-from ._tasks_pg import PgTaskStatements, limit_key
 from ._tasks_sql import DbNow, HotPaths, TaskSql, Transaction, begin_plain, plain_transaction
 from ._time import DatabaseBackend, UtcDateTime
 

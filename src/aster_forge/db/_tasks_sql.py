@@ -25,9 +25,9 @@ from ._translate import retry_conflicts, run_transaction, translate_db_error
 
 if TYPE_CHECKING:
     from ._driver_hold import HeldDriverConnection
+    from ._postgres import PgTaskStatements
     from ._sqlite import SqliteTaskStatements
     from ._tasks_enqueue_pg import PgEnqueueStatement
-    from ._tasks_pg import PgTaskStatements
     from ._tasks_pg_run import PgTaskRunner
 
 __all__ = [
