@@ -48,7 +48,8 @@ TASK_DEPS = "src/aster_forge/db/_task_deps.py"
 WORKFLOW_TESTS = "tests/db/test_workflows.py"
 TASKS_SQLITE = "src/aster_forge/db/_sqlite.py"
 SQLITE_SQL = "src/aster_forge/db/sql/sqlite.sql"
-PG_RUN = "src/aster_forge/db/_tasks_pg_run.py"
+PG_SQL = "src/aster_forge/db/sql/postgresql.sql"
+PG_RUN = "src/aster_forge/db/_postgres.py"
 EFFECTS = "src/aster_forge/db/_tasks_effects.py"
 SLOT_TESTS = "tests/tasks/test_slots.py"
 TRANSACTION_TESTS = "tests/forge/test_task_transaction.py"
@@ -259,7 +260,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the PostgreSQL claim never rescues an expired lease",
         (
             Edit(
-                TASKS_PG,
+                PG_SQL,
                 "WHERE lane = :lane AND status = 'running' AND lease_expires_at <= now(){exclude}",
                 "WHERE lane = :lane AND status = 'running' AND false{exclude}",
             ),
@@ -271,7 +272,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the PostgreSQL success-and-claim statement (a worker's every success) ignores the token",
         (
             Edit(
-                TASKS_PG,
+                PG_SQL,
                 "    WHERE d.id = v.id AND d.processing_token = v.token\n",
                 "    WHERE d.id = v.id\n",
             ),
@@ -305,7 +306,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "success-claim-rescues-written-rows",
         "the claim inside the PostgreSQL success statement rescues the rows it writes",
-        (Edit(TASKS_PG, '_NOT_DONE = "\\n      AND id <> ALL(:ids)"', '_NOT_DONE = ""'),),
+        (Edit(TASKS_PG, '_NOT_DONE = "\\n      " + POSTGRESQL["not_done"]', '_NOT_DONE = ""'),),
         (SUCCEED_AND_CLAIM,),
     ),
     Mutant(
@@ -349,7 +350,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the PostgreSQL claim takes due tasks of a paused lane",
         (
             Edit(
-                TASKS_PG,
+                PG_SQL,
                 "AND NOT waiting AND run_at <= now()\n      AND (SELECT open FROM open_lane)\n",
                 "AND NOT waiting AND run_at <= now()\n",
             ),
@@ -361,7 +362,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the PostgreSQL claim takes flagged tasks that came due in a paused lane",
         (
             Edit(
-                TASKS_PG,
+                PG_SQL,
                 "AND waiting AND run_at <= now()\n      AND (SELECT open FROM open_lane)\n",
                 "AND waiting AND run_at <= now()\n",
             ),
@@ -374,8 +375,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 TASKS_PG,
-                '\n        SELECT id, priority, run_at FROM late\n        UNION ALL"""',
-                '"""',
+                '_LATE_UNION = "\\n        " + POSTGRESQL["late_union"]',
+                '_LATE_UNION = ""',
             ),
         ),
         (WAITING,),
@@ -385,7 +386,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the PostgreSQL rescue claims an expired task again although its attempts are used up",
         (
             Edit(
-                TASKS_PG,
+                PG_SQL,
                 "        WHERE NOT (x.cancel_requested OR x.attempt + 1 >= x.max_attempts)\n",
                 "        WHERE NOT x.cancel_requested\n",
             ),
@@ -453,8 +454,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "the PostgreSQL one-statement enqueue is a plain INSERT (no ON CONFLICT DO NOTHING)",
         (
             Edit(
-                "src/aster_forge/db/_tasks_enqueue_pg.py",
-                "    ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING\n",
+                PG_SQL,
+                "ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING\n    ",
                 "",
             ),
         ),
@@ -480,7 +481,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "whatever the window",
         (
             Edit(
-                "src/aster_forge/db/_tasks_enqueue_pg.py",
+                PG_SQL,
                 "  AND (status <> ALL($2::text[]) OR created_at <= now() - $3::interval)",
                 "  AND (status <> ALL($2::text[]) OR true OR created_at <= now() - $3::interval)",
             ),
@@ -781,7 +782,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "a plain PostgreSQL batch enqueue stores no trace context",
         (
             Edit(
-                "src/aster_forge/db/_tasks_enqueue_pg.py",
+                PG_SQL,
                 "now(), now(), run_at > now(), trace_context,\n",
                 "now(), now(), run_at > now(), NULL,\n",
             ),
@@ -809,7 +810,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "a plain PostgreSQL batch enqueue stores no partition",
         (
             Edit(
-                "src/aster_forge/db/_tasks_enqueue_pg.py",
+                PG_SQL,
                 "COALESCE(partition_key, $19::text) AS partition_key, ord",
                 "COALESCE(NULL, $19::text) AS partition_key, ord",
             ),
@@ -870,7 +871,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "PostgreSQL's partitioned claim takes every rank of a partition, past its limit",
         (
             Edit(
-                "src/aster_forge/db/_postgres.py",
+                PG_SQL,
                 "r.turn + COALESCE(ri.n, 0) <= :plim",
                 "r.turn + COALESCE(ri.n, 0) >= 0 - :plim",
             ),
@@ -887,7 +888,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "PostgreSQL's partitioned claim takes due tasks in plain due order",
         (
             Edit(
-                "src/aster_forge/db/_postgres.py",
+                PG_SQL,
                 "ORDER BY r.turn, r.priority DESC, r.run_at, r.id",
                 "ORDER BY r.priority DESC, r.run_at, r.id",
             ),

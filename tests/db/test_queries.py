@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from aster_forge.db._queries import MYSQL, SQLITE, parse_queries
+from aster_forge.db._queries import MYSQL, POSTGRESQL, SQLITE, parse_queries
 
 
 def test_a_query_file_splits_on_its_headers_and_drops_their_comment_lines() -> None:
@@ -23,7 +23,9 @@ def test_a_name_given_twice_is_refused() -> None:
         parse_queries("-- again --\nSELECT 1\n\n-- again --\nSELECT 2\n")
 
 
-@pytest.mark.parametrize("queries", [SQLITE, MYSQL], ids=["sqlite", "mysql"])
+@pytest.mark.parametrize(
+    "queries", [SQLITE, MYSQL, POSTGRESQL], ids=["sqlite", "mysql", "postgresql"]
+)
 def test_every_shipped_query_has_a_body_and_no_comment_header(
     queries: Mapping[str, str],
 ) -> None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ._mysql import MysqlSql
+from ._postgres import PostgresSql
 from ._sqlite import SqliteSql
-from ._tasks_pg_run import PostgresSql
 from ._tasks_sql import BackendSql
 from ._time import DatabaseBackend
 

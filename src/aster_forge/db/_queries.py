@@ -13,7 +13,7 @@ from importlib import resources
 from types import MappingProxyType
 from typing import Final
 
-__all__ = ["MYSQL", "SQLITE", "parse_queries"]
+__all__ = ["MYSQL", "POSTGRESQL", "SQLITE", "parse_queries"]
 
 _HEADER = re.compile(r"^-- ([a-z0-9_]+) --\n(?:--.*\n)*", re.MULTILINE)
 
@@ -40,3 +40,4 @@ def _load(backend: str) -> MappingProxyType[str, str]:
 
 SQLITE: Final = _load("sqlite")
 MYSQL: Final = _load("mysql")
+POSTGRESQL: Final = _load("postgresql")

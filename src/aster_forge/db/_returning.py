@@ -1,6 +1,6 @@
 """The statements PostgreSQL and SQLite write alike: ``RETURNING`` and ``ON CONFLICT``.
 
-:class:`ReturningSql` is the shared half of :class:`~aster_forge.db._tasks_pg_run.PostgresSql`
+:class:`ReturningSql` is the shared half of :class:`~aster_forge.db._postgres.PostgresSql`
 and :class:`~aster_forge.db._sqlite.SqliteSql` (MariaDB has neither: see ``_mysql``).
 """
 

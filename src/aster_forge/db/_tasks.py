@@ -238,7 +238,7 @@ class BackgroundTaskDbStore(
 
         With ``partition_limit`` the claim ranks the lane's due tasks per partition
         and takes them by rank: on PostgreSQL in the capped claim's one statement
-        (``_postgres``'s ``_FAIR_PICK``); elsewhere on the portable path, the lane's
+        (``sql/postgresql.sql``'s ``fair_pick``); elsewhere on the portable path, the lane's
         row locked first (MariaDB runs the later statements of the transaction with
         fresh snapshots, under READ COMMITTED), then the rescue, the running counts and
         the fair pick (see ``_tasks_partitioned``).

@@ -30,6 +30,7 @@ from ..tasks._internal import BackgroundTaskRecord, EnqueueResult, TaskStatus
 from ._driver_hold import HeldDriverConnection, hand_over
 from ._enqueue_coalescer import EnqueueCoalescer
 from ._notify_limiter import NotifyLimiter
+from ._postgres import NOTIFY_SQL, PgEnqueueStatement
 from ._tables import CORE_COLUMNS, record_from_row
 from ._tasks_dedupe_window import (
     has_windows,
@@ -38,7 +39,6 @@ from ._tasks_dedupe_window import (
     replaces,
     window_groups,
 )
-from ._tasks_enqueue_pg import PgEnqueueStatement
 from ._tasks_sql import _SATURATING_DELTA, DbNow, TaskSql
 from ._time import DatabaseBackend
 from ._translate import translate_db_error, translate_driver_error
@@ -53,7 +53,6 @@ _KEY_CHUNK = 500
 _DEDUPE_RACE_ATTEMPTS = 8
 _PENDING = TaskStatus.PENDING.value
 _OPERATION = "enqueue tasks"
-_NOTIFY_SQL = "SELECT pg_notify($1::text, $2::text)"
 _ID = attrgetter("id")
 _CORE = frozenset(CORE_COLUMNS)
 
@@ -335,7 +334,7 @@ class TaskEnqueueMixin:
         hold = self._driver_hold
         connection, held = await hold.acquire("notify")
         try:
-            await self._on_driver(connection.driver_connection, _NOTIFY_SQL, [self._channel, lane])
+            await self._on_driver(connection.driver_connection, NOTIFY_SQL, [self._channel, lane])
         except BaseException as exc:
             await self._driver_hold.release_after(connection, held, exc)
             raise

@@ -25,10 +25,8 @@ from ._translate import retry_conflicts, run_transaction, translate_db_error
 
 if TYPE_CHECKING:
     from ._driver_hold import HeldDriverConnection
-    from ._postgres import PgTaskStatements
+    from ._postgres import PgEnqueueStatement, PgTaskRunner, PgTaskStatements
     from ._sqlite import SqliteTaskStatements
-    from ._tasks_enqueue_pg import PgEnqueueStatement
-    from ._tasks_pg_run import PgTaskRunner
 
 __all__ = [
     "BackendSql",
@@ -80,7 +78,7 @@ class HotPaths:
 class BackendSql(Protocol):
     """What the store modules ask of the database they run on.
 
-    One class per backend implements it (``_sqlite``, ``_mysql``, ``_tasks_pg_run``); a
+    One class per backend implements it (``_sqlite``, ``_mysql``, ``_postgres``); a
     store picks it once, when it is built (``_backends.backend_sql_for``), and the
     shared modules call it instead of asking which database they run on. Only the
     statements that differ are here: everything SQLAlchemy Core writes the same on

@@ -20,10 +20,9 @@ from ..tasks._internal import (
     check_workflow_limit,
     walk_workflow,
 )
-from ._postgres import PgTaskStatements
+from ._postgres import PgTaskStatements, success_params
 from ._tables import record_from_row
 from ._task_deps import TaskDependencySql
-from ._tasks_pg_run import success_params
 from ._tasks_sql import TaskSql
 
 __all__ = ["TaskWorkflowMixin"]
