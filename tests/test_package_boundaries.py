@@ -126,7 +126,7 @@ def test_the_check_catches_every_import_form(source: str) -> None:
     [
         "from ._tasks_sql import TaskSql\n",
         "from ..db._tasks_sql import TaskSql\n",
-        "from aster_forge.db._tasks_table import CORE_COLUMNS\n",
+        "from aster_forge.db._tables import CORE_COLUMNS\n",
         "from ..tasks import TaskSpec, TaskWorker\n",
         "from ..tasks._internal import MAX_TASK_ID, TaskStatus\n",
         "from aster_forge.tasks._internal import check_claim_args\n",

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aster_forge import EnqueueResult
 from aster_forge.db import BackgroundTaskDbStore
-from aster_forge.db._tasks_enqueue_pg import PgEnqueueStatement
+from aster_forge.db._postgres import PgEnqueueStatement
 from aster_forge.runtime._lease import NEVER_EXPIRES
 from aster_forge.tasks import NewTask
 

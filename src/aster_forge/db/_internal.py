@@ -5,8 +5,8 @@ Not a public API: products import from :mod:`aster_forge.db`.
 
 from __future__ import annotations
 
+from ._tables import BACKGROUND_TASKS_TABLE
 from ._tasks import DEFAULT_TASK_NOTIFY_CHANNEL
-from ._tasks_table import BACKGROUND_TASKS_TABLE
 from ._url import normalize_database_url
 
 __all__ = [
