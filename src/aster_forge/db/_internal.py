@@ -6,11 +6,12 @@ Not a public API: products import from :mod:`aster_forge.db`.
 from __future__ import annotations
 
 from ._tasks import DEFAULT_TASK_NOTIFY_CHANNEL
-from ._tasks_table import BACKGROUND_TASKS_TABLE
+from ._tasks_table import BACKGROUND_TASKS_TABLE, partition_rates_table
 from ._url import normalize_database_url
 
 __all__ = [
     "BACKGROUND_TASKS_TABLE",
     "DEFAULT_TASK_NOTIFY_CHANNEL",
     "normalize_database_url",
+    "partition_rates_table",
 ]

@@ -18,6 +18,7 @@ from ..tasks._internal import (
 )
 from ._task_deps import define_deps_table, deps_table_name
 from ._task_lanes import define_lanes_table, lanes_table_name
+from ._task_partition_rates import define_partition_rates_table, partition_rates_table_name
 from ._time import UtcDateTime
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "CORE_COLUMNS",
     "background_tasks_table",
     "create_background_tasks_table",
+    "partition_rates_table",
     "record_from_row",
     "record_from_values",
     "task_deps_table",
@@ -117,7 +119,9 @@ def background_tasks_table(
     The dependency table ``<name>_deps`` (:func:`task_deps_table`) holds workflow edges.
 
     The lane state table ``<name>_lanes`` (:func:`task_lanes_table`) is defined on the
-    same ``metadata``: claims read it to skip paused lanes.
+    same ``metadata``: claims read it to skip paused lanes. The partition rate table
+    ``<name>_partition_rates`` is too: claims of a lane with a ``partition_rate_limit``
+    count each partition's starts per window in it.
 
     Args:
         metadata: The caller's ``MetaData`` (e.g. the product's migration metadata).
@@ -229,6 +233,7 @@ def background_tasks_table(
     )
     define_lanes_table(metadata, lanes_table_name(name))
     define_deps_table(metadata, deps_table_name(name))
+    define_partition_rates_table(metadata, partition_rates_table_name(name))
     return table
 
 
@@ -250,6 +255,15 @@ def task_deps_table(tasks: sa.Table) -> sa.Table:
     already defines it. Create it in your migration beside the task table.
     """
     return define_deps_table(tasks.metadata, deps_table_name(tasks.name))
+
+
+def partition_rates_table(tasks: sa.Table) -> sa.Table:
+    """The partition rate table of the task table ``tasks``: ``<name>_partition_rates``
+    on its metadata (see ``_task_partition_rates``); :func:`background_tasks_table`
+    already defines it. Create it in your migration beside the task table: claims of a
+    lane with a ``partition_rate_limit`` count each partition's starts in it.
+    """
+    return define_partition_rates_table(tasks.metadata, partition_rates_table_name(tasks.name))
 
 
 async def create_background_tasks_table(
@@ -275,11 +289,13 @@ async def create_background_tasks_table(
     target = table if table is not None else background_tasks_table(sa.MetaData(), name)
     lanes = task_lanes_table(target)
     deps = task_deps_table(target)
+    rates = partition_rates_table(target)
 
     def create(sync: Any) -> None:
         target.create(sync, checkfirst=True)
         lanes.create(sync, checkfirst=True)
         deps.create(sync, checkfirst=True)
+        rates.create(sync, checkfirst=True)
 
     if isinstance(engine_or_conn, AsyncConnection):
         await engine_or_conn.run_sync(create)
