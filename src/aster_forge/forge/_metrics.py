@@ -13,6 +13,8 @@ Read from the store, so a web process that runs no workers exports them too:
   ``task_queue_depth{status="running"}``, which counts what runs against it.
 - ``task_lane_partition_limit{lane}``: the declared per-partition limit of each lane
   that has one (from the declarations, no read).
+- ``task_lane_partitions_waiting{lane}``: how many partitions of the lane have due
+  pending tasks (0 for a lane without partitioned tasks due), from the lane counts.
 - ``task_lane_rate_limit{lane}`` and ``task_lane_rate_period_seconds{lane}``: the
   declared rate limit (starts per period) of each lane that has one.
 - ``task_lane_rate_remaining{lane}``: the starts left in that lane's current window,
@@ -129,12 +131,18 @@ class ForgeQueueCollector(Collector):
         lag = GaugeMetricFamily(
             "task_queue_lag_seconds", "How long the oldest due task has waited.", labels=["lane"]
         )
+        waiting = GaugeMetricFamily(
+            "task_lane_partitions_waiting",
+            "Partitions of the lane with due pending tasks, from the store.",
+            labels=["lane"],
+        )
         for item in counts:
             depth.add_metric([item.lane, TaskStatus.PENDING.value], item.pending)
             depth.add_metric([item.lane, TaskStatus.RUNNING.value], item.running)
             due.add_metric([item.lane], item.due)
             expired.add_metric([item.lane], item.expired)
             lag.add_metric([item.lane], item.queue_lag_seconds)
+            waiting.add_metric([item.lane], item.partitions_waiting)
         ended = CounterMetricFamily(
             "dispatch_tasks_lease_expired",
             "Tasks this process's claims ended because their lease had expired.",
@@ -177,5 +185,5 @@ class ForgeQueueCollector(Collector):
         )
         for lane, left in sorted(self._remaining.items()):
             remaining.add_metric([lane], left)
-        yield from (depth, due, expired, lag, ended, capped, per_partition)
+        yield from (depth, due, expired, lag, waiting, ended, capped, per_partition)
         yield from (rate, period, remaining)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -13,6 +14,7 @@ from ..tasks import NewTask, TaskLease, TaskRegistry, TaskStoreBase
 from ..tasks._internal import (
     LEASE_EXPIRED_ERROR,
     MAX_TASK_CLAIM_LIMIT,
+    TOP_PARTITIONS_WAITING,
     BackgroundTaskRecord,
     EnqueueResult,
     TaskCancelOutcome,
@@ -604,6 +606,7 @@ class InMemoryTaskStore(
         now = self._clock.now()
         wanted = None if lanes is None else {wire_value(lane, "lane") for lane in lanes}
         figures: dict[str, list[Any]] = {lane: [0, 0, 0, 0, None] for lane in wanted or ()}
+        waiting: dict[str, Counter[str]] = {}
         for row in self._rows.values():
             if wanted is not None and row.lane not in wanted:
                 continue
@@ -616,12 +619,28 @@ class InMemoryTaskStore(
                     entry[1] += 1
                     if entry[4] is None or row.run_at < entry[4]:
                         entry[4] = row.run_at
+                    if row.partition_key is not None:
+                        waiting.setdefault(row.lane, Counter())[row.partition_key] += 1
             else:
                 entry[2] += 1
                 if row.lease_expires_at is not None and row.lease_expires_at <= now:
                     entry[3] += 1
         return [
-            TaskLaneCounts(lane, e[0], e[1], e[2], e[3], e[4], now)
+            TaskLaneCounts(
+                lane,
+                e[0],
+                e[1],
+                e[2],
+                e[3],
+                e[4],
+                now,
+                partitions_waiting=len(waiting.get(lane, ())),
+                top_partitions_waiting=tuple(
+                    sorted(waiting.get(lane, Counter()).items(), key=lambda p: (-p[1], p[0]))[
+                        :TOP_PARTITIONS_WAITING
+                    ]
+                ),
+            )
             for lane, e in sorted(figures.items())
         ]
 

@@ -214,7 +214,9 @@ def lanes_json(
     ``cluster_limit`` caps when the lane declares one; ``partition_limit`` is the
     lane's cap per partition (claims then take partitions in turn); ``rate_limit`` is
     the lane's ``count`` starts per ``period_seconds`` and ``rate_remaining`` the starts
-    left in the window ``now`` falls in, from the stored lane state; ``paused`` is the stored pause
+    left in the window ``now`` falls in, from the stored lane state;
+    ``partitions_waiting`` counts the partitions with due tasks and
+    ``top_partitions_waiting`` names the few with the most; ``paused`` is the stored pause
     state (every instance skips a paused lane); a lane with a stored state is listed
     even when idle.
     """
@@ -243,6 +245,10 @@ def lanes_json(
                 "in_flight": None if snapshot is None else snapshot.in_flight,
                 "pending": None if count is None else count.pending,
                 "due": None if count is None else count.due,
+                "partitions_waiting": None if count is None else count.partitions_waiting,
+                "top_partitions_waiting": None
+                if count is None
+                else [{"partition": p, "due": n} for p, n in count.top_partitions_waiting],
                 "running": None if count is None else count.running,
                 "expired": None if count is None else count.expired,
                 "queue_lag_seconds": None if count is None else count.queue_lag_seconds,
