@@ -268,9 +268,11 @@ class BackgroundTaskDbStore(
         fresh snapshots, under READ COMMITTED), then the rescue, the running counts and
         the fair pick (see ``_tasks_partitioned``).
 
-        With ``rate_limit`` every backend takes that portable path too, and reads and
-        counts the window's starts in the locked lane row (see ``_claim_rated``);
-        lanes without one never read those columns. So does ``partition_rate_limit``,
+        With ``rate_limit`` alone, PostgreSQL claims in one statement that locks the
+        lane row and counts the window's starts in it (``PgTaskStatements.rated_claim``);
+        otherwise every backend takes that portable path too, and reads and counts the
+        window's starts in the locked lane row (see ``_claim_rated``); lanes without
+        one never read those columns. So does ``partition_rate_limit``,
         which counts each partition's starts in the partition rate table (see
         ``_task_partition_rates``) and leaves spent partitions out of the fair pick.
         """
@@ -279,6 +281,15 @@ class BackgroundTaskDbStore(
         partition_rate = check_claim_rate_limit(partition_rate_limit, "partition_rate_limit")
         if limit <= 0:
             return []
+        # A rate limit alone claims in one statement on PostgreSQL (see
+        # PgTaskStatements.rated_claim); with other limits, on the portable path.
+        alone = partition_rate is None and cluster_limit is None and partition_limit is None
+        pg = self._pg_run if alone and lease_ttl < _SATURATING_DELTA else None
+        if rate is not None and pg is not None:
+            claimed, ended = await pg.claim(lane_value, limit, owner, lease_ttl, rate=rate)
+            self._count_ended(lane_value, ended)
+            self._note_claims(claimed)
+            return claimed
         if rate is not None or partition_rate is not None:
             return await self._claim_rated(
                 lane_value,
@@ -874,7 +885,8 @@ class BackgroundTaskDbStore(
                 partition_rate_limit=partition_rate_limit,
             )
             return merged(len(completions), apart, rest), claimed
-        # A rate-limited lane's claim is the portable one: two calls.
+        # A rate-limited lane's success and claim are two calls (its claim is one
+        # statement on PostgreSQL, see claim_due_for_lane).
         rated = rate_limit is not None or partition_rate_limit is not None
         pg = None if rated else self._pg_run
         plain = partition_limit is None and not rated

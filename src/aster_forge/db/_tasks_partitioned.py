@@ -66,7 +66,8 @@ def fair_due(
             .subquery("running_in")
         )
         source = source.outerjoin(running, ranked.c.partition_key == running.c.partition_key)
-        caps.append(ranked.c.turn + sa.func.coalesce(running.c.n, 0) <= partition_limit)
+        taken = sa.func.coalesce(running.c.n, 0)
+        caps.append(ranked.c.turn + taken <= partition_limit)
     if budget is not None:
         spent = budget.spent
         source = source.outerjoin(spent, ranked.c.partition_key == spent.c.partition_key)

@@ -211,6 +211,45 @@ SELECT (SELECT fresh FROM fresh) AS fresh, c.*
 FROM (SELECT 1) AS one LEFT JOIN claimed AS c ON true
 """
 
+# A lane with a rate limit (and no other limit) claims in one statement too. It locks
+# the lane's row with FOR UPDATE, which returns the newest version of the row once
+# the claim holding it committed (not the snapshot's): the window's count is read
+# there, the pick takes no more than what is left of it, and ``rated`` adds the
+# claimed rows to the count, in the same statement (the UPDATE reaches that newest
+# version, whose lock the statement holds). The due rows come from the snapshot, as in
+# the plain claim: one taken since is locked or no longer pending, and skipped. A lane
+# without a row creates it and claims nothing (``fresh`` false; the caller runs the
+# statement again). The window is the one ``now()`` falls in, aligned to the epoch
+# (``:rate_us``, the period in microseconds), as ``rate_window`` computes it; a row
+# that already counted a later window leaves no budget (see ``rate_budget_left``).
+_RATE_GATE = """, rate_row AS (
+    SELECT rate_window_start, rate_started FROM {lanes} WHERE lane = :lane FOR UPDATE
+), made AS (
+    INSERT INTO {lanes} (lane, paused, paused_at, updated_at)
+    SELECT :lane, false, NULL, now() WHERE NOT EXISTS (SELECT 1 FROM rate_row)
+    ON CONFLICT (lane) DO NOTHING
+), fresh AS (
+    SELECT EXISTS (SELECT 1 FROM rate_row) AS fresh
+), rate_win AS (
+    SELECT timestamptz 'epoch' + floor(extract(epoch FROM now()) * 1000000 / :rate_us)
+        * :rate_us * interval '1 microsecond' AS win
+), rate_left AS (
+    SELECT CASE WHEN r.rate_window_start IS NULL OR r.rate_window_start < w.win THEN :rate_count
+                WHEN r.rate_window_start > w.win THEN 0
+                ELSE GREATEST(:rate_count - COALESCE(r.rate_started, 0), 0) END AS n
+    FROM rate_win AS w LEFT JOIN rate_row AS r ON true
+)"""
+_RATE_LIMIT = """LEAST({limit}, CASE WHEN (SELECT fresh FROM fresh)
+        THEN (SELECT n FROM rate_left) ELSE 0 END)"""
+_RATED = """, rated AS (
+    UPDATE {lanes} AS l SET
+        rate_started = CASE WHEN l.rate_window_start = (SELECT win FROM rate_win)
+                            THEN COALESCE(l.rate_started, 0) ELSE 0 END
+                       + (SELECT count(*) FROM claimed WHERE status = '{running}'),
+        rate_window_start = (SELECT win FROM rate_win)
+    WHERE l.lane = :lane AND EXISTS (SELECT 1 FROM claimed WHERE status = '{running}')
+)"""
+
 
 def _succeed_and_claim_sql(done: str, claim: str, *, capped: bool = False) -> str:
     """``done`` in front of ``claim``, whose final UPDATE becomes the ``claimed`` CTE
@@ -220,10 +259,11 @@ def _succeed_and_claim_sql(done: str, claim: str, *, capped: bool = False) -> st
     return f"{done}, {ctes}, claimed AS (\nUPDATE {update}\n){result}"
 
 
-def _gated_claim_sql(claim: str) -> str:
-    """``claim``'s final UPDATE as the ``claimed`` CTE, after the ``fresh`` column."""
+def _gated_claim_sql(claim: str, rated: str = "") -> str:
+    """``claim``'s final UPDATE as the ``claimed`` CTE (then ``rated``, the rate count's
+    update, when given), after the ``fresh`` column."""
     ctes, _, update = claim.strip().partition("\nUPDATE ")
-    return f"{ctes}, claimed AS (\nUPDATE {update}\n){_GATED_RESULT}"
+    return f"{ctes}, claimed AS (\nUPDATE {update}\n){rated}{_GATED_RESULT}"
 
 
 class PgTaskStatements:
@@ -259,6 +299,9 @@ class PgTaskStatements:
         )
         self._done_sql = _DONE.format(**names, succeeded=TaskStatus.SUCCEEDED.value)
         self._gate = _GATE.format(lanes=quote(lanes))
+        self._rate_gate = _RATE_GATE.format(lanes=quote(lanes))
+        self._rated = _RATED.format(lanes=quote(lanes), running=TaskStatus.RUNNING.value)
+        self._rated_claims: dict[int | None, Any] = {}
         self._claims: dict[tuple[int | None, bool, bool], Any] = {}
         self._succeed_and_claims: dict[tuple[int | None, bool, bool], Any] = {}
         t = table
@@ -361,6 +404,34 @@ class PgTaskStatements:
             statement = self._claims[key, capped, fair] = text.bindparams(
                 *_claim_params(key, capped, fair)
             ).columns(*fresh, *self._cols)
+        return statement
+
+    def rated_claim(self, limit: int) -> Any:
+        """The rescue-and-claim of a lane with a rate limit alone (see ``_RATE_GATE``;
+        the ``rate_count`` and ``rate_us`` parameters), shaped as :meth:`claim`'s capped
+        one: ``fresh``, then the claimed columns."""
+        key = limit_key(limit)
+        statement = self._rated_claims.get(key)
+        if statement is None:
+            limit_sql = _limit_sql(key)
+            pick = _PICK.format(
+                t=self._table_sql,
+                limit=limit_sql,
+                cand_limit=_RATE_LIMIT.format(limit=limit_sql),
+                late=_LATE.format(t=self._table_sql, limit=limit_sql),
+                late_union=_LATE_UNION,
+            )
+            sql = self._claim_sql(exclude="", gate=self._rate_gate, pick=pick)
+            params = [
+                *_claim_params(key, False, False),
+                sa.bindparam("rate_count", type_=sa.Integer()),
+                sa.bindparam("rate_us", type_=sa.BigInteger()),
+            ]
+            statement = self._rated_claims[key] = (
+                sa.text(_gated_claim_sql(sql, self._rated))
+                .bindparams(*params)
+                .columns(sa.column("fresh", sa.Boolean()), *self._cols)
+            )
         return statement
 
     def succeed_and_claim(self, limit: int, *, capped: bool = False, fair: bool = False) -> Any:

@@ -26,6 +26,7 @@ from ..tasks._internal import (
     MAX_TASK_CLAIM_LIMIT,
     BackgroundTaskRecord,
     TaskCompletion,
+    TaskRateLimit,
     TaskStatus,
 )
 from ._driver_hold import HeldDriverConnection
@@ -81,6 +82,7 @@ class PgTaskRunner:
         # per whether it claims under a cluster-wide limit, and whether by partitions.
         self._claims: dict[tuple[int | None, bool, bool], _Statement] = {}
         self._succeed_and_claims: dict[tuple[int | None, bool, bool], _Statement] = {}
+        self._rated_claims: dict[int | None, _Statement] = {}
         self._succeed_many = self._both(statements.succeed_many)
         self._renew_many = self._both(statements.renew_many)
         self._utc = utc_decoder(dialect)
@@ -118,14 +120,19 @@ class PgTaskRunner:
         lease_ttl: timedelta,
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
+        rate: TaskRateLimit | None = None,
     ) -> tuple[list[BackgroundTaskRecord], list[TaskStatus]]:
         """The lane's rescue-and-claim (under ``cluster_limit`` or ``partition_limit``:
-        locked, see :meth:`PgTaskStatements.claim`).
+        locked, see :meth:`PgTaskStatements.claim`; under ``rate`` alone: counted, see
+        :meth:`PgTaskStatements.rated_claim`).
 
         Returns:
             The claimed records in claim order, and the status of each row the
             rescue left unclaimed (pending again, failed or cancelled).
         """
+        if rate is not None:
+            async with self._turn(lane):
+                return await self._claim_rated(lane, limit, owner, lease_ttl, rate)
         if cluster_limit is not None or partition_limit is not None:
             async with self._turn(lane):
                 return await self._claim_fresh(
@@ -167,6 +174,33 @@ class PgTaskRunner:
             if rows[0][offset - 1]:
                 break
             rows = None
+        claimed.sort(key=lambda r: (-r.priority, r.run_at, r.id))
+        return claimed, ended
+
+    async def _claim_rated(
+        self, lane: str, limit: int, owner: str, lease_ttl: timedelta, rate: TaskRateLimit
+    ) -> tuple[list[BackgroundTaskRecord], list[TaskStatus]]:
+        """The rate-limited claim, run again when it created the lane's row (``fresh``
+        false: it claimed nothing)."""
+        key = limit_key(limit)
+        statement = self._rated_claims.get(key)
+        if statement is None:
+            built = self._statements.rated_claim(limit)
+            statement = self._rated_claims[key] = self._both(built)
+        count, period = rate
+        params = {
+            **claim_params(lane, limit, owner, lease_ttl),
+            "rate_count": count,
+            "rate_us": period // timedelta(microseconds=1),
+        }
+        claimed: list[BackgroundTaskRecord] = []
+        ended: list[TaskStatus] = []
+        for _ in range(_FRESH_ATTEMPTS):
+            rows = await self._rows("claim tasks", statement, params)
+            claimed += self._claimed(rows, 1)
+            ended += _unclaimed(rows, 1)
+            if rows[0][0]:
+                break
         claimed.sort(key=lambda r: (-r.priority, r.run_at, r.id))
         return claimed, ended
 
