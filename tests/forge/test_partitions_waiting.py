@@ -1,5 +1,5 @@
 """The lanes API and ``/metrics`` count the partitions with due tasks waiting, on every
-backend, and name the busiest."""
+backend, and name the busiest; they show the lane's per-partition rate limit."""
 
 from __future__ import annotations
 
@@ -22,7 +22,12 @@ def _samples(text: str) -> dict[str, float]:
 
 def _forge(url: str) -> tuple[Forge, ForgeTask]:
     forge = Forge(url)
-    forge.lane("tenants", concurrency=4, partition_limit=1)
+    forge.lane(
+        "tenants",
+        concurrency=4,
+        partition_limit=1,
+        partition_rate_limit=(3, timedelta(seconds=1)),
+    )
     forge.lane("media", concurrency=4)
 
     @forge.task(lane="tenants")
@@ -84,3 +89,20 @@ async def test_metrics_export_the_partitions_waiting_per_lane() -> None:
         await forge.aclose()
     assert samples['task_lane_partitions_waiting{lane="tenants"}'] == 4.0
     assert samples['task_lane_partitions_waiting{lane="media"}'] == 0.0
+    assert samples['task_lane_partition_rate_limit{lane="tenants"}'] == 3.0
+    assert samples['task_lane_partition_rate_period_seconds{lane="tenants"}'] == 1.0
+    assert not any(
+        name.startswith('task_lane_partition_rate_limit{lane="media"') for name in samples
+    )
+
+
+async def test_the_lanes_api_shows_the_partition_rate_limit() -> None:
+    forge, visit = _forge("memory://")
+    try:
+        lanes, _ = await _lanes_and_metrics(forge, visit)
+    finally:
+        await forge.aclose()
+    assert [(lane["lane"], lane["partition_rate_limit"]) for lane in lanes] == [
+        ("media", None),
+        ("tenants", {"count": 3, "period_seconds": 1.0}),
+    ]

@@ -256,6 +256,12 @@ class Lane(_Answer):
             "when the lane has a rate limit."
         )
     )
+    partition_rate_limit: LaneRateLimit | None = Field(
+        description=(
+            "The lane's cap on task starts of one partition per window across every "
+            "instance, when it has one."
+        )
+    )
     partitions_waiting: int | None = Field(
         description="How many partitions have due pending tasks (from the store)."
     )

@@ -171,12 +171,17 @@
   }
 
   function rateLabel(live) {
-    // The starts left in the lane's current rate window, of its count per period.
-    if (!live.rate_limit) return "";
-    return el("span", {
-      class: "muted lane-rate",
-      text: " · rate " + (live.rate_remaining ?? "-") + " left of " + live.rate_limit.count + " per " + duration(live.rate_limit.period_seconds),
-    });
+    // The starts left in the lane's current rate window, of its count per period, and
+    // the cap per partition.
+    const parts = [];
+    if (live.rate_limit) {
+      parts.push("rate " + (live.rate_remaining ?? "-") + " left of " + live.rate_limit.count + " per " + duration(live.rate_limit.period_seconds));
+    }
+    if (live.partition_rate_limit) {
+      parts.push(live.partition_rate_limit.count + " per " + duration(live.partition_rate_limit.period_seconds) + " per partition");
+    }
+    if (!parts.length) return "";
+    return el("span", { class: "muted lane-rate", text: " · " + parts.join(" · ") });
   }
 
   async function laneAction(lane, action) {
