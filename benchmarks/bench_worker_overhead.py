@@ -96,6 +96,7 @@ class InstantStore(InMemoryTaskStore):
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
         rate_limit: TaskRateLimit | None = None,
+        partition_rate_limit: TaskRateLimit | None = None,
     ) -> list[BackgroundTaskRecord]:
         """Up to ``limit`` of the prepared records."""
         await asyncio.sleep(0)
@@ -117,6 +118,7 @@ class InstantStore(InMemoryTaskStore):
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
         rate_limit: TaskRateLimit | None = None,
+        partition_rate_limit: TaskRateLimit | None = None,
     ) -> tuple[list[bool], list[BackgroundTaskRecord]]:
         """Count the successes and hand out up to ``limit`` more records."""
         await asyncio.sleep(0)

@@ -829,9 +829,60 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         (
             "tests/db/test_task_store.py::"
-            "test_db_store[postgres-check_racing_claims_never_exceed_the_rate_in_any_window]",
+            "test_db_store[mysql-check_racing_claims_never_exceed_the_rate_in_any_window]",
             "tests/db/test_rate_limit_processes.py::"
             "test_no_window_sees_more_starts_than_the_rate_with_an_instance_killed",
+        ),
+    ),
+    Mutant(
+        "pg-rate-count-ignored",
+        "PostgreSQL's one-statement rate-limited claim takes its limit, not the budget left",
+        (
+            Edit(
+                "src/aster_forge/db/sql/postgresql.sql",
+                "THEN (SELECT n FROM rate_left) ELSE 0 END",
+                "THEN {limit} ELSE 0 END",
+            ),
+        ),
+        (
+            "tests/db/test_task_store.py::"
+            "test_db_store[postgres-check_racing_claims_never_exceed_the_rate_in_any_window]",
+            "tests/db/test_rate_limit_processes.py::"
+            "test_no_window_sees_more_starts_than_the_rate_with_an_instance_killed[postgres]",
+        ),
+    ),
+    Mutant(
+        "pg-rate-row-not-locked",
+        "PostgreSQL's rate-limited claim reads the lane's count without locking its row",
+        (
+            Edit(
+                "src/aster_forge/db/sql/postgresql.sql",
+                "FROM {lanes} WHERE lane = :lane FOR UPDATE",
+                "FROM {lanes} WHERE lane = :lane",
+            ),
+        ),
+        (
+            "tests/db/test_task_store.py::"
+            "test_db_store[postgres-check_racing_claims_never_exceed_the_rate_in_any_window]",
+            "tests/db/test_rate_limit_processes.py::"
+            "test_no_window_sees_more_starts_than_the_rate_with_an_instance_killed[postgres]",
+        ),
+    ),
+    Mutant(
+        "partition-rate-budget-ignored",
+        "a claim under a partition rate limit takes a spent partition's tasks",
+        (
+            Edit(
+                "src/aster_forge/db/_tasks_partitioned.py",
+                "ranked.c.turn + sa.func.coalesce(spent.c.spent, 0) <= budget.count",
+                "ranked.c.turn + sa.func.coalesce(spent.c.spent, 0) >= 0 - budget.count",
+            ),
+        ),
+        (
+            "tests/db/test_task_store.py::"
+            "test_db_store[sqlite-check_partition_rate_limit_skips_spent_partitions]",
+            "tests/db/test_partition_rate_processes.py::"
+            "test_no_partition_starts_more_than_its_rate_in_any_window",
         ),
     ),
     Mutant(

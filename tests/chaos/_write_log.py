@@ -111,6 +111,7 @@ class LoggingStore(BackgroundTaskDbStore):
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
         rate_limit: TaskRateLimit | None = None,
+        partition_rate_limit: TaskRateLimit | None = None,
     ) -> tuple[list[bool], list[BackgroundTaskRecord]]:
         parent = super().mark_tasks_succeeded_and_claim
 
@@ -126,6 +127,7 @@ class LoggingStore(BackgroundTaskDbStore):
                     cluster_limit=cluster_limit,
                     partition_limit=partition_limit,
                     rate_limit=rate_limit,
+                    partition_rate_limit=partition_rate_limit,
                 )
             finally:
                 self._combined = False

@@ -26,6 +26,7 @@ REFERENCE_TABLES = {
     "background_tasks",
     "background_tasks_deps",
     "background_tasks_lanes",
+    "background_tasks_partition_rates",
     "runtime_leases",
     "scheduled_tasks",
 }
@@ -88,6 +89,7 @@ def test_tasks_commands_use_the_table_option_and_its_env_var(tmp_path: Path) -> 
         "shop_tasks",
         "shop_tasks_deps",
         "shop_tasks_lanes",
+        "shop_tasks_partition_rates",
         "runtime_leases",
         "scheduled_tasks",
     }

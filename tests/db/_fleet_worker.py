@@ -2,8 +2,9 @@
 
 Serves one lane (4 slots in this process) whose task sleeps: ``MODE`` says which
 cluster-wide setting the lane declares with ``VALUE`` (0: none) - ``cluster`` (lane
-``capped``, ``cluster_limit``), ``partition`` (lane ``tenants``, ``partition_limit``) or
-``rate`` (lane ``metered``, ``rate_limit=(VALUE, PERIOD)``). Leases last one second,
+``capped``, ``cluster_limit``), ``partition`` (lane ``tenants``, ``partition_limit``),
+``rate`` (lane ``metered``, ``rate_limit=(VALUE, PERIOD)``) or ``partition_rate`` (lane
+``tenant_calls``, ``partition_rate_limit=(VALUE, PERIOD)``). Leases last one second,
 so a killed instance's tasks come back within about that. Prints ``ready`` once its
 worker runs, then runs until killed.
 """
@@ -35,8 +36,8 @@ class Mode:
     def lane_options(self, value: int) -> dict[str, Any]:
         if not value:
             return {}
-        if self.setting == "rate_limit":
-            return {"rate_limit": (value, PERIOD)}
+        if self.setting in ("rate_limit", "partition_rate_limit"):
+            return {self.setting: (value, PERIOD)}
         return {self.setting: value}
 
 
@@ -44,6 +45,7 @@ MODES = {
     "cluster": Mode("capped", "nap", 0.04, "cluster_limit"),
     "partition": Mode("tenants", "visit", 0.04, "partition_limit"),
     "rate": Mode("metered", "call", 0.02, "rate_limit"),
+    "partition_rate": Mode("tenant_calls", "tenant_call", 0.02, "partition_rate_limit"),
 }
 
 

@@ -521,6 +521,7 @@ class _RecordingStore(BackgroundTaskDbStore):
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
         rate_limit: TaskRateLimit | None = None,
+        partition_rate_limit: TaskRateLimit | None = None,
     ) -> tuple[list[bool], list[BackgroundTaskRecord]]:
         self.batches.append(len(completions))
         results = await super().mark_tasks_succeeded_and_claim(
@@ -532,6 +533,7 @@ class _RecordingStore(BackgroundTaskDbStore):
             cluster_limit=cluster_limit,
             partition_limit=partition_limit,
             rate_limit=rate_limit,
+            partition_rate_limit=partition_rate_limit,
         )
         self.written += sum(results[0])
         if self.written >= self.total:

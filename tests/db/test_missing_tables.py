@@ -75,6 +75,7 @@ async def test_ensure_tables_names_every_missing_table_or_creates_them(
         "background_tasks",
         "background_tasks_deps",
         "background_tasks_lanes",
+        "background_tasks_partition_rates",
         "runtime_leases",
         "scheduled_tasks",
     )
@@ -85,6 +86,7 @@ async def test_ensure_tables_names_every_missing_table_or_creates_them(
     assert raised.value.tables == (
         "background_tasks_deps",
         "background_tasks_lanes",
+        "background_tasks_partition_rates",
         "runtime_leases",
         "scheduled_tasks",
     )

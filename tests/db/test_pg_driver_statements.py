@@ -262,3 +262,28 @@ async def test_a_cancelled_statement_discards_its_connection(postgres_url: str) 
 
     async with pg_engine(postgres_url, pool_size=1, max_overflow=0, pool_timeout=5) as engine:
         await _behind_a_lock(engine, postgres_url, cancel)
+
+
+@pytest.mark.parametrize("driver", _PATHS)
+async def test_a_rate_limited_claim_counts_its_starts_in_its_one_statement(
+    postgres_url: str, driver: bool
+) -> None:
+    """The first claim creates the lane's row and runs again; each claim takes at most
+    what the window has left and adds it to the count, on both paths."""
+    century = timedelta(days=36525)  # no window boundary to cross
+    async with pg_engine(postgres_url) as engine:
+        store = _store(engine, driver=driver)
+        await store.enqueue_many([NewTask("k", "metered", payload_json=str(n)) for n in range(5)])
+        first = await store.claim_due_for_lane("metered", 2, "w1", _TTL, rate_limit=(3, century))
+        assert [r.payload_json for r in first] == ["0", "1"]
+        for got, want in zip(
+            first, await read_back(engine, store, [r.id for r in first]), strict=True
+        ):
+            assert_same(got, want)
+        more = await store.claim_due_for_lane("metered", 5, "w2", _TTL, rate_limit=(3, century))
+        assert [r.payload_json for r in more] == ["2"]
+        spent = await store.claim_due_for_lane("metered", 5, "w2", _TTL, rate_limit=(3, century))
+        assert spent == []
+        [state] = await store.lane_states(["metered"])
+        unix_epoch = datetime(1970, 1, 1, tzinfo=UTC)
+        assert (state.rate_window_start, state.rate_started) == (unix_epoch, 3)

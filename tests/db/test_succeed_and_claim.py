@@ -103,6 +103,7 @@ class _ClaimFails(BackgroundTaskDbStore):
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
         rate_limit: TaskRateLimit | None = None,
+        partition_rate_limit: TaskRateLimit | None = None,
     ) -> list[BackgroundTaskRecord]:
         if owner == "w2":
             raise DatabaseUnavailableError("connection lost", operation="claim tasks")
@@ -114,6 +115,7 @@ class _ClaimFails(BackgroundTaskDbStore):
             cluster_limit=cluster_limit,
             partition_limit=partition_limit,
             rate_limit=rate_limit,
+            partition_rate_limit=partition_rate_limit,
         )
 
 

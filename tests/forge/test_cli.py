@@ -45,7 +45,8 @@ async def test_migrate_then_worker_runs_tasks_and_serves_health(
     migrated = await asyncio.to_thread(_run, "migrate", TARGET, url=forge_url)
     assert migrated.returncode == 0, migrated.stderr
     assert (
-        "background_tasks, background_tasks_deps, background_tasks_lanes, runtime_leases, "
+        "background_tasks, background_tasks_deps, background_tasks_lanes, "
+        "background_tasks_partition_rates, runtime_leases, "
         "scheduled_tasks"
     ) in (migrated.stdout)
     port = free_port()

@@ -79,6 +79,17 @@ def test_a_bad_rate_limit_is_an_error(bad: object) -> None:
     assert forge.lane_rate_limits == {"metered": (10, timedelta(minutes=1))}
 
 
+@pytest.mark.parametrize("bad", [5, (0, timedelta(seconds=1)), (2, timedelta(0))])
+def test_a_bad_partition_rate_limit_is_an_error(bad: object) -> None:
+    forge = _memory()
+    with pytest.raises(ForgeDeclarationError, match="lane 'api': partition_rate_limit"):
+        forge.lane("api", concurrency=2, partition_rate_limit=bad)  # type: ignore[arg-type]
+    assert "api" not in forge.lanes
+    forge.lane("tenants", concurrency=8, partition_rate_limit=(3, timedelta(seconds=1)))
+    assert forge.lane_partition_rate_limits == {"tenants": (3, timedelta(seconds=1))}
+    assert forge.lane_rate_limits == {}
+
+
 def test_a_task_name_declared_twice_is_an_error() -> None:
     forge = _memory()
     forge.task(name="thumbnail")(_noop)

@@ -33,6 +33,7 @@ async def test_create_all_from_forge_metadata_gives_every_table_the_stores_use(
         "background_tasks",
         "background_tasks_deps",
         "background_tasks_lanes",
+        "background_tasks_partition_rates",
         "runtime_leases",
         "scheduled_tasks",
     }

@@ -19,6 +19,7 @@ _ALL = (
     "background_tasks",
     "background_tasks_deps",
     "background_tasks_lanes",
+    "background_tasks_partition_rates",
     "runtime_leases",
     "scheduled_tasks",
 )

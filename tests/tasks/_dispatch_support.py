@@ -220,6 +220,7 @@ class ProxyStore(TaskStoreBase[BackgroundTaskRecord, str]):
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
         rate_limit: TaskRateLimit | None = None,
+        partition_rate_limit: TaskRateLimit | None = None,
     ) -> Sequence[BackgroundTaskRecord]:
         self.claim_lanes.append(str(lane))
         if self.claim_errors:
@@ -233,6 +234,7 @@ class ProxyStore(TaskStoreBase[BackgroundTaskRecord, str]):
             cluster_limit=cluster_limit,
             partition_limit=partition_limit,
             rate_limit=rate_limit,
+            partition_rate_limit=partition_rate_limit,
         )
 
     async def renew_task_lease(self, lease: TaskLease, lease_ttl: timedelta) -> TaskLease | None:

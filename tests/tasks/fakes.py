@@ -61,6 +61,7 @@ class FakeStepStore(TaskStoreBase[BackgroundTaskRecord, str]):
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
         rate_limit: TaskRateLimit | None = None,
+        partition_rate_limit: TaskRateLimit | None = None,
     ) -> list[BackgroundTaskRecord]:
         return []
 

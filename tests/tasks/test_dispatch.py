@@ -163,6 +163,7 @@ async def test_claims_record_latency_lag_and_rescues(
             cluster_limit: int | None = None,
             partition_limit: int | None = None,
             rate_limit: TaskRateLimit | None = None,
+            partition_rate_limit: TaskRateLimit | None = None,
         ) -> Sequence[BackgroundTaskRecord]:
             await clock.advance(0.25)
             return await super().claim_due_for_lane(
@@ -173,6 +174,7 @@ async def test_claims_record_latency_lag_and_rescues(
                 cluster_limit=cluster_limit,
                 partition_limit=partition_limit,
                 rate_limit=rate_limit,
+                partition_rate_limit=partition_rate_limit,
             )
 
     stats = DispatchStatsRecorder()

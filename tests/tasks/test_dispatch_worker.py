@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -14,6 +15,7 @@ from aster_forge.runtime import CancellationToken
 from aster_forge.tasks import DispatchPollConfig, TaskLaneConfig, TaskStoreBase, TaskWorker
 from aster_forge.tasks._dispatch import DispatchWakeSignal
 from aster_forge.tasks._rate_limit import TaskRateLimit, rate_window_end
+from aster_forge.tasks.errors import TaskDispatchConfigError
 from aster_forge.testing import InMemoryTaskStore, ManualClock
 
 from ._dispatch_support import (
@@ -154,6 +156,7 @@ async def test_empty_polls_and_store_errors_back_off_then_recover(
             cluster_limit: int | None = None,
             partition_limit: int | None = None,
             rate_limit: TaskRateLimit | None = None,
+            partition_rate_limit: TaskRateLimit | None = None,
         ) -> Sequence[BackgroundTaskRecord]:
             if not drains or drains[-1] != clock.monotonic():
                 drains.append(clock.monotonic())
@@ -165,6 +168,7 @@ async def test_empty_polls_and_store_errors_back_off_then_recover(
                 cluster_limit=cluster_limit,
                 partition_limit=partition_limit,
                 rate_limit=rate_limit,
+                partition_rate_limit=partition_rate_limit,
             )
 
     proxy = Timed(store)
@@ -364,6 +368,54 @@ async def test_a_rate_limited_lane_sleeps_until_its_window_refills(
     await running
 
 
+async def test_a_spent_partition_rate_sleeps_until_the_partitions_refill(
+    store: InMemoryTaskStore, clock: ManualClock
+) -> None:
+    """Each partition's budget spent (one start per window each), the lane claims
+    nothing more until the window ends, while the other lane's polls go on; then each
+    partition starts one more."""
+    harness = Harness()
+    proxy = ProxyStore(store)
+    period = timedelta(seconds=30)
+    await enqueue(
+        store,
+        *(
+            replace(new_task(Kind.RENDER, f"{tenant}{i}"), partition=tenant)
+            for tenant in ("a", "b")
+            for i in range(3)
+        ),
+    )
+    worker = TaskWorker(
+        proxy,
+        lanes=[
+            TaskLaneConfig(Lane.MEDIA, 5, partition_rate_limit=(1, period)),
+            TaskLaneConfig(Lane.FALLBACK, 1),
+        ],
+        execution=make_config(harness, clock),
+        owner="worker-1",
+    )
+    every_second = DispatchPollConfig(
+        base_interval=timedelta(seconds=1), max_interval=timedelta(seconds=1)
+    )
+    shutdown = CancellationToken()
+    running = _start(worker, shutdown, clock, poll=every_second)
+    await until(lambda: len(harness.finished) == 2)
+    await clock.wait_for_sleepers(1)
+    media_claims = proxy.claim_lanes.count(Lane.MEDIA)
+    fallback_claims = proxy.claim_lanes.count(Lane.FALLBACK)
+    left = rate_window_end(clock.now(), period) - clock.now()
+    for _ in range(int(left.total_seconds()) - 1):
+        await clock.advance(1)
+        await clock.wait_for_sleepers(1)
+    assert proxy.claim_lanes.count(Lane.MEDIA) == media_claims, "polled spent partitions"
+    assert proxy.claim_lanes.count(Lane.FALLBACK) > fallback_claims  # the loop kept polling
+    await clock.advance(1)  # the window ends: every partition's budget refills
+    await until(lambda: len(harness.finished) == 4)
+    assert proxy.claim_lanes.count(Lane.MEDIA) == media_claims + 1
+    shutdown.cancel()
+    await running
+
+
 def _rated_worker(
     store: TaskStoreBase[BackgroundTaskRecord, str],
     harness: Harness,
@@ -421,3 +473,9 @@ async def test_a_wake_lets_a_rate_limited_lane_start_new_work_at_once(
     assert clock.monotonic() == 0.0
     shutdown.cancel()
     await running
+
+
+@pytest.mark.parametrize("bad", [(0, timedelta(seconds=1)), (1, timedelta(0)), 3])
+def test_a_bad_partition_rate_limit_is_a_config_error(bad: object) -> None:
+    with pytest.raises(TaskDispatchConfigError, match=r"lane .*: partition_rate_limit"):
+        TaskLaneConfig(Lane.MEDIA, 1, partition_rate_limit=bad)  # type: ignore[arg-type]

@@ -273,6 +273,7 @@ class _HeldClaimStore(InMemoryTaskStore):
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
         rate_limit: TaskRateLimit | None = None,
+        partition_rate_limit: TaskRateLimit | None = None,
     ) -> list[object]:
         self.claiming.set()
         await self.gate.wait()
@@ -284,6 +285,7 @@ class _HeldClaimStore(InMemoryTaskStore):
             cluster_limit=cluster_limit,
             partition_limit=partition_limit,
             rate_limit=rate_limit,
+            partition_rate_limit=partition_rate_limit,
         )
         return list(claimed)
 

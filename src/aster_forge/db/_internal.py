@@ -5,7 +5,7 @@ Not a public API: products import from :mod:`aster_forge.db`.
 
 from __future__ import annotations
 
-from ._tables import BACKGROUND_TASKS_TABLE
+from ._tables import BACKGROUND_TASKS_TABLE, partition_rates_table
 from ._tasks import DEFAULT_TASK_NOTIFY_CHANNEL
 from ._url import normalize_database_url
 
@@ -13,4 +13,5 @@ __all__ = [
     "BACKGROUND_TASKS_TABLE",
     "DEFAULT_TASK_NOTIFY_CHANNEL",
     "normalize_database_url",
+    "partition_rates_table",
 ]

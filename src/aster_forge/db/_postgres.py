@@ -31,6 +31,7 @@ from ..tasks._internal import (
     EnqueueResult,
     TaskCompletion,
     TaskFailureReason,
+    TaskRateLimit,
     TaskStatus,
 )
 from ._driver_hold import HeldDriverConnection
@@ -215,6 +216,9 @@ _CLUSTER_LIMIT = POSTGRESQL["cluster_limit"]
 _COUNTED_DONE = " " + POSTGRESQL["counted_done"]
 _FRESH = POSTGRESQL["fresh"] + "\n       "
 _GATED_RESULT = "\n" + POSTGRESQL["gated_result"] + "\n"
+_RATE_GATE = POSTGRESQL["rate_gate"]
+_RATE_LIMIT = POSTGRESQL["rate_limit"]
+_RATED = POSTGRESQL["rated"]
 
 
 def _succeed_and_claim_sql(done: str, claim: str, *, capped: bool = False) -> str:
@@ -225,10 +229,11 @@ def _succeed_and_claim_sql(done: str, claim: str, *, capped: bool = False) -> st
     return f"{done}, {ctes}, claimed AS (\nUPDATE {update}\n){result}"
 
 
-def _gated_claim_sql(claim: str) -> str:
-    """``claim``'s final UPDATE as the ``claimed`` CTE, after the ``fresh`` column."""
+def _gated_claim_sql(claim: str, rated: str = "") -> str:
+    """``claim``'s final UPDATE as the ``claimed`` CTE (then ``rated``, the rate count's
+    update, when given), after the ``fresh`` column."""
     ctes, _, update = claim.strip().partition("\nUPDATE ")
-    return f"{ctes}, claimed AS (\nUPDATE {update}\n){_GATED_RESULT}"
+    return f"{ctes}, claimed AS (\nUPDATE {update}\n){rated}{_GATED_RESULT}"
 
 
 class PgTaskStatements:
@@ -264,6 +269,9 @@ class PgTaskStatements:
         )
         self._done_sql = _DONE.format(**names, succeeded=TaskStatus.SUCCEEDED.value)
         self._gate = _GATE.format(lanes=quote(lanes))
+        self._rate_gate = _RATE_GATE.format(lanes=quote(lanes))
+        self._rated = _RATED.format(lanes=quote(lanes), running=TaskStatus.RUNNING.value)
+        self._rated_claims: dict[int | None, Any] = {}
         self._claims: dict[tuple[int | None, bool, bool], Any] = {}
         self._succeed_and_claims: dict[tuple[int | None, bool, bool], Any] = {}
         t = table
@@ -367,6 +375,34 @@ class PgTaskStatements:
             statement = self._claims[key, capped, fair] = text.bindparams(
                 *_claim_params(key, capped, fair)
             ).columns(*fresh, *self._cols)
+        return statement
+
+    def rated_claim(self, limit: int) -> Any:
+        """The rescue-and-claim of a lane with a rate limit alone (see ``rate_gate`` in
+        sql/postgresql.sql; the ``rate_count`` and ``rate_us`` parameters), shaped as
+        :meth:`claim`'s capped one: ``fresh``, then the claimed columns."""
+        key = limit_key(limit)
+        statement = self._rated_claims.get(key)
+        if statement is None:
+            limit_sql = _limit_sql(key)
+            pick = _PICK.format(
+                t=self._table_sql,
+                limit=limit_sql,
+                cand_limit=_RATE_LIMIT.format(limit=limit_sql),
+                late=_LATE.format(t=self._table_sql, limit=limit_sql),
+                late_union=_LATE_UNION,
+            )
+            sql = self._claim_sql(exclude="", gate=self._rate_gate, pick=pick)
+            params = [
+                *_claim_params(key, False, False),
+                sa.bindparam("rate_count", type_=sa.Integer()),
+                sa.bindparam("rate_us", type_=sa.BigInteger()),
+            ]
+            statement = self._rated_claims[key] = (
+                sa.text(_gated_claim_sql(sql, self._rated))
+                .bindparams(*params)
+                .columns(sa.column("fresh", sa.Boolean()), *self._cols)
+            )
         return statement
 
     def succeed_and_claim(self, limit: int, *, capped: bool = False, fair: bool = False) -> Any:
@@ -857,6 +893,7 @@ class PgTaskRunner:
         # per whether it claims under a cluster-wide limit, and whether by partitions.
         self._claims: dict[tuple[int | None, bool, bool], _Statement] = {}
         self._succeed_and_claims: dict[tuple[int | None, bool, bool], _Statement] = {}
+        self._rated_claims: dict[int | None, _Statement] = {}
         self._succeed_many = self._both(statements.succeed_many)
         self._renew_many = self._both(statements.renew_many)
         self._utc = utc_decoder(dialect)
@@ -894,14 +931,19 @@ class PgTaskRunner:
         lease_ttl: timedelta,
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
+        rate: TaskRateLimit | None = None,
     ) -> tuple[list[BackgroundTaskRecord], list[TaskStatus]]:
         """The lane's rescue-and-claim (under ``cluster_limit`` or ``partition_limit``:
-        locked, see :meth:`PgTaskStatements.claim`).
+        locked, see :meth:`PgTaskStatements.claim`; under ``rate`` alone: counted, see
+        :meth:`PgTaskStatements.rated_claim`).
 
         Returns:
             The claimed records in claim order, and the status of each row the
             rescue left unclaimed (pending again, failed or cancelled).
         """
+        if rate is not None:
+            async with self._turn(lane):
+                return await self._claim_rated(lane, limit, owner, lease_ttl, rate)
         if cluster_limit is not None or partition_limit is not None:
             async with self._turn(lane):
                 return await self._claim_fresh(
@@ -943,6 +985,33 @@ class PgTaskRunner:
             if rows[0][offset - 1]:
                 break
             rows = None
+        claimed.sort(key=lambda r: (-r.priority, r.run_at, r.id))
+        return claimed, ended
+
+    async def _claim_rated(
+        self, lane: str, limit: int, owner: str, lease_ttl: timedelta, rate: TaskRateLimit
+    ) -> tuple[list[BackgroundTaskRecord], list[TaskStatus]]:
+        """The rate-limited claim, run again when it created the lane's row (``fresh``
+        false: it claimed nothing)."""
+        key = limit_key(limit)
+        statement = self._rated_claims.get(key)
+        if statement is None:
+            built = self._statements.rated_claim(limit)
+            statement = self._rated_claims[key] = self._both(built)
+        count, period = rate
+        params = {
+            **claim_params(lane, limit, owner, lease_ttl),
+            "rate_count": count,
+            "rate_us": period // timedelta(microseconds=1),
+        }
+        claimed: list[BackgroundTaskRecord] = []
+        ended: list[TaskStatus] = []
+        for _ in range(_FRESH_ATTEMPTS):
+            rows = await self._rows("claim tasks", statement, params)
+            claimed += self._claimed(rows, 1)
+            ended += _unclaimed(rows, 1)
+            if rows[0][0]:
+                break
         claimed.sort(key=lambda r: (-r.priority, r.run_at, r.id))
         return claimed, ended
 

@@ -42,8 +42,11 @@ __all__ = [
     "create_scheduled_tasks_table",
     "define_deps_table",
     "define_lanes_table",
+    "define_partition_rates_table",
     "deps_table_name",
     "lanes_table_name",
+    "partition_rates_table",
+    "partition_rates_table_name",
     "record_from_row",
     "record_from_values",
     "runtime_leases_table",
@@ -139,7 +142,9 @@ def background_tasks_table(
     The dependency table ``<name>_deps`` (:func:`task_deps_table`) holds workflow edges.
 
     The lane state table ``<name>_lanes`` (:func:`task_lanes_table`) is defined on the
-    same ``metadata``: claims read it to skip paused lanes.
+    same ``metadata``: claims read it to skip paused lanes. The partition rate table
+    ``<name>_partition_rates`` is too: claims of a lane with a ``partition_rate_limit``
+    count each partition's starts per window in it.
 
     Args:
         metadata: The caller's ``MetaData`` (e.g. the product's migration metadata).
@@ -251,6 +256,7 @@ def background_tasks_table(
     )
     define_lanes_table(metadata, lanes_table_name(name))
     define_deps_table(metadata, deps_table_name(name))
+    define_partition_rates_table(metadata, partition_rates_table_name(name))
     return table
 
 
@@ -272,6 +278,15 @@ def task_deps_table(tasks: sa.Table) -> sa.Table:
     already defines it. Create it in your migration beside the task table.
     """
     return define_deps_table(tasks.metadata, deps_table_name(tasks.name))
+
+
+def partition_rates_table(tasks: sa.Table) -> sa.Table:
+    """The partition rate table of the task table ``tasks``: ``<name>_partition_rates``
+    on its metadata (see ``_task_partition_rates``); :func:`background_tasks_table`
+    already defines it. Create it in your migration beside the task table: claims of a
+    lane with a ``partition_rate_limit`` count each partition's starts in it.
+    """
+    return define_partition_rates_table(tasks.metadata, partition_rates_table_name(tasks.name))
 
 
 async def create_background_tasks_table(
@@ -297,11 +312,13 @@ async def create_background_tasks_table(
     target = table if table is not None else background_tasks_table(sa.MetaData(), name)
     lanes = task_lanes_table(target)
     deps = task_deps_table(target)
+    rates = partition_rates_table(target)
 
     def create(sync: Any) -> None:
         target.create(sync, checkfirst=True)
         lanes.create(sync, checkfirst=True)
         deps.create(sync, checkfirst=True)
+        rates.create(sync, checkfirst=True)
 
     if isinstance(engine_or_conn, AsyncConnection):
         await engine_or_conn.run_sync(create)
@@ -410,6 +427,34 @@ def define_lanes_table(metadata: sa.MetaData, name: str) -> sa.Table:
 def deps_table_name(tasks_table_name: str) -> str:
     """The dependency table of a task table: ``<tasks table>_deps``."""
     return f"{tasks_table_name}_deps"
+
+
+def partition_rates_table_name(tasks_table_name: str) -> str:
+    """The partition rate table of a task table: ``<tasks table>_partition_rates``."""
+    return f"{tasks_table_name}_partition_rates"
+
+
+def define_partition_rates_table(metadata: sa.MetaData, name: str) -> sa.Table:
+    """Define (or return) the partition rate table.
+
+    Columns: ``lane`` and ``partition_key`` (the primary key), ``window_start`` (the
+    window the partition's starts were counted in last, aware UTC) and ``started``
+    (the starts counted in it).
+    """
+    existing = metadata.tables.get(name)
+    if existing is not None:
+        return existing
+    return sa.Table(
+        name,
+        metadata,
+        sa.Column("lane", sa.String(MAX_TASK_KIND_LENGTH), primary_key=True),
+        sa.Column("partition_key", sa.String(MAX_TASK_PARTITION_LENGTH), primary_key=True),
+        sa.Column("window_start", UtcDateTime(), nullable=False),
+        sa.Column("started", sa.Integer(), nullable=False),
+        mysql_engine="InnoDB",
+        mysql_charset="utf8mb4",
+        mysql_collate="utf8mb4_bin",
+    )
 
 
 def define_deps_table(metadata: sa.MetaData, name: str) -> sa.Table:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -35,6 +36,7 @@ from ._sqlite import ClaimsNotAllHeld, DriverStatement, SqliteTaskStatements
 from ._tables import (
     CORE_COLUMNS,
     background_tasks_table,
+    partition_rates_table,
     record_from_row,
     task_deps_table,
     task_lanes_table,
@@ -46,6 +48,7 @@ from ._task_lanes import (
     rate_budget_left,
     record_rate_starts,
 )
+from ._task_partition_rates import PartitionBudget, partition_budget, record_partition_starts
 from ._tasks_admin import TaskAdminMixin
 from ._tasks_control import TaskControlMixin
 from ._tasks_effects import DbTaskTransaction
@@ -143,6 +146,7 @@ class BackgroundTaskDbStore(
         self._registry = registry
         self._table = table if table is not None else background_tasks_table(sa.MetaData())
         self._lanes = task_lanes_table(self._table)
+        self._partition_rates = partition_rates_table(self._table)
         # The database's own statements: chosen once, here.
         backend_sql = self._backend_sql = backend_sql_for(engine)
         clock = clock if clock is not None else SystemClock()
@@ -227,6 +231,7 @@ class BackgroundTaskDbStore(
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
         rate_limit: TaskRateLimit | None = None,
+        partition_rate_limit: TaskRateLimit | None = None,
     ) -> list[BackgroundTaskRecord]:
         """Rescue expired leases of ``lane``, then claim up to ``limit`` due tasks.
 
@@ -243,17 +248,38 @@ class BackgroundTaskDbStore(
         fresh snapshots, under READ COMMITTED), then the rescue, the running counts and
         the fair pick (see ``_tasks_partitioned``).
 
-        With ``rate_limit`` every backend takes that portable path too, and reads and
-        counts the window's starts in the locked lane row (see ``_claim_rated``);
-        lanes without one never read those columns.
+        With ``rate_limit`` alone, PostgreSQL claims in one statement that locks the
+        lane row and counts the window's starts in it (``PgTaskStatements.rated_claim``);
+        otherwise every backend takes that portable path too, and reads and counts the
+        window's starts in the locked lane row (see ``_claim_rated``); lanes without
+        one never read those columns. So does ``partition_rate_limit``,
+        which counts each partition's starts in the partition rate table (see
+        ``_task_partition_rates``) and leaves spent partitions out of the fair pick.
         """
         lane_value = check_claim_args(lane, owner, lease_ttl, limit, cluster_limit, partition_limit)
         rate = check_claim_rate_limit(rate_limit)
+        partition_rate = check_claim_rate_limit(partition_rate_limit, "partition_rate_limit")
         if limit <= 0:
             return []
-        if rate is not None:
+        # A rate limit alone claims in one statement on PostgreSQL (see
+        # PgTaskStatements.rated_claim); with other limits, on the portable path.
+        alone = partition_rate is None and cluster_limit is None and partition_limit is None
+        pg = self._pg_run if alone and lease_ttl < _SATURATING_DELTA else None
+        if rate is not None and pg is not None:
+            claimed, ended = await pg.claim(lane_value, limit, owner, lease_ttl, rate=rate)
+            self._count_ended(lane_value, ended)
+            self._note_claims(claimed)
+            return claimed
+        if rate is not None or partition_rate is not None:
             return await self._claim_rated(
-                lane_value, limit, owner, lease_ttl, cluster_limit, partition_limit, rate
+                lane_value,
+                limit,
+                owner,
+                lease_ttl,
+                cluster_limit,
+                partition_limit,
+                rate,
+                partition_rate,
             )
         if self._pg_run is not None and lease_ttl < _SATURATING_DELTA:
             claimed, ended = await self._pg_run.claim(
@@ -334,30 +360,45 @@ class BackgroundTaskDbStore(
         lease_ttl: timedelta,
         cluster_limit: int | None,
         partition_limit: int | None,
-        rate: TaskRateLimit,
+        rate: TaskRateLimit | None,
+        partition_rate: TaskRateLimit | None,
     ) -> list[BackgroundTaskRecord]:
-        """A rate-limited claim: under the lane row's lock, at most the window's budget.
+        """A rate-limited claim: under the lane row's lock, at most the window's budget
+        of the lane (``rate``) and of each partition (``partition_rate``).
 
         The window comes from the same "now" the claim writes as ``started_at`` (on
         PostgreSQL the transaction's ``now()``, read once), so every start is counted
         in the window its ``started_at`` falls in.
         """
-        count, period = rate
 
         async def body(
             conn: AsyncConnection,
         ) -> tuple[list[BackgroundTaskRecord], list[TaskStatus]]:
             now, at, counted = await self._lock_rated_lane(conn, lane)
             ended = await self._rescue(conn, lane, now)
-            window = rate_window(at, period)
-            room = min(limit, rate_budget_left(counted, window, count))
+            room = limit
+            if rate is not None:
+                window = rate_window(at, rate[1])
+                room = min(limit, rate_budget_left(counted, window, rate[0]))
             if cluster_limit is not None and room > 0:
                 room = min(room, cluster_limit - await self._running_in(conn, lane))
             if room <= 0:
                 return [], ended
-            claimed = await self._claim(conn, lane, room, owner, lease_ttl, now, partition_limit)
-            if claimed:
+            budget = None
+            if partition_rate is not None:
+                part_window = rate_window(at, partition_rate[1])
+                rates = self._partition_rates
+                budget = partition_budget(rates, lane, part_window, partition_rate[0])
+            claimed = await self._claim(
+                conn, lane, room, owner, lease_ttl, now, partition_limit, budget
+            )
+            if claimed and rate is not None:
                 await record_rate_starts(conn, self._lanes, lane, window, len(claimed))
+            if claimed and partition_rate is not None:
+                started = Counter(r.partition_key for r in claimed if r.partition_key is not None)
+                await record_partition_starts(
+                    conn, rates, self._backend_sql, lane, part_window, started
+                )
             return claimed, ended
 
         records, ended = await self._sql.run("claim tasks", body)
@@ -476,11 +517,14 @@ class BackgroundTaskDbStore(
         lease_ttl: timedelta,
         now: DbNow,
         partition_limit: int | None = None,
+        budget: PartitionBudget | None = None,
     ) -> list[BackgroundTaskRecord]:
         t = self._table
         now_expr = now.expr
-        if partition_limit is not None:
-            return await self._claim_fair(conn, lane, limit, owner, lease_ttl, now, partition_limit)
+        if partition_limit is not None or budget is not None:
+            return await self._claim_fair(
+                conn, lane, limit, owner, lease_ttl, now, partition_limit, budget
+            )
         due = (
             sa.select(t.c.id)
             .where(t.c.lane == lane, t.c.status == _PENDING, t.c.run_at <= now_expr)
@@ -510,12 +554,13 @@ class BackgroundTaskDbStore(
         owner: str,
         lease_ttl: timedelta,
         now: DbNow,
-        partition_limit: int,
+        partition_limit: int | None,
+        budget: PartitionBudget | None = None,
     ) -> list[BackgroundTaskRecord]:
         """The partitioned claim (see ``_tasks_partitioned``), under the lane's row lock."""
         t = self._table
         now_expr = now.expr
-        due = fair_due(t, self._lanes, lane, now_expr, partition_limit, limit)
+        due = fair_due(t, self._lanes, lane, now_expr, partition_limit, limit, budget)
         prefix = uuid.uuid4().hex + "-"
         token = sa.literal(prefix, sa.String()) + sa.cast(t.c.id, sa.String())
         values = {
@@ -719,6 +764,7 @@ class BackgroundTaskDbStore(
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
         rate_limit: TaskRateLimit | None = None,
+        partition_rate_limit: TaskRateLimit | None = None,
     ) -> tuple[list[bool], list[BackgroundTaskRecord]]:
         """:meth:`mark_tasks_succeeded_many`, then :meth:`claim_due_for_lane` for the freed slots.
 
@@ -734,6 +780,7 @@ class BackgroundTaskDbStore(
         """
         lane_value = check_claim_args(lane, owner, lease_ttl, limit, cluster_limit, partition_limit)
         check_claim_rate_limit(rate_limit)
+        check_claim_rate_limit(partition_rate_limit, "partition_rate_limit")
         awaited = self._awaited_indexes(completions) if self._awaited else None
         if awaited:
             apart = await self._succeed_awaited(completions, awaited)
@@ -746,11 +793,14 @@ class BackgroundTaskDbStore(
                 cluster_limit=cluster_limit,
                 partition_limit=partition_limit,
                 rate_limit=rate_limit,
+                partition_rate_limit=partition_rate_limit,
             )
             return merged(len(completions), apart, rest), claimed
-        # A rate-limited lane's claim is the portable one: two calls.
-        pg = self._pg_run if rate_limit is None else None
-        plain = partition_limit is None and rate_limit is None
+        # A rate-limited lane's success and claim are two calls (its claim is one
+        # statement on PostgreSQL, see claim_due_for_lane).
+        rated = rate_limit is not None or partition_rate_limit is not None
+        pg = None if rated else self._pg_run
+        plain = partition_limit is None and not rated
         if self._lite is not None and completions and limit > 0 and plain:
             together = await self._succeed_and_claim_sqlite(
                 self._lite, completions, lane_value, limit, owner, lease_ttl, cluster_limit
@@ -768,6 +818,7 @@ class BackgroundTaskDbStore(
                     cluster_limit=cluster_limit,
                     partition_limit=partition_limit,
                     rate_limit=rate_limit,
+                    partition_rate_limit=partition_rate_limit,
                 )
             except DatabaseOperationError as exc:
                 # The successes are stored: report them; the worker's next drain claims.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -31,6 +32,7 @@ from ..tasks.errors import TaskNotFoundError, TaskStateError
 from ._tables import record_from_row
 from ._task_deps import TaskDependencySql
 from ._tasks_admin_query import TaskAdminQueryMixin, query_conditions
+from ._tasks_partitions_waiting import top_partitions_waiting
 from ._tasks_sql import TaskSql
 from ._time import UtcDateTime
 
@@ -308,7 +310,8 @@ class TaskAdminMixin(TaskAdminQueryMixin):
         return await self._sql.run("cancel task", body)
 
     async def lane_counts(self, lanes: Sequence[str] | None = None) -> list[TaskLaneCounts]:
-        """Per-lane pending/due/running/expired counts and the oldest due ``run_at``."""
+        """Per-lane pending/due/running/expired counts, the oldest due ``run_at``, and the
+        partitions with due tasks (the most waiting ones read only for lanes with some)."""
         wanted = None if lanes is None else sorted({wire_value(lane, "lane") for lane in lanes})
         t = self._table
 
@@ -332,6 +335,7 @@ class TaskAdminMixin(TaskAdminQueryMixin):
                     count(running),
                     count(expired),
                     sa.func.min(sa.case((due, t.c.run_at), else_=sa.null()), type_=UtcDateTime()),
+                    sa.func.count(sa.distinct(sa.case((due, t.c.partition_key), else_=sa.null()))),
                 )
                 .where(t.c.status.in_((TaskStatus.PENDING.value, TaskStatus.RUNNING.value)))
                 .group_by(t.c.lane)
@@ -339,10 +343,21 @@ class TaskAdminMixin(TaskAdminQueryMixin):
             if wanted is not None:
                 query = query.where(t.c.lane.in_(wanted))
             figures: dict[str, TaskLaneCounts] = {}
+            waiting: dict[str, int] = {}
             for row in await conn.execute(query):
                 figures[row[0]] = TaskLaneCounts(
                     row[0], int(row[1]), int(row[2]), int(row[3]), int(row[4]), row[5], now_value
                 )
+                if row[6]:
+                    waiting[row[0]] = int(row[6])
+            if waiting:
+                top = await top_partitions_waiting(conn, t, sorted(waiting), now_expr)
+                for lane, count_of in waiting.items():
+                    figures[lane] = replace(
+                        figures[lane],
+                        partitions_waiting=count_of,
+                        top_partitions_waiting=tuple(top.get(lane, ())),
+                    )
             for lane in wanted or ():
                 figures.setdefault(lane, TaskLaneCounts(lane, 0, 0, 0, 0, None, now_value))
             return [figures[lane] for lane in sorted(figures)]

@@ -23,7 +23,7 @@ from ..db import (
     task_deps_table,
     task_lanes_table,
 )
-from ..db._internal import normalize_database_url
+from ..db._internal import normalize_database_url, partition_rates_table
 from ..runtime import RuntimeLeaseStore
 from ..tasks import BackgroundTaskStore, ScheduledTaskStore
 from ..testing import InMemoryRuntimeLeaseStore, InMemoryScheduledTaskStore, InMemoryTaskStore
@@ -73,6 +73,7 @@ class ForgeBackend:
             self.tasks_table,
             task_deps_table(self.tasks_table),
             task_lanes_table(self.tasks_table),
+            partition_rates_table(self.tasks_table),
             runtime_leases_table(metadata),
             scheduled_tasks_table(metadata),
         )

@@ -78,6 +78,7 @@ class ForgeDeclarations:
         self._cluster_limits: dict[str, int] = {}
         self._partition_limits: dict[str, int] = {}
         self._rate_limits: dict[str, TaskRateLimit] = {}
+        self._partition_rate_limits: dict[str, TaskRateLimit] = {}
         self._tasks: dict[str, ForgeTask] = {}
         self._periodics: list[ForgePeriodic] = []
         self._resources: Callable[[], AbstractAsyncContextManager[Any]] | None = None
@@ -92,6 +93,7 @@ class ForgeDeclarations:
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
         rate_limit: TaskRateLimit | None = None,
+        partition_rate_limit: TaskRateLimit | None = None,
     ) -> str:
         """Declare a lane: a concurrency group the worker limits separately.
 
@@ -110,6 +112,11 @@ class ForgeDeclarations:
                 per window of ``period`` across every instance (windows are aligned
                 to the Unix epoch); a retry's start counts too. ``None``: no rate
                 limit.
+            partition_rate_limit: ``(count, period)``: at most ``count`` task starts
+                of one partition of the lane per window of ``period`` across every
+                instance; claims skip a partition whose budget is spent and take
+                other partitions' tasks. Tasks without a partition are not counted.
+                ``None``: no per-partition rate limit.
 
         Returns:
             The lane's name, for ``@forge.task(lane=...)``.
@@ -136,11 +143,17 @@ class ForgeDeclarations:
                 raise ForgeDeclarationError(
                     f"lane {name!r}: {setting} must be None or an int >= 1, got {value!r}"
                 )
-        if rate_limit is not None:
-            check_rate_limit(f"lane {name!r}: rate_limit", rate_limit, error=ForgeDeclarationError)
+        for setting, rate in (
+            ("rate_limit", rate_limit),
+            ("partition_rate_limit", partition_rate_limit),
+        ):
+            if rate is not None:
+                check_rate_limit(f"lane {name!r}: {setting}", rate, error=ForgeDeclarationError)
         self._lanes[name] = concurrency
         if rate_limit is not None:
             self._rate_limits[name] = rate_limit
+        if partition_rate_limit is not None:
+            self._partition_rate_limits[name] = partition_rate_limit
         if cluster_limit is not None:
             self._cluster_limits[name] = cluster_limit
         if partition_limit is not None:
@@ -420,6 +433,11 @@ class ForgeDeclarations:
     def lane_rate_limits(self) -> dict[str, TaskRateLimit]:
         """The rate limit ``(count, period)`` of each lane declared with one."""
         return dict(self._rate_limits)
+
+    @property
+    def lane_partition_rate_limits(self) -> dict[str, TaskRateLimit]:
+        """The per-partition rate limit ``(count, period)`` of each lane declared with one."""
+        return dict(self._partition_rate_limits)
 
     @property
     def registry(self) -> TaskRegistry[Forge, str, str]:

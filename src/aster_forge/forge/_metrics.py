@@ -13,6 +13,11 @@ Read from the store, so a web process that runs no workers exports them too:
   ``task_queue_depth{status="running"}``, which counts what runs against it.
 - ``task_lane_partition_limit{lane}``: the declared per-partition limit of each lane
   that has one (from the declarations, no read).
+- ``task_lane_partition_rate_limit{lane}`` and
+  ``task_lane_partition_rate_period_seconds{lane}``: the declared per-partition rate
+  limit of each lane that has one.
+- ``task_lane_partitions_waiting{lane}``: how many partitions of the lane have due
+  pending tasks (0 for a lane without partitioned tasks due), from the lane counts.
 - ``task_lane_rate_limit{lane}`` and ``task_lane_rate_period_seconds{lane}``: the
   declared rate limit (starts per period) of each lane that has one.
 - ``task_lane_rate_remaining{lane}``: the starts left in that lane's current window,
@@ -129,12 +134,18 @@ class ForgeQueueCollector(Collector):
         lag = GaugeMetricFamily(
             "task_queue_lag_seconds", "How long the oldest due task has waited.", labels=["lane"]
         )
+        waiting = GaugeMetricFamily(
+            "task_lane_partitions_waiting",
+            "Partitions of the lane with due pending tasks, from the store.",
+            labels=["lane"],
+        )
         for item in counts:
             depth.add_metric([item.lane, TaskStatus.PENDING.value], item.pending)
             depth.add_metric([item.lane, TaskStatus.RUNNING.value], item.running)
             due.add_metric([item.lane], item.due)
             expired.add_metric([item.lane], item.expired)
             lag.add_metric([item.lane], item.queue_lag_seconds)
+            waiting.add_metric([item.lane], item.partitions_waiting)
         ended = CounterMetricFamily(
             "dispatch_tasks_lease_expired",
             "Tasks this process's claims ended because their lease had expired.",
@@ -170,6 +181,19 @@ class ForgeQueueCollector(Collector):
         for lane, (count, window) in sorted(self._forge.lane_rate_limits.items()):
             rate.add_metric([lane], count)
             period.add_metric([lane], window.total_seconds())
+        partition_rate = GaugeMetricFamily(
+            "task_lane_partition_rate_limit",
+            "The most task starts of one partition of the lane per window (declared).",
+            labels=["lane"],
+        )
+        partition_period = GaugeMetricFamily(
+            "task_lane_partition_rate_period_seconds",
+            "The length of the lane's per-partition rate window (declared).",
+            labels=["lane"],
+        )
+        for lane, (count, window) in sorted(self._forge.lane_partition_rate_limits.items()):
+            partition_rate.add_metric([lane], count)
+            partition_period.add_metric([lane], window.total_seconds())
         remaining = GaugeMetricFamily(
             "task_lane_rate_remaining",
             "Task starts left in the lane's current rate window, from the store.",
@@ -177,5 +201,5 @@ class ForgeQueueCollector(Collector):
         )
         for lane, left in sorted(self._remaining.items()):
             remaining.add_metric([lane], left)
-        yield from (depth, due, expired, lag, ended, capped, per_partition)
-        yield from (rate, period, remaining)
+        yield from (depth, due, expired, lag, waiting, ended, capped, per_partition)
+        yield from (rate, period, remaining, partition_rate, partition_period)

@@ -54,6 +54,7 @@ def forge_asgi_app(
         cluster_limits=forge.lane_cluster_limits,
         partition_limits=forge.lane_partition_limits,
         rate_limits=forge.lane_rate_limits,
+        partition_rate_limits=forge.lane_partition_rate_limits,
         title=title if title is not None else forge.name,
     )
     return create_app(

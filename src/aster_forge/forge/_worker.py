@@ -177,6 +177,7 @@ class ForgeWorker:
                     cluster_limit=forge.lane_cluster_limits.get(lane),
                     partition_limit=forge.lane_partition_limits.get(lane),
                     rate_limit=forge.lane_rate_limits.get(lane),
+                    partition_rate_limit=forge.lane_partition_rate_limits.get(lane),
                 )
                 for lane, limit in forge.lanes.items()
             ],

@@ -73,6 +73,11 @@ class TaskLaneConfig:
             of ``period`` across every worker, enforced by the store's claim; a worker
             whose claim came back short waits for the next window (or a wake-up)
             instead of polling (default: starts are not rate limited).
+        partition_rate_limit: ``(count, period)``: the most task starts of one
+            partition of this lane per window of ``period`` across every worker; claims
+            skip a partition whose budget is spent and take other partitions' tasks,
+            and a short claim waits for the next window as under ``rate_limit``
+            (default: partitions' starts are not rate limited).
     """
 
     lane: Hashable
@@ -81,6 +86,7 @@ class TaskLaneConfig:
     cluster_limit: int | None = None
     partition_limit: int | None = None
     rate_limit: TaskRateLimit | None = None
+    partition_rate_limit: TaskRateLimit | None = None
 
     def __post_init__(self) -> None:
         error = TaskDispatchConfigError
@@ -104,6 +110,12 @@ class TaskLaneConfig:
             )
         if self.rate_limit is not None:
             check_rate_limit(f"lane {self.lane!r}: rate_limit", self.rate_limit, error=error)
+        if self.partition_rate_limit is not None:
+            check_rate_limit(
+                f"lane {self.lane!r}: partition_rate_limit",
+                self.partition_rate_limit,
+                error=error,
+            )
 
 
 @dataclass(frozen=True, slots=True)

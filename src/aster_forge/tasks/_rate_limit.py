@@ -5,6 +5,11 @@ epoch (a 1-minute period's windows start on whole minutes), so every claimer, an
 reader of ``started_at``, agrees on where a window begins without asking anyone. The
 stores count the starts of the current window in the lane's row and claim at most
 what is left of it; the worker then sleeps until the next window instead of polling.
+
+A lane may also limit each partition's starts (``partition_rate_limit``): the same
+windows, counted per (lane, partition) in a table of their own; a claim takes other
+partitions' tasks while one partition's budget is spent. Tasks without a partition
+are not counted.
 """
 
 from __future__ import annotations
@@ -53,15 +58,16 @@ def check_rate_limit(what: str, value: object, *, error: type[Exception]) -> Tas
     return count, period
 
 
-def check_claim_rate_limit(value: object) -> TaskRateLimit | None:
-    """A claim's ``rate_limit`` argument: ``None`` or a valid ``(count, period)``.
+def check_claim_rate_limit(value: object, what: str = "rate_limit") -> TaskRateLimit | None:
+    """A claim's ``rate_limit`` (or ``partition_rate_limit``, named by ``what``)
+    argument: ``None`` or a valid ``(count, period)``.
 
     Raises:
-        TaskInvalidValueError: When it is neither.
+        TaskInvalidValueError: When it is neither, naming ``what``.
     """
     if value is None:
         return None
-    return check_rate_limit("rate_limit", value, error=TaskInvalidValueError)
+    return check_rate_limit(what, value, error=TaskInvalidValueError)
 
 
 def rate_window(at: datetime, period: timedelta) -> datetime:

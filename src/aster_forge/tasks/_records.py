@@ -29,6 +29,7 @@ __all__ = [
     "MAX_TASK_PAGE_SIZE",
     "MAX_TASK_PARTITION_LENGTH",
     "MAX_TASK_PRIORITY",
+    "TOP_PARTITIONS_WAITING",
     "BackgroundTaskRecord",
     "EnqueueResult",
     "NewTask",
@@ -135,6 +136,9 @@ def _storable_problem(text: str) -> str | None:
 
 MAX_TASK_PARTITION_LENGTH = 255
 """The longest partition key (characters); it fits a ``VARCHAR(255)`` column."""
+
+TOP_PARTITIONS_WAITING = 3
+"""How many partitions :class:`TaskLaneCounts` names by their due tasks."""
 
 
 def check_partition(value: object) -> str:
@@ -688,6 +692,10 @@ class TaskLaneCounts:
         expired: Running tasks whose lease has expired (rescue candidates).
         oldest_due_run_at: ``run_at`` of the oldest due pending task, or ``None``.
         measured_at: The store's "now" for this read (server clock where there is one).
+        partitions_waiting: How many partitions have due pending tasks (a store
+            without partitions answers 0).
+        top_partitions_waiting: The (up to three) partitions with the most due pending
+            tasks, as ``(partition, due tasks)`` by count descending, then partition.
     """
 
     lane: str
@@ -697,6 +705,8 @@ class TaskLaneCounts:
     expired: int
     oldest_due_run_at: datetime | None
     measured_at: datetime
+    partitions_waiting: int = 0
+    top_partitions_waiting: tuple[tuple[str, int], ...] = ()
 
     @property
     def queue_lag(self) -> timedelta:

@@ -49,6 +49,7 @@ class TaskStoreBase(ABC, Generic[TaskT, LaneT]):
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
         rate_limit: TaskRateLimit | None = None,
+        partition_rate_limit: TaskRateLimit | None = None,
     ) -> Sequence[TaskT]:
         """See :meth:`~aster_forge.tasks.TaskClaimStore.claim_due_for_lane`."""
 
@@ -123,6 +124,7 @@ class TaskStoreBase(ABC, Generic[TaskT, LaneT]):
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
         rate_limit: TaskRateLimit | None = None,
+        partition_rate_limit: TaskRateLimit | None = None,
     ) -> tuple[Sequence[bool], Sequence[TaskT]]:
         """The successes, then a claim of ``limit`` tasks of ``lane`` (two calls)."""
         results = await self.mark_tasks_succeeded_many(completions)
@@ -134,6 +136,7 @@ class TaskStoreBase(ABC, Generic[TaskT, LaneT]):
             cluster_limit=cluster_limit,
             partition_limit=partition_limit,
             rate_limit=rate_limit,
+            partition_rate_limit=partition_rate_limit,
         )
         return results, claimed
 

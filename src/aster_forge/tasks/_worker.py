@@ -383,13 +383,15 @@ class TaskWorker(Generic[StateT]):
         return False
 
     def _note_rate(self, config: TaskLaneConfig, claimed: int, requested: int) -> None:
-        """After a short claim of a rate-limited lane, wait for its next window: the
-        budget may be spent, and polling before the refill would claim nothing."""
-        if config.rate_limit is None or claimed >= requested:
+        """After a short claim of a rate-limited lane, wait for its next window (the
+        earliest of the lane's and its partitions'): the budget may be spent, and
+        polling before the refill would claim nothing."""
+        rates = [r for r in (config.rate_limit, config.partition_rate_limit) if r is not None]
+        if not rates or claimed >= requested:
             return
         clock = self.execution.clock
         now = clock.now()
-        left = rate_window_end(now, config.rate_limit[1]) - now
+        left = min(rate_window_end(now, period) for _, period in rates) - now
         self._refills[config.lane] = clock.monotonic() + left.total_seconds()
 
     async def _stage_waiting(self) -> None:
@@ -458,6 +460,7 @@ class TaskWorker(Generic[StateT]):
                     cluster_limit=config.cluster_limit,
                     partition_limit=config.partition_limit,
                     rate_limit=config.rate_limit,
+                    partition_rate_limit=config.partition_rate_limit,
                 )
                 records = await recorded_claim(lane, call, _as_records, self.stats, clock)
             finally:
@@ -663,6 +666,7 @@ class TaskWorker(Generic[StateT]):
                 cluster_limit=config.cluster_limit,
                 partition_limit=config.partition_limit,
                 rate_limit=config.rate_limit,
+                partition_rate_limit=config.partition_rate_limit,
             )
             results, records = await recorded_claim(lane, call, _claimed_part, self.stats, clock)
             if limit > 0:

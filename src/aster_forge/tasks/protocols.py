@@ -151,6 +151,7 @@ class TaskClaimStore(Protocol[TaskT_co, LaneT_contra]):
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
         rate_limit: TaskRateLimit | None = None,
+        partition_rate_limit: TaskRateLimit | None = None,
     ) -> Sequence[TaskT_co]:
         """Atomically claim up to ``limit`` due tasks whose kind belongs to ``lane``.
 
@@ -174,7 +175,11 @@ class TaskClaimStore(Protocol[TaskT_co, LaneT_contra]):
             * with ``rate_limit=(count, period)``, at most ``count`` tasks of the lane
               start (are claimed) in each window of ``period`` across every claimer;
               windows are aligned to the Unix epoch on the store's clock, and a claim
-              counts the window's starts under the same lock as ``cluster_limit``.
+              counts the window's starts under the same lock as ``cluster_limit``;
+            * with ``partition_rate_limit=(count, period)``, at most ``count`` tasks of
+              one partition of the lane start in each window of ``period`` across every
+              claimer (tasks without a partition are not counted); a partition whose
+              budget is spent is skipped and other partitions' tasks are claimed.
 
         Args:
             lane: The lane whose kinds may be claimed.
@@ -187,6 +192,9 @@ class TaskClaimStore(Protocol[TaskT_co, LaneT_contra]):
                 once across all claimers (``None``: partitions are not considered).
             rate_limit: ``(count, period)``: the most starts of the lane per window of
                 ``period`` across all claimers (``None``: starts are not rate limited).
+            partition_rate_limit: ``(count, period)``: the most starts of one partition
+                of the lane per window of ``period`` across all claimers (``None``:
+                partitions' starts are not rate limited).
 
         Returns:
             The claimed rows, in claim order (priority, due time, id).
@@ -539,11 +547,12 @@ class DispatchTaskStore(
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
         rate_limit: TaskRateLimit | None = None,
+        partition_rate_limit: TaskRateLimit | None = None,
     ) -> tuple[Sequence[bool], Sequence[TaskT_co]]:
         """:meth:`mark_tasks_succeeded_many`, then :meth:`claim_due_for_lane` for the
-        slots they free (under ``cluster_limit``, ``partition_limit`` and
-        ``rate_limit``, counting the
-        written successes as finished); the worker calls it only when :attr:`claims_with_success`.
+        slots they free (under ``cluster_limit``, ``partition_limit``, ``rate_limit``
+        and ``partition_rate_limit``, counting the written successes as finished); the
+        worker calls it only when :attr:`claims_with_success`.
 
         Returns:
             The success results in input order, and the claimed records.

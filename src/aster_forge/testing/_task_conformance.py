@@ -28,6 +28,7 @@ from ..tasks.errors import TaskEnqueueValueError, TaskStateError
 from ._cluster_limit_conformance import ClusterLimitChecks
 from ._conformance import StoreConformance
 from ._partition_conformance import PartitionChecks
+from ._partition_rate_conformance import PartitionRateChecks
 from ._rate_limit_conformance import RateLimitChecks
 from ._task_control_conformance import LONG as _LONG
 from ._task_control_conformance import TaskControlChecks
@@ -41,6 +42,7 @@ class TaskStoreConformance(
     ClusterLimitChecks,
     PartitionChecks,
     RateLimitChecks,
+    PartitionRateChecks,
     StoreConformance[BackgroundTaskStore],
 ):
     """Checks every :class:`~aster_forge.tasks.BackgroundTaskStore` must pass (seed 测试要求).
@@ -91,6 +93,7 @@ class TaskStoreConformance(
         *ClusterLimitChecks.CLUSTER_LIMIT_CHECKS,
         *PartitionChecks.PARTITION_CHECKS,
         *RateLimitChecks.RATE_LIMIT_CHECKS,
+        *PartitionRateChecks.PARTITION_RATE_CHECKS,
     )
 
     def __init__(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -13,6 +14,7 @@ from ..tasks import NewTask, TaskLease, TaskRegistry, TaskStoreBase
 from ..tasks._internal import (
     LEASE_EXPIRED_ERROR,
     MAX_TASK_CLAIM_LIMIT,
+    TOP_PARTITIONS_WAITING,
     BackgroundTaskRecord,
     EnqueueResult,
     TaskCancelOutcome,
@@ -90,6 +92,8 @@ class InMemoryTaskStore(
         self._rows: dict[int, BackgroundTaskRecord] = {}
         self._by_key: dict[str, int] = {}
         self._lanes: dict[str, TaskLaneState] = {}
+        # (lane, partition): the window its starts were counted in last, and the count.
+        self._partition_rates: dict[tuple[str, str], tuple[datetime, int]] = {}
         self._next_id = 1
         self.claim_calls = 0
         """How many times :meth:`claim_due_for_lane` was called (for dispatcher tests)."""
@@ -257,13 +261,16 @@ class InMemoryTaskStore(
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
         rate_limit: TaskRateLimit | None = None,
+        partition_rate_limit: TaskRateLimit | None = None,
     ) -> list[BackgroundTaskRecord]:
         """Rescue expired leases of ``lane``, then claim up to ``limit`` due tasks
         (fewer when ``cluster_limit`` tasks of the lane would then be running; with
         ``partition_limit``, partitions in turn and none past the limit; with
-        ``rate_limit``, no more than the starts left in the current window)."""
+        ``rate_limit``, no more than the starts left in the current window; with
+        ``partition_rate_limit``, no partition past the starts it has left in it)."""
         lane_value = check_claim_args(lane, owner, lease_ttl, limit, cluster_limit, partition_limit)
         rate = check_claim_rate_limit(rate_limit)
+        partition_rate = check_claim_rate_limit(partition_rate_limit, "partition_rate_limit")
         self.claim_calls += 1
         if limit <= 0:
             return []
@@ -287,7 +294,8 @@ class InMemoryTaskStore(
             for row in self._rows.values()
             if row.lane == lane_value and row.status is TaskStatus.PENDING and row.run_at <= now
         ]
-        if partition_limit is None:
+        part_window = None if partition_rate is None else rate_window(now, partition_rate[1])
+        if partition_limit is None and part_window is None:
             due = sorted(pending, key=lambda row: (-row.priority, row.run_at, row.id))[:limit]
         else:
             running_in: dict[str, int] = {}
@@ -298,7 +306,19 @@ class InMemoryTaskStore(
                     and row.partition_key
                 ):
                     running_in[row.partition_key] = running_in.get(row.partition_key, 0) + 1
-            due = fair_pick(pending, running_in, partition_limit=partition_limit, limit=limit)
+            budget_left = None
+            if partition_rate is not None and part_window is not None:
+                budget_left = {
+                    key: partition_rate[0] - self._partition_rate_used(lane_value, key, part_window)
+                    for key in {row.partition_key for row in pending if row.partition_key}
+                }
+            due = fair_pick(
+                pending,
+                running_in,
+                partition_limit=partition_limit,
+                limit=limit,
+                budget_left=budget_left,
+            )
         expires = saturating_expiry(now, lease_ttl)
         claimed: list[BackgroundTaskRecord] = []
         for row in due:
@@ -320,7 +340,20 @@ class InMemoryTaskStore(
                 rate_window_start=window,
                 rate_started=self._rate_used(lane_value, window) + len(claimed),
             )
+        if part_window is not None:
+            for record in claimed:
+                key = record.partition_key
+                if key is not None:
+                    used = self._partition_rate_used(lane_value, key, part_window)
+                    self._partition_rates[lane_value, key] = (part_window, used + 1)
         return claimed
+
+    def _partition_rate_used(self, lane: str, partition: str, window: datetime) -> int:
+        """Starts of ``partition`` already counted in ``window`` (as :meth:`_rate_used`)."""
+        stored = self._partition_rates.get((lane, partition))
+        if stored is None or stored[0] < window:
+            return 0
+        return stored[1] if stored[0] == window else MAX_TASK_CLAIM_LIMIT
 
     def _rate_used(self, lane: str, window: datetime) -> int:
         """Starts already counted in ``window`` (all of it once a later window began)."""
@@ -573,6 +606,7 @@ class InMemoryTaskStore(
         now = self._clock.now()
         wanted = None if lanes is None else {wire_value(lane, "lane") for lane in lanes}
         figures: dict[str, list[Any]] = {lane: [0, 0, 0, 0, None] for lane in wanted or ()}
+        waiting: dict[str, Counter[str]] = {}
         for row in self._rows.values():
             if wanted is not None and row.lane not in wanted:
                 continue
@@ -585,12 +619,28 @@ class InMemoryTaskStore(
                     entry[1] += 1
                     if entry[4] is None or row.run_at < entry[4]:
                         entry[4] = row.run_at
+                    if row.partition_key is not None:
+                        waiting.setdefault(row.lane, Counter())[row.partition_key] += 1
             else:
                 entry[2] += 1
                 if row.lease_expires_at is not None and row.lease_expires_at <= now:
                     entry[3] += 1
         return [
-            TaskLaneCounts(lane, e[0], e[1], e[2], e[3], e[4], now)
+            TaskLaneCounts(
+                lane,
+                e[0],
+                e[1],
+                e[2],
+                e[3],
+                e[4],
+                now,
+                partitions_waiting=len(waiting.get(lane, ())),
+                top_partitions_waiting=tuple(
+                    sorted(waiting.get(lane, Counter()).items(), key=lambda p: (-p[1], p[0]))[
+                        :TOP_PARTITIONS_WAITING
+                    ]
+                ),
+            )
             for lane, e in sorted(figures.items())
         ]
 

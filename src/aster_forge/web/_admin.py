@@ -89,6 +89,7 @@ class _AdminApi:
             s.partition_view(),
             s.rate_view(),
             s.clock.now(),
+            s.partition_rate_view(),
         )
         return ok({"items": items})
 

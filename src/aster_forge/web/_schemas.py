@@ -226,6 +226,11 @@ class LaneRateLimit(_Answer):
     )
 
 
+class PartitionWaiting(_Answer):
+    partition: str
+    due: int = Field(description="The partition's due pending tasks.")
+
+
 class Lane(_Answer):
     lane: str
     limit: int | None
@@ -250,6 +255,18 @@ class Lane(_Answer):
             "Starts left in the current rate window (from the stored lane state), "
             "when the lane has a rate limit."
         )
+    )
+    partition_rate_limit: LaneRateLimit | None = Field(
+        description=(
+            "The lane's cap on task starts of one partition per window across every "
+            "instance, when it has one."
+        )
+    )
+    partitions_waiting: int | None = Field(
+        description="How many partitions have due pending tasks (from the store)."
+    )
+    top_partitions_waiting: list[PartitionWaiting] | None = Field(
+        description="The (up to three) partitions with the most due tasks, most first."
     )
     expired: int | None
     queue_lag_seconds: float | None

@@ -47,6 +47,8 @@ class AdminSources:
             ``dispatcher`` (only lanes with one).
         rate_limits: Each lane's rate limit ``(count, period)`` when there is no
             ``dispatcher`` (only lanes with one).
+        partition_rate_limits: Each lane's per-partition rate limit when there is no
+            ``dispatcher`` (only lanes with one).
         lanes: Lanes to list even when they are idle (wire values or enum members).
         health: What ``/api/health`` runs; default ``runtime``, else ``components``.
         clock: Judges "due"/"claimed" for scheduled rows.
@@ -64,6 +66,7 @@ class AdminSources:
     cluster_limits: Mapping[Any, int] | None = None
     partition_limits: Mapping[Any, int] | None = None
     rate_limits: Mapping[Any, TaskRateLimit] | None = None
+    partition_rate_limits: Mapping[Any, TaskRateLimit] | None = None
     lanes: Sequence[Hashable] = ()
     health: HealthSource | None = None
     clock: Clock = field(default_factory=SystemClock)
@@ -135,6 +138,19 @@ class AdminSources:
                 {c.lane: c.rate_limit for c in dispatcher.lanes if c.rate_limit is not None}
             )
         return label_keys(dict(self.rate_limits or {}))
+
+    def partition_rate_view(self) -> dict[str, TaskRateLimit]:
+        """Each lane's per-partition rate limit (lanes with one), by wire value."""
+        dispatcher = self.current_dispatcher()
+        if dispatcher is not None:
+            return label_keys(
+                {
+                    c.lane: c.partition_rate_limit
+                    for c in dispatcher.lanes
+                    if c.partition_rate_limit is not None
+                }
+            )
+        return label_keys(dict(self.partition_rate_limits or {}))
 
     def dispatch_view(self) -> tuple[dict[str, int], dict[str, DispatchStats]]:
         """Return lane limits and stats snapshots (in-flight counts included), by wire value."""

@@ -206,6 +206,7 @@ def lanes_json(
     partition_limits: Mapping[str, int] | None = None,
     rate_limits: Mapping[str, TaskRateLimit] | None = None,
     now: datetime | None = None,
+    partition_rate_limits: Mapping[str, TaskRateLimit] | None = None,
 ) -> list[dict[str, Any]]:
     """Merge lane limits, in-process dispatch stats and store counts, one item per lane.
 
@@ -214,7 +215,10 @@ def lanes_json(
     ``cluster_limit`` caps when the lane declares one; ``partition_limit`` is the
     lane's cap per partition (claims then take partitions in turn); ``rate_limit`` is
     the lane's ``count`` starts per ``period_seconds`` and ``rate_remaining`` the starts
-    left in the window ``now`` falls in, from the stored lane state; ``paused`` is the stored pause
+    left in the window ``now`` falls in, from the stored lane state;
+    ``partition_rate_limit`` is the cap on each partition's starts per window;
+    ``partitions_waiting`` counts the partitions with due tasks and
+    ``top_partitions_waiting`` names the few with the most; ``paused`` is the stored pause
     state (every instance skips a paused lane); a lane with a stored state is listed
     even when idle.
     """
@@ -224,6 +228,7 @@ def lanes_json(
     stored = [s.lane for s in states]
     paused = {s.lane: s for s in states if s.paused}
     rated = rate_limits or {}
+    partition_rated = partition_rate_limits or {}
     by_state = {s.lane: s for s in states}
     names = list(dict.fromkeys([*limits, *stats, *by_lane, *stored]))
     items = []
@@ -240,9 +245,14 @@ def lanes_json(
                 "rate_remaining": None
                 if now is None
                 else _remaining(rated.get(name), by_state.get(name), now),
+                "partition_rate_limit": _rate_json(partition_rated.get(name)),
                 "in_flight": None if snapshot is None else snapshot.in_flight,
                 "pending": None if count is None else count.pending,
                 "due": None if count is None else count.due,
+                "partitions_waiting": None if count is None else count.partitions_waiting,
+                "top_partitions_waiting": None
+                if count is None
+                else [{"partition": p, "due": n} for p, n in count.top_partitions_waiting],
                 "running": None if count is None else count.running,
                 "expired": None if count is None else count.expired,
                 "queue_lag_seconds": None if count is None else count.queue_lag_seconds,

@@ -176,6 +176,50 @@ FROM (SELECT 1) AS one LEFT JOIN claimed AS c ON true
     FROM bump AS b
 )
 
+-- rate_gate --
+-- A lane with a rate limit (and no other limit) claims in one statement too. It locks
+-- the lane's row with FOR UPDATE, which returns the newest version of the row once
+-- the claim holding it committed (not the snapshot's): the window's count is read
+-- there, the pick takes no more than what is left of it, and ``rated`` adds the
+-- claimed rows to the count, in the same statement (the UPDATE reaches that newest
+-- version, whose lock the statement holds). The due rows come from the snapshot, as in
+-- the plain claim: one taken since is locked or no longer pending, and skipped. A lane
+-- without a row creates it and claims nothing (``fresh`` false; the caller runs the
+-- statement again). The window is the one ``now()`` falls in, aligned to the epoch
+-- (``:rate_us``, the period in microseconds), as ``rate_window`` computes it; a row
+-- that already counted a later window leaves no budget (see ``rate_budget_left``).
+, rate_row AS (
+    SELECT rate_window_start, rate_started FROM {lanes} WHERE lane = :lane FOR UPDATE
+), made AS (
+    INSERT INTO {lanes} (lane, paused, paused_at, updated_at)
+    SELECT :lane, false, NULL, now() WHERE NOT EXISTS (SELECT 1 FROM rate_row)
+    ON CONFLICT (lane) DO NOTHING
+), fresh AS (
+    SELECT EXISTS (SELECT 1 FROM rate_row) AS fresh
+), rate_win AS (
+    SELECT timestamptz 'epoch' + floor(extract(epoch FROM now()) * 1000000 / :rate_us)
+        * :rate_us * interval '1 microsecond' AS win
+), rate_left AS (
+    SELECT CASE WHEN r.rate_window_start IS NULL OR r.rate_window_start < w.win THEN :rate_count
+                WHEN r.rate_window_start > w.win THEN 0
+                ELSE GREATEST(:rate_count - COALESCE(r.rate_started, 0), 0) END AS n
+    FROM rate_win AS w LEFT JOIN rate_row AS r ON true
+)
+
+-- rate_limit --
+LEAST({limit}, CASE WHEN (SELECT fresh FROM fresh)
+        THEN (SELECT n FROM rate_left) ELSE 0 END)
+
+-- rated --
+, rated AS (
+    UPDATE {lanes} AS l SET
+        rate_started = CASE WHEN l.rate_window_start = (SELECT win FROM rate_win)
+                            THEN COALESCE(l.rate_started, 0) ELSE 0 END
+                       + (SELECT count(*) FROM claimed WHERE status = '{running}'),
+        rate_window_start = (SELECT win FROM rate_win)
+    WHERE l.lane = :lane AND EXISTS (SELECT 1 FROM claimed WHERE status = '{running}')
+)
+
 -- cluster_limit --
 LEAST({limit}, CASE WHEN (SELECT fresh FROM fresh) THEN GREATEST(0, :cap - (
         SELECT count(*) FROM {t} WHERE lane = :lane AND status = '{running}'{counted}

@@ -146,7 +146,7 @@
       td(item.lane),
       el("td", {}, [paused ? badge("paused") : el("span", { class: "muted", text: paused === null ? "-" : "active" }), rateLabel(live)]),
       td(counts.pending ?? live.pending, "num count-pending"),
-      td(live.due, "num"),
+      el("td", { class: "num" }, [String(live.due ?? "-"), partitionsLabel(live)]),
       td(String(counts.running ?? live.running ?? "-") + (live.cluster_limit ? " / " + live.cluster_limit : "") + (live.partition_limit ? " (" + live.partition_limit + " per partition)" : ""), "num count-running"),
       td(expired, expired ? "num count-expired alert" : "num count-expired"),
       td(counts.succeeded, "num count-succeeded"),
@@ -159,13 +159,29 @@
     ]);
   }
 
-  function rateLabel(live) {
-    // The starts left in the lane's current rate window, of its count per period.
-    if (!live.rate_limit) return "";
+  function partitionsLabel(live) {
+    // How many partitions have due tasks waiting, the busiest named in the title.
+    if (!live.partitions_waiting) return "";
+    const top = (live.top_partitions_waiting || []).map((p) => p.partition + ": " + p.due).join(", ");
     return el("span", {
-      class: "muted lane-rate",
-      text: " · rate " + (live.rate_remaining ?? "-") + " left of " + live.rate_limit.count + " per " + duration(live.rate_limit.period_seconds),
+      class: "muted lane-partitions",
+      title: top ? "most due tasks: " + top : null,
+      text: " · " + live.partitions_waiting + (live.partitions_waiting === 1 ? " partition" : " partitions"),
     });
+  }
+
+  function rateLabel(live) {
+    // The starts left in the lane's current rate window, of its count per period, and
+    // the cap per partition.
+    const parts = [];
+    if (live.rate_limit) {
+      parts.push("rate " + (live.rate_remaining ?? "-") + " left of " + live.rate_limit.count + " per " + duration(live.rate_limit.period_seconds));
+    }
+    if (live.partition_rate_limit) {
+      parts.push(live.partition_rate_limit.count + " per " + duration(live.partition_rate_limit.period_seconds) + " per partition");
+    }
+    if (!parts.length) return "";
+    return el("span", { class: "muted lane-rate", text: " · " + parts.join(" · ") });
   }
 
   async function laneAction(lane, action) {
