@@ -14,7 +14,7 @@ from aster_forge.runtime import (
     AsterRuntime,
     AsterRuntimeError,
     CancellationToken,
-    RuntimeComponentBundleRegistration,
+    RuntimeComponentBundle,
     RuntimeComponentKind,
     RuntimeComponentRegistry,
     RuntimeComponentWithShutdown,
@@ -22,7 +22,7 @@ from aster_forge.runtime import (
     runtime_component,
     shutdown_resource_component_after,
 )
-from aster_forge.runtime._phases import ShutdownPhaseStatus, StartupPhaseStatus
+from aster_forge.runtime._reports import ShutdownPhaseStatus, StartupPhaseStatus
 from aster_forge.runtime.errors import (
     AsterRuntimeBeforeShutdownError,
     AsterRuntimeComponentGraphError,
@@ -68,7 +68,7 @@ class Product:
 
         return RuntimeComponentWithShutdown(build)
 
-    def tasks_component(self) -> RuntimeComponentBundleRegistration[Any]:
+    def tasks_component(self) -> RuntimeComponentBundle:
         def register(registry: RuntimeComponentRegistry) -> None:
             registry.component("background_tasks", Kind.TASKS, depends_on=["http"])
             registry.component_startup(
@@ -358,7 +358,7 @@ def test_a_component_constructors_error_surfaces_unchanged() -> None:
 async def test_component_gets_the_shared_root_token_and_bad_values_are_rejected() -> None:
     seen: list[CancellationToken] = []
 
-    def build(token: CancellationToken) -> RuntimeComponentBundleRegistration[Any]:
+    def build(token: CancellationToken) -> RuntimeComponentBundle:
         seen.append(token)
         return runtime_component(lambda registry: registry.component("x", Kind.CORE))
 

@@ -11,16 +11,12 @@ from typing import Any, Generic, NoReturn, TypeVar
 
 from ._cancellation import CancellationToken
 from ._clock import Clock
-from ._component import (
-    RuntimeComponentBundle,
-    RuntimeComponentDescriptor,
-    RuntimeComponentKind,
-    RuntimeComponentRegistry,
-)
+from ._component import RuntimeComponentRegistry
+from ._descriptors import RuntimeComponentDescriptor, RuntimeComponentKind
 from ._health import SystemHealthReport
 from ._health_registry import HealthCheckScope
 from ._isolation import DEFAULT_ABANDON_GRACE, OutcomeKind, run_isolated
-from ._phases import ShutdownReport, StartupReport, log_shutdown_report
+from ._reports import ShutdownReport, StartupReport, log_shutdown_report
 from ._signals import TerminationSignal, _default_force_exit, _SignalInstallation
 from .errors import (
     AsterRuntimeBeforeShutdownError,
@@ -32,6 +28,7 @@ from .errors import (
     RuntimeComponentRegistrationError,
     RuntimeSignalError,
 )
+from .protocols import RuntimeComponentBundle
 
 __all__ = [
     "AsterRuntime",
