@@ -50,13 +50,8 @@ class StartupPhaseFailurePolicy(enum.StrEnum):
 class StartupPhaseReport:
     """The result of one startup phase.
 
-    Attributes:
-        name: The phase name.
-        policy: Whether the phase was required or optional.
-        status: How it ended.
-        duration: How long it ran.
-        error: A fixed failure text (never the exception's message), or ``None``.
-        component: The owning component, when run by a component registry.
+    ``error`` is a fixed failure text (never the exception's message) or ``None``;
+    ``component`` is the owning component.
     """
 
     name: str
@@ -208,13 +203,8 @@ ShutdownPhaseStatus.TIMED_OUT = ShutdownPhaseStatus(ShutdownPhaseStatusKind.TIME
 class ShutdownPhaseReport:
     """The result of one shutdown phase.
 
-    Attributes:
-        name: The phase name.
-        status: How it ended.
-        duration: How long it ran.
-        component: The owning component, when run by a component registry.
-        component_started: Whether the component's startup phases all ran and succeeded;
-            ``None`` when the component has no startup phases (or none is known).
+    ``component_started`` says whether the owning component's startup phases all ran and
+    succeeded (a failed startup still runs shutdown); ``None`` when it has none.
     """
 
     name: str
