@@ -15,7 +15,7 @@ from ._loop_lag import EventLoopLagProbe
 # --- health ---
 from ._health import HealthComponentReport, HealthStatus, SystemHealthReport
 from ._health import HealthComponentDetailValue
-from ._health_registry import HealthCheckOptions, HealthCheckScope, HealthCheckScopes
+from ._health_options import HealthCheckOptions, HealthCheckScope, HealthCheckScopes
 from ._health_registry import HealthCheckRegistry
 
 # --- lifecycle ---

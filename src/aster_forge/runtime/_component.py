@@ -20,7 +20,8 @@ from ._descriptors import (
 )
 from ._graph import find_cycle, missing_dependencies, shutdown_order, startup_order
 from ._health import HealthComponentReport, SystemHealthReport
-from ._health_registry import HealthCheckOptions, HealthCheckRegistry, HealthCheckScope
+from ._health_options import HealthCheckOptions, HealthCheckScope
+from ._health_registry import HealthCheckRegistry
 from ._isolation import DEFAULT_ABANDON_GRACE
 from ._phases import (
     ShutdownPhase,

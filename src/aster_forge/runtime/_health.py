@@ -22,7 +22,7 @@ from .._json import load_json
 from .errors import InvalidHealthDetailError, InvalidHealthReportError
 
 if TYPE_CHECKING:
-    from ._health_registry import HealthCheckScope
+    from ._health_options import HealthCheckScope
     from .protocols import HealthMetricsRecorder
 
 __all__ = [

@@ -14,7 +14,7 @@ from ._clock import Clock
 from ._component import RuntimeComponentRegistry
 from ._descriptors import RuntimeComponentDescriptor, RuntimeComponentKind
 from ._health import SystemHealthReport
-from ._health_registry import HealthCheckScope
+from ._health_options import HealthCheckScope
 from ._isolation import DEFAULT_ABANDON_GRACE, OutcomeKind, run_isolated
 from ._reports import ShutdownReport, StartupReport, log_shutdown_report
 from ._signals import TerminationSignal, TerminationSignalHandler, _default_force_exit

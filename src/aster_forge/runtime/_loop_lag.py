@@ -20,7 +20,7 @@ from ._clock import Clock, SystemClock
 from ._component import RuntimeComponentRegistry
 from ._descriptors import RuntimeComponentKind
 from ._health import HealthComponentDetailValue, HealthComponentReport
-from ._health_registry import HealthCheckOptions
+from ._health_options import HealthCheckOptions
 from ._race import RaceWinner, race
 from .protocols import RuntimeComponentBundle
 
