@@ -28,8 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from aster_forge import TaskExecutionContext
-from aster_forge.runtime import CancellationToken
-from aster_forge.runtime._phases import ShutdownCoordinator
+from aster_forge.runtime import CancellationToken, RuntimeComponentKind, RuntimeComponentRegistry
 from aster_forge.tasks import DispatchPollConfig, TaskLaneConfig, TaskWorker
 from aster_forge.tasks.errors import TaskLeaseControlError
 
@@ -192,7 +191,7 @@ async def main(argv: list[str]) -> int:
     parser.add_argument("--lease-ms", type=int, default=2000)
     parser.add_argument("--fast-limit", type=int, default=0, help="override the fast lane limit")
     parser.add_argument(
-        "--budget-ms", type=int, default=0, help="stop through a ShutdownCoordinator phase"
+        "--budget-ms", type=int, default=0, help="stop through a time-boxed shutdown phase"
     )
     parser.add_argument("--stale", action="store_true", help="hold writes (see _stall.py)")
     parser.add_argument("--hold", action="store_true", help="bodies wait for SIGUSR1")
@@ -260,9 +259,16 @@ async def main(argv: list[str]) -> int:
         token.cancel()
         await running
 
-    coordinator = ShutdownCoordinator(grace=timedelta(milliseconds=200))
-    coordinator.phase("background-tasks", timedelta(milliseconds=args.budget_ms), stop_workers)
-    report = await coordinator.run()
+    registry = RuntimeComponentRegistry(grace=timedelta(milliseconds=200))
+    registry.component_shutdown(
+        "background-tasks",
+        RuntimeComponentKind.TASKS,
+        "background-tasks",
+        None,
+        stop_workers,
+        timeout=timedelta(milliseconds=args.budget_ms),
+    )
+    report = await registry.shutdown()
     os.close(log_fd)
     await engine.dispose()
     phases = [

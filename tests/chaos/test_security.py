@@ -22,10 +22,12 @@ from aster_forge.runtime import (
     HealthCheckRegistry,
     HealthCheckScope,
     HealthComponentReport,
+    RuntimeComponentKind,
+    RuntimeComponentRegistry,
     ShutdownReport,
     create_runtime_temp_dir_guard,
 )
-from aster_forge.runtime._phases import ShutdownCoordinator, log_shutdown_report
+from aster_forge.runtime._reports import log_shutdown_report
 from aster_forge.runtime.errors import RuntimeTempDirScopeError
 from aster_forge.tasks import TaskLease, TaskTempDirs, sweep_task_temp_dirs
 from aster_forge.tasks._records import TaskFailureReason
@@ -234,10 +236,15 @@ async def test_shutdown_reports_never_contain_exception_messages(
     async def hangs() -> None:
         await asyncio.sleep(3600)
 
-    coordinator = ShutdownCoordinator(grace=timedelta(milliseconds=50))
-    coordinator.phase("queue", timedelta(seconds=5), leaky)
-    coordinator.phase("workers", timedelta(milliseconds=50), hangs)
-    report: ShutdownReport = await coordinator.run()
+    registry = RuntimeComponentRegistry(grace=timedelta(milliseconds=50))
+    for phase, fn, timeout in (
+        ("queue", leaky, timedelta(seconds=5)),
+        ("workers", hangs, timedelta(milliseconds=50)),
+    ):
+        registry.component_shutdown(
+            "tasks", RuntimeComponentKind.TASKS, phase, None, fn, timeout=timeout
+        )
+    report: ShutdownReport = await registry.shutdown()
     assert report.has_failures()
     texts = [report.summary(), *(str(p.status) for p in report.phases)]
     texts += [p.status.message or "" for p in report.phases]

@@ -20,8 +20,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aster_forge import TaskExecutionContext, TaskStatus
 from aster_forge.db import BackgroundTaskDbStore, create_background_tasks_table
-from aster_forge.runtime import CancellationToken
-from aster_forge.runtime._phases import ShutdownCoordinator, ShutdownPhaseStatusKind
+from aster_forge.runtime import CancellationToken, RuntimeComponentKind, RuntimeComponentRegistry
+from aster_forge.runtime._reports import ShutdownPhaseStatusKind
 from aster_forge.tasks import DispatchPollConfig, TaskLaneConfig, TaskLease, TaskWorker
 from aster_forge.testing import InMemoryTaskStore
 
@@ -117,16 +117,23 @@ async def test_sigterm_with_500_tasks_in_flight(
 
 def _stop_phase(
     token: CancellationToken, worker: asyncio.Task[None], timeout: timedelta
-) -> ShutdownCoordinator:
-    """A coordinator with one phase that stops the worker (as a product runtime would)."""
+) -> RuntimeComponentRegistry:
+    """A registry with one phase that stops the worker (as a product runtime would)."""
 
     async def stop_workers() -> None:
         token.cancel()
         await worker
 
-    coordinator = ShutdownCoordinator(grace=timedelta(milliseconds=100))
-    coordinator.phase("background-tasks", timeout, stop_workers)
-    return coordinator
+    registry = RuntimeComponentRegistry(grace=timedelta(milliseconds=100))
+    registry.component_shutdown(
+        "background-tasks",
+        RuntimeComponentKind.TASKS,
+        "background-tasks",
+        None,
+        stop_workers,
+        timeout=timeout,
+    )
+    return registry
 
 
 class _SlowReleaseStore(BackgroundTaskDbStore):
@@ -172,9 +179,9 @@ async def test_a_stop_phase_timing_out_mid_release_still_releases_every_task(
         await asyncio.sleep(0.01)
     assert state.running[Lane.FAST.value] == tasks
 
-    coordinator = _stop_phase(token, worker, timedelta(milliseconds=500))
+    registry = _stop_phase(token, worker, timedelta(milliseconds=500))
     try:
-        report = await asyncio.wait_for(coordinator.run(), 30)
+        report = await asyncio.wait_for(registry.shutdown(), 30)
         [phase] = report.phases
         held = store.entered
     finally:
@@ -243,9 +250,9 @@ async def test_a_body_ignoring_cancellation_is_reported_not_waited_on_forever() 
     ignored: list[int] = []
     store, _, token, worker = await _stubborn_setup(release, ignored)
 
-    coordinator = _stop_phase(token, worker, timedelta(seconds=2))
+    registry = _stop_phase(token, worker, timedelta(seconds=2))
     try:
-        report = await asyncio.wait_for(coordinator.run(), 20)
+        report = await asyncio.wait_for(registry.shutdown(), 20)
         [phase] = report.phases
         # The worker abandons the stubborn body after its grace instead of waiting on it,
         # so the phase finishes within its timeout.

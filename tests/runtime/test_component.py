@@ -22,8 +22,8 @@ from aster_forge.runtime import (
     runtime_component,
     shutdown_resource_component_after,
 )
-from aster_forge.runtime._component import COMPONENT_TASK_FAILED, RuntimeComponentBundle
-from aster_forge.runtime._phases import (
+from aster_forge.runtime._component_task import COMPONENT_TASK_FAILED
+from aster_forge.runtime._reports import (
     SHUTDOWN_PHASE_PANICKED,
     SHUTDOWN_RESOURCE_CONSUMED,
     ShutdownPhaseStatus,
@@ -34,6 +34,7 @@ from aster_forge.runtime.errors import (
     RuntimeComponentGraphError,
     RuntimeComponentRegistrationError,
 )
+from aster_forge.runtime.protocols import RuntimeComponentBundle
 from aster_forge.testing import ManualClock
 
 from .._logs import ErrorSeen, errors_of

@@ -19,12 +19,12 @@ from aster_forge.runtime import (
     HealthComponentReport,
     HealthStatus,
 )
+from aster_forge.runtime._health_options import HealthCheckRequirement
 from aster_forge.runtime._health_registry import (
     HEALTH_CHECK_FAILED_MESSAGE,
     HEALTH_CHECK_INVALID_REPORT_MESSAGE,
     HEALTH_CHECK_STUCK_MESSAGE,
     HEALTH_CHECK_TIMED_OUT_MESSAGE,
-    HealthCheckRequirement,
 )
 from aster_forge.runtime.errors import DuplicateHealthCheckError, InvalidHealthCheckError
 

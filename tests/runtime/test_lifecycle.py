@@ -14,7 +14,7 @@ from aster_forge.runtime import (
     AsterRuntime,
     AsterRuntimeError,
     CancellationToken,
-    RuntimeComponentBundleRegistration,
+    RuntimeComponentBundle,
     RuntimeComponentKind,
     RuntimeComponentRegistry,
     RuntimeComponentWithShutdown,
@@ -22,7 +22,7 @@ from aster_forge.runtime import (
     runtime_component,
     shutdown_resource_component_after,
 )
-from aster_forge.runtime._phases import ShutdownPhaseStatus, StartupPhaseStatus
+from aster_forge.runtime._reports import ShutdownPhaseStatus, StartupPhaseStatus
 from aster_forge.runtime.errors import (
     AsterRuntimeBeforeShutdownError,
     AsterRuntimeComponentGraphError,
@@ -68,7 +68,7 @@ class Product:
 
         return RuntimeComponentWithShutdown(build)
 
-    def tasks_component(self) -> RuntimeComponentBundleRegistration[Any]:
+    def tasks_component(self) -> RuntimeComponentBundle:
         def register(registry: RuntimeComponentRegistry) -> None:
             registry.component("background_tasks", Kind.TASKS, depends_on=["http"])
             registry.component_startup(
@@ -242,7 +242,32 @@ async def test_stop_during_startup_cancels_remaining_phases() -> None:
     assert caught.value.report.cancelled
     assert caught.value.report.phase_names() == ("db_connect",)
     assert "start tasks" not in product.events
+    assert "stop" not in product.events  # the service never started: no stop hook
     assert caught.value.shutdown_report.phase_names() == ("tasks_stop", "db_close")
+
+
+async def test_the_stop_hook_runs_after_the_tokens_are_cancelled() -> None:
+    token = CancellationToken()
+    seen: list[tuple[bool, bool]] = []
+    runtime: AsterRuntime | None = None
+
+    async def serve() -> str:
+        await token.wait()
+        return "stopped"
+
+    async def stop() -> None:
+        assert runtime is not None
+        seen.append((runtime.shutdown_token.cancelled, token.cancelled))
+
+    service = RuntimeServiceComponent("svc", Kind.CORE, serve(), token, stop)
+    runtime = AsterRuntime(components=[service], install_signal_handlers=False)
+    run = asyncio.create_task(runtime.run())
+    for _ in range(20):  # the service runs; nothing has asked it to stop
+        await asyncio.sleep(0)
+    assert seen == []
+    runtime.request_stop()
+    assert await run == "stopped"
+    assert seen == [(True, True)]
 
 
 async def test_service_exception_still_runs_cleanup_and_keeps_the_root_cause() -> None:
@@ -358,7 +383,7 @@ def test_a_component_constructors_error_surfaces_unchanged() -> None:
 async def test_component_gets_the_shared_root_token_and_bad_values_are_rejected() -> None:
     seen: list[CancellationToken] = []
 
-    def build(token: CancellationToken) -> RuntimeComponentBundleRegistration[Any]:
+    def build(token: CancellationToken) -> RuntimeComponentBundle:
         seen.append(token)
         return runtime_component(lambda registry: registry.component("x", Kind.CORE))
 

@@ -6,7 +6,7 @@ import json
 from datetime import timedelta
 
 from aster_forge.runtime import ShutdownReport, StartupReport
-from aster_forge.runtime._phases import (
+from aster_forge.runtime._reports import (
     ShutdownPhaseReport,
     ShutdownPhaseStatus,
     StartupPhaseFailurePolicy,

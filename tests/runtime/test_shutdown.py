@@ -1,19 +1,24 @@
-"""ShutdownCoordinator: order, isolation, deadlines, once-only resources, reports."""
+"""Registry shutdown phases: order, isolation, deadlines, once-only resources, reports."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 import pytest
 
-from aster_forge.runtime import ShutdownPhaseFailure, ShutdownReport
+from aster_forge.runtime import (
+    RuntimeComponentKind,
+    RuntimeComponentRegistry,
+    ShutdownPhaseFailure,
+    ShutdownReport,
+)
 from aster_forge.runtime._isolation import abandoned_tasks
-from aster_forge.runtime._phases import (
+from aster_forge.runtime._reports import (
     SHUTDOWN_PHASE_PANICKED,
     SHUTDOWN_RESOURCE_CONSUMED,
-    ShutdownCoordinator,
     ShutdownPhaseStatus,
     ShutdownPhaseStatusKind,
     log_shutdown_report,
@@ -23,16 +28,28 @@ from aster_forge.testing import ManualClock
 SECRET = "password=hunter2"
 
 
+def add(
+    registry: RuntimeComponentRegistry,
+    name: str,
+    timeout: timedelta | None,
+    fn: Callable[[], Awaitable[object]],
+) -> None:
+    """Add a shutdown phase to one component (its phases run in registration order)."""
+    registry.component_shutdown(
+        "service", RuntimeComponentKind.CORE, name, None, fn, timeout=timeout
+    )
+
+
 async def test_phases_run_in_registration_order_and_report_it() -> None:
     log: list[str] = []
-    coordinator = ShutdownCoordinator()
+    registry = RuntimeComponentRegistry()
     for name in ("http", "tasks", "database"):
 
         async def phase(name: str = name) -> None:
             log.append(name)
 
-        coordinator.phase(name, timedelta(seconds=5), phase)
-    report = await coordinator.run()
+        add(registry, name, timedelta(seconds=5), phase)
+    report = await registry.shutdown()
     assert log == ["http", "tasks", "database"]
     assert report.phase_names() == ("http", "tasks", "database")
     assert not report.has_failures()
@@ -50,10 +67,10 @@ async def test_exception_is_a_fixed_text_failure_and_later_phases_run() -> None:
     async def last() -> None:
         ran.append("last")
 
-    coordinator = ShutdownCoordinator()
-    coordinator.phase("boom", None, boom)
-    coordinator.phase("last", None, last)
-    report = await coordinator.run()
+    registry = RuntimeComponentRegistry()
+    add(registry, "boom", None, boom)
+    add(registry, "last", None, last)
+    report = await registry.shutdown()
     assert ran == ["last"]
     assert report.phases[0].status == ShutdownPhaseStatus.FAILED(SHUTDOWN_PHASE_PANICKED)
     assert SECRET not in repr(report)
@@ -65,9 +82,9 @@ async def test_phase_chosen_failure_text_is_kept() -> None:
     async def drain() -> None:
         raise ShutdownPhaseFailure("outbox drain left 3 messages")
 
-    coordinator = ShutdownCoordinator()
-    coordinator.phase("drain", None, drain)
-    report = await coordinator.run()
+    registry = RuntimeComponentRegistry()
+    add(registry, "drain", None, drain)
+    report = await registry.shutdown()
     status = report.phases[0].status
     assert status.kind is ShutdownPhaseStatusKind.FAILED
     assert status.message == "outbox drain left 3 messages"
@@ -83,10 +100,10 @@ async def test_factory_that_raises_before_returning_an_awaitable_is_isolated() -
     async def after() -> None:
         ran.append("after")
 
-    coordinator = ShutdownCoordinator()
-    coordinator.phase("broken", None, broken)
-    coordinator.phase("a", None, after)
-    report = await coordinator.run()
+    registry = RuntimeComponentRegistry()
+    add(registry, "broken", None, broken)
+    add(registry, "a", None, after)
+    report = await registry.shutdown()
     assert report.phases[0].status.message == SHUTDOWN_PHASE_PANICKED
     assert ran == ["after"]
 
@@ -102,10 +119,10 @@ async def test_timeout_marks_timed_out_and_continues() -> None:
     async def after() -> None:
         ran.append("after")
 
-    coordinator = ShutdownCoordinator(clock=clock)
-    coordinator.phase("hang", timedelta(seconds=5), hang)
-    coordinator.phase("after", None, after)
-    run = asyncio.create_task(coordinator.run())
+    registry = RuntimeComponentRegistry(clock=clock)
+    add(registry, "hang", timedelta(seconds=5), hang)
+    add(registry, "after", None, after)
+    run = asyncio.create_task(registry.shutdown())
     await clock.wait_for_sleepers(1)
     await clock.advance(5)
     report = await run
@@ -129,10 +146,10 @@ async def test_exception_while_being_cancelled_is_failed_not_timed_out() -> None
     async def after() -> None:
         ran.append("after")
 
-    coordinator = ShutdownCoordinator(clock=clock)
-    coordinator.phase("explode", timedelta(seconds=1), explode_on_cancel)
-    coordinator.phase("after", None, after)
-    run = asyncio.create_task(coordinator.run())
+    registry = RuntimeComponentRegistry(clock=clock)
+    add(registry, "explode", timedelta(seconds=1), explode_on_cancel)
+    add(registry, "after", None, after)
+    run = asyncio.create_task(registry.shutdown())
     await clock.wait_for_sleepers(1)
     await clock.advance(1)
     report = await run
@@ -154,10 +171,10 @@ async def test_phase_that_swallows_cancellation_is_abandoned_after_grace() -> No
     async def after() -> None:
         ran.append("after")
 
-    coordinator = ShutdownCoordinator(clock=clock, grace=timedelta(seconds=2))
-    coordinator.phase("stubborn", timedelta(seconds=3), stubborn)
-    coordinator.phase("after", None, after)
-    run = asyncio.create_task(coordinator.run())
+    registry = RuntimeComponentRegistry(clock=clock, grace=timedelta(seconds=2))
+    add(registry, "stubborn", timedelta(seconds=3), stubborn)
+    add(registry, "after", None, after)
+    run = asyncio.create_task(registry.shutdown())
     await clock.wait_for_sleepers(1)
     await clock.advance(3)  # deadline: cancel
     await clock.wait_for_sleepers(1)
@@ -178,12 +195,20 @@ async def test_once_resource_is_consumed_by_exactly_one_invocation() -> None:
     async def close(handle: str) -> None:
         consumed.append(handle)
 
-    coordinator = ShutdownCoordinator()
-    coordinator.phase_once("database", timedelta(seconds=5), "db-handle", close)
-    first, second = await asyncio.gather(coordinator.run(), coordinator.run())
+    registry = RuntimeComponentRegistry()
+    registry.component_shutdown_once(
+        "service",
+        RuntimeComponentKind.CORE,
+        "database",
+        None,
+        "db-handle",
+        close,
+        timeout=timedelta(seconds=5),
+    )
+    first, second = await asyncio.gather(registry.shutdown(), registry.shutdown())
     assert first is second  # idempotent, concurrent callers share one run
     assert consumed == ["db-handle"]
-    again = await coordinator.run()
+    again = await registry.shutdown()
     assert again is first
     assert consumed == ["db-handle"]
 
@@ -197,10 +222,10 @@ async def test_once_phase_registered_twice_reports_the_second_as_consumed() -> N
         consumed.append(handle)
 
     shared = once_phase("db", close)
-    coordinator = ShutdownCoordinator()
-    coordinator.phase("a", None, shared)
-    coordinator.phase("b", None, shared)
-    report = await coordinator.run()
+    registry = RuntimeComponentRegistry()
+    add(registry, "a", None, shared)
+    add(registry, "b", None, shared)
+    report = await registry.shutdown()
     assert consumed == ["db"]
     assert report.phases[1].status == ShutdownPhaseStatus.FAILED(SHUTDOWN_RESOURCE_CONSUMED)
 
@@ -214,11 +239,11 @@ async def test_keyboard_interrupt_is_reraised_after_remaining_phases() -> None:
     async def after() -> None:
         ran.append("after")
 
-    coordinator = ShutdownCoordinator()
-    coordinator.phase("interrupt", None, interrupt)
-    coordinator.phase("after", None, after)
+    registry = RuntimeComponentRegistry()
+    add(registry, "interrupt", None, interrupt)
+    add(registry, "after", None, after)
     with pytest.raises(KeyboardInterrupt):
-        await coordinator.run()
+        await registry.shutdown()
     assert ran == ["after"]
 
 
@@ -235,16 +260,16 @@ async def test_cancelling_the_caller_does_not_abort_cleanup() -> None:
     async def after() -> None:
         ran.append("after")
 
-    coordinator = ShutdownCoordinator()
-    coordinator.phase("slow", None, slow)
-    coordinator.phase("after", None, after)
-    caller = asyncio.create_task(coordinator.run())
+    registry = RuntimeComponentRegistry()
+    add(registry, "slow", None, slow)
+    add(registry, "after", None, after)
+    caller = asyncio.create_task(registry.shutdown())
     await started.wait()
     caller.cancel()
     with pytest.raises(asyncio.CancelledError):
         await caller
     release.set()
-    report = await coordinator.run()
+    report = await registry.shutdown()
     assert ran == ["slow", "after"]
     assert not report.has_failures()
 
@@ -256,13 +281,13 @@ def test_invalid_registrations_are_rejected() -> None:
         return None
 
     with pytest.raises(RuntimeComponentRegistrationError):
-        ShutdownCoordinator().phase("", None, phase)
+        add(RuntimeComponentRegistry(), "", None, phase)
     with pytest.raises(RuntimeComponentRegistrationError):
-        ShutdownCoordinator().phase("x", timedelta(0), phase)
+        add(RuntimeComponentRegistry(), "x", timedelta(0), phase)
 
 
 def test_log_shutdown_report_levels(caplog: pytest.LogCaptureFixture) -> None:
-    from aster_forge.runtime._phases import ShutdownPhaseReport
+    from aster_forge.runtime._reports import ShutdownPhaseReport
 
     report = ShutdownReport(
         (

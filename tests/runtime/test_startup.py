@@ -1,20 +1,22 @@
-"""Startup: single-phase helpers, StartupCoordinator policies, stop requests."""
+"""Startup: the value-returning phase helper, the registry's phase policies, stop requests."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import pytest
 
-from aster_forge.runtime import CancellationToken
-from aster_forge.runtime._phases import (
+from aster_forge.runtime import CancellationToken, RuntimeComponentKind, RuntimeComponentRegistry
+from aster_forge.runtime._phases import run_startup_phase
+from aster_forge.runtime._reports import (
     STARTUP_PHASE_FAILED,
-    StartupCoordinator,
     StartupPhaseFailurePolicy,
     StartupPhaseStatus,
-    run_optional_startup_phase,
-    run_required_startup_phase,
 )
+
+REQUIRED = StartupPhaseFailurePolicy.REQUIRED
+OPTIONAL = StartupPhaseFailurePolicy.OPTIONAL
 
 SECRET = "dsn=postgres://user:secret@db"
 
@@ -23,11 +25,21 @@ class ProductConfigError(Exception):
     """A product's own error type."""
 
 
+def add(
+    registry: RuntimeComponentRegistry,
+    name: str,
+    fn: Callable[[], Awaitable[object]],
+    policy: StartupPhaseFailurePolicy = REQUIRED,
+) -> None:
+    """Add a startup phase to one component (its phases run in registration order)."""
+    registry.component_startup("service", RuntimeComponentKind.CORE, name, fn, policy)
+
+
 async def test_required_phase_returns_the_product_value() -> None:
     async def prepare() -> dict[str, int]:
         return {"workers": 4}
 
-    outcome = await run_required_startup_phase("prepare_state", prepare)
+    outcome = await run_startup_phase("prepare_state", prepare)
     assert outcome.value == {"workers": 4}
     assert outcome.report.name == "prepare_state"
     assert outcome.report.status is StartupPhaseStatus.SUCCEEDED
@@ -42,7 +54,7 @@ async def test_required_phase_keeps_the_product_exception() -> None:
         raise original
 
     with pytest.raises(ProductConfigError) as caught:
-        await run_required_startup_phase("prepare_state", prepare)
+        await run_startup_phase("prepare_state", prepare)
     assert caught.value is original
 
 
@@ -50,7 +62,7 @@ async def test_optional_phase_failure_is_skipped_after_failure() -> None:
     async def exporter() -> str:
         raise RuntimeError(SECRET)
 
-    outcome = await run_optional_startup_phase("metrics_exporter", exporter)
+    outcome = await run_startup_phase("metrics_exporter", exporter, policy=OPTIONAL)
     assert outcome.value is None
     assert outcome.report.status is StartupPhaseStatus.SKIPPED_AFTER_FAILURE
     assert outcome.report.error == STARTUP_PHASE_FAILED
@@ -61,7 +73,7 @@ async def test_optional_phase_success_returns_value() -> None:
     async def warm() -> int:
         return 7
 
-    outcome = await run_optional_startup_phase("warm", warm)
+    outcome = await run_startup_phase("warm", warm, policy=OPTIONAL)
     assert outcome.value == 7
     assert outcome.report.status is StartupPhaseStatus.SUCCEEDED
 
@@ -73,14 +85,14 @@ async def test_optional_phase_does_not_swallow_cancellation() -> None:
         started.set()
         await asyncio.Event().wait()
 
-    task = asyncio.create_task(run_optional_startup_phase("slow", slow))
+    task = asyncio.create_task(run_startup_phase("slow", slow, policy=OPTIONAL))
     await started.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
 
 
-async def test_coordinator_required_failure_stops_later_phases() -> None:
+async def test_required_failure_stops_later_phases() -> None:
     ran: list[str] = []
 
     async def migrate() -> None:
@@ -92,11 +104,11 @@ async def test_coordinator_required_failure_stops_later_phases() -> None:
     async def reload() -> None:
         ran.append("reload")
 
-    coordinator = StartupCoordinator()
-    coordinator.required("migrate", migrate)
-    coordinator.required("seed", seed)
-    coordinator.required("reload", reload)
-    report = await coordinator.run()
+    registry = RuntimeComponentRegistry()
+    add(registry, "migrate", migrate)
+    add(registry, "seed", seed)
+    add(registry, "reload", reload)
+    report = await registry.startup()
     assert ran == ["migrate"]
     assert report.phase_names() == ("migrate", "seed")
     assert report.aborted and not report.succeeded()
@@ -106,7 +118,7 @@ async def test_coordinator_required_failure_stops_later_phases() -> None:
     assert SECRET not in repr(report)
 
 
-async def test_coordinator_optional_failure_continues() -> None:
+async def test_optional_failure_continues() -> None:
     ran: list[str] = []
 
     async def warm() -> None:
@@ -115,10 +127,10 @@ async def test_coordinator_optional_failure_continues() -> None:
     async def reload() -> None:
         ran.append("reload")
 
-    coordinator = StartupCoordinator()
-    coordinator.optional("warm", warm)
-    coordinator.required("reload", reload)
-    report = await coordinator.run()
+    registry = RuntimeComponentRegistry()
+    add(registry, "warm", warm, OPTIONAL)
+    add(registry, "reload", reload)
+    report = await registry.startup()
     assert ran == ["reload"]
     assert [p.status for p in report.phases] == [
         StartupPhaseStatus.SKIPPED_AFTER_FAILURE,
@@ -143,10 +155,10 @@ async def test_stop_request_cancels_running_and_remaining_phases() -> None:
     async def later() -> None:
         ran.append("later")
 
-    coordinator = StartupCoordinator()
-    coordinator.required("migrate", slow_migration)
-    coordinator.required("later", later)
-    run = asyncio.create_task(coordinator.run(token))
+    registry = RuntimeComponentRegistry()
+    add(registry, "migrate", slow_migration)
+    add(registry, "later", later)
+    run = asyncio.create_task(registry.startup(token))
     await entered.wait()
     token.cancel()
     report = await run
@@ -164,21 +176,21 @@ async def test_already_cancelled_token_runs_nothing() -> None:
     async def phase() -> None:
         ran.append("phase")
 
-    coordinator = StartupCoordinator()
-    coordinator.required("phase", phase)
-    report = await coordinator.run(token)
+    registry = RuntimeComponentRegistry()
+    add(registry, "phase", phase)
+    report = await registry.startup(token)
     assert ran == []
     assert report.cancelled and report.phases == ()
 
 
-async def test_keyboard_interrupt_propagates_from_coordinator() -> None:
+async def test_keyboard_interrupt_propagates_from_startup() -> None:
     async def interrupt() -> None:
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        coordinator = StartupCoordinator()
-        coordinator.required("interrupt", interrupt)
-        await coordinator.run()
+        registry = RuntimeComponentRegistry()
+        add(registry, "interrupt", interrupt)
+        await registry.startup()
 
 
 def test_invalid_phase_registration() -> None:
@@ -188,7 +200,9 @@ def test_invalid_phase_registration() -> None:
         return None
 
     with pytest.raises(RuntimeComponentRegistrationError):
-        StartupCoordinator().required("", phase)
-    coordinator = StartupCoordinator()
-    coordinator.optional("a", phase)
-    assert coordinator.phase_names == ("a",)
+        add(RuntimeComponentRegistry(), "", phase)
+    registry = RuntimeComponentRegistry()
+    add(registry, "a", phase, OPTIONAL)
+    descriptor = registry.descriptor("service")
+    assert descriptor is not None
+    assert [(p.phase, p.policy) for p in descriptor.startup_phases] == [("a", OPTIONAL)]

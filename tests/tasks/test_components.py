@@ -15,7 +15,7 @@ from aster_forge.runtime import (
     RuntimeComponentRegistry,
     runtime_component,
 )
-from aster_forge.runtime._phases import ShutdownPhaseStatusKind
+from aster_forge.runtime._reports import ShutdownPhaseStatusKind
 from aster_forge.runtime.errors import AsterRuntimeShutdownError, AsterRuntimeStartupError
 from aster_forge.tasks import (
     BACKGROUND_TASKS_COMPONENT,
@@ -114,12 +114,12 @@ def test_the_component_carries_the_task_definitions() -> None:
     factory = background_task_component_with_definitions_from_shutdown(
         CATALOG.definitions(), BackgroundTasks
     )
-    registration = factory.build(CancellationToken())
-    bundle = registration.bundle  # type: ignore[attr-defined]
+    bundle = factory.build(CancellationToken())
     assert isinstance(bundle, BackgroundTaskComponent)
     assert bundle.task_names == ("system-health-check", "audit-cleanup")
     group = BackgroundTasks()
-    bundle2 = background_task_component_with_definitions(group, CATALOG.definitions()).bundle
+    bundle2 = background_task_component_with_definitions(group, CATALOG.definitions())
+    assert isinstance(bundle2, BackgroundTaskComponent)
     assert bundle2.task_names == ("system-health-check", "audit-cleanup")
     with pytest.raises(BackgroundTaskSpawnError, match="RuntimeTaskDefinition"):
         background_task_component_with_definitions(group, ["system-health-check"])  # type: ignore[list-item]

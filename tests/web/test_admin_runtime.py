@@ -19,7 +19,7 @@ from aster_forge.db import (
     scheduled_tasks_table,
 )
 from aster_forge.runtime import RuntimeComponentKind, RuntimeComponentRegistry
-from aster_forge.runtime._phases import StartupPhaseFailurePolicy
+from aster_forge.runtime._reports import StartupPhaseFailurePolicy
 from aster_forge.tasks import (
     ClaimedTaskExecutionConfig,
     ClaimedTaskOutcome,

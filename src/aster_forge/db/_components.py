@@ -6,7 +6,6 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -16,7 +15,7 @@ from ..runtime import (
     HealthCheckScopes,
     HealthComponentDetailValue,
     HealthComponentReport,
-    RuntimeComponentBundleRegistration,
+    RuntimeComponentBundle,
     RuntimeComponentKind,
     RuntimeComponentRegistry,
     runtime_component,
@@ -43,7 +42,7 @@ def database_health_component(
     timeout: timedelta = timedelta(seconds=5),
     required: bool = True,
     clock: Clock = _SYSTEM_CLOCK,
-) -> RuntimeComponentBundleRegistration[Any]:
+) -> RuntimeComponentBundle:
     """A health check that pings the database (``SELECT 1``) with a latency detail.
 
     Runs in the readiness and diagnostics scopes (never liveness: a database outage
@@ -98,7 +97,7 @@ def database_component_after(
     component: str = DATABASE_COMPONENT,
     phase: str = "dispose database engine",
     timeout: timedelta | None = timedelta(seconds=10),
-) -> RuntimeComponentBundleRegistration[Any]:
+) -> RuntimeComponentBundle:
     """A shutdown phase that disposes the engine(s) after the named components stopped.
 
     Typical use: ``database_component_after(engine, ["background_tasks", "http"])`` so

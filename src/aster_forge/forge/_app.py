@@ -23,7 +23,7 @@ from ..runtime import (
     AsterRuntime,
     HealthCheckScope,
     HealthComponentReport,
-    RuntimeComponentBundleRegistration,
+    RuntimeComponentBundle,
     RuntimeComponentRegistry,
     RuntimeComponentWithShutdown,
     SystemHealthReport,
@@ -347,7 +347,7 @@ class Forge(ForgeDeclarations, ForgeOperations, ForgeWorkflows):
 
     # -- running --------------------------------------------------------------------------
 
-    def component(self, *, after: Sequence[str] = ()) -> RuntimeComponentBundleRegistration[Any]:
+    def component(self, *, after: Sequence[str] = ()) -> RuntimeComponentBundle:
         """The forge's workers as a component for ``AsterRuntime(components=[...])``.
 
         Registers ``background_tasks`` (dispatcher, NOTIFY listener on PostgreSQL, leased

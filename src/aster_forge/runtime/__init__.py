@@ -15,27 +15,22 @@ from ._loop_lag import EventLoopLagProbe
 # --- health ---
 from ._health import HealthComponentReport, HealthStatus, SystemHealthReport
 from ._health import HealthComponentDetailValue
-from ._health_registry import HealthCheckOptions, HealthCheckScope, HealthCheckScopes
+from ._health_options import HealthCheckOptions, HealthCheckScope, HealthCheckScopes
 from ._health_registry import HealthCheckRegistry
 
 # --- lifecycle ---
 # isort: split
-from ._component import (
-    RuntimeComponentBundleRegistration,
-    RuntimeComponentKind,
-    RuntimeComponentRegistry,
-    runtime_component,
-    shutdown_resource_component_after,
-)
+from ._bundles import runtime_component, shutdown_resource_component_after
+from ._component import RuntimeComponentRegistry
+from ._descriptors import RuntimeComponentKind
 from ._lifecycle import (
     AsterRuntime,
     RuntimeComponentWithShutdown,
     RuntimeServiceComponent,
 )
 from ._service import ServiceLifecycle
-from ._phases import ShutdownReport
+from ._reports import ShutdownReport, StartupReport
 from ._signals import wait_for_termination_signal
-from ._phases import StartupReport
 from .errors import AsterRuntimeError, ShutdownPhaseFailure
 
 # --- temp dirs ---
@@ -51,7 +46,7 @@ from ._buffered_core import BufferedBatchConfig, OverflowPolicy, WriteFailure
 # isort: split
 from ._lease import run_runtime_lease_supervisor
 from ._lease import RuntimeLease, RuntimeLeaseConfig, new_runtime_lease_owner_id
-from .protocols import RuntimeLeaseStore
+from .protocols import RuntimeComponentBundle, RuntimeLeaseStore
 
 __all__ = [
     "AsterRuntime",
@@ -68,7 +63,7 @@ __all__ = [
     "HealthStatus",
     "ManagedBatchWriter",
     "OverflowPolicy",
-    "RuntimeComponentBundleRegistration",
+    "RuntimeComponentBundle",
     "RuntimeComponentKind",
     "RuntimeComponentRegistry",
     "RuntimeComponentWithShutdown",

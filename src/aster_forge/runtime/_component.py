@@ -1,254 +1,65 @@
-"""Runtime components: kinds, descriptors, bundles and the registry that runs them in order."""
+"""The runtime component registry: the one place components' hooks are declared and run in order."""
 
 from __future__ import annotations
 
 import asyncio
-import enum
-import heapq
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import Any, TypeVar
 
 from ._cancellation import CancellationToken
 from ._clock import Clock, SystemClock
+from ._component_task import ComponentTask
+from ._descriptors import (
+    RuntimeComponentDescriptor,
+    RuntimeComponentKind,
+    RuntimeShutdownDescriptor,
+    RuntimeStartupDescriptor,
+)
+from ._graph import find_cycle, missing_dependencies, shutdown_order, startup_order
 from ._health import HealthComponentReport, SystemHealthReport
-from ._health_registry import HealthCheckOptions, HealthCheckRegistry, HealthCheckScope
-from ._isolation import DEFAULT_ABANDON_GRACE, _Escape, _guarded
+from ._health_options import HealthCheckOptions, HealthCheckScope
+from ._health_registry import HealthCheckRegistry
+from ._isolation import DEFAULT_ABANDON_GRACE
 from ._phases import (
-    ShutdownReport,
+    ShutdownPhase,
     ShutdownRun,
     StartupPhase,
-    StartupPhaseFailurePolicy,
-    StartupPhaseStatus,
-    StartupReport,
     StartupRun,
-    _check_phase,
-    _Phase,
+    check_name,
+    check_shutdown_phase,
     once_phase,
+    run_shutdown_phases,
     run_startup_phases,
 )
-from ._phases import run_shutdown_phases as _run_shutdown_phases
+from ._reports import ShutdownReport, StartupPhaseFailurePolicy, StartupPhaseStatus, StartupReport
 from .errors import (
     RuntimeComponentGraphError,
     RuntimeComponentRegistrationError,
-    ShutdownPhaseFailure,
 )
+from .protocols import RuntimeComponentBundle
 
 __all__ = [
-    "COMPONENT_TASK_FAILED",
-    "RuntimeComponentBundle",
-    "RuntimeComponentBundleRegistration",
-    "RuntimeComponentDescriptor",
-    "RuntimeComponentKind",
     "RuntimeComponentRegistry",
-    "RuntimeShutdownDescriptor",
-    "RuntimeStartupDescriptor",
-    "find_cycle",
-    "runtime_component",
-    "shutdown_resource_component_after",
-    "topological_order",
 ]
 
-B = TypeVar("B", bound="RuntimeComponentBundle")
 logger = logging.getLogger("aster_forge.runtime")
 R = TypeVar("R")
 
 
-class RuntimeComponentKind(enum.StrEnum):
-    """What kind of subsystem a component is (for catalogs and admin views)."""
-
-    CORE = "core"
-    HTTP = "http"
-    TASKS = "tasks"
-    MAIL = "mail"
-    DATABASE = "database"
-    CACHE = "cache"
-    STORAGE = "storage"
-    AUDIT = "audit"
-    CONFIG = "config"
-    METRICS = "metrics"
-    PRODUCT = "product"
-    OTHER = "other"
-
-
-@dataclass(frozen=True, slots=True)
-class RuntimeShutdownDescriptor:
-    """A registered shutdown phase: its component, name and timeout."""
-
-    component: str
-    phase: str
-    timeout: timedelta | None
-
-
-@dataclass(frozen=True, slots=True)
-class RuntimeStartupDescriptor:
-    """A registered startup phase: its component, name and failure policy."""
-
-    component: str
-    phase: str
-    policy: StartupPhaseFailurePolicy
-
-
-@dataclass(frozen=True, slots=True)
-class RuntimeComponentDescriptor:
-    """What a component declared: kind, dependencies, checks, phases and tasks.
-
-    ``depends_on`` names the components that shut down *before* this one (a database
-    depends on the background tasks that use it, so the tasks stop first).
-    """
-
+@dataclass(eq=False, slots=True)
+class _Component:
     name: str
     kind: RuntimeComponentKind
-    depends_on: tuple[str, ...] = ()
-    health_checks: tuple[str, ...] = ()
-    startup_phases: tuple[RuntimeStartupDescriptor, ...] = ()
-    shutdown_phases: tuple[RuntimeShutdownDescriptor, ...] = ()
-    tasks: tuple[str, ...] = ()
-
-
-@runtime_checkable
-class RuntimeComponentBundle(Protocol):
-    """Anything that registers components into a :class:`RuntimeComponentRegistry`."""
-
-    def register(self, registry: RuntimeComponentRegistry) -> None:
-        """Register this bundle's components, checks and phases into ``registry``."""
-        ...
-
-
-class _FnBundle:
-    __slots__ = ("_fn",)
-
-    def __init__(self, fn: Callable[[RuntimeComponentRegistry], object]) -> None:
-        self._fn = fn
-
-    def register(self, registry: RuntimeComponentRegistry) -> None:
-        self._fn(registry)
-
-
-class RuntimeComponentBundleRegistration(Generic[B]):
-    """A bundle ready for ``.component(...)`` or :meth:`RuntimeComponentRegistry.register_bundle`.
-
-    Subsystems return this from their ``*_component(...)`` factories.
-    """
-
-    __slots__ = ("bundle",)
-
-    def __init__(self, bundle: B) -> None:
-        self.bundle = bundle
-
-    def register(self, registry: RuntimeComponentRegistry) -> None:
-        """Register the wrapped bundle into ``registry``."""
-        self.bundle.register(registry)
-
-    def __repr__(self) -> str:
-        return f"RuntimeComponentBundleRegistration({self.bundle!r})"
-
-
-def runtime_component(
-    bundle: B | Callable[[RuntimeComponentRegistry], object],
-) -> RuntimeComponentBundleRegistration[Any]:
-    """Adapt a bundle, or a ``fn(registry)`` that registers things, for ``.component(...)``.
-
-    Example:
-        >>> def core_component() -> RuntimeComponentBundleRegistration[Any]:
-        ...     def register(registry: RuntimeComponentRegistry) -> None:
-        ...         registry.component("core", RuntimeComponentKind.CORE)
-        ...     return runtime_component(register)
-    """
-    if isinstance(bundle, RuntimeComponentBundle):
-        return RuntimeComponentBundleRegistration(bundle)
-    if callable(bundle):
-        return RuntimeComponentBundleRegistration(_FnBundle(bundle))
-    raise RuntimeComponentRegistrationError(
-        f"runtime_component() needs a bundle or a callable, got {type(bundle).__name__}"
-    )
-
-
-def topological_order(nodes: list[str], preds: Mapping[str, Iterable[str]]) -> tuple[str, ...]:
-    """Order ``nodes`` so each comes after its ``preds``; ties keep the input order."""
-    index = {name: i for i, name in enumerate(nodes)}
-    remaining = {name: set(preds[name]) for name in nodes}
-    followers: dict[str, list[str]] = {name: [] for name in nodes}
-    for name, before in remaining.items():
-        for dep in before:
-            followers[dep].append(name)
-    ready = [(index[n], n) for n in nodes if not remaining[n]]
-    heapq.heapify(ready)
-    order: list[str] = []
-    while ready:
-        _, name = heapq.heappop(ready)
-        order.append(name)
-        for follower in followers[name]:
-            remaining[follower].discard(name)
-            if not remaining[follower]:
-                heapq.heappush(ready, (index[follower], follower))
-    if len(order) < len(nodes):
-        # A cycle (validate() would have refused it): keep going in registration order.
-        rest = [n for n in nodes if n not in set(order)]
-        logger.error("component dependency cycle among %s", ", ".join(rest))
-        order.extend(rest)
-    return tuple(order)
-
-
-def find_cycle(graph: Mapping[str, Sequence[str]]) -> tuple[str, ...]:
-    """Return one dependency cycle (in dependency order), or ``()`` when there is none.
-
-    Iterative depth-first search, so long dependency chains cannot hit the recursion limit.
-    Edges to nodes outside ``graph`` are ignored (they are reported as missing elsewhere).
-    """
-    done: set[str] = set()
-    for root in graph:
-        if root in done:
-            continue
-        path: list[str] = [root]
-        on_path = {root}
-        iterators = [iter(graph[root])]
-        while iterators:
-            dep = next(iterators[-1], None)
-            if dep is None:
-                finished = path.pop()
-                on_path.discard(finished)
-                done.add(finished)
-                iterators.pop()
-                continue
-            if dep not in graph or dep in done:
-                continue
-            if dep in on_path:
-                return tuple(path[path.index(dep) :])
-            path.append(dep)
-            on_path.add(dep)
-            iterators.append(iter(graph[dep]))
-    return ()
-
-
-#: The fixed text of a component task's shutdown phase when the task had raised.
-COMPONENT_TASK_FAILED = "component task failed"
-
-
-class _Component:
-    __slots__ = (
-        "checks",
-        "depends_on",
-        "kind",
-        "name",
-        "shutdown",
-        "startup",
-        "task_names",
-        "tasks",
-    )
-
-    def __init__(self, name: str, kind: RuntimeComponentKind) -> None:
-        self.name = name
-        self.kind = kind
-        self.depends_on: list[str] = []
-        self.checks: list[str] = []
-        self.startup: list[StartupPhase] = []
-        self.shutdown: list[_Phase] = []
-        self.tasks: dict[str, _ComponentTask] = {}
-        # Catalog-only task names (nothing started, no phase), e.g. runtime-task definitions.
-        self.task_names: list[str] = []
+    depends_on: list[str] = field(default_factory=list)
+    checks: list[str] = field(default_factory=list)
+    startup: list[StartupPhase] = field(default_factory=list)
+    shutdown: list[ShutdownPhase] = field(default_factory=list)
+    tasks: dict[str, ComponentTask] = field(default_factory=dict)
+    # Catalog-only task names (nothing started, no phase), e.g. runtime-task definitions.
+    task_names: list[str] = field(default_factory=list)
 
     def descriptor(self) -> RuntimeComponentDescriptor:
         return RuntimeComponentDescriptor(
@@ -264,77 +75,6 @@ class _Component:
             ),
             tasks=tuple(self.tasks) + tuple(n for n in self.task_names if n not in self.tasks),
         )
-
-
-class _ComponentTask:
-    """A background task owned by a component: started with the runtime, joined at shutdown.
-
-    It is supervised: when it ends by raising, the error is logged at once (not only in
-    the shutdown report), and a ``critical`` task also stops the runtime.
-    """
-
-    def __init__(
-        self,
-        component: str,
-        name: str,
-        fn: Callable[[CancellationToken], Awaitable[Any]],
-        *,
-        critical: bool = False,
-    ) -> None:
-        self.component = component
-        self.name = name
-        self.fn = fn
-        self.critical = critical
-        self.token: CancellationToken | None = None
-        self.parent: CancellationToken | None = None
-        self.task: asyncio.Task[Any] | None = None
-
-    def start(self, parent: CancellationToken) -> None:
-        if self.task is not None:
-            return
-        self.parent = parent
-        token = self.token = parent.child_token()
-        fn = self.fn
-        self.task = asyncio.create_task(
-            _guarded(lambda: fn(token)), name=f"aster-forge:component-task:{self.name}"
-        )
-        self.task.add_done_callback(self._ended)
-
-    def _ended(self, task: asyncio.Task[Any]) -> None:
-        if task.cancelled():
-            return
-        error = task.exception()
-        if error is None:
-            return
-        if not isinstance(error, _Escape):
-            stopping = "; stopping the runtime" if self.critical else ""
-            logger.error(
-                "component task %s of %s crashed: %s: %s%s",
-                self.name,
-                self.component,
-                type(error).__name__,
-                error,
-                stopping,
-                exc_info=error,
-                extra={"component": self.component, "component_task": self.name},
-            )
-        if self.critical and self.parent is not None:
-            self.parent.cancel()  # as a stop request: every component shuts down in order
-
-    async def join(self) -> None:
-        # Tolerates "never started": the runtime may shut down after a startup abort.
-        if self.token is not None:
-            self.token.cancel()
-        if self.task is None:
-            return
-        await asyncio.wait({self.task})
-        if not self.task.cancelled() and self.task.exception() is not None:
-            raise ShutdownPhaseFailure(COMPONENT_TASK_FAILED)
-
-
-def _check_name(name: object, what: str) -> None:
-    if not isinstance(name, str) or not name:
-        raise RuntimeComponentRegistrationError(f"{what} must be a non-empty string, got {name!r}")
 
 
 def _warn_duplicate(component: str, phase: str, what: str) -> None:
@@ -389,30 +129,23 @@ class RuntimeComponentRegistry:
         depends_on: Iterable[str] = (),
         task_names: Iterable[str] = (),
     ) -> None:
-        """Declare (or extend) a component.
+        """Declare (or extend) a component; declaring it again with another kind raises.
 
-        Args:
-            name: The component name.
-            kind: Its kind; declaring the name again with another kind raises.
-            depends_on: Components that must shut down before this one (start after it).
-            task_names: Tasks it runs, as catalog metadata only (its descriptor's
-                ``tasks``): nothing is started and no phase is added.
-
-        Raises:
-            RuntimeComponentRegistrationError: An empty name, or another kind.
+        ``depends_on`` shut down before it (and start after it); ``task_names`` are
+        catalog metadata only (its descriptor's ``tasks``): nothing is started.
         """
         component = self._declare(name, kind)
         for dep in depends_on:
-            _check_name(dep, "dependency name")
+            check_name(dep, "dependency name")
             if dep not in component.depends_on:
                 component.depends_on.append(dep)
         for task_name in task_names:
-            _check_name(task_name, "task name")
+            check_name(task_name, "task name")
             if task_name not in component.task_names:
                 component.task_names.append(task_name)
 
     def _declare(self, name: str, kind: RuntimeComponentKind) -> _Component:
-        _check_name(name, "component name")
+        check_name(name, "component name")
         if not isinstance(kind, RuntimeComponentKind):
             raise RuntimeComponentRegistrationError(
                 f"component {name!r}: kind must be a RuntimeComponentKind, got {kind!r}"
@@ -458,7 +191,7 @@ class RuntimeComponentRegistry:
     ) -> None:
         """Register a startup phase (components start in reverse shutdown order)."""
         owner = self._declare(component, kind)
-        _check_name(phase, "startup phase name")
+        check_name(phase, "startup phase name")
         if not callable(fn):
             raise RuntimeComponentRegistrationError(f"startup phase {phase!r}: fn is not callable")
         if any(p.name == phase for p in owner.startup):
@@ -483,12 +216,12 @@ class RuntimeComponentRegistry:
         raises ``AsterRuntimeShutdownError``), for a loop the process is useless without.
         """
         owner = self._declare(component, kind)
-        _check_name(task_name, "task name")
+        check_name(task_name, "task name")
         if task_name in owner.tasks:
             raise RuntimeComponentRegistrationError(
                 f"component {owner.name!r} already has a task named {task_name!r}"
             )
-        task = owner.tasks[task_name] = _ComponentTask(owner.name, task_name, fn, critical=critical)
+        task = owner.tasks[task_name] = ComponentTask(owner.name, task_name, fn, critical=critical)
         self.component_shutdown(component, kind, task_name, None, task.join)
 
     def component_shutdown(
@@ -504,10 +237,10 @@ class RuntimeComponentRegistry:
         """Register a shutdown phase; a component's phases run in registration order."""
         self.component(component, kind, depends_on=depends_on or ())
         owner = self._components[component]
-        _check_phase(phase, timeout)
+        check_shutdown_phase(phase, timeout)
         if any(p.name == phase for p in owner.shutdown):
             _warn_duplicate(owner.name, phase, "shutdown")
-        owner.shutdown.append(_Phase(phase, timeout, fn, owner.name))
+        owner.shutdown.append(ShutdownPhase(phase, timeout, fn, owner.name))
 
     def component_shutdown_once(
         self,
@@ -562,39 +295,23 @@ class RuntimeComponentRegistry:
 
     # -- graph ------------------------------------------------------------------------
 
-    def validate(self) -> None:
-        """Check the dependency graph.
+    def _graph(self) -> dict[str, list[str]]:
+        return {c.name: c.depends_on for c in self._components.values()}
 
-        Raises:
-            RuntimeComponentGraphError: A dependency is not registered, or there is a cycle;
-                the error names the components involved.
-        """
-        missing = tuple(
-            (c.name, dep)
-            for c in self._components.values()
-            for dep in c.depends_on
-            if dep not in self._components
-        )
-        cycle = find_cycle({c.name: c.depends_on for c in self._components.values()})
+    def validate(self) -> None:
+        """Raise :class:`RuntimeComponentGraphError` naming missing dependencies or a cycle."""
+        missing = missing_dependencies(self._graph())
+        cycle = find_cycle(self._graph())
         if missing or cycle:
             raise RuntimeComponentGraphError(missing=missing, cycle=cycle)
 
     def shutdown_order(self) -> tuple[str, ...]:
         """Return component names in shutdown order (dependencies first, ties by registration)."""
-        preds = {
-            c.name: {d for d in c.depends_on if d in self._components}
-            for c in self._components.values()
-        }
-        return topological_order(list(self._components), preds)
+        return shutdown_order(self._graph())
 
     def startup_order(self) -> tuple[str, ...]:
         """Return component names in startup order (the reverse relation of shutdown)."""
-        preds: dict[str, set[str]] = {name: set() for name in self._components}
-        for c in self._components.values():
-            for dep in c.depends_on:
-                if dep in preds:
-                    preds[dep].add(c.name)
-        return topological_order(list(self._components), preds)
+        return startup_order(self._graph())
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -603,13 +320,10 @@ class RuntimeComponentRegistry:
         return await self._health.run_scope(scope)
 
     async def startup(self, token: CancellationToken | None = None) -> StartupReport:
-        """Run every component's startup phases in startup order.
+        """Run every component's startup phases in startup order and return the report.
 
-        Args:
-            token: A stop request; cancelling it cancels the remaining phases.
-
-        Returns:
-            The startup report.
+        A failed required phase aborts; cancelling ``token`` (a stop request) cancels the
+        running phase and skips the rest.
         """
         result = await self._run_startup(token)
         if result.escaped is not None:
@@ -655,47 +369,10 @@ class RuntimeComponentRegistry:
         if self._shutdown_task is None:
             phases = [p for name in self.shutdown_order() for p in self._components[name].shutdown]
             self._shutdown_task = asyncio.create_task(
-                _run_shutdown_phases(
+                run_shutdown_phases(
                     phases, clock=self._clock, grace=self._grace, started=self._component_started
                 ),
                 name="aster-forge:component-shutdown",
             )
         # Shielded: a cancelled caller must not abort cleanup half-way.
         return await asyncio.shield(self._shutdown_task)
-
-
-def shutdown_resource_component_after(
-    name: str,
-    kind: RuntimeComponentKind,
-    phase: str,
-    depends_on: Sequence[str],
-    resource: R,
-    fn: Callable[[R], Awaitable[None]],
-    *,
-    timeout: timedelta | None = None,
-) -> RuntimeComponentBundleRegistration[Any]:
-    """A component owning a shutdown-only resource, consumed once by one phase.
-
-    Args:
-        name: The component name.
-        kind: Its kind.
-        phase: The shutdown phase name.
-        depends_on: Components that must shut down first.
-        resource: Handed to ``fn`` exactly once.
-        fn: The shutdown action; raise ``ShutdownPhaseFailure(text)`` to report a failure.
-        timeout: The phase deadline (``None``: no limit).
-
-    Returns:
-        A bundle for ``.component(...)`` or ``registry.register_bundle(...)``.
-    """
-    _check_name(name, "component name")
-    _check_phase(phase, timeout)
-    depends = tuple(depends_on)
-    # One wrapper for every registration: a bundle registered twice still hands the
-    # resource to one phase only (the duplicate reports it as already consumed).
-    consume = once_phase(resource, fn)
-
-    def register(registry: RuntimeComponentRegistry) -> None:
-        registry.component_shutdown(name, kind, phase, depends, consume, timeout=timeout)
-
-    return runtime_component(register)

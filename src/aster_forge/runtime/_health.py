@@ -22,7 +22,7 @@ from .._json import load_json
 from .errors import InvalidHealthDetailError, InvalidHealthReportError
 
 if TYPE_CHECKING:
-    from ._health_registry import HealthCheckScope
+    from ._health_options import HealthCheckScope
     from .protocols import HealthMetricsRecorder
 
 __all__ = [
@@ -455,6 +455,14 @@ class HealthComponentReport:
         )
 
 
+def _join(components: Sequence[HealthComponentReport], empty: str, *, detailed: bool) -> str:
+    if not components:
+        return empty
+    if detailed:
+        return "; ".join(c.describe() for c in components)
+    return ", ".join(f"{c.name} {c.status.value}" for c in components)
+
+
 def _with_measured_duration(report: HealthComponentReport, seconds: float) -> HealthComponentReport:
     """Return ``report`` with a registry-measured duration, skipping re-validation.
 
@@ -515,29 +523,19 @@ class SystemHealthReport:
 
     def summary(self) -> str:
         """Return ``name status, name status, ...`` (``no health checks`` when empty)."""
-        if not self.components:
-            return "no health checks"
-        return ", ".join(f"{c.name} {c.status.value}" for c in self.components)
+        return _join(self.components, "no health checks", detailed=False)
 
     def details(self) -> str:
         """Return every component's ``name status: message [details]``, joined by ``; ``."""
-        if not self.components:
-            return "no health checks"
-        return "; ".join(c.describe() for c in self.components)
+        return _join(self.components, "no health checks", detailed=True)
 
     def issue_summary(self) -> str:
         """Like :meth:`summary` but only for issues (``no issues`` when there are none)."""
-        issues = self.issues()
-        if not issues:
-            return "no issues"
-        return ", ".join(f"{c.name} {c.status.value}" for c in issues)
+        return _join(self.issues(), "no issues", detailed=False)
 
     def issue_details(self) -> str:
         """Like :meth:`details` but only for issues (``no issues`` when there are none)."""
-        issues = self.issues()
-        if not issues:
-            return "no issues"
-        return "; ".join(c.describe() for c in issues)
+        return _join(self.issues(), "no issues", detailed=True)
 
     def record_metrics(
         self, scope: HealthCheckScope | str, recorder: HealthMetricsRecorder

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ._buffered_core import BufferedWriterLifecycle, BufferedWriterStopReport, RecordAdmission
 from ._clock import Clock, SystemClock, utc_now
-from ._component import RuntimeComponentDescriptor
+from ._descriptors import RuntimeComponentDescriptor
 from ._lease import (
     MAX_RUNTIME_LEASE_ID_LENGTH,
     NEVER_EXPIRES,
@@ -21,8 +21,8 @@ from ._lease import (
     validate_lease_ttl,
 )
 from ._loop_lag import watch_blocking_steps
-from ._phases import StartupPhaseFailurePolicy
 from ._race import RaceWinner, abandon_task, race, shielded, sleep_or_cancelled
+from ._reports import StartupPhaseFailurePolicy
 from ._tempdir import RUNTIME_TEMP_DIR_NAME
 
 __all__ = [

@@ -11,17 +11,13 @@ from typing import Any, Generic, NoReturn, TypeVar
 
 from ._cancellation import CancellationToken
 from ._clock import Clock
-from ._component import (
-    RuntimeComponentBundle,
-    RuntimeComponentDescriptor,
-    RuntimeComponentKind,
-    RuntimeComponentRegistry,
-)
+from ._component import RuntimeComponentRegistry
+from ._descriptors import RuntimeComponentDescriptor, RuntimeComponentKind
 from ._health import SystemHealthReport
-from ._health_registry import HealthCheckScope
+from ._health_options import HealthCheckScope
 from ._isolation import DEFAULT_ABANDON_GRACE, OutcomeKind, run_isolated
-from ._phases import ShutdownReport, StartupReport, log_shutdown_report
-from ._signals import TerminationSignal, _default_force_exit, _SignalInstallation
+from ._reports import ShutdownReport, StartupReport, log_shutdown_report
+from ._signals import TerminationSignal, TerminationSignalHandler, _default_force_exit
 from .errors import (
     AsterRuntimeBeforeShutdownError,
     AsterRuntimeComponentGraphError,
@@ -32,6 +28,7 @@ from .errors import (
     RuntimeComponentRegistrationError,
     RuntimeSignalError,
 )
+from .protocols import RuntimeComponentBundle
 
 __all__ = [
     "AsterRuntime",
@@ -134,7 +131,6 @@ class AsterRuntime:
         self._install_signals = install_signal_handlers
         self._force_exit: Callable[[TerminationSignal], None] = _default_force_exit
         self._ran = False
-        self._signals_received = 0
         self._registry = RuntimeComponentRegistry(clock=clock, grace=abandon_grace)
         try:
             for component in components:
@@ -206,34 +202,16 @@ class AsterRuntime:
         """Ask the runtime to stop (as a termination signal would); idempotent."""
         self._token.cancel()
 
-    def _on_signal(self, label: TerminationSignal) -> None:
-        self._signals_received += 1
-        if self._signals_received == 1:
-            logger.warning(
-                "received %s; shutting down (send it again to force exit)",
-                label.value,
-                extra={"signal": label.value},
-            )
-            self._token.cancel()
-            return
-        self._force(label)
-
-    def _on_repeated_signal(self, label: TerminationSignal) -> None:
-        # Runs in the signal handler itself: the loop may be blocked by a task body.
-        self._signals_received += 1
-        self._force(label)
-
-    def _force(self, label: TerminationSignal) -> None:
-        logger.error("received %s again; forcing exit", label.value)
-        self._force_exit(label)
-
     def _cancel_tokens(self) -> None:
         self._token.cancel()
         if self._service is not None:
             self._service.token.cancel()
 
-    async def _stop_service(self, service: RuntimeServiceComponent[Any]) -> None:
-        await self._token.wait()
+    async def _stop_service(self) -> None:
+        # The listener calls this once the root token is cancelled (signal or request_stop).
+        service = self._service
+        if service is None:
+            return
         service.token.cancel()
         if service.stop is None:
             return
@@ -258,12 +236,15 @@ class AsterRuntime:
         if self._ran:
             raise RuntimeComponentRegistrationError("AsterRuntime.run() can only be called once")
         self._ran = True
-        installation = _SignalInstallation(self._on_signal, on_repeat=self._on_repeated_signal)
-        stopper: asyncio.Task[None] | None = None
+        # One listener owns the signals: the first cancels the root token and then runs
+        # the service's stop hook; a second forces exit.
+        listener = TerminationSignalHandler(
+            self._token, self._stop_service, force_exit=self._force_exit
+        )
         try:
             if self._install_signals:
                 try:
-                    installation.install()
+                    listener.install()
                 except RuntimeSignalError:
                     if self._service is not None:
                         self._service.discard()
@@ -278,27 +259,22 @@ class AsterRuntime:
             if service is None:
                 outcome = await run_isolated("service", self._token.wait)
             else:
-                stopper = asyncio.create_task(
-                    self._stop_service(service), name="aster-forge:service-stop"
-                )
+                listener.start()
                 outcome = await run_isolated(service.name, lambda: service.service)
             # The listener only stops the service: cancel and join it before cleanup.
-            await _join(stopper)
-            stopper = None
+            await listener.stop_listening()
             self._cancel_tokens()
             return await self._cleanup(outcome.kind, outcome.value, outcome.error)
         except asyncio.CancelledError:
             # Cancelled from outside: stop everything, but still run the component
             # shutdown (shielded, each phase bounded by its timeout) before propagating.
             self._cancel_tokens()
-            await _join(stopper)
-            stopper = None
+            await listener.stop_listening()
             shutdown = await self._registry._run_shutdown()
             log_shutdown_report(shutdown.report)
             raise
         finally:
-            await _join(stopper)
-            installation.restore()
+            await listener.close()
 
     async def _abort_startup(
         self,
@@ -338,9 +314,3 @@ class AsterRuntime:
         if shutdown.report.has_failures():
             raise AsterRuntimeShutdownError(shutdown.report) from shutdown.first_error
         return value
-
-
-async def _join(task: asyncio.Task[None] | None) -> None:
-    if task is not None:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)

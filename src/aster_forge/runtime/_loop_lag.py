@@ -14,17 +14,15 @@ from collections.abc import Callable, Coroutine, Generator
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from ._bundles import runtime_component
 from ._cancellation import CancellationToken
 from ._clock import Clock, SystemClock
-from ._component import (
-    RuntimeComponentBundleRegistration,
-    RuntimeComponentKind,
-    RuntimeComponentRegistry,
-    runtime_component,
-)
+from ._component import RuntimeComponentRegistry
+from ._descriptors import RuntimeComponentKind
 from ._health import HealthComponentDetailValue, HealthComponentReport
-from ._health_registry import HealthCheckOptions
+from ._health_options import HealthCheckOptions
 from ._race import RaceWinner, race
+from .protocols import RuntimeComponentBundle
 
 __all__ = ["EventLoopLagProbe", "watch_blocking_steps"]
 
@@ -101,7 +99,7 @@ class EventLoopLagProbe:
         lag = HealthComponentDetailValue.duration_millis(round(self.last_lag_seconds * 1000))
         return report.with_detail("lag", lag)
 
-    def component(self, name: str = "event_loop") -> RuntimeComponentBundleRegistration[Any]:
+    def component(self, name: str = "event_loop") -> RuntimeComponentBundle:
         """A runtime component: the sampling task and a readiness/liveness check."""
 
         def register(registry: RuntimeComponentRegistry) -> None:

@@ -89,7 +89,9 @@ class ServiceLifecycle(Generic[T]):
             return await service
 
         try:
-            listener._start(install=self._install)
+            if self._install:
+                listener.install()
+            listener.start()
             listener_started = True
             outcome = await run_isolated("service", await_service)
         except asyncio.CancelledError:

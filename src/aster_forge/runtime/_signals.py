@@ -176,9 +176,12 @@ class TerminationSignalHandler:
         self.signals_received = 0
         self.first_signal: TerminationSignal | None = None
 
-    def _start(self, *, install: bool = True) -> None:
-        if install:
-            self._installation.install()
+    def install(self) -> None:
+        """Install the SIGINT/SIGTERM handlers (main thread, running loop)."""
+        self._installation.install()
+
+    def start(self) -> None:
+        """Start the task that runs the stop callback once the token is cancelled."""
         self._stopper = asyncio.create_task(
             self._stop_when_cancelled(), name="aster-forge:termination-stop"
         )
@@ -202,7 +205,7 @@ class TerminationSignalHandler:
         if not counted:
             self.signals_received += 1
         logger.error(
-            "received %s again during shutdown; forcing exit",
+            "received %s again; forcing exit",
             label.value,
             extra={"signal": label.value},
         )
@@ -261,5 +264,6 @@ def spawn_termination_signal_handler(
         RuntimeSignalError: Not on the main thread, no running loop, or install failed.
     """
     handler = TerminationSignalHandler(token, stop, force_exit=force_exit)
-    handler._start()
+    handler.install()
+    handler.start()
     return handler

@@ -13,7 +13,7 @@ from .._errors import AsterForgeError
 
 if TYPE_CHECKING:  # annotations only: those modules import this one
     from ._buffered_core import BufferedWriterLifecycle, WriteFailure
-    from ._phases import ShutdownReport, StartupReport
+    from ._reports import ShutdownReport, StartupReport
 
 _T = TypeVar("_T")
 

@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from ._component import RuntimeComponentRegistry
     from ._health import HealthComponentReport, HealthStatus
     from ._lease import RuntimeLease, RuntimeLeases
 
@@ -94,4 +95,16 @@ class RuntimeLeaseStore(Protocol):
         ``expired=True`` (judged at the returned ``now``, the same clock the
         store's expiry uses). Released leases are absent.
         """
+        ...
+
+
+# --- components: RuntimeComponentBundle ---
+
+
+@runtime_checkable
+class RuntimeComponentBundle(Protocol):
+    """Anything that registers components into a :class:`RuntimeComponentRegistry`."""
+
+    def register(self, registry: RuntimeComponentRegistry) -> None:
+        """Register this bundle's components, checks and phases into ``registry``."""
         ...

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..runtime import (
     CancellationToken,
-    RuntimeComponentBundleRegistration,
+    RuntimeComponentBundle,
     RuntimeComponentKind,
     RuntimeComponentRegistry,
     RuntimeComponentWithShutdown,
@@ -148,7 +148,7 @@ def background_task_component(
     tasks: BackgroundTasks,
     *,
     timeout: timedelta | None = DEFAULT_BACKGROUND_TASKS_SHUTDOWN_TIMEOUT,
-) -> RuntimeComponentBundleRegistration[Any]:
+) -> RuntimeComponentBundle:
     """The component for a group the product already created.
 
     Prefer :func:`background_task_component_with_definitions_from_shutdown`, which
@@ -166,7 +166,7 @@ def background_task_component_with_definitions(
     definitions: Iterable[RuntimeTaskDefinition[Any, Any]],
     *,
     timeout: timedelta | None = DEFAULT_BACKGROUND_TASKS_SHUTDOWN_TIMEOUT,
-) -> RuntimeComponentBundleRegistration[Any]:
+) -> RuntimeComponentBundle:
     """Like :func:`background_task_component`, also describing the tasks the group runs.
 
     Args:
@@ -228,7 +228,7 @@ def background_task_component_with_definitions_from_shutdown(
         raise BackgroundTaskSpawnError("spawn is not callable")
     items = _definitions(definitions)
 
-    def build(shutdown_token: CancellationToken) -> RuntimeComponentBundleRegistration[Any]:
+    def build(shutdown_token: CancellationToken) -> RuntimeComponentBundle:
         return runtime_component(
             BackgroundTaskComponent(
                 definitions=items, spawn=spawn, shutdown_token=shutdown_token, timeout=timeout
