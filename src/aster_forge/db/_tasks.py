@@ -46,6 +46,7 @@ from ._tasks_enqueue_pg import PgEnqueueStatement
 from ._tasks_partitioned import fair_due
 from ._tasks_pg import PgTaskStatements
 from ._tasks_pg_run import PgTaskRunner
+from ._tasks_results import TaskResultMixin, execute_ending
 from ._tasks_sql import _SATURATING_DELTA, DbNow, TaskSql
 from ._tasks_sqlite import DriverStatement, SqliteTaskStatements
 from ._tasks_table import (
@@ -81,7 +82,12 @@ class _ClaimsNotAllHeld(Exception):
 
 
 class BackgroundTaskDbStore(
-    TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, TaskLaneMixin, TaskWorkflowMixin
+    TaskEnqueueMixin,
+    TaskAdminMixin,
+    TaskControlMixin,
+    TaskLaneMixin,
+    TaskWorkflowMixin,
+    TaskResultMixin,
 ):
     """A :class:`~aster_forge.tasks.BackgroundTaskStore` on SQLite, PostgreSQL or MariaDB.
 
@@ -634,10 +640,11 @@ class BackgroundTaskDbStore(
             if self._sql.is_postgres and "run_at" in resolved:
                 # Not yet due: kept out of the claims' index (see background_tasks_table).
                 resolved["waiting"] = resolved["run_at"] > now.expr
-            result = await conn.execute(
-                sa.update(t).where(self._sql.fence(lease)).values(**resolved)
-            )
-            written = bool(result.rowcount == 1)
+            update = sa.update(t).where(self._sql.fence(lease)).values(**resolved)
+            if ends:
+                written = await execute_ending(conn, self._sql, update) == 1
+            else:
+                written = (await conn.execute(update)).rowcount == 1
             if written and settles:
                 await self._deps.settle(conn, now, [lease.task_id])
             return written

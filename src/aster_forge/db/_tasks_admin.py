@@ -30,6 +30,7 @@ from ..tasks._internal import (
 from ..tasks.errors import TaskNotFoundError, TaskStateError
 from ._task_deps import TaskDependencySql
 from ._tasks_admin_query import TaskAdminQueryMixin, query_conditions
+from ._tasks_results import execute_ending
 from ._tasks_sql import TaskSql
 from ._tasks_table import record_from_row
 from ._time import UtcDateTime
@@ -283,12 +284,12 @@ class TaskAdminMixin(TaskAdminQueryMixin):
 
         async def body(conn: AsyncConnection) -> TaskCancelOutcome:
             now = await self._sql.now(conn)
-            cancelled = await conn.execute(
+            cancel = (
                 sa.update(t)
                 .where(t.c.id == task_id, t.c.status == TaskStatus.PENDING.value)
                 .values(**self._cancel_values(now.expr))
             )
-            if cancelled.rowcount == 1:
+            if await execute_ending(conn, self._sql, cancel) == 1:
                 await self._cancel_waiting_steps(conn, [task_id])
                 return TaskCancelOutcome.CANCELLED
             flagged = await conn.execute(

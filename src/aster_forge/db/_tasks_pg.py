@@ -19,6 +19,7 @@ from sqlalchemy.dialects import postgresql
 
 from ..tasks._internal import LEASE_EXPIRED_ERROR, TaskFailureReason, TaskStatus
 from ._pg_records import returning_columns
+from ._tasks_results import notified_endings_sql
 from ._tasks_table import CORE_COLUMNS
 from ._time import UtcDateTime
 
@@ -163,9 +164,13 @@ WITH done AS (
     FROM unnest(:ids, :tokens, :results, :steps) AS v(id, token, result_json, steps_json)
     WHERE d.id = v.id AND d.processing_token = v.token
       AND d.id = ANY(:ids) AND d.status = (SELECT '{running}')
-    RETURNING d.id, v.token
+    RETURNING d.id, v.token, d.result_awaited
+), told AS (
+    {told}
 )"""
 _NOT_DONE = "\n      AND id <> ALL(:ids)"
+# ``told`` notifies the awaited successes (see _tasks_results); the final filter reads
+# it, as a CTE no query reads never runs.
 # One row at least (the LEFT JOIN); the written pairs ride on the first row only (on
 # every row they would be sent and decoded once per claimed task).
 _DONE_RESULT = """
@@ -175,6 +180,7 @@ SELECT CASE WHEN row_number() OVER () = 1 THEN (SELECT array_agg(id) FROM done) 
            AS done_tokens,
        c.*
 FROM (SELECT 1) AS one LEFT JOIN claimed AS c ON true
+WHERE (SELECT count(*) FROM told) >= 0
 """
 
 # A lane with a cluster-wide limit claims at most the room left under it: the lane's
@@ -257,7 +263,9 @@ class PgTaskStatements:
             reason_expired=TaskFailureReason.LEASE_EXPIRED.value,
             returning=returning_columns(table, dialect, "t"),
         )
-        self._done_sql = _DONE.format(**names, succeeded=TaskStatus.SUCCEEDED.value)
+        self._done_sql = _DONE.format(
+            **names, succeeded=TaskStatus.SUCCEEDED.value, told=notified_endings_sql("done")
+        )
         self._gate = _GATE.format(lanes=quote(lanes))
         self._claims: dict[tuple[int | None, bool, bool], Any] = {}
         self._succeed_and_claims: dict[tuple[int | None, bool, bool], Any] = {}
@@ -281,7 +289,7 @@ class PgTaskStatements:
             t.c.id == sa.func.any(ids),
             t.c.status == sa.select(sa.literal(running)).scalar_subquery(),
         )
-        self.succeed_many = (
+        written = (
             sa.update(t)
             .where(t.c.id == done.c.id, t.c.processing_token == done.c.token, *running_by_id)
             .values(
@@ -294,7 +302,15 @@ class PgTaskStatements:
                 finished_at=sa.func.now(),
                 updated_at=sa.func.now(),
             )
-            .returning(t.c.id, done.c.token)
+            .returning(t.c.id, done.c.token, t.c.result_awaited)
+            .cte("done")
+        )
+        # The awaited successes notify (see _tasks_results) in a filter of the result.
+        told = sa.select(sa.func.count()).select_from(
+            sa.text(f"({notified_endings_sql('done')}) AS told")
+        )
+        self.succeed_many = sa.select(written.c.id, written.c.token).where(
+            told.scalar_subquery() >= 0
         )
         leases = (
             sa.func.unnest(
