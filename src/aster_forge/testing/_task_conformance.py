@@ -32,6 +32,7 @@ from ._rate_limit_conformance import RateLimitChecks
 from ._task_control_conformance import LONG as _LONG
 from ._task_control_conformance import TaskControlChecks
 from ._task_control_conformance import lease_of as _lease
+from ._workflow_conformance import WorkflowChecks
 
 __all__ = ["TaskStoreConformance"]
 
@@ -41,6 +42,7 @@ class TaskStoreConformance(
     ClusterLimitChecks,
     PartitionChecks,
     RateLimitChecks,
+    WorkflowChecks,
     StoreConformance[BackgroundTaskStore],
 ):
     """Checks every :class:`~aster_forge.tasks.BackgroundTaskStore` must pass (seed 测试要求).
@@ -91,6 +93,7 @@ class TaskStoreConformance(
         *ClusterLimitChecks.CLUSTER_LIMIT_CHECKS,
         *PartitionChecks.PARTITION_CHECKS,
         *RateLimitChecks.RATE_LIMIT_CHECKS,
+        *WorkflowChecks.WORKFLOW_CHECKS,
     )
 
     def __init__(
