@@ -25,7 +25,7 @@ from aster_forge.db import BackgroundTaskDbStore
 from aster_forge.db._internal import RESULTS_CHANNEL
 from aster_forge.forge import _results
 from aster_forge.tasks import NewTask, TaskDependency, TaskLease
-from aster_forge.tasks._internal import TaskCompletion
+from aster_forge.tasks._internal import TaskCompletion, TaskQuery
 
 from ..conftest import drop_all_tables
 from ..db._leases import lease_of
@@ -183,6 +183,10 @@ async def _cancel_pending(forge: Forge, task_id: int) -> object:
     return await _db_store(forge).cancel_task(task_id)
 
 
+async def _cancel_in_bulk(forge: Forge, task_id: int) -> object:
+    return await _db_store(forge).cancel_tasks(TaskQuery(task_id=task_id), limit=10)
+
+
 ENDINGS: dict[str, tuple[Ending, TaskStatus]] = {
     "succeed_and_claim": (_succeed_and_claim, TaskStatus.SUCCEEDED),
     "succeed_many": (_succeed_many, TaskStatus.SUCCEEDED),
@@ -191,6 +195,7 @@ ENDINGS: dict[str, tuple[Ending, TaskStatus]] = {
     "fail": (_fail, TaskStatus.FAILED),
     "cancel_running": (_cancel_running, TaskStatus.CANCELLED),
     "cancel_pending": (_cancel_pending, TaskStatus.CANCELLED),
+    "cancel_in_bulk": (_cancel_in_bulk, TaskStatus.CANCELLED),
 }
 
 

@@ -206,9 +206,8 @@ class TaskAdminMixin(TaskAdminQueryMixin):
                 group = [int(row[0]) for row in locked]
                 eligible += len(group)
                 if group and not dry_run:
-                    await conn.execute(
-                        sa.update(t).where(t.c.id.in_(group), condition).values(**values(now.expr))
-                    )
+                    write = sa.update(t).where(t.c.id.in_(group), condition)
+                    await execute_ending(conn, self._sql, write.values(**values(now.expr)))
                     if name in after:
                         await after[name](conn, group)
                     changed += group
