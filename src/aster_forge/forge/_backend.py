@@ -160,7 +160,7 @@ class ForgeBackend:
 
     async def finished(self, task_id: int) -> BackgroundTaskRecord:
         """The task's row once it has ended: woken by its ending's ``NOTIFY`` on
-        PostgreSQL, polled elsewhere (see :mod:`._results`).
+        PostgreSQL, polled elsewhere (see ``_results``).
 
         Raises:
             TaskNotFoundError: No task has that id.
