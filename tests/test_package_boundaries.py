@@ -112,7 +112,7 @@ _DB_MODULE = SRC / PACKAGE / "db" / "_example.py"
         "from aster_forge.tasks._records import MAX_TASK_ID\n",
         "import aster_forge.tasks._records\n",
         "from .._cli._errors import CliError\n",
-        "def lazy() -> None:\n    from ..runtime._lease_types import NEVER_EXPIRES\n",
+        "def lazy() -> None:\n    from ..runtime._lease import NEVER_EXPIRES\n",
         "from ..tasks._internal import _private_helper\n",
         "from ..tasks._internal._nested import check_ttl\n",
     ],
@@ -126,7 +126,7 @@ def test_the_check_catches_every_import_form(source: str) -> None:
     [
         "from ._tasks_sql import TaskSql\n",
         "from ..db._tasks_sql import TaskSql\n",
-        "from aster_forge.db._tasks_table import CORE_COLUMNS\n",
+        "from aster_forge.db._tables import CORE_COLUMNS\n",
         "from ..tasks import TaskSpec, TaskWorker\n",
         "from ..tasks._internal import MAX_TASK_ID, TaskStatus\n",
         "from aster_forge.tasks._internal import check_claim_args\n",

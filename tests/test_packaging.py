@@ -52,6 +52,18 @@ def test_the_wheel_carries_the_mit_license(dist: Path) -> None:
     assert message.get_all("License-File") == ["LICENSE"]
 
 
+def test_the_wheel_carries_every_backends_sql_file(dist: Path) -> None:
+    # The stores read their raw SQL from these at import: a wheel without them is broken.
+    _message, _body, names = wheel_metadata(dist)
+    shipped = {n for n in names if n.startswith("aster_forge/db/sql/")}
+    in_tree = {
+        f"aster_forge/db/sql/{path.name}"
+        for path in (REPO / "src/aster_forge/db/sql").glob("*.sql")
+    }
+    assert in_tree
+    assert shipped == in_tree
+
+
 def test_published_extras_hold_no_developer_tools(dist: Path) -> None:
     message, _body, _names = wheel_metadata(dist)
     extras = set(message.get_all("Provides-Extra") or [])

@@ -216,8 +216,8 @@ def demo(
 def run_command(target: str) -> None:
     """Run a product's AsterRuntime built by ``factory()`` (like uvicorn's module:app).
 
-    The factory is called inside the event loop and returns an ``AsterRuntime`` (or an
-    ``AsterRuntimeBuilder``, or a coroutine producing one). SIGINT/SIGTERM stop it.
+    The factory is called inside the event loop and returns an ``AsterRuntime`` (or a
+    coroutine producing one). SIGINT/SIGTERM stop it.
     """
     from aster_forge._cli._run import run_factory
 

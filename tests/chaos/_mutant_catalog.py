@@ -43,11 +43,13 @@ class Mutant:
 
 
 TASKS = "src/aster_forge/db/_tasks.py"
-TASKS_PG = "src/aster_forge/db/_tasks_pg.py"
+TASKS_PG = "src/aster_forge/db/_postgres.py"
 TASK_DEPS = "src/aster_forge/db/_task_deps.py"
 WORKFLOW_TESTS = "tests/db/test_workflows.py"
-TASKS_SQLITE = "src/aster_forge/db/_tasks_sqlite.py"
-PG_RUN = "src/aster_forge/db/_tasks_pg_run.py"
+TASKS_SQLITE = "src/aster_forge/db/_sqlite.py"
+SQLITE_SQL = "src/aster_forge/db/sql/sqlite.sql"
+PG_SQL = "src/aster_forge/db/sql/postgresql.sql"
+PG_RUN = "src/aster_forge/db/_postgres.py"
 EFFECTS = "src/aster_forge/db/_tasks_effects.py"
 SLOT_TESTS = "tests/tasks/test_slots.py"
 TRANSACTION_TESTS = "tests/forge/test_task_transaction.py"
@@ -258,7 +260,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the PostgreSQL claim never rescues an expired lease",
         (
             Edit(
-                TASKS_PG,
+                PG_SQL,
                 "WHERE lane = :lane AND status = 'running' AND lease_expires_at <= now(){exclude}",
                 "WHERE lane = :lane AND status = 'running' AND false{exclude}",
             ),
@@ -270,7 +272,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the PostgreSQL success-and-claim statement (a worker's every success) ignores the token",
         (
             Edit(
-                TASKS_PG,
+                PG_SQL,
                 "    WHERE d.id = v.id AND d.processing_token = v.token\n",
                 "    WHERE d.id = v.id\n",
             ),
@@ -286,7 +288,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "claim-token-reused-sqlite",
         "the SQLite claim's token is the same on every claim of a row (no fresh token)",
-        (Edit(TASKS, '"prefix": uuid.uuid4().hex + "-",', '"prefix": "claim-",'),),
+        (Edit(TASKS_SQLITE, '"prefix": uuid.uuid4().hex + "-",', '"prefix": "claim-",'),),
         (TASK_CONFORMANCE,),
     ),
     Mutant(
@@ -304,7 +306,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "success-claim-rescues-written-rows",
         "the claim inside the PostgreSQL success statement rescues the rows it writes",
-        (Edit(TASKS_PG, '_NOT_DONE = "\\n      AND id <> ALL(:ids)"', '_NOT_DONE = ""'),),
+        (Edit(TASKS_PG, '_NOT_DONE = "\\n      " + POSTGRESQL["not_done"]', '_NOT_DONE = ""'),),
         (SUCCEED_AND_CLAIM,),
     ),
     Mutant(
@@ -312,7 +314,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the SQLite claim never rescues an expired lease",
         (
             Edit(
-                TASKS_SQLITE,
+                SQLITE_SQL,
                 "WHERE lane = :lane AND status = '{running}' AND lease_expires_at <= :now",
                 "WHERE lane = :lane AND status = '{running}' AND 0",
             ),
@@ -348,7 +350,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the PostgreSQL claim takes due tasks of a paused lane",
         (
             Edit(
-                TASKS_PG,
+                PG_SQL,
                 "AND NOT waiting AND run_at <= now()\n      AND (SELECT open FROM open_lane)\n",
                 "AND NOT waiting AND run_at <= now()\n",
             ),
@@ -360,7 +362,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the PostgreSQL claim takes flagged tasks that came due in a paused lane",
         (
             Edit(
-                TASKS_PG,
+                PG_SQL,
                 "AND waiting AND run_at <= now()\n      AND (SELECT open FROM open_lane)\n",
                 "AND waiting AND run_at <= now()\n",
             ),
@@ -373,8 +375,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 TASKS_PG,
-                '\n        SELECT id, priority, run_at FROM late\n        UNION ALL"""',
-                '"""',
+                '_LATE_UNION = "\\n        " + POSTGRESQL["late_union"]',
+                '_LATE_UNION = ""',
             ),
         ),
         (WAITING,),
@@ -384,7 +386,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the PostgreSQL rescue claims an expired task again although its attempts are used up",
         (
             Edit(
-                TASKS_PG,
+                PG_SQL,
                 "        WHERE NOT (x.cancel_requested OR x.attempt + 1 >= x.max_attempts)\n",
                 "        WHERE NOT x.cancel_requested\n",
             ),
@@ -396,7 +398,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the SQLite claim takes due tasks of a paused lane",
         (
             Edit(
-                TASKS_SQLITE,
+                SQLITE_SQL,
                 "      AND (SELECT open FROM open_lane)\n    ORDER BY priority DESC, run_at, id",
                 "    ORDER BY priority DESC, run_at, id",
             ),
@@ -412,7 +414,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the SQLite one-executemany success reports every entry written without counting rows",
         (
             Edit(
-                TASKS,
+                TASKS_SQLITE,
                 'if await succeed.executemany(conn, params, {"b_now": now}) != len(params):',
                 'if await succeed.executemany(conn, params, {"b_now": now}) < 0:',
             ),
@@ -452,8 +454,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "the PostgreSQL one-statement enqueue is a plain INSERT (no ON CONFLICT DO NOTHING)",
         (
             Edit(
-                "src/aster_forge/db/_tasks_enqueue_pg.py",
-                "    ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING\n",
+                PG_SQL,
+                "ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING\n    ",
                 "",
             ),
         ),
@@ -479,7 +481,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "whatever the window",
         (
             Edit(
-                "src/aster_forge/db/_tasks_enqueue_pg.py",
+                PG_SQL,
                 "  AND (status <> ALL($2::text[]) OR created_at <= now() - $3::interval)",
                 "  AND (status <> ALL($2::text[]) OR true OR created_at <= now() - $3::interval)",
             ),
@@ -556,7 +558,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the batch writer's retry_failed() resumes after a PERMANENT or UNKNOWN_COMMIT failure",
         (
             Edit(
-                "src/aster_forge/runtime/_buffered_types.py",
+                "src/aster_forge/runtime/_buffered_core.py",
                 "        return self.failure_class is WriteFailureClass.RETRYABLE\n",
                 "        return True\n",
             ),
@@ -780,7 +782,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "a plain PostgreSQL batch enqueue stores no trace context",
         (
             Edit(
-                "src/aster_forge/db/_tasks_enqueue_pg.py",
+                PG_SQL,
                 "now(), now(), run_at > now(), trace_context,\n",
                 "now(), now(), run_at > now(), NULL,\n",
             ),
@@ -794,10 +796,7 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 TASK_DEPS,
-                "        if self._sql.is_postgres:\n"
-                "            waiting = waiting.with_for_update(of=t)\n"
-                "        else:\n"
-                "            waiting = waiting.with_for_update()\n",
+                "        waiting = self._locked(waiting)\n",
                 "",
             ),
         ),
@@ -811,7 +810,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "a plain PostgreSQL batch enqueue stores no partition",
         (
             Edit(
-                "src/aster_forge/db/_tasks_enqueue_pg.py",
+                PG_SQL,
                 "COALESCE(partition_key, $19::text) AS partition_key, ord",
                 "COALESCE(NULL, $19::text) AS partition_key, ord",
             ),
@@ -872,7 +871,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "PostgreSQL's partitioned claim takes every rank of a partition, past its limit",
         (
             Edit(
-                "src/aster_forge/db/_tasks_pg.py",
+                PG_SQL,
                 "r.turn + COALESCE(ri.n, 0) <= :plim",
                 "r.turn + COALESCE(ri.n, 0) >= 0 - :plim",
             ),
@@ -889,7 +888,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "PostgreSQL's partitioned claim takes due tasks in plain due order",
         (
             Edit(
-                "src/aster_forge/db/_tasks_pg.py",
+                PG_SQL,
                 "ORDER BY r.turn, r.priority DESC, r.run_at, r.id",
                 "ORDER BY r.priority DESC, r.run_at, r.id",
             ),

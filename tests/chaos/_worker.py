@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from aster_forge import TaskExecutionContext
 from aster_forge.runtime import CancellationToken
-from aster_forge.runtime._shutdown import ShutdownCoordinator
+from aster_forge.runtime._phases import ShutdownCoordinator
 from aster_forge.tasks import DispatchPollConfig, TaskLaneConfig, TaskWorker
 from aster_forge.tasks.errors import TaskLeaseControlError
 

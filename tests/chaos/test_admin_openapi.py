@@ -43,7 +43,7 @@ def api_schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         holder["scheduled"] = scheduled = InMemoryScheduledTaskStore()
         components = RuntimeComponentRegistry()
         components.component("database", RuntimeComponentKind.DATABASE)
-        components.component("tasks", RuntimeComponentKind.TASKS).depends_on("database")
+        components.component("tasks", RuntimeComponentKind.TASKS, depends_on=["database"])
         return admin_app(
             AdminSources(
                 task_store=store,

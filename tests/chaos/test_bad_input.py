@@ -27,7 +27,7 @@ from aster_forge.runtime import (
     SystemHealthReport,
     create_runtime_temp_dir_guard,
 )
-from aster_forge.runtime._health_detail import HealthComponentDetail
+from aster_forge.runtime._health import HealthComponentDetail
 from aster_forge.runtime.errors import InvalidHealthReportError, RuntimeTempDirScopeError
 from aster_forge.tasks import (
     NewTask,

@@ -27,7 +27,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from aster_forge.db import BackgroundTaskDbStore, RuntimeLeaseDbStore, create_background_tasks_table
-from aster_forge.db._runtime_leases import create_runtime_leases_table
+from aster_forge.db._tables import create_runtime_leases_table
 from aster_forge.runtime import CancellationToken, RuntimeLeaseConfig, run_runtime_lease_supervisor
 from aster_forge.tasks import DispatchPollConfig, TaskWorker
 

@@ -18,13 +18,14 @@ from hypothesis import strategies as st
 
 from aster_forge import TaskStatus
 from aster_forge.runtime import (
+    HealthCheckOptions,
+    HealthCheckRegistry,
     HealthCheckScope,
     HealthComponentReport,
     ShutdownReport,
     create_runtime_temp_dir_guard,
 )
-from aster_forge.runtime._health_builder import HealthCheckRegistryBuilder
-from aster_forge.runtime._shutdown import ShutdownCoordinator, log_shutdown_report
+from aster_forge.runtime._phases import ShutdownCoordinator, log_shutdown_report
 from aster_forge.runtime.errors import RuntimeTempDirScopeError
 from aster_forge.tasks import TaskLease, TaskTempDirs, sweep_task_temp_dirs
 from aster_forge.tasks._records import TaskFailureReason
@@ -202,13 +203,13 @@ async def test_health_reports_never_contain_exception_messages() -> None:
         await asyncio.sleep(3600)
         raise AssertionError("unreachable")
 
-    registry = (
-        HealthCheckRegistryBuilder()
-        .default_timeout(timedelta(milliseconds=50))
-        .register_required("database", leaky)
-        .register_optional("cache", leaky)
-        .register_optional("slow", slow)
-        .build()
+    registry = HealthCheckRegistry(
+        checks={
+            "database": (HealthCheckOptions.required(), leaky),
+            "cache": (HealthCheckOptions.optional(), leaky),
+            "slow": (HealthCheckOptions.optional(), slow),
+        },
+        default_timeout=timedelta(milliseconds=50),
     )
     for scope in HealthCheckScope:
         report = await registry.run_scope(scope)

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from aster_forge import TaskExecutionContext, TaskStatus
 from aster_forge.db import BackgroundTaskDbStore, create_background_tasks_table
 from aster_forge.runtime import CancellationToken
-from aster_forge.runtime._shutdown import ShutdownCoordinator, ShutdownPhaseStatusKind
+from aster_forge.runtime._phases import ShutdownCoordinator, ShutdownPhaseStatusKind
 from aster_forge.tasks import DispatchPollConfig, TaskLaneConfig, TaskLease, TaskWorker
 from aster_forge.testing import InMemoryTaskStore
 

@@ -10,11 +10,10 @@ from aster_forge.runtime import (
     CancellationToken,
     RuntimeComponentKind,
     RuntimeComponentRegistry,
+    RuntimeComponentWithShutdown,
     RuntimeServiceComponent,
     runtime_component,
-    runtime_component_with_shutdown,
 )
-from aster_forge.runtime._lifecycle import AsterRuntimeBuilder
 
 
 def _resource() -> object:
@@ -22,8 +21,13 @@ def _resource() -> object:
         async def close() -> None:
             return None
 
-        registry.component("resource", RuntimeComponentKind.OTHER).shutdown(
-            "resource_close", timedelta(seconds=5), close
+        registry.component_shutdown(
+            "resource",
+            RuntimeComponentKind.OTHER,
+            "resource_close",
+            None,
+            close,
+            timeout=timedelta(seconds=5),
         )
 
     return runtime_component(register)
@@ -40,17 +44,17 @@ def _service(until_stopped: bool) -> object:
 
         return RuntimeServiceComponent("service", RuntimeComponentKind.HTTP, serve(), token)
 
-    return runtime_component_with_shutdown(build)
+    return RuntimeComponentWithShutdown(build)
 
 
 def short_lived() -> AsterRuntime:
     """A runtime whose service returns at once."""
-    return AsterRuntime.builder().component(_resource()).component(_service(False)).build()
+    return AsterRuntime(components=[_resource(), _service(False)])
 
 
-def until_signal() -> AsterRuntimeBuilder:
-    """A builder whose service runs until SIGINT/SIGTERM."""
-    return AsterRuntime.builder().component(_resource()).component(_service(True))
+def until_signal() -> AsterRuntime:
+    """A runtime whose service runs until SIGINT/SIGTERM."""
+    return AsterRuntime(components=[_resource(), _service(True)])
 
 
 async def built_async() -> AsterRuntime:

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from aster_forge import BackgroundTaskRecord
 from aster_forge.db import BackgroundTaskDbStore, create_background_tasks_table
-from aster_forge.db._tasks_table import CORE_COLUMNS, record_from_row
+from aster_forge.db._tables import CORE_COLUMNS, record_from_row
 
 EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 _PLUS_TWO = timezone(timedelta(hours=2))

@@ -15,11 +15,12 @@ from aster_forge.runtime import (
     RuntimeComponentKind,
     RuntimeComponentRegistry,
 )
-from aster_forge.runtime._health_detail import HealthComponentDetailKind
+from aster_forge.runtime._health import HealthComponentDetailKind
 
 
 async def test_health_ping_reports_backend_and_latency(engine: AsyncEngine, backend: str) -> None:
-    registry = RuntimeComponentRegistry().register_bundle(database_health_component(engine))
+    registry = RuntimeComponentRegistry()
+    registry.register_bundle(database_health_component(engine))
     report = await registry.run_health(HealthCheckScope.READINESS)
     (component,) = report.components
     assert component.status is HealthStatus.HEALTHY
@@ -37,9 +38,8 @@ async def test_health_ping_reports_backend_and_latency(engine: AsyncEngine, back
 async def test_health_ping_failure_has_a_fixed_text(tmp_path: Path) -> None:
     engine = create_async_engine("postgresql+asyncpg://postgres@127.0.0.1:1/none")
     try:
-        registry = RuntimeComponentRegistry().register_bundle(
-            database_health_component(engine, required=False, check_name="db")
-        )
+        registry = RuntimeComponentRegistry()
+        registry.register_bundle(database_health_component(engine, required=False, check_name="db"))
         report = await registry.run_health(HealthCheckScope.DIAGNOSTICS)
         (component,) = report.components
         assert component.status is HealthStatus.UNHEALTHY

@@ -20,8 +20,8 @@ from aster_forge.db import (
     alembic_drop_runtime_leases,
     alembic_drop_scheduled_tasks,
 )
-from aster_forge.db._runtime_leases import create_runtime_leases_table
-from aster_forge.db._scheduled_tasks_table import (
+from aster_forge.db._tables import (
+    create_runtime_leases_table,
     create_scheduled_tasks_namespace_name_unique_index,
     create_scheduled_tasks_next_run_index,
     create_scheduled_tasks_table,

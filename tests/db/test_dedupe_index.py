@@ -14,7 +14,7 @@ from aster_forge.db import (
     background_tasks_table,
     create_background_tasks_table,
 )
-from aster_forge.db._tasks_enqueue_pg import PgEnqueueStatement
+from aster_forge.db._postgres import PgEnqueueStatement
 from aster_forge.tasks import NewTask
 
 _INDEX = "ux_background_tasks_dedupe_key"

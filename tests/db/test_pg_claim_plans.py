@@ -25,8 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aster_forge.db import BackgroundTaskDbStore
-from aster_forge.db._tasks_pg import LITERAL_LIMITS
-from aster_forge.db._tasks_pg_run import claim_params, success_params
+from aster_forge.db._postgres import LITERAL_LIMITS, claim_params, success_params
 from aster_forge.tasks import NewTask
 from aster_forge.tasks._records import TaskCompletion
 

@@ -19,8 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from aster_forge import EnqueueResult
 from aster_forge.db import BackgroundTaskDbStore
-from aster_forge.db._tasks_enqueue_pg import PgEnqueueStatement
-from aster_forge.runtime._lease_types import NEVER_EXPIRES
+from aster_forge.db._postgres import PgEnqueueStatement
+from aster_forge.runtime._lease import NEVER_EXPIRES
 from aster_forge.tasks import NewTask
 
 from ._pg_driver_support import assert_same, pg_engine, read_back, with_offset_codec

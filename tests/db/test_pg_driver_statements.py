@@ -27,8 +27,8 @@ from aster_forge.db import (
     UtcDateTime,
 )
 from aster_forge.db._pg_driver import PgDriverStatement
-from aster_forge.db._tasks_pg_run import PgTaskRunner
-from aster_forge.db._tasks_table import CORE_COLUMNS
+from aster_forge.db._postgres import PgTaskRunner
+from aster_forge.db._tables import CORE_COLUMNS
 from aster_forge.tasks import NewTask, TaskLease
 from aster_forge.tasks._records import TaskCompletion
 

@@ -14,8 +14,8 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from aster_forge.db import UtcDateTime
-from aster_forge.db._pg_records import epoch_micros, utc_from_micros
-from aster_forge.runtime._lease_types import NEVER_EXPIRES
+from aster_forge.db._postgres import epoch_micros, utc_from_micros
+from aster_forge.runtime._lease import NEVER_EXPIRES
 
 pytestmark = pytest.mark.postgres
 

@@ -19,8 +19,9 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from aster_forge.db import DatabaseIntegrityError, create_database_engine
-from aster_forge.db._tasks_sql import TaskSql, driver_connection
-from aster_forge.db._tasks_table import background_tasks_table
+from aster_forge.db._sqlite import SqliteSql, driver_connection
+from aster_forge.db._tables import background_tasks_table
+from aster_forge.db._tasks_sql import TaskSql
 from aster_forge.testing import ManualClock
 
 
@@ -61,7 +62,7 @@ def rollbacks(monkeypatch: pytest.MonkeyPatch) -> list[None]:
 
 
 def _sql(engine: AsyncEngine) -> TaskSql:
-    return TaskSql(engine, background_tasks_table(sa.MetaData()), ManualClock())
+    return TaskSql(engine, background_tasks_table(sa.MetaData()), ManualClock(), SqliteSql())
 
 
 async def _insert_on_the_driver(conn: AsyncConnection, parent: int) -> Any:

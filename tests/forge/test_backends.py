@@ -229,9 +229,7 @@ async def test_forge_component_runs_under_a_products_asterruntime(forge_url: str
         ran.set()
         return payload
 
-    runtime = (
-        AsterRuntime.builder().install_signal_handlers(False).component(forge.component()).build()
-    )
+    runtime = AsterRuntime(components=[forge.component()], install_signal_handlers=False)
     assert [d.name for d in runtime.descriptors()] == ["background_tasks", "database"]
     await forge.migrate()
     service = asyncio.create_task(runtime.run(), name="product-runtime")

@@ -66,13 +66,11 @@ async def main(url: str) -> None:
         group.spawn("heartbeat", lambda t: heartbeat(engine, t, ready))
         return group
 
-    runtime = (
-        AsterRuntime.builder()
-        .component(database_component_after(engine, [BACKGROUND_TASKS_COMPONENT]))
-        .component(
-            background_task_component_with_definitions_from_shutdown(CATALOG.definitions(), spawn)
-        )
-        .build()
+    runtime = AsterRuntime(
+        components=[
+            database_component_after(engine, [BACKGROUND_TASKS_COMPONENT]),
+            background_task_component_with_definitions_from_shutdown(CATALOG.definitions(), spawn),
+        ]
     )
     run = asyncio.create_task(runtime.run())
     await ready.wait()

@@ -17,8 +17,8 @@ from aster_forge.runtime import (
     AsterRuntime,
     CancellationToken,
     RuntimeComponentKind,
+    RuntimeComponentWithShutdown,
     RuntimeServiceComponent,
-    runtime_component_with_shutdown,
     shutdown_resource_component_after,
 )
 
@@ -57,21 +57,16 @@ async def main(mode: str) -> int:
             emit("SHUTTING")
             await asyncio.Event().wait()
 
-    result: int = await (
-        AsterRuntime.builder()
-        .component(runtime_component_with_shutdown(http_component))
-        .component(
-            shutdown_resource_component_after(
-                "database",
-                RuntimeComponentKind.DATABASE,
-                "database_close",
-                ["http"],
-                "db-handle",
-                close_database,
-            )
-        )
-        .run()
+    database = shutdown_resource_component_after(
+        "database",
+        RuntimeComponentKind.DATABASE,
+        "database_close",
+        ["http"],
+        "db-handle",
+        close_database,
     )
+    runtime = AsterRuntime(components=[RuntimeComponentWithShutdown(http_component), database])
+    result: int = await runtime.run()
     return result
 
 

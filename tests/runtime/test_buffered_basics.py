@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 
 from aster_forge.runtime import BufferedBatchConfig, ManagedBatchWriter, OverflowPolicy
-from aster_forge.runtime._buffered_types import (
+from aster_forge.runtime._buffered_core import (
     BufferedLane,
     BufferedWriterEvent,
     BufferedWriterEventKind,

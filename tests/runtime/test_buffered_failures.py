@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from aster_forge.runtime import OverflowPolicy, WriteFailure
-from aster_forge.runtime._buffered_types import BufferedLane, RecordAdmission, WriteFailureClass
+from aster_forge.runtime._buffered_core import BufferedLane, RecordAdmission, WriteFailureClass
 from aster_forge.runtime.errors import (
     DirectWriteError,
     FlushFailedError,

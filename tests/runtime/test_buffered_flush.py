@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from aster_forge.runtime import OverflowPolicy
-from aster_forge.runtime._buffered_types import (
+from aster_forge.runtime._buffered_core import (
     BufferedWriterLifecycle,
     RecordAdmission,
     WriteFailureClass,

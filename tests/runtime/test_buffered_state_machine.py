@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from aster_forge.runtime import OverflowPolicy
-from aster_forge.runtime._buffered_types import BufferedWriterStopReport, WriteFailureClass
+from aster_forge.runtime._buffered_core import BufferedWriterStopReport, WriteFailureClass
 from aster_forge.runtime.errors import RecordClosedError, RecordFullError
 from aster_forge.testing import ManualClock
 

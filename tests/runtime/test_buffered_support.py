@@ -16,7 +16,7 @@ from aster_forge.runtime import (
     OverflowPolicy,
     WriteFailure,
 )
-from aster_forge.runtime._buffered_types import BufferedWriterEvent, WriteFailureClass
+from aster_forge.runtime._buffered_core import BufferedWriterEvent, WriteFailureClass
 from aster_forge.testing import ManualClock
 
 Writer = ManagedBatchWriter[str, Exception]

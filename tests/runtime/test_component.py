@@ -22,14 +22,13 @@ from aster_forge.runtime import (
     runtime_component,
     shutdown_resource_component_after,
 )
-from aster_forge.runtime._component import COMPONENT_TASK_FAILED
-from aster_forge.runtime._component_types import RuntimeComponentBundle
-from aster_forge.runtime._shutdown import (
+from aster_forge.runtime._component import COMPONENT_TASK_FAILED, RuntimeComponentBundle
+from aster_forge.runtime._phases import (
     SHUTDOWN_PHASE_PANICKED,
     SHUTDOWN_RESOURCE_CONSUMED,
     ShutdownPhaseStatus,
+    StartupPhaseFailurePolicy,
 )
-from aster_forge.runtime._startup import StartupPhaseFailurePolicy
 from aster_forge.runtime.errors import (
     AsterRuntimeShutdownError,
     RuntimeComponentGraphError,
@@ -98,7 +97,7 @@ async def test_seed_example_shuts_down_by_dependency_not_registration() -> None:
 
 def test_missing_dependency_names_both_components() -> None:
     registry = RuntimeComponentRegistry()
-    registry.component("database", Kind.DATABASE).depends_on("background_tasks")
+    registry.component("database", Kind.DATABASE, depends_on=["background_tasks"])
     with pytest.raises(RuntimeComponentGraphError) as caught:
         registry.validate()
     assert caught.value.missing == (("database", "background_tasks"),)
@@ -108,10 +107,10 @@ def test_missing_dependency_names_both_components() -> None:
 
 def test_cycle_names_the_components_in_it() -> None:
     registry = RuntimeComponentRegistry()
-    registry.component("a", Kind.CORE).depends_on("b")
-    registry.component("b", Kind.CORE).depends_on("c")
-    registry.component("c", Kind.CORE).depends_on("a")
-    registry.component("d", Kind.CORE).depends_on("a")
+    registry.component("a", Kind.CORE, depends_on=["b"])
+    registry.component("b", Kind.CORE, depends_on=["c"])
+    registry.component("c", Kind.CORE, depends_on=["a"])
+    registry.component("d", Kind.CORE, depends_on=["a"])
     with pytest.raises(RuntimeComponentGraphError) as caught:
         registry.validate()
     assert set(caught.value.cycle) == {"a", "b", "c"}
@@ -144,12 +143,12 @@ async def test_dependency_without_phases_is_metadata_only() -> None:
 async def test_phases_of_one_component_run_in_registration_order() -> None:
     log: list[str] = []
     registry = RuntimeComponentRegistry()
-    (
-        registry.component("audit", Kind.AUDIT)
-        .shutdown("stop_accepting", None, closer(log, "stop"))
-        .shutdown("flush", timedelta(seconds=5), closer(log, "flush"))
-        .shutdown("close_writer", None, closer(log, "close"))
+    audit = ("audit", Kind.AUDIT)
+    registry.component_shutdown(*audit, "stop_accepting", None, closer(log, "stop"))
+    registry.component_shutdown(
+        *audit, "flush", None, closer(log, "flush"), timeout=timedelta(seconds=5)
     )
+    registry.component_shutdown(*audit, "close_writer", None, closer(log, "close"))
     report = await registry.shutdown()
     assert log == ["stop", "flush", "close"]
     assert report.phase_names() == ("stop_accepting", "flush", "close_writer")
@@ -159,11 +158,12 @@ async def test_duplicate_phase_name_warns_and_still_runs(caplog: pytest.LogCaptu
     log: list[str] = []
 
     def bundle(registry: RuntimeComponentRegistry) -> None:
-        registry.component("audit", Kind.AUDIT).shutdown("flush", None, closer(log, "flush"))
+        registry.component_shutdown("audit", Kind.AUDIT, "flush", None, closer(log, "flush"))
 
     registry = RuntimeComponentRegistry()
     component = runtime_component(bundle)
-    registry.register_bundle(component).register_bundle(component)  # the classic accident
+    registry.register_bundle(component)
+    registry.register_bundle(component)  # the classic accident
     assert "registers shutdown phase flush more than once" in caplog.text
     assert [r.levelno for r in caplog.records] == [logging.WARNING]
     report = await registry.shutdown()
@@ -224,7 +224,8 @@ async def test_shutdown_resource_component_after_consumes_once() -> None:
     )
     registry = RuntimeComponentRegistry()
     registry.component("background_tasks", Kind.TASKS)
-    registry.register_bundle(bundle).register_bundle(bundle)
+    registry.register_bundle(bundle)
+    registry.register_bundle(bundle)
     registry.validate()
     report = await registry.shutdown()
     assert drained == ["outbox"]
@@ -328,25 +329,30 @@ async def test_startup_runs_in_reverse_dependency_order_and_report_tells_who_sta
         raise RuntimeError("no")
 
     registry = RuntimeComponentRegistry()
-    registry.component("tasks", Kind.TASKS).startup("tasks_start", closer(log, "start tasks"))
-    registry.component("tasks", Kind.TASKS).shutdown("tasks_stop", None, closer(log, "stop tasks"))
-    registry.component("database", Kind.DATABASE).depends_on("tasks").startup(
-        "db_connect", closer(log, "connect db")
-    ).shutdown("db_close", None, closer(log, "close db"))
-    registry.component("mail", Kind.MAIL).startup(
-        "mail_warm", fail, StartupPhaseFailurePolicy.OPTIONAL
+    registry.component_startup("tasks", Kind.TASKS, "tasks_start", closer(log, "start tasks"))
+    registry.component_shutdown("tasks", Kind.TASKS, "tasks_stop", None, closer(log, "stop tasks"))
+    registry.component("database", Kind.DATABASE, depends_on=["tasks"])
+    registry.component_startup("database", Kind.DATABASE, "db_connect", closer(log, "connect db"))
+    registry.component_shutdown(
+        "database", Kind.DATABASE, "db_close", None, closer(log, "close db")
+    )
+    registry.component_startup(
+        "mail", Kind.MAIL, "mail_warm", fail, StartupPhaseFailurePolicy.OPTIONAL
     )
     startup = await registry.startup()
     assert log == ["connect db", "start tasks"]
     assert startup.succeeded()
     registry2 = RuntimeComponentRegistry()
-    registry2.component("database", Kind.DATABASE).startup("db_connect", fail).shutdown(
-        "db_close", None, closer(log, "close db 2")
+    registry2.component_startup("database", Kind.DATABASE, "db_connect", fail)
+    registry2.component_shutdown(
+        "database", Kind.DATABASE, "db_close", None, closer(log, "close db 2")
     )
-    registry2.component("tasks", Kind.TASKS).depends_on("database").startup(
-        "tasks_start", closer(log, "never")
-    ).shutdown("tasks_stop", None, closer(log, "stop tasks 2"))
-    registry2.component("plain", Kind.CORE).shutdown("plain_stop", None, closer(log, "plain"))
+    registry2.component("tasks", Kind.TASKS, depends_on=["database"])
+    registry2.component_startup("tasks", Kind.TASKS, "tasks_start", closer(log, "never"))
+    registry2.component_shutdown(
+        "tasks", Kind.TASKS, "tasks_stop", None, closer(log, "stop tasks 2")
+    )
+    registry2.component_shutdown("plain", Kind.CORE, "plain_stop", None, closer(log, "plain"))
     aborted = await registry2.startup()
     assert aborted.aborted and aborted.phase_names() == ("tasks_start", "db_connect")
     report = await registry2.shutdown()
@@ -382,8 +388,13 @@ def test_bundle_protocol_and_descriptors() -> None:
             async def close() -> None:
                 return None
 
-            registry.component("database", Kind.DATABASE).depends_on("tasks").shutdown(
-                "database_close", timedelta(seconds=5), close
+            registry.component_shutdown(
+                "database",
+                Kind.DATABASE,
+                "database_close",
+                ["tasks"],
+                close,
+                timeout=timedelta(seconds=5),
             )
 
     bundle = DatabaseComponents()
@@ -402,12 +413,10 @@ def test_long_chains_validate_without_recursion_and_cycles_are_found() -> None:
     registry = RuntimeComponentRegistry()
     size = 5000
     for i in reversed(range(size)):
-        builder = registry.component(f"c{i}", Kind.CORE)
-        if i:
-            builder.depends_on(f"c{i - 1}")
+        registry.component(f"c{i}", Kind.CORE, depends_on=[f"c{i - 1}"] if i else [])
     registry.validate()
     assert registry.shutdown_order()[:3] == ("c0", "c1", "c2")
-    registry.component("c0", Kind.CORE).depends_on(f"c{size - 1}")
+    registry.component("c0", Kind.CORE, depends_on=[f"c{size - 1}"])
     with pytest.raises(RuntimeComponentGraphError) as caught:
         registry.validate()
     assert len(caught.value.cycle) == size
@@ -415,7 +424,7 @@ def test_long_chains_validate_without_recursion_and_cycles_are_found() -> None:
 
 def test_self_dependency_is_a_cycle() -> None:
     registry = RuntimeComponentRegistry()
-    registry.component("a", Kind.CORE).depends_on("a")
+    registry.component("a", Kind.CORE, depends_on=["a"])
     with pytest.raises(RuntimeComponentGraphError) as caught:
         registry.validate()
     assert caught.value.cycle == ("a",)
@@ -437,7 +446,7 @@ async def test_a_crashed_component_task_is_logged_when_it_crashes(
         raise ConnectionResetError("server closed the connection")
 
     registry = RuntimeComponentRegistry()
-    registry.component("tasks", Kind.TASKS).task("listener", listener)
+    registry.component_task("tasks", Kind.TASKS, "listener", listener)
     root = CancellationToken()
     registry.start_tasks(root)
     crash.set()
@@ -464,19 +473,15 @@ async def test_a_critical_task_crash_stops_the_runtime(runtime_errors: ErrorSeen
         await token.wait()
         stopped.append("service saw the stop")
 
-    builder = AsterRuntime.builder().install_signal_handlers(False)
-    builder.component(
-        runtime_component(
-            lambda registry: (
-                registry.component("tasks", Kind.TASKS)
-                .task("dispatch", dispatcher, critical=True)
-                .task("service", service)
-            )
-        )
-    )
+    def register(registry: RuntimeComponentRegistry) -> None:
+        registry.component_task("tasks", Kind.TASKS, "dispatch", dispatcher, critical=True)
+        registry.component_task("tasks", Kind.TASKS, "service", service)
+
+    bundle = runtime_component(register)
+    runtime = AsterRuntime(components=[bundle], install_signal_handlers=False)
     with pytest.raises(AsterRuntimeShutdownError) as caught:
         async with asyncio.timeout(10):  # a runtime that kept running would fail here
-            await builder.build().run()
+            await runtime.run()
     assert stopped == ["service saw the stop"]
     assert [p.name for p in caught.value.report.failures()] == ["dispatch"]
     (record,) = runtime_errors.records

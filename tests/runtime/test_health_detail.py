@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aster_forge.runtime import HealthComponentDetailValue
-from aster_forge.runtime._health_detail import HealthComponentDetail, HealthComponentDetailKind
+from aster_forge.runtime._health import HealthComponentDetail, HealthComponentDetailKind
 from aster_forge.runtime.errors import InvalidHealthDetailError, InvalidHealthReportError
 
 I64_MIN = -(2**63)

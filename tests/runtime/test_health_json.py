@@ -94,9 +94,11 @@ def test_descriptors_match_golden_file() -> None:
             HealthCheckScopes.readiness_and_diagnostics()
         ),
         check,
-    ).register_with_options(
+    )
+    registry.register_with_options(
         "process", HealthCheckOptions.required().with_scopes(HealthCheckScopes.all()), check
-    ).register_with_options(
+    )
+    registry.register_with_options(
         "cache",
         HealthCheckOptions.optional(timedelta(milliseconds=500)).with_scopes(
             HealthCheckScopes.diagnostics()

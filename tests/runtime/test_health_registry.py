@@ -19,13 +19,12 @@ from aster_forge.runtime import (
     HealthComponentReport,
     HealthStatus,
 )
-from aster_forge.runtime._health_builder import HealthCheckRegistryBuilder
-from aster_forge.runtime._health_options import HealthCheckRequirement
 from aster_forge.runtime._health_registry import (
     HEALTH_CHECK_FAILED_MESSAGE,
     HEALTH_CHECK_INVALID_REPORT_MESSAGE,
     HEALTH_CHECK_STUCK_MESSAGE,
     HEALTH_CHECK_TIMED_OUT_MESSAGE,
+    HealthCheckRequirement,
 )
 from aster_forge.runtime.errors import DuplicateHealthCheckError, InvalidHealthCheckError
 
@@ -113,18 +112,18 @@ def test_options_reject_bad_timeouts(timeout: object) -> None:
 
 def test_registration_and_descriptors() -> None:
     registry = HealthCheckRegistry(default_timeout=timedelta(seconds=3))
-    result = registry.register_with_options(
+    registry.register_with_options(
         "database",
         HealthCheckOptions.required(timedelta(seconds=5)).with_scopes(
             HealthCheckScopes.readiness_and_diagnostics()
         ),
         healthy("database"),
-    ).register_with_options(
+    )
+    registry.register_with_options(
         "cache",
         HealthCheckOptions.optional(None).with_scopes(HealthCheckScopes.diagnostics()),
         healthy("cache"),
     )
-    assert result is registry
     assert len(registry) == 2
     assert "database" in registry
     assert [d.name for d in registry.descriptors()] == ["database", "cache"]
@@ -179,31 +178,31 @@ async def test_run_scope_rejects_a_string_scope() -> None:
         await HealthCheckRegistry().run_scope("readiness")  # type: ignore[arg-type]
 
 
-def test_configured_passes_the_registry_to_the_function() -> None:
-    def configure(registry: HealthCheckRegistry) -> None:
-        registry.register_with_options(
-            "database",
-            HealthCheckOptions.required(timedelta(seconds=5)).with_scopes(
-                HealthCheckScopes.readiness_and_diagnostics()
-            ),
-            healthy("database"),
-        )
-
-    registry = HealthCheckRegistry.configured(configure, default_timeout=timedelta(seconds=1))
+def test_checks_given_to_the_constructor_are_registered_in_order() -> None:
+    options = HealthCheckOptions.required(timedelta(seconds=5)).with_scopes(
+        HealthCheckScopes.readiness_and_diagnostics()
+    )
+    registry = HealthCheckRegistry(
+        checks={"database": (options, healthy("database"))}, default_timeout=timedelta(seconds=1)
+    )
     assert [d.name for d in registry.descriptors()] == ["database"]
     assert registry.default_timeout == timedelta(seconds=1)
 
 
-def test_builder_applies_shared_defaults_whatever_the_call_order() -> None:
-    builder = HealthCheckRegistryBuilder()
-    builder.register_required("database", healthy("database"))
-    builder.default_timeout(timedelta(seconds=2)).default_scopes(HealthCheckScopes.diagnostics())
-    builder.register_optional("cache", healthy("cache")).register_with_options(
-        "live",
-        HealthCheckOptions.required(SHORT).with_scopes(HealthCheckScope.LIVENESS),
-        healthy("l"),
+def test_checks_share_the_registry_default_timeout_and_their_options_scopes() -> None:
+    diagnostics = HealthCheckScopes.diagnostics()
+    registry = HealthCheckRegistry(
+        checks={
+            "database": (HealthCheckOptions.required().with_scopes(diagnostics), healthy("d")),
+            "cache": (HealthCheckOptions.optional().with_scopes(diagnostics), healthy("cache")),
+            "live": (
+                HealthCheckOptions.required(SHORT).with_scopes(HealthCheckScope.LIVENESS),
+                healthy("l"),
+            ),
+        },
+        default_timeout=timedelta(seconds=2),
+        cancel_grace=GRACE,
     )
-    registry = builder.cancel_grace(GRACE).build()
     database, cache, live = registry.descriptors()
     assert (database.requirement, cache.requirement) == (
         HealthCheckRequirement.REQUIRED,
@@ -215,37 +214,32 @@ def test_builder_applies_shared_defaults_whatever_the_call_order() -> None:
     assert registry.cancel_grace == GRACE
 
 
-def test_builder_rejects_duplicates_and_bad_input() -> None:
-    builder = HealthCheckRegistryBuilder().register_required("database", healthy("a"))
+def test_constructor_rejects_duplicates_and_bad_input() -> None:
+    required = HealthCheckOptions.required()
+    registry = HealthCheckRegistry(checks={"database": (required, healthy("a"))})
     with pytest.raises(DuplicateHealthCheckError):
-        builder.register_optional("database", healthy("b"))
+        registry.register_with_options("database", HealthCheckOptions.optional(), healthy("b"))
     with pytest.raises(InvalidHealthCheckError):
-        builder.default_timeout(timedelta(seconds=-1))
+        HealthCheckRegistry(default_timeout=timedelta(seconds=-1))
     with pytest.raises(InvalidHealthCheckError):
-        builder.default_scopes(HealthCheckScope.READINESS)  # type: ignore[arg-type]
+        HealthCheckOptions(HealthCheckRequirement.REQUIRED, scopes=HealthCheckScope.READINESS)  # type: ignore[arg-type]
     with pytest.raises(InvalidHealthCheckError):
-        builder.register_with_options("x", "opts", healthy("x"))  # type: ignore[arg-type]
+        HealthCheckRegistry(checks={"x": ("opts", healthy("x"))})  # type: ignore[dict-item]
     with pytest.raises(InvalidHealthCheckError):
-        builder.register_required("", healthy("x"))
+        HealthCheckRegistry(checks={"": (required, healthy("x"))})
     with pytest.raises(InvalidHealthCheckError):
-        builder.cancel_grace(timedelta(0))
-    assert [d.name for d in builder.build().descriptors()] == ["database"]
+        HealthCheckRegistry(cancel_grace=timedelta(0))
+    assert [d.name for d in registry.descriptors()] == ["database"]
 
 
 # --- running ------------------------------------------------------------------------------
 
 
 async def test_seed_example() -> None:
-    def configure(registry: HealthCheckRegistry) -> None:
-        registry.register_with_options(
-            "database",
-            HealthCheckOptions.required(timedelta(seconds=5)).with_scopes(
-                HealthCheckScopes.readiness_and_diagnostics()
-            ),
-            healthy("database"),
-        )
-
-    registry = HealthCheckRegistry.configured(configure)
+    options = HealthCheckOptions.required(timedelta(seconds=5)).with_scopes(
+        HealthCheckScopes.readiness_and_diagnostics()
+    )
+    registry = HealthCheckRegistry(checks={"database": (options, healthy("database"))})
     report = await registry.run_scope(HealthCheckScope.DIAGNOSTICS)
     assert report.summary() == "database healthy"
     assert report.status() is HealthStatus.HEALTHY

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from aster_forge.runtime import RuntimeLease, RuntimeLeaseConfig, new_runtime_lease_owner_id
-from aster_forge.runtime._lease_types import saturating_expiry
+from aster_forge.runtime._lease import saturating_expiry
 from aster_forge.runtime.errors import RuntimeLeaseConfigError
 
 

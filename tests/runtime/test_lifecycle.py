@@ -17,13 +17,12 @@ from aster_forge.runtime import (
     RuntimeComponentBundleRegistration,
     RuntimeComponentKind,
     RuntimeComponentRegistry,
+    RuntimeComponentWithShutdown,
     RuntimeServiceComponent,
     runtime_component,
-    runtime_component_with_shutdown,
     shutdown_resource_component_after,
 )
-from aster_forge.runtime._shutdown import ShutdownPhaseStatus
-from aster_forge.runtime._startup import StartupPhaseStatus
+from aster_forge.runtime._phases import ShutdownPhaseStatus, StartupPhaseStatus
 from aster_forge.runtime.errors import (
     AsterRuntimeBeforeShutdownError,
     AsterRuntimeComponentGraphError,
@@ -67,15 +66,16 @@ class Product:
 
             return RuntimeServiceComponent("http", Kind.HTTP, serve(), token, self.note("stop"))
 
-        return runtime_component_with_shutdown(build)
+        return RuntimeComponentWithShutdown(build)
 
     def tasks_component(self) -> RuntimeComponentBundleRegistration[Any]:
         def register(registry: RuntimeComponentRegistry) -> None:
-            (
-                registry.component("background_tasks", Kind.TASKS)
-                .depends_on("http")
-                .startup("tasks_start", self.note("start tasks"))
-                .shutdown("tasks_stop", None, self.note("stop tasks"))
+            registry.component("background_tasks", Kind.TASKS, depends_on=["http"])
+            registry.component_startup(
+                "background_tasks", Kind.TASKS, "tasks_start", self.note("start tasks")
+            )
+            registry.component_shutdown(
+                "background_tasks", Kind.TASKS, "tasks_stop", None, self.note("stop tasks")
             )
 
         return runtime_component(register)
@@ -86,17 +86,18 @@ class Product:
         depends: tuple[str, ...] = ("background_tasks",),
     ) -> Any:
         def register(registry: RuntimeComponentRegistry) -> None:
-            builder = registry.component("database", Kind.DATABASE).depends_on(*depends)
-            builder.startup("db_connect", startup or self.note("connect db"))
-            builder.shutdown("db_close", None, self.note("close db"))
+            registry.component("database", Kind.DATABASE, depends_on=depends)
+            registry.component_startup(
+                "database", Kind.DATABASE, "db_connect", startup or self.note("connect db")
+            )
+            registry.component_shutdown(
+                "database", Kind.DATABASE, "db_close", None, self.note("close db")
+            )
 
         return runtime_component(register)
 
     def runtime(self, *components: object) -> AsterRuntime:
-        builder = AsterRuntime.builder().install_signal_handlers(False)
-        for component in components:
-            builder.component(component)
-        return builder.build()
+        return AsterRuntime(components=components, install_signal_handlers=False)
 
 
 async def test_entrypoint_of_only_components_returns_the_service_value() -> None:
@@ -137,8 +138,9 @@ async def test_request_stop_cancels_tokens_and_calls_stop_once() -> None:
 @pytest.mark.skipif(os.name != "posix", reason="POSIX signals")
 async def test_signal_and_programmatic_stop_together_stop_once() -> None:
     product = Product()
-    builder = AsterRuntime.builder().component(product.http_component(result="wait"))
-    runtime = builder.component(product.tasks_component()).build()
+    runtime = AsterRuntime(
+        components=[product.http_component(result="wait"), product.tasks_component()]
+    )
     before = signal.getsignal(signal.SIGTERM)
     run = asyncio.create_task(runtime.run())
     await product.serving.wait()
@@ -181,9 +183,12 @@ async def test_required_startup_failure_runs_best_effort_shutdown_first() -> Non
         raise original
 
     def tasks(registry: RuntimeComponentRegistry) -> None:
-        registry.component("background_tasks", Kind.TASKS).startup(
-            "tasks_start", product.note("start tasks")
-        ).shutdown("tasks_stop", None, product.note("stop tasks"))
+        registry.component_startup(
+            "background_tasks", Kind.TASKS, "tasks_start", product.note("start tasks")
+        )
+        registry.component_shutdown(
+            "background_tasks", Kind.TASKS, "tasks_stop", None, product.note("stop tasks")
+        )
 
     def database(registry: RuntimeComponentRegistry) -> None:
         # The database starts after the tasks here (tasks depend on nothing, db on tasks
@@ -191,10 +196,9 @@ async def test_required_startup_failure_runs_best_effort_shutdown_first() -> Non
         async def close() -> None:
             started_tasks.append("db close called")
 
-        registry.component("database", Kind.DATABASE).startup("db_connect", connect).shutdown(
-            "db_close", None, close
-        )
-        registry.component("background_tasks", Kind.TASKS).depends_on("database")
+        registry.component_startup("database", Kind.DATABASE, "db_connect", connect)
+        registry.component_shutdown("database", Kind.DATABASE, "db_close", None, close)
+        registry.component("background_tasks", Kind.TASKS, depends_on=["database"])
 
     runtime = product.runtime(
         product.http_component(result=1), runtime_component(database), runtime_component(tasks)
@@ -202,7 +206,7 @@ async def test_required_startup_failure_runs_best_effort_shutdown_first() -> Non
     with pytest.raises(AsterRuntimeStartupError) as caught:
         await runtime.run()
     error = caught.value
-    assert isinstance(error, AsterRuntimeError.Startup)
+    assert isinstance(error, AsterRuntimeError)
     assert error.__cause__ is original
     assert [p.status for p in error.report.phases] == [
         StartupPhaseStatus.SUCCEEDED,
@@ -264,12 +268,13 @@ async def test_before_shutdown_exception_does_not_skip_component_cleanup() -> No
     async def hook() -> None:
         raise hook_error
 
-    builder = AsterRuntime.builder().install_signal_handlers(False)
-    builder.component(product.http_component(result=3))
-    builder.component(product.database_component(depends=()))
-    builder.before_shutdown(hook).before_shutdown(product.note("second hook"))
+    runtime = AsterRuntime(
+        components=[product.http_component(result=3), product.database_component(depends=())],
+        before_shutdown=[hook, product.note("second hook")],
+        install_signal_handlers=False,
+    )
     with pytest.raises(AsterRuntimeBeforeShutdownError) as caught:
-        await builder.run()
+        await runtime.run()
     assert caught.value.__cause__ is hook_error
     assert product.events[-2:] == ["second hook", "close db"]
     assert not caught.value.shutdown_report.has_failures()
@@ -285,16 +290,20 @@ async def test_service_and_before_shutdown_both_fail() -> None:
     async def drain() -> None:
         raise RuntimeError("drain")
 
-    builder = AsterRuntime.builder().install_signal_handlers(False)
-    builder.component(product.http_component(fail=original)).before_shutdown(hook)
-    builder.component(
-        shutdown_resource_component_after(
-            "mail", Kind.MAIL, "mail_drain", ["http"], None, lambda _none: drain()
-        )
+    mail = shutdown_resource_component_after(
+        "mail", Kind.MAIL, "mail_drain", ["http"], None, lambda _none: drain()
     )
-    builder.component(product.database_component(depends=("mail",)))
+    runtime = AsterRuntime(
+        components=[
+            product.http_component(fail=original),
+            mail,
+            product.database_component(depends=("mail",)),
+        ],
+        before_shutdown=[hook],
+        install_signal_handlers=False,
+    )
     with pytest.raises(AsterRuntimeServiceError) as caught:
-        await builder.run()
+        await runtime.run()
     error = caught.value
     assert error.__cause__ is original
     assert error.before_shutdown_panicked is True
@@ -325,11 +334,13 @@ async def test_failed_shutdown_phase_raises_after_all_cleanup() -> None:
 
 def test_graph_errors_fail_the_build() -> None:
     product = Product()
-    builder = AsterRuntime.builder().component(product.http_component())
-    builder.component(product.database_component())  # depends on missing background_tasks
+    components = [
+        product.http_component(),
+        product.database_component(),  # depends on missing background_tasks
+    ]
     with pytest.raises(AsterRuntimeComponentGraphError) as caught:
-        builder.build()
-    assert isinstance(caught.value, AsterRuntimeError.ComponentGraph)
+        AsterRuntime(components=components)
+    assert isinstance(caught.value, AsterRuntimeError)
     assert caught.value.graph_error.missing == (("database", "background_tasks"),)
 
 
@@ -340,7 +351,7 @@ def test_a_component_constructors_error_surfaces_unchanged() -> None:
         raise original
 
     with pytest.raises(OSError) as caught:
-        AsterRuntime.builder().component(runtime_component_with_shutdown(build))
+        AsterRuntime(components=[RuntimeComponentWithShutdown(build)])
     assert caught.value is original
 
 
@@ -351,18 +362,16 @@ async def test_component_gets_the_shared_root_token_and_bad_values_are_rejected(
         seen.append(token)
         return runtime_component(lambda registry: registry.component("x", Kind.CORE))
 
-    builder = AsterRuntime.builder().install_signal_handlers(False)
-    builder.component(runtime_component_with_shutdown(build))
-    assert seen == [builder.shutdown_token]
     with pytest.raises(RuntimeComponentRegistrationError):
-        builder.component(42)
+        AsterRuntime(components=[42])
     product = Product()
-    builder.component(product.http_component())
     with pytest.raises(RuntimeComponentRegistrationError, match="already has service"):
-        builder.component(product.http_component())
-    runtime = builder.build()
-    with pytest.raises(RuntimeComponentRegistrationError):
-        builder.build()
+        AsterRuntime(components=[product.http_component(), product.http_component()])
+    runtime = AsterRuntime(
+        components=[RuntimeComponentWithShutdown(build), product.http_component()],
+        install_signal_handlers=False,
+    )
+    assert seen == [runtime.shutdown_token]
     assert await runtime.run() == 0
     with pytest.raises(RuntimeComponentRegistrationError):
         await runtime.run()
@@ -377,9 +386,8 @@ async def test_cancelling_run_cancels_root_and_service_tokens() -> None:
         await asyncio.Event().wait()
         return 0
 
-    builder = AsterRuntime.builder().install_signal_handlers(False)
-    builder.component(RuntimeServiceComponent("svc", Kind.CORE, serve(), service_token))
-    runtime = builder.build()
+    service = RuntimeServiceComponent("svc", Kind.CORE, serve(), service_token)
+    runtime = AsterRuntime(components=[service], install_signal_handlers=False)
     run = asyncio.create_task(runtime.run())
     await serving.wait()
     run.cancel()
@@ -435,10 +443,8 @@ async def test_stop_hook_is_cancelled_when_the_service_ends() -> None:
             stop_cancelled.set()
             raise
 
-    builder = AsterRuntime.builder().install_signal_handlers(False)
-    runtime = builder.component(
-        RuntimeServiceComponent("svc", Kind.CORE, serve(), token, stop)
-    ).build()
+    service = RuntimeServiceComponent("svc", Kind.CORE, serve(), token, stop)
+    runtime = AsterRuntime(components=[service], install_signal_handlers=False)
     runtime.request_stop()  # before run: the stop hook fires as soon as the service starts
     assert await runtime.run() == "ended while stop hook hung"
     assert stop_cancelled.is_set()
@@ -455,9 +461,8 @@ async def test_run_outside_the_main_thread_is_a_clear_signal_error() -> None:
                 return 0
 
             token = CancellationToken()
-            builder = AsterRuntime.builder()
-            builder.component(RuntimeServiceComponent("svc", Kind.CORE, serve(), token))
-            await builder.run()
+            service = RuntimeServiceComponent("svc", Kind.CORE, serve(), token)
+            await AsterRuntime(components=[service]).run()
 
         try:
             asyncio.run(main())
@@ -480,10 +485,8 @@ async def test_a_stop_hook_that_raises_is_logged_and_the_runtime_still_stops(
     async def stop() -> None:
         raise ProductError("the stop hook broke")
 
-    builder = AsterRuntime.builder().install_signal_handlers(False)
-    runtime = builder.component(
-        RuntimeServiceComponent("svc", Kind.CORE, serve(), token, stop)
-    ).build()
+    service = RuntimeServiceComponent("svc", Kind.CORE, serve(), token, stop)
+    runtime = AsterRuntime(components=[service], install_signal_handlers=False)
     runtime.request_stop()
     with caplog.at_level("ERROR", logger="aster_forge.runtime"):
         assert await runtime.run() == "stopped"

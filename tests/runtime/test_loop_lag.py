@@ -70,8 +70,7 @@ async def test_the_probe_measures_lag_and_degrades_health(
 
 async def test_the_probe_component_reports_in_runtime_health() -> None:
     probe = EventLoopLagProbe()
-    runtime = AsterRuntime.builder().install_signal_handlers(False).component(probe.component())
-    built = runtime.build()
+    built = AsterRuntime(components=[probe.component()], install_signal_handlers=False)
     assert [d.name for d in built.descriptors()] == ["event_loop"]
     probe.record(5.0)
     report = await built.run_health(HealthCheckScope.READINESS)

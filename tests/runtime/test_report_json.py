@@ -6,8 +6,9 @@ import json
 from datetime import timedelta
 
 from aster_forge.runtime import ShutdownReport, StartupReport
-from aster_forge.runtime._shutdown import ShutdownPhaseReport, ShutdownPhaseStatus
-from aster_forge.runtime._startup import (
+from aster_forge.runtime._phases import (
+    ShutdownPhaseReport,
+    ShutdownPhaseStatus,
     StartupPhaseFailurePolicy,
     StartupPhaseReport,
     StartupPhaseStatus,

@@ -10,7 +10,7 @@ import pytest
 
 from aster_forge.runtime import ShutdownPhaseFailure, ShutdownReport
 from aster_forge.runtime._isolation import abandoned_tasks
-from aster_forge.runtime._shutdown import (
+from aster_forge.runtime._phases import (
     SHUTDOWN_PHASE_PANICKED,
     SHUTDOWN_RESOURCE_CONSUMED,
     ShutdownCoordinator,
@@ -50,7 +50,10 @@ async def test_exception_is_a_fixed_text_failure_and_later_phases_run() -> None:
     async def last() -> None:
         ran.append("last")
 
-    report = await ShutdownCoordinator().phase("boom", None, boom).phase("last", None, last).run()
+    coordinator = ShutdownCoordinator()
+    coordinator.phase("boom", None, boom)
+    coordinator.phase("last", None, last)
+    report = await coordinator.run()
     assert ran == ["last"]
     assert report.phases[0].status == ShutdownPhaseStatus.FAILED(SHUTDOWN_PHASE_PANICKED)
     assert SECRET not in repr(report)
@@ -62,7 +65,9 @@ async def test_phase_chosen_failure_text_is_kept() -> None:
     async def drain() -> None:
         raise ShutdownPhaseFailure("outbox drain left 3 messages")
 
-    report = await ShutdownCoordinator().phase("drain", None, drain).run()
+    coordinator = ShutdownCoordinator()
+    coordinator.phase("drain", None, drain)
+    report = await coordinator.run()
     status = report.phases[0].status
     assert status.kind is ShutdownPhaseStatusKind.FAILED
     assert status.message == "outbox drain left 3 messages"
@@ -78,7 +83,10 @@ async def test_factory_that_raises_before_returning_an_awaitable_is_isolated() -
     async def after() -> None:
         ran.append("after")
 
-    report = await ShutdownCoordinator().phase("broken", None, broken).phase("a", None, after).run()
+    coordinator = ShutdownCoordinator()
+    coordinator.phase("broken", None, broken)
+    coordinator.phase("a", None, after)
+    report = await coordinator.run()
     assert report.phases[0].status.message == SHUTDOWN_PHASE_PANICKED
     assert ran == ["after"]
 
@@ -95,7 +103,8 @@ async def test_timeout_marks_timed_out_and_continues() -> None:
         ran.append("after")
 
     coordinator = ShutdownCoordinator(clock=clock)
-    coordinator.phase("hang", timedelta(seconds=5), hang).phase("after", None, after)
+    coordinator.phase("hang", timedelta(seconds=5), hang)
+    coordinator.phase("after", None, after)
     run = asyncio.create_task(coordinator.run())
     await clock.wait_for_sleepers(1)
     await clock.advance(5)
@@ -146,7 +155,8 @@ async def test_phase_that_swallows_cancellation_is_abandoned_after_grace() -> No
         ran.append("after")
 
     coordinator = ShutdownCoordinator(clock=clock, grace=timedelta(seconds=2))
-    coordinator.phase("stubborn", timedelta(seconds=3), stubborn).phase("after", None, after)
+    coordinator.phase("stubborn", timedelta(seconds=3), stubborn)
+    coordinator.phase("after", None, after)
     run = asyncio.create_task(coordinator.run())
     await clock.wait_for_sleepers(1)
     await clock.advance(3)  # deadline: cancel
@@ -179,7 +189,7 @@ async def test_once_resource_is_consumed_by_exactly_one_invocation() -> None:
 
 
 async def test_once_phase_registered_twice_reports_the_second_as_consumed() -> None:
-    from aster_forge.runtime._shutdown import once_phase
+    from aster_forge.runtime._phases import once_phase
 
     consumed: list[str] = []
 
@@ -187,7 +197,10 @@ async def test_once_phase_registered_twice_reports_the_second_as_consumed() -> N
         consumed.append(handle)
 
     shared = once_phase("db", close)
-    report = await ShutdownCoordinator().phase("a", None, shared).phase("b", None, shared).run()
+    coordinator = ShutdownCoordinator()
+    coordinator.phase("a", None, shared)
+    coordinator.phase("b", None, shared)
+    report = await coordinator.run()
     assert consumed == ["db"]
     assert report.phases[1].status == ShutdownPhaseStatus.FAILED(SHUTDOWN_RESOURCE_CONSUMED)
 
@@ -201,7 +214,8 @@ async def test_keyboard_interrupt_is_reraised_after_remaining_phases() -> None:
     async def after() -> None:
         ran.append("after")
 
-    coordinator = ShutdownCoordinator().phase("interrupt", None, interrupt)
+    coordinator = ShutdownCoordinator()
+    coordinator.phase("interrupt", None, interrupt)
     coordinator.phase("after", None, after)
     with pytest.raises(KeyboardInterrupt):
         await coordinator.run()
@@ -221,7 +235,9 @@ async def test_cancelling_the_caller_does_not_abort_cleanup() -> None:
     async def after() -> None:
         ran.append("after")
 
-    coordinator = ShutdownCoordinator().phase("slow", None, slow).phase("after", None, after)
+    coordinator = ShutdownCoordinator()
+    coordinator.phase("slow", None, slow)
+    coordinator.phase("after", None, after)
     caller = asyncio.create_task(coordinator.run())
     await started.wait()
     caller.cancel()
@@ -246,7 +262,7 @@ def test_invalid_registrations_are_rejected() -> None:
 
 
 def test_log_shutdown_report_levels(caplog: pytest.LogCaptureFixture) -> None:
-    from aster_forge.runtime._shutdown import ShutdownPhaseReport
+    from aster_forge.runtime._phases import ShutdownPhaseReport
 
     report = ShutdownReport(
         (

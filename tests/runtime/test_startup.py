@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from aster_forge.runtime import CancellationToken
-from aster_forge.runtime._startup import (
+from aster_forge.runtime._phases import (
     STARTUP_PHASE_FAILED,
     StartupCoordinator,
     StartupPhaseFailurePolicy,
@@ -92,13 +92,11 @@ async def test_coordinator_required_failure_stops_later_phases() -> None:
     async def reload() -> None:
         ran.append("reload")
 
-    report = await (
-        StartupCoordinator()
-        .required("migrate", migrate)
-        .required("seed", seed)
-        .required("reload", reload)
-        .run()
-    )
+    coordinator = StartupCoordinator()
+    coordinator.required("migrate", migrate)
+    coordinator.required("seed", seed)
+    coordinator.required("reload", reload)
+    report = await coordinator.run()
     assert ran == ["migrate"]
     assert report.phase_names() == ("migrate", "seed")
     assert report.aborted and not report.succeeded()
@@ -117,7 +115,10 @@ async def test_coordinator_optional_failure_continues() -> None:
     async def reload() -> None:
         ran.append("reload")
 
-    report = await StartupCoordinator().optional("warm", warm).required("reload", reload).run()
+    coordinator = StartupCoordinator()
+    coordinator.optional("warm", warm)
+    coordinator.required("reload", reload)
+    report = await coordinator.run()
     assert ran == ["reload"]
     assert [p.status for p in report.phases] == [
         StartupPhaseStatus.SKIPPED_AFTER_FAILURE,
@@ -142,7 +143,8 @@ async def test_stop_request_cancels_running_and_remaining_phases() -> None:
     async def later() -> None:
         ran.append("later")
 
-    coordinator = StartupCoordinator().required("migrate", slow_migration)
+    coordinator = StartupCoordinator()
+    coordinator.required("migrate", slow_migration)
     coordinator.required("later", later)
     run = asyncio.create_task(coordinator.run(token))
     await entered.wait()
@@ -162,7 +164,9 @@ async def test_already_cancelled_token_runs_nothing() -> None:
     async def phase() -> None:
         ran.append("phase")
 
-    report = await StartupCoordinator().required("phase", phase).run(token)
+    coordinator = StartupCoordinator()
+    coordinator.required("phase", phase)
+    report = await coordinator.run(token)
     assert ran == []
     assert report.cancelled and report.phases == ()
 
@@ -172,7 +176,9 @@ async def test_keyboard_interrupt_propagates_from_coordinator() -> None:
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        await StartupCoordinator().required("interrupt", interrupt).run()
+        coordinator = StartupCoordinator()
+        coordinator.required("interrupt", interrupt)
+        await coordinator.run()
 
 
 def test_invalid_phase_registration() -> None:
@@ -183,4 +189,6 @@ def test_invalid_phase_registration() -> None:
 
     with pytest.raises(RuntimeComponentRegistrationError):
         StartupCoordinator().required("", phase)
-    assert StartupCoordinator().optional("a", phase).phase_names == ("a",)
+    coordinator = StartupCoordinator()
+    coordinator.optional("a", phase)
+    assert coordinator.phase_names == ("a",)

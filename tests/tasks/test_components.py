@@ -15,7 +15,7 @@ from aster_forge.runtime import (
     RuntimeComponentRegistry,
     runtime_component,
 )
-from aster_forge.runtime._shutdown import ShutdownPhaseStatusKind
+from aster_forge.runtime._phases import ShutdownPhaseStatusKind
 from aster_forge.runtime.errors import AsterRuntimeShutdownError, AsterRuntimeStartupError
 from aster_forge.tasks import (
     BACKGROUND_TASKS_COMPONENT,
@@ -84,13 +84,12 @@ async def test_from_shutdown_spawns_with_the_root_token_and_stops_before_the_dat
         group.spawn("worker", worker)
         return group
 
-    builder = AsterRuntime.builder().install_signal_handlers(False)
-    runtime = (
-        builder.component(_database(log))  # registered first: order comes from the graph
-        .component(
-            background_task_component_with_definitions_from_shutdown(CATALOG.definitions(), spawn)
-        )
-        .build()
+    runtime = AsterRuntime(
+        components=[
+            _database(log),  # registered first: order comes from the graph
+            background_task_component_with_definitions_from_shutdown(CATALOG.definitions(), spawn),
+        ],
+        install_signal_handlers=False,
     )
     descriptor = next(d for d in runtime.descriptors() if d.name == BACKGROUND_TASKS_COMPONENT)
     assert descriptor.kind is RuntimeComponentKind.TASKS
@@ -146,11 +145,8 @@ async def test_async_spawner_via_background_task_component_from_shutdown() -> No
         groups.append(BackgroundTasks(token))
         return groups[-1]
 
-    runtime = (
-        AsterRuntime.builder()
-        .install_signal_handlers(False)
-        .component(background_task_component_from_shutdown(spawn))
-        .build()
+    runtime = AsterRuntime(
+        components=[background_task_component_from_shutdown(spawn)], install_signal_handlers=False
     )
     run = asyncio.create_task(runtime.run())
     await until(lambda: len(groups) == 1)
@@ -169,7 +165,8 @@ async def test_existing_group_is_shut_down_once_even_if_registered_twice() -> No
 
     component = background_task_component(group)
     registry = RuntimeComponentRegistry()
-    registry.register_bundle(component).register_bundle(component)
+    registry.register_bundle(component)
+    registry.register_bundle(component)
     group.spawn("w", worker)
     await asyncio.sleep(0)
     report = await registry.shutdown()
@@ -188,12 +185,9 @@ async def test_spawn_failure_aborts_startup_and_shutdown_tolerates_the_missing_g
         raise OSError("worker pool unavailable")
 
     log: list[str] = []
-    runtime = (
-        AsterRuntime.builder()
-        .install_signal_handlers(False)
-        .component(background_task_component_from_shutdown(spawn))
-        .component(_database(log))
-        .build()
+    runtime = AsterRuntime(
+        components=[background_task_component_from_shutdown(spawn), _database(log)],
+        install_signal_handlers=False,
     )
     with pytest.raises(AsterRuntimeStartupError) as caught:
         await runtime.run()
@@ -219,12 +213,10 @@ async def test_shutdown_phase_timeout_aborts_stubborn_workers() -> None:
         group.spawn("stubborn", stubborn)
         return group
 
-    runtime = (
-        AsterRuntime.builder()
-        .install_signal_handlers(False)
-        .clock(clock)
-        .component(background_task_component_from_shutdown(spawn, timeout=timedelta(seconds=2)))
-        .build()
+    runtime = AsterRuntime(
+        components=[background_task_component_from_shutdown(spawn, timeout=timedelta(seconds=2))],
+        install_signal_handlers=False,
+        clock=clock,
     )
     run = asyncio.create_task(runtime.run())
     await until(lambda: runtime.last_startup_report is not None)

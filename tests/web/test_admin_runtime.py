@@ -19,7 +19,7 @@ from aster_forge.db import (
     scheduled_tasks_table,
 )
 from aster_forge.runtime import RuntimeComponentKind, RuntimeComponentRegistry
-from aster_forge.runtime._startup import StartupPhaseFailurePolicy
+from aster_forge.runtime._phases import StartupPhaseFailurePolicy
 from aster_forge.tasks import (
     ClaimedTaskExecutionConfig,
     ClaimedTaskOutcome,
@@ -55,23 +55,34 @@ def product_registry(log: list[str]) -> RuntimeComponentRegistry:
     def phase(name: str) -> Any:
         return lambda: record(name)
 
-    registry.component("database", RuntimeComponentKind.DATABASE).depends_on(
-        "background_tasks", "mail_outbox", "audit_manager"
-    ).startup("connect", phase("connect")).shutdown(
-        "database", timedelta(seconds=5), phase("database")
+    database, audit, mail = (
+        RuntimeComponentKind.DATABASE,
+        RuntimeComponentKind.AUDIT,
+        RuntimeComponentKind.MAIL,
     )
-    registry.component("audit_manager", RuntimeComponentKind.AUDIT).depends_on(
-        "audit_logs"
-    ).shutdown("audit_manager", None, phase("audit_manager"))
-    registry.component("audit_logs", RuntimeComponentKind.AUDIT).depends_on("mail_outbox").shutdown(
-        "audit_logs", None, phase("audit_logs")
+    registry.component(
+        "database", database, depends_on=["background_tasks", "mail_outbox", "audit_manager"]
     )
-    registry.component("mail_outbox", RuntimeComponentKind.MAIL).depends_on(
-        "background_tasks"
-    ).shutdown("mail_outbox", None, phase("mail_outbox"))
-    registry.component("background_tasks", RuntimeComponentKind.TASKS).startup(
-        "warm", phase("warm"), StartupPhaseFailurePolicy.OPTIONAL
-    ).shutdown("background_tasks", None, phase("background_tasks"))
+    registry.component_startup("database", database, "connect", phase("connect"))
+    registry.component_shutdown(
+        "database", database, "database", None, phase("database"), timeout=timedelta(seconds=5)
+    )
+    registry.component_shutdown(
+        "audit_manager", audit, "audit_manager", ["audit_logs"], phase("audit_manager")
+    )
+    registry.component_shutdown(
+        "audit_logs", audit, "audit_logs", ["mail_outbox"], phase("audit_logs")
+    )
+    registry.component_shutdown(
+        "mail_outbox", mail, "mail_outbox", ["background_tasks"], phase("mail_outbox")
+    )
+    tasks = RuntimeComponentKind.TASKS
+    registry.component_startup(
+        "background_tasks", tasks, "warm", phase("warm"), StartupPhaseFailurePolicy.OPTIONAL
+    )
+    registry.component_shutdown(
+        "background_tasks", tasks, "background_tasks", None, phase("background_tasks")
+    )
     return registry
 
 
@@ -106,9 +117,9 @@ async def test_components_and_dependency_graph() -> None:
 
 async def test_an_invalid_graph_is_reported_not_raised() -> None:
     registry = RuntimeComponentRegistry()
-    registry.component("a", RuntimeComponentKind.OTHER).depends_on("b")
-    registry.component("b", RuntimeComponentKind.OTHER).depends_on("a")
-    registry.component("c", RuntimeComponentKind.OTHER).depends_on("ghost")
+    registry.component("a", RuntimeComponentKind.OTHER, depends_on=["b"])
+    registry.component("b", RuntimeComponentKind.OTHER, depends_on=["a"])
+    registry.component("c", RuntimeComponentKind.OTHER, depends_on=["ghost"])
     async with client(admin_app(AdminSources(components=registry))) as http:
         body = (await http.get("/api/components")).json()
     assert body["valid"] is False

@@ -71,7 +71,9 @@ def _server(tmp_path: Path, *, token: str | None = None) -> Iterator[Live]:
         holder["store"] = store = BackgroundTaskDbStore(engine)
         components = RuntimeComponentRegistry()
         components.component("database", RuntimeComponentKind.DATABASE)
-        components.component("background_tasks", RuntimeComponentKind.TASKS).depends_on("database")
+        components.component(
+            "background_tasks", RuntimeComponentKind.TASKS, depends_on=["database"]
+        )
         return admin_app(AdminSources(task_store=store, components=components), admin_token=token)
 
     with serve(make_app) as (base, loop):

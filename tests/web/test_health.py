@@ -214,13 +214,13 @@ async def test_readiness_turns_503_on_shutdown_without_running_checks() -> None:
 
 
 async def test_runtime_source_brings_its_shutdown_token() -> None:
-    builder = AsterRuntime.builder().install_signal_handlers(False)
-
     async def ping() -> HealthComponentReport:
         return HealthComponentReport.healthy("database", "ok")
 
     def register(registry: RuntimeComponentRegistry) -> None:
-        registry.component("database", RuntimeComponentKind.DATABASE).health_with_options(
+        registry.component_health_with_options(
+            "database",
+            RuntimeComponentKind.DATABASE,
             "database",
             HealthCheckOptions.required(SECOND).with_scopes(HealthCheckScopes.readiness()),
             ping,
@@ -228,8 +228,7 @@ async def test_runtime_source_brings_its_shutdown_token() -> None:
 
     from aster_forge.runtime import runtime_component
 
-    builder.component(runtime_component(register))
-    runtime = builder.build()
+    runtime = AsterRuntime(components=[runtime_component(register)], install_signal_handlers=False)
     async with client(health_app(runtime)) as http:
         before = await http.get("/readyz")
         runtime.request_stop()

@@ -97,7 +97,7 @@ async def test_every_answer_matches_its_documented_schema(store: AdminStore) -> 
     await leases.try_acquire("demo.singletons", "instance-a", timedelta(seconds=10))
     components = RuntimeComponentRegistry()
     components.component("database", RuntimeComponentKind.DATABASE)
-    components.component("tasks", RuntimeComponentKind.TASKS).depends_on("database")
+    components.component("tasks", RuntimeComponentKind.TASKS, depends_on=["database"])
     stats = DispatchStatsRecorder(["media"])
     stats.record_outcome("media", ClaimedTaskOutcome.SUCCEEDED)
     sources = AdminSources(

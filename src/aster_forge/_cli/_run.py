@@ -7,7 +7,6 @@ import inspect
 from typing import Any
 
 from aster_forge.runtime import AsterRuntime, AsterRuntimeError
-from aster_forge.runtime._internal import AsterRuntimeBuilder
 
 from ._errors import EXIT_FAILED, EXIT_UNREACHABLE, CliError
 from ._reports import print_runtime_error, print_shutdown_report
@@ -56,8 +55,6 @@ async def _build(target: str) -> AsterRuntime:
     built = factory()
     if inspect.isawaitable(built):
         built = await built
-    if isinstance(built, AsterRuntimeBuilder):
-        built = built.build()
     if not isinstance(built, AsterRuntime):
         raise CliError(
             f"{target}() returned {type(built).__name__}, expected an AsterRuntime",

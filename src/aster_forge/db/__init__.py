@@ -15,9 +15,9 @@ from ._migrations import (
     alembic_drop_scheduled_tasks,
     alembic_render_item,
 )
-from ._runtime_leases import RuntimeLeaseDbStore, runtime_leases_table
+from ._runtime_leases import RuntimeLeaseDbStore
 from ._scheduled_tasks import ScheduledTaskDbStore
-from ._scheduled_tasks_table import scheduled_tasks_table
+from ._tables import runtime_leases_table, scheduled_tasks_table
 from ._engine import create_database_engine
 from ._ensure_tables import ensure_tables
 from ._time import UtcDateTime
@@ -34,7 +34,7 @@ from .errors import (
 # isort: split
 from ._tasks import BackgroundTaskDbStore
 from ._tasks_notify import listen_for_task_notifications
-from ._tasks_table import (
+from ._tables import (
     background_tasks_table,
     create_background_tasks_table,
     task_deps_table,

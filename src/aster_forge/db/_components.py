@@ -60,8 +60,7 @@ def database_health_component(
         clock: Measures the latency.
 
     Returns:
-        A bundle for ``AsterRuntime.builder().component(...)`` or
-        ``registry.register_bundle(...)``.
+        A bundle for ``AsterRuntime(components=[...])`` or ``registry.register_bundle(...)``.
     """
     backend = DatabaseBackend.of(engine)
     options = (

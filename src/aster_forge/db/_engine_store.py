@@ -6,6 +6,8 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..runtime._internal import Clock, SystemClock
+from ._backends import backend_sql_for
+from ._tasks_sql import BackendSql
 from ._time import DatabaseBackend
 
 __all__ = ["EngineBackedStore"]
@@ -27,7 +29,8 @@ class EngineBackedStore:
 
     def __init__(self, engine: AsyncEngine, *, clock: Clock | None = None) -> None:
         self._engine = engine
-        self._backend = DatabaseBackend.of(engine)
+        self._backend_sql: BackendSql = backend_sql_for(engine)
+        self._backend = self._backend_sql.backend
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._table = self._define_table(sa.MetaData())
 

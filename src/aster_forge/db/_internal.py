@@ -5,10 +5,10 @@ Not a public API: products import from :mod:`aster_forge.db`.
 
 from __future__ import annotations
 
+from ._tables import BACKGROUND_TASKS_TABLE
 from ._tasks import DEFAULT_TASK_NOTIFY_CHANNEL
 from ._tasks_notify import BackgroundTaskNotificationListener
 from ._tasks_results import RESULTS_CHANNEL
-from ._tasks_table import BACKGROUND_TASKS_TABLE
 from ._url import normalize_database_url
 
 __all__ = [

@@ -15,10 +15,10 @@ from sqlalchemy.schema import (
     ExecutableDDLElement,
 )
 
-from ._runtime_leases import create_runtime_leases_table
-from ._scheduled_tasks_table import (
+from ._tables import (
     NAMESPACE_NAME_UNIQUE_INDEX,
     NEXT_RUN_INDEX,
+    create_runtime_leases_table,
     create_scheduled_tasks_namespace_name_unique_index,
     create_scheduled_tasks_next_run_index,
     create_scheduled_tasks_table,

@@ -1,18 +1,14 @@
-"""The ``runtime_leases`` table and :class:`RuntimeLeaseDbStore`."""
+""":class:`RuntimeLeaseDbStore`: runtime leases on the ``runtime_leases`` table."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import timedelta
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.schema import CreateTable
 
 from ..runtime import RuntimeLease
 from ..runtime._internal import (
-    MAX_RUNTIME_LEASE_ID_LENGTH,
     RuntimeLeases,
     RuntimeLeaseView,
     saturating_expiry,
@@ -20,70 +16,10 @@ from ..runtime._internal import (
     validate_lease_ttl,
 )
 from ._engine_store import EngineBackedStore
-from ._time import DatabaseBackend, UtcDateTime, database_now
+from ._tables import runtime_leases_table
 from ._translate import run_transaction
 
-__all__ = [
-    "RUNTIME_LEASES_TABLE",
-    "RuntimeLeaseDbStore",
-    "create_runtime_leases_table",
-    "runtime_leases_table",
-]
-
-RUNTIME_LEASES_TABLE = "runtime_leases"
-
-_MYSQL_TABLE_OPTIONS: dict[str, Any] = {
-    "mysql_engine": "InnoDB",
-    "mysql_charset": "utf8mb4",
-    # Binary collation: ids compare exactly (case, accents); validation rejects
-    # surrounding whitespace, which MariaDB's PAD SPACE collations would ignore.
-    "mysql_collate": "utf8mb4_bin",
-}
-
-
-def runtime_leases_table(metadata: sa.MetaData) -> sa.Table:
-    """Define (or return the already defined) ``runtime_leases`` table on ``metadata``.
-
-    Columns: ``lease_id`` (primary key), ``owner_id``, ``expires_at``, ``acquired_at``,
-    ``updated_at`` (aware-UTC timestamps, see :class:`UtcDateTime`).
-
-    Args:
-        metadata: The caller's ``MetaData`` (e.g. the product's migration metadata).
-    """
-    existing = metadata.tables.get(RUNTIME_LEASES_TABLE)
-    if existing is not None:
-        return existing
-    return sa.Table(
-        RUNTIME_LEASES_TABLE,
-        metadata,
-        sa.Column("lease_id", sa.String(MAX_RUNTIME_LEASE_ID_LENGTH), primary_key=True),
-        sa.Column("owner_id", sa.String(MAX_RUNTIME_LEASE_ID_LENGTH), nullable=False),
-        sa.Column("expires_at", UtcDateTime(), nullable=False),
-        sa.Column("acquired_at", UtcDateTime(), nullable=False),
-        sa.Column("updated_at", UtcDateTime(), nullable=False),
-        **_MYSQL_TABLE_OPTIONS,
-    )
-
-
-def create_runtime_leases_table(
-    backend: object = None, *, if_not_exists: bool = False
-) -> CreateTable:
-    """Return the ``CREATE TABLE runtime_leases`` DDL for a product migration.
-
-    Execute it with ``await conn.execute(create_runtime_leases_table("postgresql"))``
-    or ``op.execute(...)`` in Alembic (see :func:`aster_forge.db.alembic_create_runtime_leases`).
-
-    Args:
-        backend: Optional backend name/dialect/engine; validated when given (the DDL
-            itself adapts to the dialect it is executed on).
-        if_not_exists: Emit ``CREATE TABLE IF NOT EXISTS``.
-
-    Raises:
-        UnsupportedDatabaseBackendError: When ``backend`` is given and unsupported.
-    """
-    if backend is not None:
-        DatabaseBackend.of(backend)
-    return CreateTable(runtime_leases_table(sa.MetaData()), if_not_exists=if_not_exists)
+__all__ = ["RuntimeLeaseDbStore"]
 
 
 class RuntimeLeaseDbStore(EngineBackedStore):
@@ -113,96 +49,11 @@ class RuntimeLeaseDbStore(EngineBackedStore):
         _validate(lease_id, owner_id, ttl)
 
         async def body(conn: AsyncConnection) -> RuntimeLease | None:
-            now = await database_now(conn, self._clock)
-            expires_at = saturating_expiry(now, ttl)
-            if self._backend is DatabaseBackend.MYSQL:
-                return await self._acquire_mysql(conn, lease_id, owner_id, now, expires_at)
-            return await self._acquire_upsert(conn, lease_id, owner_id, now, expires_at)
+            now = await self._backend_sql.now_value(conn, self._clock)
+            wanted = RuntimeLease(lease_id, owner_id, saturating_expiry(now, ttl))
+            return await self._backend_sql.acquire_runtime_lease(conn, self._table, wanted, now)
 
         return await run_transaction(self._engine, "acquire runtime lease", body)
-
-    async def _acquire_upsert(
-        self,
-        conn: AsyncConnection,
-        lease_id: str,
-        owner_id: str,
-        now: datetime,
-        expires_at: datetime,
-    ) -> RuntimeLease | None:
-        t = self._table
-        insert = (
-            postgresql.insert(t)
-            if self._backend is DatabaseBackend.POSTGRESQL
-            else sqlite.insert(t)
-        )
-        values = {
-            "lease_id": lease_id,
-            "owner_id": owner_id,
-            "expires_at": expires_at,
-            "acquired_at": now,
-            "updated_at": now,
-        }
-        stmt = (
-            insert.values(**values)
-            .on_conflict_do_update(
-                index_elements=[t.c.lease_id],
-                set_={
-                    "owner_id": insert.excluded.owner_id,
-                    "expires_at": insert.excluded.expires_at,
-                    "acquired_at": sa.case(
-                        (t.c.owner_id == insert.excluded.owner_id, t.c.acquired_at),
-                        else_=insert.excluded.acquired_at,
-                    ),
-                    "updated_at": insert.excluded.updated_at,
-                },
-                where=sa.or_(t.c.expires_at <= now, t.c.owner_id == owner_id),
-            )
-            .returning(t.c.expires_at)
-        )
-        row = (await conn.execute(stmt)).first()
-        if row is None:
-            return None
-        return RuntimeLease(lease_id, owner_id, row[0])
-
-    async def _acquire_mysql(
-        self,
-        conn: AsyncConnection,
-        lease_id: str,
-        owner_id: str,
-        now: datetime,
-        expires_at: datetime,
-    ) -> RuntimeLease | None:
-        t = self._table
-        # MariaDB evaluates ON DUPLICATE KEY UPDATE assignments left to right, each
-        # seeing the previous ones: owner_id changes only when the lease is free,
-        # expired or ours, and the later assignments key off the new owner_id.
-        stmt = sa.text(
-            f"INSERT INTO {RUNTIME_LEASES_TABLE} "
-            "(lease_id, owner_id, expires_at, acquired_at, updated_at) "
-            "VALUES (:lease_id, :owner_id, :expires_at, :now, :now) "
-            "ON DUPLICATE KEY UPDATE "
-            "acquired_at = IF(expires_at <= :now AND owner_id <> :owner_id, :now, acquired_at), "
-            "owner_id = IF(expires_at <= :now OR owner_id = :owner_id, :owner_id, owner_id), "
-            "expires_at = IF(owner_id = :owner_id, :expires_at, expires_at), "
-            "updated_at = IF(owner_id = :owner_id, :now, updated_at)"
-        ).bindparams(
-            sa.bindparam("lease_id", type_=t.c.lease_id.type),
-            sa.bindparam("owner_id", type_=t.c.owner_id.type),
-            sa.bindparam("expires_at", type_=UtcDateTime()),
-            sa.bindparam("now", type_=UtcDateTime()),
-        )
-        await conn.execute(
-            stmt,
-            {"lease_id": lease_id, "owner_id": owner_id, "expires_at": expires_at, "now": now},
-        )
-        row = (
-            await conn.execute(
-                sa.select(t.c.owner_id, t.c.expires_at).where(t.c.lease_id == lease_id)
-            )
-        ).first()
-        if row is None or row.owner_id != owner_id or row.expires_at != expires_at:
-            return None
-        return RuntimeLease(lease_id, owner_id, expires_at)
 
     async def renew(self, lease_id: str, owner_id: str, ttl: timedelta) -> RuntimeLease | None:
         """Extend our unexpired lease (see the protocol)."""
@@ -210,7 +61,7 @@ class RuntimeLeaseDbStore(EngineBackedStore):
         t = self._table
 
         async def body(conn: AsyncConnection) -> RuntimeLease | None:
-            now = await database_now(conn, self._clock)
+            now = await self._backend_sql.now_value(conn, self._clock)
             expires_at = saturating_expiry(now, ttl)
             result = await conn.execute(
                 sa.update(t)
@@ -247,7 +98,7 @@ class RuntimeLeaseDbStore(EngineBackedStore):
         t = self._table
 
         async def body(conn: AsyncConnection) -> RuntimeLease | None:
-            now = await database_now(conn, self._clock)
+            now = await self._backend_sql.now_value(conn, self._clock)
             row = (
                 await conn.execute(
                     sa.select(t.c.owner_id, t.c.expires_at).where(
@@ -268,17 +119,10 @@ class RuntimeLeaseDbStore(EngineBackedStore):
             DatabaseOperationError: (or a subclass) when the query fails.
         """
         t = self._table
-        # PostgreSQL's default collation is locale-aware; "C" gives the same code-point
-        # order as SQLite's BINARY and MariaDB's utf8mb4_bin.
-        key = (
-            t.c.lease_id.collate("C")
-            if self._backend is DatabaseBackend.POSTGRESQL
-            else t.c.lease_id
-        )
-        query = sa.select(t).order_by(key)
+        query = sa.select(t).order_by(self._backend_sql.code_point_order(t.c.lease_id))
 
         async def body(conn: AsyncConnection) -> RuntimeLeases:
-            now = await database_now(conn, self._clock)
+            now = await self._backend_sql.now_value(conn, self._clock)
             rows = (await conn.execute(query)).all()
             return RuntimeLeases(
                 now=now,

@@ -7,7 +7,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..runtime._internal import saturating_expiry
@@ -25,8 +24,8 @@ from ..tasks._internal import (
     validate_scheduled_identifier,
 )
 from ._engine_store import EngineBackedStore
-from ._scheduled_tasks_table import scheduled_tasks_table
-from ._time import DatabaseBackend, UtcDateTime, database_now
+from ._tables import scheduled_tasks_table
+from ._time import UtcDateTime
 from ._translate import run_transaction
 
 __all__ = ["ScheduledTaskDbStore"]
@@ -76,7 +75,7 @@ class ScheduledTaskDbStore(EngineBackedStore):
         t = self._table
 
         async def body(conn: AsyncConnection) -> ScheduledTaskRecord:
-            now = await database_now(conn, self._clock)
+            now = await self._backend_sql.now_value(conn, self._clock)
             first = value.first_run_at(now)
             values: dict[str, Any] = {
                 "namespace": namespace,
@@ -96,28 +95,7 @@ class ScheduledTaskDbStore(EngineBackedStore):
                     (sa.and_(changed, t.c.claimed_by.is_(None)), sa.literal(first, UtcDateTime())),
                     else_=t.c.next_run_at,
                 )
-            stmt: Any
-            if self._backend is DatabaseBackend.MYSQL:
-                ins = mysql.insert(t).values(**values)
-                # Ordered: updated_at and next_run_at compare against the old schedule.
-                stmt = ins.on_duplicate_key_update(
-                    [
-                        ("updated_at", sa.case((changed, now), else_=t.c.updated_at)),
-                        ("next_run_at", pending),
-                        *((column, ins.inserted[column]) for column in stored),
-                    ]
-                )
-            else:
-                up = (
-                    postgresql.insert(t)
-                    if self._backend is DatabaseBackend.POSTGRESQL
-                    else sqlite.insert(t)
-                ).values(**values)
-                stmt = up.on_conflict_do_update(
-                    index_elements=[t.c.namespace, t.c.name],
-                    set_={**stored, "next_run_at": pending, "updated_at": now},
-                    where=changed,
-                )
+            stmt = self._backend_sql.schedule_upsert(t, values, stored, pending, changed, now)
             await conn.execute(stmt)
             row = (
                 await conn.execute(sa.select(t).where(t.c.namespace == namespace, t.c.name == name))
@@ -134,7 +112,7 @@ class ScheduledTaskDbStore(EngineBackedStore):
         t = self._table
 
         async def body(conn: AsyncConnection) -> ScheduledTaskClaim | None:
-            now = await database_now(conn, self._clock)
+            now = await self._backend_sql.now_value(conn, self._clock)
             expires_at = saturating_expiry(now, claim_ttl)
             result = await conn.execute(
                 sa.update(t)
@@ -193,7 +171,7 @@ class ScheduledTaskDbStore(EngineBackedStore):
         t = self._table
 
         async def body(conn: AsyncConnection) -> bool:
-            now = await database_now(conn, self._clock)
+            now = await self._backend_sql.now_value(conn, self._clock)
             result = await conn.execute(
                 sa.update(t)
                 .where(self._owned(claim))
@@ -217,7 +195,7 @@ class ScheduledTaskDbStore(EngineBackedStore):
         t = self._table
 
         async def body(conn: AsyncConnection) -> bool:
-            now = await database_now(conn, self._clock)
+            now = await self._backend_sql.now_value(conn, self._clock)
             row = (
                 await conn.execute(sa.select(t).where(self._owned(claim)).with_for_update())
             ).first()

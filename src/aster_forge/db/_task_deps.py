@@ -23,13 +23,11 @@ from ..tasks import TaskDependency
 from ..tasks._internal import TaskFailureReason, TaskStatus, TaskWorkflowEdge, TaskWorkflowNode
 from ._tasks_results import execute_ending
 from ._tasks_sql import DbNow, TaskSql
-from ._time import NEVER_EXPIRES, DatabaseBackend, UtcDateTime
+from ._time import NEVER_EXPIRES, UtcDateTime
 
 __all__ = [
     "DEPENDENCY_CANCELLED_ERROR",
     "TaskDependencySql",
-    "define_deps_table",
-    "deps_table_name",
 ]
 
 DEPENDENCY_CANCELLED_ERROR = "Cancelled: a task it depends on failed or was cancelled"
@@ -38,39 +36,6 @@ DEPENDENCY_CANCELLED_ERROR = "Cancelled: a task it depends on failed or was canc
 _TERMINAL = (TaskStatus.SUCCEEDED.value, TaskStatus.FAILED.value, TaskStatus.CANCELLED.value)
 #: How many finished tasks one sweep settles.
 SWEEP_LIMIT = 500
-
-
-def deps_table_name(tasks_table_name: str) -> str:
-    """The dependency table of a task table: ``<tasks table>_deps``."""
-    return f"{tasks_table_name}_deps"
-
-
-def define_deps_table(metadata: sa.MetaData, name: str) -> sa.Table:
-    """Define (or return) the dependency table: one row per workflow edge.
-
-    Columns: ``task_id`` (the waiting task), ``depends_on`` (the task it waits for),
-    both big integers forming the primary key ``(depends_on, task_id)`` (a finished
-    task finds its dependents by prefix), and ``run_anyway`` (see
-    :class:`~aster_forge.tasks.TaskDependency`). Index ``ix_<name>_task``
-    on ``task_id`` reads a dependent's dependencies. No foreign keys: the retention
-    job deletes finished tasks on its own schedule.
-    """
-    existing = metadata.tables.get(name)
-    if existing is not None:
-        return existing
-    big_id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
-    table = sa.Table(
-        name,
-        metadata,
-        sa.Column("depends_on", big_id, primary_key=True, autoincrement=False),
-        sa.Column("task_id", big_id, primary_key=True, autoincrement=False),
-        sa.Column("run_anyway", sa.Boolean(), nullable=False),
-        mysql_engine="InnoDB",
-        mysql_charset="utf8mb4",
-        mysql_collate="utf8mb4_bin",
-    )
-    sa.Index(f"ix_{name}_task", table.c.task_id)
-    return table
 
 
 class TaskDependencySql:
@@ -159,15 +124,7 @@ class TaskDependencySql:
             t.c.id.in_(queue), t.c.dependents_waiting == sa.true(), t.c.status.in_(_TERMINAL)
         )
         clear = sa.update(t).values(dependents_waiting=False)
-        if self._sql.backend is DatabaseBackend.MYSQL:
-            # No UPDATE ... RETURNING on MariaDB: the locked rows are read first.
-            locked = sa.select(t.c.id, t.c.status).where(flagged).order_by(t.c.id).with_for_update()
-            ended = {int(row[0]): TaskStatus(row[1]) for row in await conn.execute(locked)}
-            if ended:
-                await conn.execute(clear.where(t.c.id.in_(list(ended))))
-            return ended
-        rows = await conn.execute(clear.where(flagged).returning(t.c.id, t.c.status))
-        return {int(row[0]): TaskStatus(row[1]) for row in rows}
+        return await self._sql.backend_sql.take_flags(conn, t, flagged, clear)
 
     async def _tell(
         self, conn: AsyncConnection, now: DbNow, ended: dict[int, TaskStatus]
@@ -183,10 +140,7 @@ class TaskDependencySql:
             .where(t.c.status == TaskStatus.PENDING.value, t.c.run_at == self._blocked)
             .order_by(t.c.id)
         )
-        if self._sql.is_postgres:
-            waiting = waiting.with_for_update(of=t)
-        else:
-            waiting = waiting.with_for_update()
+        waiting = self._locked(waiting)
         left: dict[int, int] = {}
         cancel: set[int] = set()
         for task_id, count, depends_on, run_anyway in (await conn.execute(waiting)).all():
@@ -216,8 +170,7 @@ class TaskDependencySql:
                 "run_at": now.expr,
                 "updated_at": now.expr,
             }
-            if self._sql.is_postgres:
-                values["waiting"] = False
+            values.update(self._sql.backend_sql.waiting(False))
             await conn.execute(sa.update(t).where(t.c.id.in_(due)).values(**values))
         by_count: dict[int, list[int]] = {}
         for task_id, count in left.items():
@@ -274,8 +227,7 @@ class TaskDependencySql:
                 "finished_at": None,
                 "updated_at": now.expr,
             }
-            if self._sql.is_postgres:
-                values["waiting"] = True
+            values.update(self._sql.backend_sql.waiting(True))
             await conn.execute(sa.update(t).where(t.c.id.in_(kept)).values(**values))
         awaited = sa.select(d.c.depends_on).where(d.c.depends_on.in_([*retried, *kept])).distinct()
         flagged = sorted(int(row[0]) for row in await conn.execute(awaited))
@@ -287,9 +239,7 @@ class TaskDependencySql:
         return kept
 
     def _locked(self, query: Any) -> Any:
-        return (
-            query.with_for_update(of=self._t) if self._sql.is_postgres else query.with_for_update()
-        )
+        return self._sql.backend_sql.locked(query, self._t)
 
     async def _standing(
         self, conn: AsyncConnection, candidates: set[int], retried: set[int]
@@ -358,9 +308,8 @@ class TaskDependencySql:
             .where(t.c.dependents_waiting == sa.true(), t.c.status.in_(_TERMINAL))
             .order_by(t.c.id)
             .limit(limit)
+            .with_for_update(skip_locked=True)  # nothing to lock on SQLite: one writer
         )
-        if self._sql.backend is not DatabaseBackend.SQLITE:
-            flagged = flagged.with_for_update(skip_locked=True)
 
         async def body(conn: AsyncConnection) -> int:
             ids = [int(row[0]) for row in await conn.execute(flagged)]

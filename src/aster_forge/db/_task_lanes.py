@@ -7,58 +7,16 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ..tasks._internal import MAX_TASK_KIND_LENGTH, TaskLaneState, wire_value
+from ..tasks._internal import TaskLaneState, wire_value
 from ._tasks_sql import TaskSql
-from ._time import DatabaseBackend, UtcDateTime
 
 __all__ = [
     "TaskLaneMixin",
-    "define_lanes_table",
-    "lanes_table_name",
     "rate_budget_left",
     "record_rate_starts",
 ]
-
-
-def lanes_table_name(tasks_table_name: str) -> str:
-    """The lane state table of a task table: ``<tasks table>_lanes``."""
-    return f"{tasks_table_name}_lanes"
-
-
-def define_lanes_table(metadata: sa.MetaData, name: str) -> sa.Table:
-    """Define (or return) the lane state table: one row per lane paused or claimed under a limit.
-
-    Columns: ``lane`` (primary key, wire value), ``paused`` (bool), ``paused_at``,
-    ``updated_at`` (aware UTC), and for a rate-limited lane ``rate_window_start`` (the
-    window its claims counted last) and ``rate_started`` (the starts counted in it).
-    Claims of a lane with a cluster limit, partition limit or rate limit also create
-    its row. :func:`~aster_forge.db.background_tasks_table`
-    defines it next to the task table as ``<name>_lanes``
-    (:func:`~aster_forge.db.task_lanes_table` returns it).
-
-    Args:
-        metadata: The metadata the task table is on.
-        name: The table name.
-    """
-    existing = metadata.tables.get(name)
-    if existing is not None:
-        return existing
-    return sa.Table(
-        name,
-        metadata,
-        sa.Column("lane", sa.String(MAX_TASK_KIND_LENGTH), primary_key=True),
-        sa.Column("paused", sa.Boolean(), nullable=False),
-        sa.Column("paused_at", UtcDateTime(), nullable=True),
-        sa.Column("updated_at", UtcDateTime(), nullable=False),
-        sa.Column("rate_window_start", UtcDateTime(), nullable=True),
-        sa.Column("rate_started", sa.Integer(), nullable=True),
-        mysql_engine="InnoDB",
-        mysql_charset="utf8mb4",
-        mysql_collate="utf8mb4_bin",
-    )
 
 
 def lane_open_predicate(lanes: sa.Table, lane: str) -> Any:
@@ -146,14 +104,7 @@ class TaskLaneMixin:
         }
         # paused_at first: MariaDB evaluates the assignments left to right.
         changes = [("paused_at", paused_at), ("paused", paused), ("updated_at", now_expr)]
-        backend = self._sql.backend
-        if backend is DatabaseBackend.MYSQL:
-            return mysql.insert(lanes).values(**values).on_duplicate_key_update(changes)
-        if backend is DatabaseBackend.POSTGRESQL:
-            pg = postgresql.insert(lanes).values(**values)
-            return pg.on_conflict_do_update(index_elements=[lanes.c.lane], set_=dict(changes))
-        lite = sqlite.insert(lanes).values(**values)
-        return lite.on_conflict_do_update(index_elements=[lanes.c.lane], set_=dict(changes))
+        return self._sql.backend_sql.upsert(lanes, values, changes)
 
     async def pause_lane(self, lane: str) -> TaskLaneState:
         """Pause ``lane`` for every instance: claims skip it, running tasks finish."""

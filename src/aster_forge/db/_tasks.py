@@ -9,7 +9,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..runtime._internal import Clock, SystemClock
@@ -28,9 +27,18 @@ from ..tasks._internal import (
     rate_window,
 )
 from ..tasks.errors import TaskRegistryError
+from ._backends import backend_sql_for
 from ._driver_hold import HeldDriverConnection
 from ._enqueue_coalescer import EnqueueCoalescer
 from ._notify_limiter import DEFAULT_NOTIFY_WINDOW, NotifyLimiter
+from ._sqlite import ClaimsNotAllHeld, DriverStatement, SqliteTaskStatements
+from ._tables import (
+    CORE_COLUMNS,
+    background_tasks_table,
+    record_from_row,
+    task_deps_table,
+    task_lanes_table,
+)
 from ._task_deps import TaskDependencySql
 from ._task_lanes import (
     TaskLaneMixin,
@@ -42,28 +50,11 @@ from ._tasks_admin import TaskAdminMixin
 from ._tasks_control import TaskControlMixin
 from ._tasks_effects import DbTaskTransaction
 from ._tasks_enqueue import DEFAULT_TASK_NOTIFY_CHANNEL, TaskEnqueueMixin
-from ._tasks_enqueue_pg import PgEnqueueStatement
 from ._tasks_partitioned import fair_due
-from ._tasks_pg import PgTaskStatements
-from ._tasks_pg_run import PgTaskRunner
 from ._tasks_results import TaskResultMixin, execute_ending
 from ._tasks_sql import _SATURATING_DELTA, DbNow, TaskSql
-from ._tasks_sqlite import DriverStatement, SqliteTaskStatements
-from ._tasks_table import (
-    CORE_COLUMNS,
-    background_tasks_table,
-    record_from_row,
-    task_deps_table,
-    task_lanes_table,
-)
 from ._tasks_workflow import TaskWorkflowMixin, claim_of, merged, without
-from ._time import (
-    NEVER_EXPIRES,
-    DatabaseBackend,
-    UtcDateTime,
-    database_now,
-    saturating_expiry,
-)
+from ._time import UtcDateTime
 from .errors import DatabaseOperationError
 
 __all__ = ["DEFAULT_TASK_NOTIFY_CHANNEL", "BackgroundTaskDbStore"]
@@ -75,10 +66,6 @@ _PENDING = TaskStatus.PENDING.value
 _RUNNING = TaskStatus.RUNNING.value
 # What a rescue ends a task in when it does not run it again.
 _LEASE_ENDINGS = (TaskStatus.FAILED, TaskStatus.CANCELLED)
-
-
-class _ClaimsNotAllHeld(Exception):
-    """Raised inside a batched SQLite success when a fence failed (rolls it back)."""
 
 
 class BackgroundTaskDbStore(
@@ -162,33 +149,31 @@ class BackgroundTaskDbStore(
         self._registry = registry
         self._table = table if table is not None else background_tasks_table(sa.MetaData())
         self._lanes = task_lanes_table(self._table)
-        self._sql = TaskSql(engine, self._table, clock if clock is not None else SystemClock())
+        # The database's own statements: chosen once, here.
+        backend_sql = self._backend_sql = backend_sql_for(engine)
+        clock = clock if clock is not None else SystemClock()
+        self._sql = TaskSql(engine, self._table, clock, backend_sql)
         self._deps = TaskDependencySql(self._sql, self._table, task_deps_table(self._table))
         self._awaited: dict[int, str] = {}
-        self._notify = notify and self._sql.is_postgres
+        self._notify = notify and backend_sql.notifies
         self._channel = notify_channel
         self._cols = [self._table.c[name] for name in CORE_COLUMNS]
         self._column_names = frozenset(self._table.c.keys())
-        self._pg = (
-            PgTaskStatements(self._table, self._lanes, engine.dialect)
-            if self._sql.is_postgres
-            else None
-        )
-        self._lite = (
-            SqliteTaskStatements(self._table, self._lanes, engine.dialect)
-            if self._sql.backend is DatabaseBackend.SQLITE
-            else None
-        )
-        self._pg_enqueue = (
-            PgEnqueueStatement(
-                self._table, engine.dialect, channel=self._channel if self._notify else None
-            )
-            if self._sql.is_postgres
-            else None
-        )
         self._driver_hold = HeldDriverConnection(
             self._sql, linger=connection_linger.total_seconds()
         )
+        hot = backend_sql.hot_paths(
+            self._table,
+            self._lanes,
+            engine,
+            self._sql,
+            self._driver_hold,
+            channel=self._channel if self._notify else None,
+        )
+        self._pg = hot.pg
+        self._lite = hot.lite
+        self._pg_enqueue = hot.pg_enqueue
+        self._pg_run = hot.pg_run
         if connection_linger > timedelta(0):
             # A dispose closes only the pooled connections: the lingering one goes too.
             hold = self._driver_hold
@@ -203,11 +188,6 @@ class BackgroundTaskDbStore(
         self._coalescer = (
             EnqueueCoalescer(self._enqueue_one, self._enqueue_checked)
             if coalesce_enqueues
-            else None
-        )
-        self._pg_run = (
-            PgTaskRunner(self._pg, engine, self._sql, self._driver_hold)
-            if self._pg is not None
             else None
         )
         self._succeed_many_cached: Any = None
@@ -259,12 +239,12 @@ class BackgroundTaskDbStore(
         With ``cluster_limit``, claims of the lane serialise on the lane's row in the
         lane table and claim no more than the room left under the limit. On PostgreSQL
         that is one statement, run again when its snapshot missed a claim that
-        committed meanwhile (see ``_tasks_pg``); on MariaDB the row is locked first in
+        committed meanwhile (see ``_postgres``); on MariaDB the row is locked first in
         the claim's transaction; SQLite has one writer.
 
         With ``partition_limit`` the claim ranks the lane's due tasks per partition
         and takes them by rank: on PostgreSQL in the capped claim's one statement
-        (``_tasks_pg``'s ``_FAIR_PICK``); elsewhere on the portable path, the lane's
+        (``sql/postgresql.sql``'s ``fair_pick``); elsewhere on the portable path, the lane's
         row locked first (MariaDB runs the later statements of the transaction with
         fresh snapshots, under READ COMMITTED), then the rescue, the running counts and
         the fair pick (see ``_tasks_partitioned``).
@@ -317,7 +297,7 @@ class BackgroundTaskDbStore(
         records, ended = await self._sql.run(
             "claim tasks",
             body,
-            single_statement=self._sql.is_postgres and cluster_limit is None,
+            single_statement=self._backend_sql.writes_autocommit and cluster_limit is None,
         )
         self._count_ended(lane_value, ended)
         self._note_claims(records)
@@ -401,10 +381,8 @@ class BackgroundTaskDbStore(
         cluster_limit: int | None,
     ) -> list[BackgroundTaskRecord]:
         async def body(conn: AsyncConnection) -> list[BackgroundTaskRecord]:
-            now = await database_now(conn, self._sql.clock)
-            return await _claim_on_sqlite(
-                lite, conn, now, lane, limit, owner, lease_ttl, cluster_limit
-            )
+            now = await self._backend_sql.now_value(conn, self._sql.clock)
+            return await lite.claim_records(conn, now, lane, limit, owner, lease_ttl, cluster_limit)
 
         records = await self._sql.run("claim tasks", body)
         return self._claimed_sqlite(lane, records)
@@ -426,57 +404,35 @@ class BackgroundTaskDbStore(
         the starts in it. PostgreSQL returns them from the upsert (one round trip)."""
         lanes = self._lanes
         counted = (lanes.c.rate_window_start, lanes.c.rate_started)
-        if self._sql.is_postgres:
-            now = await self._sql.now(conn)
+        now = await self._sql.now(conn)
+        if now.value is None:
+            # now() in the statement (PostgreSQL): the upsert returns its value too.
             upsert = self._lane_upsert(lane, now).returning(*counted, now.expr)
             row = (await conn.execute(upsert)).one()
             return now, row[2], (row[0], row[1])
-        await conn.execute(self._lane_upsert(lane, await self._sql.now(conn)))
+        await conn.execute(self._lane_upsert(lane, now))
         row = (await conn.execute(sa.select(*counted).where(lanes.c.lane == lane))).one()
         now = await self._sql.now(conn)
-        if now.value is None:
-            raise TypeError("off PostgreSQL a claim's now is a bound value")
+        if now.value is None:  # pragma: no cover - a backend's now is one or the other
+            raise TypeError("a claim's now changed from a bound value to now()")
         return now, now.value, (row[0], row[1])
 
     async def _lock_lane(self, conn: AsyncConnection, lane: str) -> None:
         """Hold the lane's row in the lane table until the transaction ends (cluster-
         limited lanes): an upsert that changes nothing still rewrites and locks it (and
         creates it the first time). On PostgreSQL the new row version is also what a
-        one-statement capped claim checks its snapshot against (see ``_tasks_pg``)."""
+        one-statement capped claim checks its snapshot against (see ``_postgres``)."""
         await conn.execute(self._lane_upsert(lane, await self._sql.now(conn)))
 
     def _lane_upsert(self, lane: str, now: DbNow) -> Any:
         lanes = self._lanes
         values = {"lane": lane, "paused": False, "paused_at": None, "updated_at": now.expr}
-        if self._lite is not None:
-            upsert: Any = (
-                sqlite.insert(lanes)
-                .values(**values)
-                .on_conflict_do_update(
-                    index_elements=[lanes.c.lane], set_={"paused": lanes.c.paused}
-                )
-            )
-        elif self._sql.is_postgres:
-            upsert = (
-                postgresql.insert(lanes)
-                .values(**values)
-                .on_conflict_do_update(
-                    index_elements=[lanes.c.lane], set_={"paused": lanes.c.paused}
-                )
-            )
-        else:
-            upsert = (
-                mysql.insert(lanes).values(**values).on_duplicate_key_update(paused=lanes.c.paused)
-            )
-        return upsert
+        return self._backend_sql.upsert(lanes, values, [("paused", lanes.c.paused)])
 
     async def _running_in(self, conn: AsyncConnection, lane: str) -> int:
         t = self._table
         query = sa.select(sa.func.count()).where(t.c.lane == lane, t.c.status == _RUNNING)
         return int((await conn.execute(query)).scalar_one())
-
-    async def _locked_ids(self, conn: AsyncConnection, query: Any) -> list[int]:
-        return [int(row[0]) for row in await conn.execute(query)]
 
     async def _rescue(self, conn: AsyncConnection, lane: str, now: DbNow) -> list[TaskStatus]:
         """Rescue the lane's expired leases; the status each rescued row ends in."""
@@ -491,16 +447,14 @@ class BackgroundTaskDbStore(
         )
         exhausted = t.c.attempt + 1 >= t.c.max_attempts
         terminal = sa.or_(t.c.cancel_requested, exhausted)
+        outcome = sa.case(
+            (t.c.cancel_requested, TaskStatus.CANCELLED.value),
+            (exhausted, TaskStatus.FAILED.value),
+            else_=_PENDING,
+        )
         # Ordered: MariaDB evaluates SET left to right, so attempt changes last.
         values = [
-            (
-                t.c.status,
-                sa.case(
-                    (t.c.cancel_requested, TaskStatus.CANCELLED.value),
-                    (exhausted, TaskStatus.FAILED.value),
-                    else_=_PENDING,
-                ),
-            ),
+            (t.c.status, outcome),
             (
                 t.c.failure_reason,
                 sa.case(
@@ -517,23 +471,7 @@ class BackgroundTaskDbStore(
             (t.c.updated_at, now_expr),
             (t.c.attempt, t.c.attempt + 1),
         ]
-        if self._sql.backend is DatabaseBackend.MYSQL:
-            # No UPDATE ... RETURNING on MariaDB: the locked rows' outcome is read first.
-            outcome = sa.case(
-                (t.c.cancel_requested, TaskStatus.CANCELLED.value),
-                (exhausted, TaskStatus.FAILED.value),
-                else_=_PENDING,
-            )
-            locked = expired.with_only_columns(t.c.id, outcome)
-            rows = (await conn.execute(locked)).all()
-            if rows:
-                ids = [int(row[0]) for row in rows]
-                await conn.execute(sa.update(t).where(t.c.id.in_(ids)).ordered_values(*values))
-            return [TaskStatus(row[1]) for row in rows]
-        rescued = await conn.execute(
-            sa.update(t).where(t.c.id.in_(expired)).ordered_values(*values).returning(t.c.status)
-        )
-        return [TaskStatus(row[0]) for row in rescued]
+        return await self._backend_sql.rescue(conn, t, expired, values, outcome)
 
     async def _claim(
         self,
@@ -567,16 +505,7 @@ class BackgroundTaskDbStore(
             "started_at": now_expr,
             "updated_at": now_expr,
         }
-        if self._sql.backend is DatabaseBackend.MYSQL:
-            ids = await self._locked_ids(conn, due)
-            if not ids:
-                return []
-            await conn.execute(sa.update(t).where(t.c.id.in_(ids)).values(**values))
-            rows = await conn.execute(sa.select(*self._cols).where(t.c.id.in_(ids)))
-        else:
-            rows = await conn.execute(
-                sa.update(t).where(t.c.id.in_(due)).values(**values).returning(*self._cols)
-            )
+        rows = await self._backend_sql.claim_rows(conn, t, due, values, self._cols)
         return [record_from_row(row) for row in rows]
 
     async def _claim_fair(
@@ -603,25 +532,13 @@ class BackgroundTaskDbStore(
             "started_at": now_expr,
             "updated_at": now_expr,
         }
-        if self._sql.is_postgres:
-            # As the one-statement claim leaves it: the hint is for pending rows only.
-            values["waiting"] = False
+        # As the one-statement claim leaves it: the hint is for pending rows only.
+        values.update(self._backend_sql.waiting(False))
         # The pick takes no row locks: a row cancelled since is left alone.
         still = t.c.status == _PENDING
-        if self._sql.backend is DatabaseBackend.MYSQL:
-            ids = await self._locked_ids(conn, due)
-            if not ids:
-                return []
-            await conn.execute(sa.update(t).where(t.c.id.in_(ids), still).values(**values))
-            rows = await conn.execute(
-                sa.select(*self._cols).where(
-                    t.c.id.in_(ids), t.c.processing_token.startswith(prefix, autoescape=True)
-                )
-            )
-        else:
-            rows = await conn.execute(
-                sa.update(t).where(t.c.id.in_(due), still).values(**values).returning(*self._cols)
-            )
+        rows = await self._backend_sql.claim_rows(
+            conn, t, due, values, self._cols, still=still, prefix=prefix
+        )
         return [record_from_row(row) for row in rows]
 
     # -- fenced writes ------------------------------------------------------------------
@@ -637,9 +554,8 @@ class BackgroundTaskDbStore(
             now = await self._sql.now(conn)
             resolved = {k: (v(now) if callable(v) else v) for k, v in values.items()}
             resolved.setdefault("updated_at", now.expr)
-            if self._sql.is_postgres and "run_at" in resolved:
-                # Not yet due: kept out of the claims' index (see background_tasks_table).
-                resolved["waiting"] = resolved["run_at"] > now.expr
+            if "run_at" in resolved:
+                resolved.update(self._backend_sql.waiting(resolved["run_at"] > now.expr))
             update = sa.update(t).where(self._sql.fence(lease)).values(**resolved)
             if ends:
                 written = await execute_ending(conn, self._sql, update) == 1
@@ -650,7 +566,7 @@ class BackgroundTaskDbStore(
             return written
 
         return await self._sql.run(
-            operation, body, single_statement=self._sql.is_postgres and not settles
+            operation, body, single_statement=self._backend_sql.writes_autocommit and not settles
         )
 
     async def renew_task_lease(self, lease: TaskLease, lease_ttl: timedelta) -> TaskLease | None:
@@ -667,23 +583,18 @@ class BackgroundTaskDbStore(
             )
             return await self._renew_one(conn, stmt, lease)
 
-        return await self._sql.run("renew task lease", body, single_statement=self._sql.is_postgres)
+        return await self._sql.run(
+            "renew task lease", body, single_statement=self._backend_sql.writes_autocommit
+        )
 
     async def _renew_one(
         self, conn: AsyncConnection, stmt: Any, lease: TaskLease
     ) -> TaskLease | None:
         # The new expiry and the operator's cancel flag come back with the renewal.
         t = self._table
-        if self._sql.backend is DatabaseBackend.MYSQL:
-            if (await conn.execute(stmt)).rowcount != 1:
-                return None
-            query = sa.select(t.c.lease_expires_at, t.c.cancel_requested).where(
-                t.c.id == lease.task_id
-            )
-            row = (await conn.execute(query)).first()
-        else:
-            returning = stmt.returning(t.c.lease_expires_at, t.c.cancel_requested)
-            row = (await conn.execute(returning)).first()
+        row = await self._backend_sql.update_one(
+            conn, stmt, (t.c.lease_expires_at, t.c.cancel_requested), t.c.id == lease.task_id
+        )
         return None if row is None else lease.renewed(row[0], cancel_requested=bool(row[1]))
 
     async def renew_task_leases_many(
@@ -791,7 +702,7 @@ class BackgroundTaskDbStore(
         statement brought while the database writes the other's. One elsewhere (SQLite
         has one writer; MariaDB keeps the plain order).
         """
-        return 2 if self._sql.backend is DatabaseBackend.POSTGRESQL else 1
+        return self._backend_sql.success_writes_in_flight
 
     @property
     def claims_with_success(self) -> bool:
@@ -802,7 +713,7 @@ class BackgroundTaskDbStore(
         A worker refills freed slots in its success writes only then; elsewhere the two
         calls would gain nothing over its own claim.
         """
-        return self._pg is not None or self._lite is not None
+        return self._backend_sql.claims_with_success
 
     async def mark_tasks_succeeded_and_claim(
         self,
@@ -898,8 +809,7 @@ class BackgroundTaskDbStore(
         owned_query = sa.select(t.c.id, t.c.processing_token).where(
             t.c.id.in_(ids), t.c.status == _RUNNING
         )
-        if self._sql.backend is DatabaseBackend.MYSQL:
-            owned_query = owned_query.with_for_update()
+        owned_query = self._backend_sql.locked_for_write(owned_query)
 
         async def body(conn: AsyncConnection) -> list[bool]:
             # Two statements for the whole batch: read which claims still hold (inside
@@ -939,12 +849,12 @@ class BackgroundTaskDbStore(
             return None
 
         async def body(conn: AsyncConnection) -> list[bool]:
-            now = await database_now(conn, self._sql.clock)
+            now = await self._backend_sql.now_value(conn, self._sql.clock)
             return await self._all_succeed_on_sqlite(conn, now, completions)
 
         try:
             return await self._sql.run("mark tasks succeeded", body)
-        except _ClaimsNotAllHeld:
+        except ClaimsNotAllHeld:
             return None
 
     async def _succeed_and_claim_sqlite(
@@ -963,40 +873,30 @@ class BackgroundTaskDbStore(
             return None
 
         async def body(conn: AsyncConnection) -> tuple[list[bool], list[BackgroundTaskRecord]]:
-            now = await database_now(conn, self._sql.clock)
+            now = await self._backend_sql.now_value(conn, self._sql.clock)
             written = await self._all_succeed_on_sqlite(conn, now, completions)
-            claimed = await _claim_on_sqlite(
-                lite, conn, now, lane, limit, owner, lease_ttl, cluster_limit
+            claimed = await lite.claim_records(
+                conn, now, lane, limit, owner, lease_ttl, cluster_limit
             )
             return written, claimed
 
         try:
             written, records = await self._sql.run("mark tasks succeeded and claim", body)
-        except _ClaimsNotAllHeld:
+        except ClaimsNotAllHeld:
             return None
         return written, self._claimed_sqlite(lane, records)
 
     async def _all_succeed_on_sqlite(
         self, conn: AsyncConnection, now: datetime, completions: Sequence[TaskCompletion]
     ) -> list[bool]:
-        """The fenced success of every entry, or :class:`_ClaimsNotAllHeld` (rolled back)."""
+        """The fenced success of every entry, or :class:`ClaimsNotAllHeld` (rolled back)."""
+        lite = self._lite
+        assert lite is not None
         succeed = self._succeed_many_driver
         if succeed is None:
-            assert self._lite is not None
-            succeed = DriverStatement(self._succeed_many_stmt(), self._lite.dialect)
+            succeed = DriverStatement(self._succeed_many_stmt(), lite.dialect)
             self._succeed_many_driver = succeed
-        params = [
-            {
-                "b_id": c.lease.task_id,
-                "b_token": c.lease.processing_token,
-                "b_result": c.result_json,
-                "b_steps": c.steps_json,
-            }
-            for c in completions
-        ]
-        if await succeed.executemany(conn, params, {"b_now": now}) != len(params):
-            raise _ClaimsNotAllHeld
-        return [True] * len(params)
+        return await lite.succeed_all(conn, now, completions, succeed)
 
     def _succeed_many_stmt(self) -> Any:
         stmt = self._succeed_many_cached
@@ -1107,7 +1007,8 @@ class BackgroundTaskDbStore(
         )
 
     def __repr__(self) -> str:
-        return f"<BackgroundTaskDbStore backend={self._sql.backend.value} table={self._table.name}>"
+        backend = self._backend_sql.backend.value
+        return f"<BackgroundTaskDbStore backend={backend} table={self._table.name}>"
 
 
 def _applied(completions: Sequence[TaskCompletion], written: set[tuple[int, str]]) -> list[bool]:
@@ -1122,34 +1023,3 @@ def _applied(completions: Sequence[TaskCompletion], written: set[tuple[int, str]
             seen.add(c.lease.task_id)
         out.append(ok)
     return out
-
-
-async def _claim_on_sqlite(
-    lite: SqliteTaskStatements,
-    conn: AsyncConnection,
-    now: datetime,
-    lane: str,
-    limit: int,
-    owner: str,
-    lease_ttl: timedelta,
-    cluster_limit: int | None,
-) -> list[BackgroundTaskRecord]:
-    """The rescue-and-claim statement on SQLite, inside the caller's transaction.
-
-    Returns the claimed rows (``RUNNING``) and the rows it rescued without claiming.
-    """
-    params: dict[str, Any] = {
-        "lane": lane,
-        "now": now,
-        "lim": limit,
-        # One random prefix per claim plus the row id: fresh and unique per row.
-        "prefix": uuid.uuid4().hex + "-",
-        # Exactly what TaskSql.plus writes on the other paths.
-        "expires": NEVER_EXPIRES
-        if lease_ttl >= _SATURATING_DELTA
-        else saturating_expiry(now, lease_ttl),
-        "owner": owner,
-    }
-    if cluster_limit is None:
-        return await lite.claim.records(conn, params)
-    return await lite.claim_capped.records(conn, {**params, "cap": cluster_limit})

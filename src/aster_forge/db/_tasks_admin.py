@@ -28,11 +28,11 @@ from ..tasks._internal import (
     wire_value,
 )
 from ..tasks.errors import TaskNotFoundError, TaskStateError
+from ._tables import record_from_row
 from ._task_deps import TaskDependencySql
 from ._tasks_admin_query import TaskAdminQueryMixin, query_conditions
 from ._tasks_results import execute_ending
 from ._tasks_sql import TaskSql
-from ._tasks_table import record_from_row
 from ._time import UtcDateTime
 
 __all__ = ["TaskAdminMixin"]
@@ -138,7 +138,7 @@ class TaskAdminMixin(TaskAdminQueryMixin):
     def _retry_values(self, now: Any, run_at: datetime | None) -> dict[str, Any]:
         due = now if run_at is None else sa.literal(run_at, UtcDateTime())
         # Not yet due: kept out of the claims' index (see background_tasks_table).
-        waiting = {"waiting": due > now} if self._sql.is_postgres else {}
+        waiting = self._sql.backend_sql.waiting(due > now)
         return {
             **waiting,
             "status": TaskStatus.PENDING.value,

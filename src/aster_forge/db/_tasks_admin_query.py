@@ -20,9 +20,9 @@ from ..tasks._internal import (
     check_search_page_args,
     check_throughput_minutes,
 )
+from ._tables import record_from_row
 from ._tasks_sql import TaskSql
-from ._tasks_table import record_from_row
-from ._time import DatabaseBackend, UtcDateTime
+from ._time import UtcDateTime
 
 __all__ = ["TaskAdminQueryMixin", "query_conditions"]
 
@@ -51,15 +51,6 @@ def query_conditions(t: sa.Table, query: TaskQuery) -> list[Any]:
     if query.created_until is not None:
         conditions.append(t.c.created_at < sa.literal(query.created_until, UtcDateTime()))
     return conditions
-
-
-def _minute(backend: DatabaseBackend, column: Any) -> Any:
-    """``column`` truncated to its minute as ``YYYY-MM-DD HH:MM`` text (UTC)."""
-    if backend is DatabaseBackend.POSTGRESQL:
-        return sa.func.to_char(sa.func.timezone("UTC", column), "YYYY-MM-DD HH24:MI")
-    if backend is DatabaseBackend.MYSQL:
-        return sa.func.date_format(column, "%Y-%m-%d %H:%i")
-    return sa.func.substr(column, 1, 16)  # SQLite stores "YYYY-MM-DD HH:MM:SS.ffffff"
 
 
 def _minute_value(text: str) -> datetime:
@@ -173,13 +164,13 @@ class TaskAdminQueryMixin:
         """Outcomes per lane per minute over the last ``minutes`` (store clock)."""
         check_throughput_minutes(minutes)
         t = self._table
-        backend = self._sql.backend
+        minute_of = self._sql.backend_sql.minute
 
         async def body(conn: AsyncConnection) -> list[TaskThroughput]:
             now = await self._now_value(conn)
             start = now.replace(second=0, microsecond=0) - timedelta(minutes=minutes - 1)
             since = sa.literal(start, UtcDateTime())
-            finished_minute = _minute(backend, t.c.finished_at)
+            finished_minute = minute_of(t.c.finished_at)
             finished = (
                 sa.select(t.c.lane, t.c.status, finished_minute, sa.func.count())
                 .where(
@@ -188,7 +179,7 @@ class TaskAdminQueryMixin:
                 )
                 .group_by(t.c.lane, t.c.status, finished_minute)
             )
-            retry_minute = _minute(backend, t.c.updated_at)
+            retry_minute = minute_of(t.c.updated_at)
             retried = (
                 sa.select(
                     t.c.lane, sa.literal(TaskStatus.PENDING.value), retry_minute, sa.func.count()

@@ -17,7 +17,6 @@ from ..tasks._internal import (
 )
 from ._task_deps import TaskDependencySql
 from ._tasks_sql import TaskSql
-from ._time import DatabaseBackend
 
 __all__ = ["TaskControlMixin"]
 
@@ -105,18 +104,11 @@ class TaskControlMixin:
                 .limit(limit)
                 .with_for_update(skip_locked=True)
             )
-            if self._sql.backend is DatabaseBackend.MYSQL:
-                # MariaDB cannot delete from a table its own subquery reads.
-                ids = [int(row[0]) for row in await conn.execute(old)]
-                if not ids:
-                    return 0
-                stmt = sa.delete(t).where(t.c.id.in_(ids), t.c.status == status_value)
-            else:
-                stmt = sa.delete(t).where(t.c.id.in_(old))
-            return int((await conn.execute(stmt)).rowcount)
+            still = t.c.status == status_value
+            return await self._sql.backend_sql.delete_picked(conn, t, old, still)
 
         return await self._sql.run(
-            "delete finished tasks", body, single_statement=self._sql.is_postgres
+            "delete finished tasks", body, single_statement=self._sql.backend_sql.writes_autocommit
         )
 
     async def stage_waiting_tasks(self, *, limit: int = DEFAULT_STAGE_LIMIT) -> int:
@@ -140,25 +132,4 @@ class TaskControlMixin:
         # Workflow dependents whose dependency ended without a lease's write (a rescue,
         # an operator's cancel) come due here too.
         settled = await self._deps.sweep()
-        if not self._sql.is_postgres:
-            return settled
-        t = self._table
-
-        async def body(conn: AsyncConnection) -> int:
-            came_due = sa.and_(
-                t.c.status == TaskStatus.PENDING.value, t.c.waiting, t.c.run_at <= sa.func.now()
-            )
-            ids = (
-                sa.select(t.c.id)
-                .where(came_due)
-                .order_by(t.c.run_at, t.c.id)
-                .limit(limit)
-                .with_for_update(skip_locked=True)
-            )
-            # ``= ANY(ARRAY(...))``: the locking subquery runs once. As ``IN (...)`` the
-            # planner may run it again per row, each run locking (and clearing) others.
-            chosen = sa.func.any(sa.func.array(ids.scalar_subquery()))
-            stmt = sa.update(t).where(t.c.id == chosen, came_due).values(waiting=False)
-            return int((await conn.execute(stmt)).rowcount)
-
-        return settled + await self._sql.run("stage waiting tasks", body, single_statement=True)
+        return settled + await self._sql.backend_sql.stage_waiting(self._sql, self._table, limit)

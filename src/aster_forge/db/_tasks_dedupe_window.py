@@ -27,9 +27,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..tasks import NewTask
 from ..tasks._internal import BackgroundTaskRecord, EnqueueResult, TaskStatus
+from ._tables import record_from_row
 from ._tasks_sql import DbNow, TaskSql
-from ._tasks_table import record_from_row
-from ._time import DatabaseBackend, UtcDateTime
+from ._time import UtcDateTime
 
 __all__ = [
     "has_windows",
@@ -145,19 +145,12 @@ async def replace_pending_holders(
             "run_at": run_at,
             "updated_at": now.expr,
         }
-        if sql.is_postgres:
-            # Not yet due: out of the due index until staged (see background_tasks_table).
-            values["waiting"] = run_at > now.expr
+        # Not yet due: out of the due index until staged (see background_tasks_table).
+        values.update(sql.backend_sql.waiting(run_at > now.expr))
         # Still pending and still this key's: a claim in between leaves the row as read.
         where = (t.c.id == holder.id, t.c.status == _PENDING, t.c.dedupe_key == key)
         update = sa.update(t).where(*where).values(**values)
-        if sql.backend is DatabaseBackend.MYSQL:
-            # MariaDB's UPDATE has no RETURNING: read the row the update locked.
-            if (await conn.execute(update)).rowcount != 1:
-                continue
-            row = (await conn.execute(sa.select(*cols).where(t.c.id == holder.id))).first()
-        else:
-            row = (await conn.execute(update.returning(*cols))).first()
+        row = await sql.backend_sql.update_one(conn, update, cols, t.c.id == holder.id)
         if row is None:
             continue
         replaced[holder.id] = record_from_row(row)

@@ -72,7 +72,7 @@ class DbTaskTransaction:
         transaction = cls(
             sql, conn, stack, success_values=success_values, update_steps=update_steps
         )
-        if sql.is_sqlite:
+        if sql.backend_sql.one_writer:
             # Step updates must not wait for the write lock this transaction holds.
             transaction._update_steps = transaction._steps_in_transaction
         return transaction

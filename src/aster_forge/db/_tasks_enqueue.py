@@ -30,6 +30,8 @@ from ..tasks._internal import BackgroundTaskRecord, EnqueueResult, TaskStatus
 from ._driver_hold import HeldDriverConnection, hand_over
 from ._enqueue_coalescer import EnqueueCoalescer
 from ._notify_limiter import NotifyLimiter
+from ._postgres import NOTIFY_SQL, PgEnqueueStatement
+from ._tables import CORE_COLUMNS, record_from_row
 from ._tasks_dedupe_window import (
     has_windows,
     release_ended_keys,
@@ -37,10 +39,8 @@ from ._tasks_dedupe_window import (
     replaces,
     window_groups,
 )
-from ._tasks_enqueue_pg import PgEnqueueStatement
 from ._tasks_sql import _SATURATING_DELTA, DbNow, TaskSql
-from ._tasks_table import CORE_COLUMNS, record_from_row
-from ._time import DatabaseBackend, UtcDateTime
+from ._time import DatabaseBackend
 from ._translate import translate_db_error, translate_driver_error
 from .errors import DatabaseIntegrityError, DatabaseOperationError, UnsupportedDatabaseBackendError
 
@@ -53,7 +53,6 @@ _KEY_CHUNK = 500
 _DEDUPE_RACE_ATTEMPTS = 8
 _PENDING = TaskStatus.PENDING.value
 _OPERATION = "enqueue tasks"
-_NOTIFY_SQL = "SELECT pg_notify($1::text, $2::text)"
 _ID = attrgetter("id")
 _CORE = frozenset(CORE_COLUMNS)
 
@@ -190,8 +189,8 @@ class TaskEnqueueMixin:
         try:
             if pg is not None and not any(task.extra for task in tasks):
                 return await self._enqueue_pg_in(conn, pg, tasks)
-            if self._sql.backend is DatabaseBackend.SQLITE:
-                # SQLite has one writer: once this transaction writes, no other can
+            if self._sql.backend_sql.one_writer:
+                # One writer (SQLite): once this transaction writes, no other can
                 # insert our key, and a stale read fails as "database is locked".
                 return await self._enqueue(conn, tasks)
             for attempt in range(1, _DEDUPE_RACE_ATTEMPTS + 1):
@@ -335,7 +334,7 @@ class TaskEnqueueMixin:
         hold = self._driver_hold
         connection, held = await hold.acquire("notify")
         try:
-            await self._on_driver(connection.driver_connection, _NOTIFY_SQL, [self._channel, lane])
+            await self._on_driver(connection.driver_connection, NOTIFY_SQL, [self._channel, lane])
         except BaseException as exc:
             await self._driver_hold.release_after(connection, held, exc)
             raise
@@ -420,8 +419,8 @@ class TaskEnqueueMixin:
             query = sa.select(*self._cols).where(
                 t.c.dedupe_key.in_(keys[start : start + _KEY_CHUNK])
             )
-            if locking_read and self._sql.backend is DatabaseBackend.MYSQL:
-                query = query.with_for_update(read=True)
+            if locking_read:
+                query = self._sql.backend_sql.locking_read(query)
             records.extend(record_from_row(row) for row in await conn.execute(query))
         return records
 
@@ -459,12 +458,9 @@ class TaskEnqueueMixin:
                 shapes.setdefault(frozenset(tasks[index].extra), []).append(index)
             for group in shapes.values():
                 stmt, params = self._insert(now, [tasks[i] for i in group])
-                inserted = (await conn.execute(stmt, params)).all()
-                if self._sql.backend is DatabaseBackend.SQLITE:
-                    # Inserted in VALUES order by the single writer: ids ascend with the
-                    # input. Checked below; SQLAlchemy's ordered RETURNING would fall back
-                    # to one statement per row on SQLite.
-                    inserted = sorted(inserted, key=lambda row: int(row._mapping["id"]))
+                rows = (await conn.execute(stmt, params)).all()
+                # In input order (checked below).
+                inserted = self._sql.backend_sql.inserted_rows(rows)
                 for index, row in zip(group, inserted, strict=True):
                     record = record_from_row(row)
                     task = tasks[index]
@@ -516,30 +512,9 @@ class TaskEnqueueMixin:
             }
             row.update(task.extra)
             params.append(row)
-        waiting: dict[str, Any] = {}
-        if self._sql.is_postgres:
-            run_at_expr: Any = sa.func.coalesce(
-                sa.bindparam("p_run_at", type_=UtcDateTime()),
-                now.expr + sa.bindparam("p_delay", type_=sa.Interval()),
-            )
-            # Not yet due (see background_tasks_table). Its own parameters: a parameter
-            # named twice in VALUES breaks SQLAlchemy's multi-row insert.
-            waiting["waiting"] = (
-                sa.func.coalesce(
-                    sa.bindparam("w_run_at", type_=UtcDateTime()),
-                    now.expr + sa.bindparam("w_delay", type_=sa.Interval()),
-                )
-                > now.expr
-            )
-            for row in params:
-                row["w_run_at"], row["w_delay"] = row["p_run_at"], row["p_delay"]
-        else:
-            run_at_expr = sa.bindparam("p_run_at", type_=UtcDateTime())
-            for row in params:
-                del row["p_delay"]
-        stmt = (
-            sa.insert(t)
-            .values(run_at=run_at_expr, created_at=now.expr, updated_at=now.expr, **waiting)
-            .returning(*self._cols, sort_by_parameter_order=self._sql.backend.value != "sqlite")
+        backend_sql = self._sql.backend_sql
+        run_at_expr, waiting = backend_sql.enqueue_run_at(now, params)
+        insert = sa.insert(t).values(
+            run_at=run_at_expr, created_at=now.expr, updated_at=now.expr, **waiting
         )
-        return stmt, params
+        return backend_sql.insert_returning(insert, self._cols), params

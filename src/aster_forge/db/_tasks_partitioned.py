@@ -1,7 +1,7 @@
 """The fair pick of a partitioned lane's claim, in SQL (MariaDB and SQLite).
 
-PostgreSQL folds the same pick into its one-statement capped claim (``_tasks_pg``'s
-``_FAIR_PICK``). Elsewhere a lane with a ``partition_limit`` claims on the portable
+PostgreSQL folds the same pick into its one-statement capped claim (``fair_pick`` in
+``sql/postgresql.sql``). Elsewhere a lane with a ``partition_limit`` claims on the portable
 path under the lane's row lock (see ``BackgroundTaskDbStore._lock_lane``): every
 claim of the lane then sees every earlier one committed, so the running count per
 partition it reads is the cluster's. The pick ranks the lane's due tasks within each partition

@@ -65,7 +65,7 @@ async def execute_ending(conn: AsyncConnection, sql: TaskSql, update: sa.Update)
     On PostgreSQL the awaited rows it ends notify :data:`RESULTS_CHANNEL` in the same
     statement.
     """
-    if not sql.is_postgres:
+    if not sql.backend_sql.notifies:
         return int((await conn.execute(update)).rowcount)
     return int((await conn.execute(notifying(update, sql.table))).scalar_one())
 
@@ -100,10 +100,10 @@ class TaskResultMixin:
             .where(t.c.id == task_id, t.c.status.in_(_OPEN), sa.not_(t.c.result_awaited))
             .values(result_awaited=True)
         )
-        postgres = self._sql.is_postgres
+        notifies = self._sql.backend_sql.notifies
 
         async def body(conn: AsyncConnection) -> BackgroundTaskRecord | None:
-            if postgres:
+            if notifies:
                 await conn.execute(flag)
             return await self._get(conn, task_id)
 

@@ -1,14 +1,14 @@
-"""Transactions, server-clock time expressions and fenced predicates for the task store."""
+"""Transactions, server-clock time expressions and fenced predicates for the task store,
+and :class:`BackendSql`: what the store modules ask of the database they run on."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -16,13 +16,27 @@ from sqlalchemy.pool import Pool, PoolProxiedConnection
 from sqlalchemy.util import greenlet_spawn
 
 from .._errors import AsterForgeError
+from ..runtime import RuntimeLease
 from ..runtime._internal import NEVER_EXPIRES, Clock, saturating_expiry
 from ..tasks import TaskLease
 from ..tasks._internal import TaskStatus
-from ._time import DatabaseBackend, UtcDateTime, database_now
+from ._time import DatabaseBackend, UtcDateTime
 from ._translate import retry_conflicts, run_transaction, translate_db_error
 
-__all__ = ["DbNow", "TaskSql", "driver_connection", "sqlite_write_lock"]
+if TYPE_CHECKING:
+    from ._driver_hold import HeldDriverConnection
+    from ._postgres import PgEnqueueStatement, PgTaskRunner, PgTaskStatements
+    from ._sqlite import SqliteTaskStatements
+
+__all__ = [
+    "BackendSql",
+    "DbNow",
+    "HotPaths",
+    "TaskSql",
+    "Transaction",
+    "begin_plain",
+    "plain_transaction",
+]
 
 logger = logging.getLogger("aster_forge.db")
 
@@ -32,28 +46,6 @@ _CONFLICT_ATTEMPTS = 6
 # A delay this long from any "now" before 2200 lands past NEVER_EXPIRES: saturate it
 # in Python so the server never computes an out-of-range timestamp.
 _SATURATING_DELTA = NEVER_EXPIRES - datetime(2200, 1, 1, tzinfo=UTC)
-
-# One in-process writer lock per SQLite engine (shared by every store on it): SQLite has
-# a single writer anyway, and queueing on an asyncio.Lock is far cheaper than letting
-# BEGIN IMMEDIATE collide and spin in the busy handler.
-_SQLITE_WRITE_LOCKS: weakref.WeakKeyDictionary[Any, asyncio.Lock] = weakref.WeakKeyDictionary()
-
-
-def sqlite_write_lock(engine: AsyncEngine) -> asyncio.Lock:
-    """The in-process writer lock of a SQLite ``engine`` (created on first use)."""
-    key = engine.sync_engine
-    lock = _SQLITE_WRITE_LOCKS.get(key)
-    if lock is None:
-        lock = _SQLITE_WRITE_LOCKS[key] = asyncio.Lock()
-    return lock
-
-
-async def driver_connection(conn: AsyncConnection) -> Any:
-    """The driver's own connection under ``conn`` (aiosqlite's, on SQLite)."""
-    driver = (await conn.get_raw_connection()).driver_connection
-    if driver is None:  # pragma: no cover - only after the connection was closed
-        raise sa.exc.ResourceClosedError("the connection is closed")
-    return driver
 
 
 class DbNow(NamedTuple):
@@ -65,52 +57,260 @@ class DbNow(NamedTuple):
     """The Python value of ``expr`` (``None`` on PostgreSQL: the server computes it)."""
 
 
+Transaction = Callable[[], AbstractAsyncContextManager[AsyncConnection]]
+
+
+@dataclass(frozen=True, slots=True)
+class HotPaths:
+    """A backend's statements built once per store for its hot paths (``None``: the
+    store's portable path serves)."""
+
+    pg: PgTaskStatements | None = None
+    """PostgreSQL's prebuilt claim, success and renewal statements."""
+    pg_run: PgTaskRunner | None = None
+    """PostgreSQL's claim, batched success (alone or with a claim) and batched renewal."""
+    pg_enqueue: PgEnqueueStatement | None = None
+    """PostgreSQL's one-statement enqueue."""
+    lite: SqliteTaskStatements | None = None
+    """SQLite's rescue-and-claim statements."""
+
+
+class BackendSql(Protocol):
+    """What the store modules ask of the database they run on.
+
+    One class per backend implements it (``_sqlite``, ``_mysql``, ``_postgres``); a
+    store picks it once, when it is built (``_backends.backend_sql_for``), and the
+    shared modules call it instead of asking which database they run on. Only the
+    statements that differ are here: everything SQLAlchemy Core writes the same on
+    every backend stays in the shared modules.
+    """
+
+    @property
+    def backend(self) -> DatabaseBackend:
+        """The database."""
+        ...
+
+    @property
+    def writes_autocommit(self) -> bool:
+        """Whether a write of one statement runs in autocommit (PostgreSQL)."""
+        ...
+
+    @property
+    def one_writer(self) -> bool:
+        """Whether a held write transaction is the database's only writer (SQLite): a
+        task's step updates then join it instead of waiting for it."""
+        ...
+
+    @property
+    def notifies(self) -> bool:
+        """Whether a write can ``NOTIFY`` listeners (PostgreSQL): an enqueue wakes
+        workers, the ending of an awaited task its waiters."""
+        ...
+
+    @property
+    def success_writes_in_flight(self) -> int:
+        """How many batched success writes a worker may have in flight at once."""
+        ...
+
+    @property
+    def claims_with_success(self) -> bool:
+        """Whether a batched success and the claim after it commit at once."""
+        ...
+
+    def hot_paths(
+        self,
+        table: sa.Table,
+        lanes: sa.Table,
+        engine: AsyncEngine,
+        sql: TaskSql,
+        hold: HeldDriverConnection,
+        *,
+        channel: str | None,
+    ) -> HotPaths:
+        """The task store's prebuilt statements (``channel``: where an enqueue NOTIFYs)."""
+        ...
+
+    def transaction_engine(self, engine: AsyncEngine) -> AsyncEngine:
+        """The engine (with its execution options) the store's transactions run on."""
+        ...
+
+    def transaction(
+        self, engine: AsyncEngine, autocommit: AsyncEngine, *, single_statement: bool
+    ) -> Transaction:
+        """How :meth:`TaskSql.run` opens a transaction on ``engine``."""
+        ...
+
+    async def begin_held(self, engine: AsyncEngine, stack: AsyncExitStack) -> AsyncConnection:
+        """A connection in a write transaction of its own (see :meth:`TaskSql.begin_held`)."""
+        ...
+
+    async def now_value(self, conn: AsyncConnection, clock: Clock) -> datetime:
+        """ "Now" as a value: the server's clock, or ``clock`` where there is none."""
+        ...
+
+    async def now(self, conn: AsyncConnection, clock: Clock) -> DbNow:
+        """ "Now" for one statement (see :class:`DbNow`)."""
+        ...
+
+    def waiting(self, value: Any) -> dict[str, Any]:
+        """The ``waiting`` hint to write beside a new ``run_at`` (PostgreSQL's due index)."""
+        ...
+
+    def enqueue_run_at(
+        self, now: DbNow, params: list[dict[str, Any]]
+    ) -> tuple[Any, dict[str, Any]]:
+        """An insert's ``run_at`` expression and hint columns, from each row's ``p_run_at``
+        and ``p_delay`` (``params`` adjusted to what the expression binds)."""
+        ...
+
+    def insert_returning(self, insert: Any, columns: Sequence[Any]) -> Any:
+        """``insert`` returning ``columns`` (see :meth:`inserted_rows` for their order)."""
+        ...
+
+    def inserted_rows(self, rows: Sequence[Any]) -> Sequence[Any]:
+        """The rows of :meth:`insert_returning` in the order of its parameters."""
+        ...
+
+    def locked(self, query: Any, of: sa.Table) -> Any:
+        """``query`` locking the rows of ``of`` it reads until the transaction ends."""
+        ...
+
+    def locking_read(self, query: Any) -> Any:
+        """``query`` reading the latest committed rows whatever the snapshot (MariaDB)."""
+        ...
+
+    def locked_for_write(self, query: Any) -> Any:
+        """``query`` locking the rows it reads for a write that follows (MariaDB: no
+        ``UPDATE ... RETURNING``, so a read comes first)."""
+        ...
+
+    def upsert(
+        self, table: sa.Table, values: dict[str, Any], changes: Sequence[tuple[str, Any]]
+    ) -> Any:
+        """Insert ``values`` or apply ``changes`` (in order) to the row holding its key."""
+        ...
+
+    async def rescue(
+        self,
+        conn: AsyncConnection,
+        table: sa.Table,
+        expired: Any,
+        values: Sequence[tuple[Any, Any]],
+        outcome: Any,
+    ) -> list[TaskStatus]:
+        """Write ``values`` (in order) to the rows ``expired`` selects and locks; the
+        status each ends in (``outcome`` computes it from the row before the write)."""
+        ...
+
+    async def claim_rows(
+        self,
+        conn: AsyncConnection,
+        table: sa.Table,
+        due: Any,
+        values: dict[str, Any],
+        columns: Sequence[Any],
+        *,
+        still: Any = None,
+        prefix: str | None = None,
+    ) -> Sequence[Any]:
+        """Write ``values`` to the rows ``due`` picks (those still matching ``still``);
+        the ``columns`` of the rows written (``prefix``: the claim's token prefix)."""
+        ...
+
+    async def update_one(
+        self, conn: AsyncConnection, update: Any, columns: Sequence[Any], row: Any
+    ) -> Any:
+        """Run ``update`` (of at most the one row ``row`` selects); its ``columns`` after
+        the write, or ``None`` when it wrote nothing."""
+        ...
+
+    async def take_flags(
+        self, conn: AsyncConnection, table: sa.Table, flagged: Any, clear: Any
+    ) -> dict[int, TaskStatus]:
+        """Run ``clear`` on the rows matching ``flagged``; their ids and statuses."""
+        ...
+
+    async def delete_picked(
+        self, conn: AsyncConnection, table: sa.Table, picked: Any, still: Any
+    ) -> int:
+        """Delete the rows ``picked`` selects and locks (those still matching ``still``)."""
+        ...
+
+    async def stage_waiting(self, sql: TaskSql, table: sa.Table, limit: int) -> int:
+        """Clear the ``waiting`` hint of up to ``limit`` due tasks; how many."""
+        ...
+
+    def minute(self, column: Any) -> Any:
+        """``column`` truncated to its minute as ``YYYY-MM-DD HH:MM`` text (UTC)."""
+        ...
+
+    def code_point_order(self, column: Any) -> Any:
+        """``column`` to order by in code-point order."""
+        ...
+
+    async def acquire_runtime_lease(
+        self,
+        conn: AsyncConnection,
+        table: sa.Table,
+        lease: RuntimeLease,
+        now: datetime,
+    ) -> RuntimeLease | None:
+        """Take ``lease`` (its id, owner, new expiry) if free, expired or already its owner's."""
+        ...
+
+    def schedule_upsert(
+        self,
+        table: sa.Table,
+        values: dict[str, Any],
+        stored: dict[str, Any],
+        pending: Any,
+        changed: Any,
+        now: datetime,
+    ) -> Any:
+        """Insert a scheduled task's row, or store a ``changed`` schedule in it (see
+        :meth:`~aster_forge.db.ScheduledTaskDbStore.ensure_scheduled_task`)."""
+        ...
+
+
+def plain_transaction(
+    engine: AsyncEngine, autocommit: AsyncEngine, *, single_statement: bool
+) -> Transaction:
+    """A transaction with a server of many writers: autocommit for one statement."""
+    return autocommit.connect if single_statement else engine.begin
+
+
+async def begin_plain(engine: AsyncEngine, stack: AsyncExitStack) -> AsyncConnection:
+    """A connection of ``engine`` in a transaction of its own, returned when ``stack`` closes."""
+    conn = await stack.enter_async_context(engine.connect())
+    await conn.begin()
+    return conn
+
+
 class TaskSql:
     """Per-store helpers: how to run a transaction and how to say "now" on a backend.
 
-    PostgreSQL computes times inline with ``now()`` (no extra round trip); MariaDB reads
-    ``UTC_TIMESTAMP(6)`` once per transaction; SQLite uses the injected clock. SQLite
-    write transactions start with ``BEGIN IMMEDIATE`` so the single writer is chosen
-    up front (no lock-upgrade failures between read and write), after taking the
-    engine's in-process writer lock (:func:`sqlite_write_lock`).
+    What differs between databases is the store's :class:`BackendSql` (chosen once, when
+    the store is built): PostgreSQL computes times inline with ``now()`` (no extra round
+    trip); MariaDB reads ``UTC_TIMESTAMP(6)`` once per transaction; SQLite uses the
+    injected clock, and its write transactions start with ``BEGIN IMMEDIATE`` after
+    taking the engine's in-process writer lock (:func:`sqlite_write_lock`).
     """
 
-    def __init__(self, engine: AsyncEngine, table: sa.Table, clock: Clock) -> None:
-        self.backend = DatabaseBackend.of(engine)
+    def __init__(
+        self, engine: AsyncEngine, table: sa.Table, clock: Clock, backend_sql: BackendSql
+    ) -> None:
+        self.backend_sql = backend_sql
+        self.backend = backend_sql.backend
         self.table = table
         self.clock = clock
-        self._engine = engine
-        if self.backend is DatabaseBackend.MYSQL:
-            # Locking reads without gap locks: SKIP LOCKED claims must not block inserts.
-            self._engine = engine.execution_options(isolation_level="READ COMMITTED")
+        self._engine = backend_sql.transaction_engine(engine)
         self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
-
-    @property
-    def is_postgres(self) -> bool:
-        """Whether the backend is PostgreSQL."""
-        return self.backend is DatabaseBackend.POSTGRESQL
-
-    @property
-    def is_sqlite(self) -> bool:
-        """Whether the backend is SQLite."""
-        return self.backend is DatabaseBackend.SQLITE
 
     async def begin_held(self, stack: AsyncExitStack) -> AsyncConnection:
         """A connection in a transaction of its own, returned to the pool when ``stack``
         closes (the caller commits or rolls back first). On SQLite the transaction holds
         the write lock from the start, as :meth:`run`'s do."""
-        if self.is_sqlite:
-            await stack.enter_async_context(sqlite_write_lock(self._engine))
-            conn = await stack.enter_async_context(self._engine.connect())
-            driver = await driver_connection(conn)
-            await _on_driver(conn, "BEGIN IMMEDIATE", driver.execute("BEGIN IMMEDIATE"))
-            # SQLAlchemy's begin() sends nothing on SQLite: it only records the transaction,
-            # so an ORM session on this connection joins it instead of committing it.
-            await conn.begin()
-            return conn
-        conn = await stack.enter_async_context(self._engine.connect())
-        await conn.begin()
-        return conn
+        return await self.backend_sql.begin_held(self._engine, stack)
 
     async def run(
         self,
@@ -124,13 +324,9 @@ class TaskSql:
         ``single_statement`` bodies run in autocommit on PostgreSQL/MariaDB (one round
         trip instead of three); one statement is atomic on its own.
         """
-        transaction: Callable[[], AbstractAsyncContextManager[AsyncConnection]]
-        if self.backend is DatabaseBackend.SQLITE:
-            transaction = self._sqlite_immediate
-        elif single_statement:
-            transaction = self._autocommit.connect
-        else:
-            transaction = self._engine.begin
+        transaction = self.backend_sql.transaction(
+            self._engine, self._autocommit, single_statement=single_statement
+        )
         return await run_transaction(
             self._engine, operation, body, transaction=transaction, attempts=_CONFLICT_ATTEMPTS
         )
@@ -167,30 +363,9 @@ class TaskSql:
         # In a greenlet: the pool's reset and any checkin listener may do I/O.
         await greenlet_spawn(connection.invalidate if invalidate else connection.close)
 
-    @asynccontextmanager
-    async def _sqlite_immediate(self) -> AsyncIterator[AsyncConnection]:
-        # One in-process writer at a time, then SQLite's own write lock up front.
-        async with sqlite_write_lock(self._engine), self._engine.connect() as conn:
-            # BEGIN through the driver connection: one hop to aiosqlite's thread instead
-            # of three (cursor, execute, close); SQLAlchemy's begin() issues no SQL here.
-            driver = await driver_connection(conn)
-            await _on_driver(conn, "BEGIN IMMEDIATE", driver.execute("BEGIN IMMEDIATE"))
-            yield conn
-            if conn.in_transaction():
-                await conn.commit()  # the body ran SQLAlchemy statements: its transaction
-            else:
-                # Driver-level statements only: SQLAlchemy began nothing, so the commit
-                # goes to the driver as well (one hop, no greenlet), and the connection
-                # goes back with no transaction open (create_database_engine's reset
-                # then sends nothing).
-                await _on_driver(conn, "COMMIT", driver.commit())
-
     async def now(self, conn: AsyncConnection) -> DbNow:
         """ "Now" for this statement (``value`` is ``None`` on PostgreSQL, which says ``now()``)."""
-        if self.is_postgres:
-            return DbNow(sa.func.now(type_=UtcDateTime()), None)
-        value = await database_now(conn, self.clock)
-        return DbNow(sa.literal(value, UtcDateTime()), value)
+        return await self.backend_sql.now(conn, self.clock)
 
     def plus(self, now: DbNow, delta: timedelta) -> Any:
         """``now + delta`` as SQL, saturated to ``NEVER_EXPIRES``."""
@@ -208,13 +383,3 @@ class TaskSql:
             t.c.processing_token == lease.processing_token,
             t.c.status == TaskStatus.RUNNING.value,
         )
-
-
-async def _on_driver(conn: AsyncConnection, sql: str, call: Awaitable[Any]) -> None:
-    """Await a call on ``conn``'s driver connection; its errors wrapped as SQLAlchemy does."""
-    try:
-        await call
-    except conn.dialect.loaded_dbapi.Error as exc:
-        raise sa.exc.DBAPIError.instance(
-            sql, (), exc, conn.dialect.loaded_dbapi.Error, dialect=conn.dialect
-        ) from exc

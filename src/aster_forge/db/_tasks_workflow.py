@@ -20,11 +20,10 @@ from ..tasks._internal import (
     check_workflow_limit,
     walk_workflow,
 )
+from ._postgres import PgTaskStatements, success_params
+from ._tables import record_from_row
 from ._task_deps import TaskDependencySql
-from ._tasks_pg import PgTaskStatements
-from ._tasks_pg_run import success_params
 from ._tasks_sql import TaskSql
-from ._tasks_table import record_from_row
 
 __all__ = ["TaskWorkflowMixin"]
 

@@ -12,14 +12,13 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.types import TypeEngine
 
-from ..runtime._internal import NEVER_EXPIRES, Clock, saturating_expiry
+from ..runtime._internal import NEVER_EXPIRES, saturating_expiry
 from .errors import UnsupportedDatabaseBackendError
 
 __all__ = [
     "NEVER_EXPIRES",
     "DatabaseBackend",
     "UtcDateTime",
-    "database_now",
     "saturating_expiry",
 ]
 
@@ -124,29 +123,3 @@ class UtcDateTime(sa.types.TypeDecorator[datetime]):
         if value.tzinfo is None:
             return value.replace(tzinfo=UTC)
         return value.astimezone(UTC)
-
-
-async def database_now(conn: AsyncConnection, clock: Clock) -> datetime:
-    """Return "now" for a store operation on ``conn``.
-
-    PostgreSQL: ``now()`` (the transaction's start, on the server clock). MariaDB:
-    ``UTC_TIMESTAMP(6)``. SQLite has no trustworthy shared clock, so ``clock.now()``.
-    Computing every expiry from the server's value lets instances with skewed
-    clocks agree.
-    """
-    backend = DatabaseBackend.of(conn)
-    if backend is DatabaseBackend.POSTGRESQL:
-        value = (await conn.execute(sa.select(sa.func.now()))).scalar_one()
-    elif backend is DatabaseBackend.MYSQL:
-        value = (await conn.execute(sa.text("SELECT UTC_TIMESTAMP(6)"))).scalar_one()
-    else:
-        value = clock.now()
-        if not isinstance(value, datetime) or value.utcoffset() is None:
-            raise ValueError(f"clock.now() must return an aware datetime, got {value!r}")
-        return value.astimezone(UTC)
-    if not isinstance(value, datetime):  # pragma: no cover - driver contract
-        raise TypeError(f"database returned {value!r} for now()")
-    if value.tzinfo is None:
-        # UTC_TIMESTAMP() is naive UTC by definition.
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)

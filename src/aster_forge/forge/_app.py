@@ -25,10 +25,10 @@ from ..runtime import (
     HealthComponentReport,
     RuntimeComponentBundleRegistration,
     RuntimeComponentRegistry,
+    RuntimeComponentWithShutdown,
     SystemHealthReport,
     new_runtime_lease_owner_id,
     runtime_component,
-    runtime_component_with_shutdown,
 )
 from ..tasks import (
     BACKGROUND_TASKS_COMPONENT,
@@ -348,7 +348,7 @@ class Forge(ForgeDeclarations, ForgeOperations, ForgeWorkflows):
     # -- running --------------------------------------------------------------------------
 
     def component(self, *, after: Sequence[str] = ()) -> RuntimeComponentBundleRegistration[Any]:
-        """The forge's workers as components for ``AsterRuntime.builder().component(...)``.
+        """The forge's workers as a component for ``AsterRuntime(components=[...])``.
 
         Registers ``background_tasks`` (dispatcher, NOTIFY listener on PostgreSQL, leased
         scheduler when periodic jobs exist), the resources and the ``database``
@@ -368,13 +368,16 @@ class Forge(ForgeDeclarations, ForgeOperations, ForgeWorkflows):
         http: tuple[str, int] | socket.socket | None = None,
         admin_token: str | None = None,
     ) -> AsterRuntime:
-        builder = AsterRuntime.builder().install_signal_handlers(install_signal_handlers)
+        components: list[object] = []
         if http is not None:
             from ._http import http_service  # needs the web extra
 
             app = self.asgi_app(admin_token=admin_token)
-            builder.component(runtime_component_with_shutdown(http_service(app, http)))
-        self._runtime = builder.component(runtime_component(worker.register)).build()
+            components.append(RuntimeComponentWithShutdown(http_service(app, http)))
+        components.append(runtime_component(worker.register))
+        self._runtime = AsterRuntime(
+            components=components, install_signal_handlers=install_signal_handlers
+        )
         return self._runtime
 
     def runtime(

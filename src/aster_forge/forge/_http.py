@@ -26,7 +26,7 @@ class _EmbeddedServer(uvicorn.Server):
 def http_service(
     app: Any, address: tuple[str, int] | socket.socket
 ) -> Callable[[CancellationToken], RuntimeServiceComponent[int]]:
-    """``build(token)`` for ``runtime_component_with_shutdown``: uvicorn on ``address``
+    """``build(token)`` for ``RuntimeComponentWithShutdown``: uvicorn on ``address``
     (``(host, port)``, or a bound listening socket, closed when the service ends).
 
     A stop request sets uvicorn's ``should_exit``; the service returns ``0`` once

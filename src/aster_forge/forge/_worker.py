@@ -321,43 +321,56 @@ class ForgeWorker:
     def register(self, registry: RuntimeComponentRegistry) -> None:
         """Register the forge's components (what ``.component(forge.component())`` calls)."""
         forge, backend = self._forge, self._forge.backend
-        workers = registry.component(BACKGROUND_TASKS_COMPONENT, RuntimeComponentKind.TASKS)
-        workers.startup("forge_ready", self._ready).health_with_options(
+        workers, tasks_kind = BACKGROUND_TASKS_COMPONENT, RuntimeComponentKind.TASKS
+        registry.component_startup(workers, tasks_kind, "forge_ready", self._ready)
+        registry.component_health_with_options(
+            workers,
+            tasks_kind,
             BACKGROUND_TASKS_COMPONENT,
             HealthCheckOptions.required(timedelta(seconds=1)).with_scopes(
                 HealthCheckScopes.readiness_and_diagnostics()
             ),
             self._health,
-        ).task("dispatch", self._dispatch, critical=True)
+        )
         # A crashed loop stops the runtime: a process that claims nothing, or no longer
         # hears NOTIFY or fires schedules, should exit (non-zero) and be restarted.
+        registry.component_task(workers, tasks_kind, "dispatch", self._dispatch, critical=True)
         if backend.is_postgres:
-            workers.task("task_notifications", self._listen, critical=True)
+            registry.component_task(
+                workers, tasks_kind, "task_notifications", self._listen, critical=True
+            )
         if forge.periodics or forge.retention is not None:
-            workers.task("scheduler", self._schedule, critical=True)
-        workers.shutdown("forge_stopped", None, self._stopped)
+            registry.component_task(workers, tasks_kind, "scheduler", self._schedule, critical=True)
+        registry.component_shutdown(workers, tasks_kind, "forge_stopped", None, self._stopped)
         users = [BACKGROUND_TASKS_COMPONENT, *self._after]
-        owner = workers
+        owner, owner_kind = workers, tasks_kind
         if forge.resources_factory is not None:
-            owner = registry.component(RESOURCES_COMPONENT, RuntimeComponentKind.PRODUCT)
-            owner.depends_on(*users).startup("open_resources", self._open_resources).shutdown(
-                "close_resources", timedelta(seconds=10), self._close_resources
+            owner, owner_kind = RESOURCES_COMPONENT, RuntimeComponentKind.PRODUCT
+            registry.component(owner, owner_kind, depends_on=users)
+            registry.component_startup(owner, owner_kind, "open_resources", self._open_resources)
+            registry.component_shutdown(
+                owner,
+                owner_kind,
+                "close_resources",
+                None,
+                self._close_resources,
+                timeout=timedelta(seconds=10),
             )
             users.append(RESOURCES_COMPONENT)
         for check in forge.health_checks:
-            owner.health_with_options(check.name, self._check_options(check), self._run(check))
+            registry.component_health_with_options(
+                owner, owner_kind, check.name, self._check_options(check), self._run(check)
+            )
         if backend.engine is None:
             return
-        database = registry.component(DATABASE_COMPONENT, RuntimeComponentKind.DATABASE)
         # The database starts first: without its tables the loops would only fail.
-        if forge.create_tables:
-            database.startup(
-                "create_tables", backend.create_tables, StartupPhaseFailurePolicy.REQUIRED
-            )
-        else:
-            database.startup(
-                "check_tables", backend.check_tables, StartupPhaseFailurePolicy.REQUIRED
-            )
+        registry.component_startup(
+            DATABASE_COMPONENT,
+            RuntimeComponentKind.DATABASE,
+            "create_tables" if forge.create_tables else "check_tables",
+            backend.create_tables if forge.create_tables else backend.check_tables,
+            StartupPhaseFailurePolicy.REQUIRED,
+        )
         database_health_component(backend.engine, component=DATABASE_COMPONENT).register(registry)
         database_component_after(backend.engine, users, component=DATABASE_COMPONENT).register(
             registry

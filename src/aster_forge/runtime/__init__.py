@@ -14,8 +14,8 @@ from ._loop_lag import EventLoopLagProbe
 
 # --- health ---
 from ._health import HealthComponentReport, HealthStatus, SystemHealthReport
-from ._health_detail import HealthComponentDetailValue
-from ._health_options import HealthCheckOptions, HealthCheckScope, HealthCheckScopes
+from ._health import HealthComponentDetailValue
+from ._health_registry import HealthCheckOptions, HealthCheckScope, HealthCheckScopes
 from ._health_registry import HealthCheckRegistry
 
 # --- lifecycle ---
@@ -31,12 +31,11 @@ from ._lifecycle import (
     AsterRuntime,
     RuntimeComponentWithShutdown,
     RuntimeServiceComponent,
-    runtime_component_with_shutdown,
 )
 from ._service import ServiceLifecycle
-from ._shutdown import ShutdownReport
+from ._phases import ShutdownReport
 from ._signals import wait_for_termination_signal
-from ._startup import StartupReport
+from ._phases import StartupReport
 from .errors import AsterRuntimeError, ShutdownPhaseFailure
 
 # --- temp dirs ---
@@ -46,12 +45,12 @@ from ._tempdir import create_runtime_temp_dir_guard, ensure_runtime_temp_dir
 # --- buffered ---
 # isort: split
 from ._buffered import ManagedBatchWriter
-from ._buffered_types import BufferedBatchConfig, OverflowPolicy, WriteFailure
+from ._buffered_core import BufferedBatchConfig, OverflowPolicy, WriteFailure
 
 # --- lease ---
 # isort: split
 from ._lease import run_runtime_lease_supervisor
-from ._lease_types import RuntimeLease, RuntimeLeaseConfig, new_runtime_lease_owner_id
+from ._lease import RuntimeLease, RuntimeLeaseConfig, new_runtime_lease_owner_id
 from .protocols import RuntimeLeaseStore
 
 __all__ = [
@@ -88,7 +87,6 @@ __all__ = [
     "new_runtime_lease_owner_id",
     "run_runtime_lease_supervisor",
     "runtime_component",
-    "runtime_component_with_shutdown",
     "shutdown_resource_component_after",
     "wait_for_termination_signal",
 ]

@@ -9,8 +9,7 @@ import weakref
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
-from ._buffered_core import Sink, _WriterCore
-from ._buffered_types import (
+from ._buffered_core import (
     BufferedBatchConfig,
     BufferedLane,
     BufferedWriterEvent,
@@ -20,6 +19,8 @@ from ._buffered_types import (
     BufferedWriterStopReport,
     OverflowPolicy,
     RecordAdmission,
+    Sink,
+    _WriterCore,
 )
 from ._buffered_worker import run_worker
 from ._clock import Clock, SystemClock

@@ -10,12 +10,12 @@ import asyncio
 import itertools
 from typing import Any
 
-from ._buffered_core import _WriterCore
-from ._buffered_types import (
+from ._buffered_core import (
     BufferedLane,
     BufferedWriterEventKind,
     BufferedWriterLifecycle,
     WriteFailure,
+    _WriterCore,
 )
 from ._race import race
 

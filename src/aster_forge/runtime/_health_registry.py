@@ -1,4 +1,4 @@
-"""The health check registry: register checks, run a scope concurrently, aggregate.
+"""Health checks: scopes, options, and the registry that runs a scope concurrently.
 
 Each run starts one named task per selected check. A check runs under its own
 timeout; a timeout or exception becomes a report with a fixed message (never the
@@ -12,49 +12,297 @@ waits for it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import enum
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Self
+from typing import Any
 
-from ._health import HealthComponentReport, SystemHealthReport, _with_measured_duration
-from ._health_options import (
-    DEFAULT_HEALTH_CHECK_TIMEOUT,
-    HealthCheckDescriptor,
-    HealthCheckOptions,
-    HealthCheckScope,
-    _check_grace,
-    _check_timeout,
+from ._health import (
+    HealthComponentReport,
+    HealthStatus,
+    SystemHealthReport,
+    _with_measured_duration,
 )
 from .errors import DuplicateHealthCheckError, InvalidHealthCheckError
 
 __all__ = [
     "DEFAULT_CANCEL_GRACE",
+    "DEFAULT_HEALTH_CHECK_TIMEOUT",
     "HEALTH_CHECK_FAILED_MESSAGE",
     "HEALTH_CHECK_INVALID_REPORT_MESSAGE",
     "HEALTH_CHECK_STUCK_MESSAGE",
     "HEALTH_CHECK_TIMED_OUT_MESSAGE",
     "HealthCheck",
+    "HealthCheckDescriptor",
+    "HealthCheckOptions",
     "HealthCheckRegistry",
+    "HealthCheckRequirement",
+    "HealthCheckScope",
+    "HealthCheckScopes",
 ]
+
+
+DEFAULT_HEALTH_CHECK_TIMEOUT = timedelta(seconds=5)
+
+"""The registry's default per-check timeout when neither check nor registry sets one."""
+
+
+class HealthCheckScope(enum.StrEnum):
+    """Which view a health run serves.
+
+    LIVENESS: is the process alive (usually no database/cache/external probes).
+    READINESS: can this instance take traffic (e.g. a database ping).
+    DIAGNOSTICS: the full operator view (database, cache, storage, mail, tasks).
+    """
+
+    LIVENESS = "liveness"
+    """Process liveness: cheap, no external probes."""
+    READINESS = "readiness"
+    """Ability to serve traffic."""
+    DIAGNOSTICS = "diagnostics"
+    """Full operator diagnostics."""
+
+    @classmethod
+    def parse(cls, value: str) -> HealthCheckScope:
+        """Parse a wire value strictly.
+
+        Raises:
+            InvalidHealthCheckError: ``value`` is not a known scope.
+        """
+        for member in cls:
+            if member.value == value:
+                return member
+        raise InvalidHealthCheckError(
+            f"unknown health check scope {value!r} (expected liveness, readiness or diagnostics)"
+        )
+
+
+_ORDER = tuple(HealthCheckScope)
+
+
+@dataclass(frozen=True, slots=True)
+class HealthCheckScopes:
+    """A non-empty set of :class:`HealthCheckScope` a check runs in.
+
+    Build with the named constructors (``HealthCheckScopes.readiness_and_diagnostics()``)
+    or :meth:`of`; combine with ``|``.
+
+    Attributes:
+        scopes: The member scopes.
+    """
+
+    scopes: frozenset[HealthCheckScope]
+
+    def __post_init__(self) -> None:
+        scopes = frozenset(self.scopes)
+        if not scopes:
+            raise InvalidHealthCheckError("a health check needs at least one scope")
+        bad = [s for s in scopes if not isinstance(s, HealthCheckScope)]
+        if bad:
+            raise InvalidHealthCheckError(f"not HealthCheckScope values: {bad!r}")
+        object.__setattr__(self, "scopes", scopes)
+
+    @classmethod
+    def of(cls, *scopes: HealthCheckScope) -> HealthCheckScopes:
+        """Return the set of the given scopes (at least one)."""
+        return cls(frozenset(scopes))
+
+    @classmethod
+    def liveness(cls) -> HealthCheckScopes:
+        """Return ``{LIVENESS}``."""
+        return cls.of(HealthCheckScope.LIVENESS)
+
+    @classmethod
+    def readiness(cls) -> HealthCheckScopes:
+        """Return ``{READINESS}``."""
+        return cls.of(HealthCheckScope.READINESS)
+
+    @classmethod
+    def diagnostics(cls) -> HealthCheckScopes:
+        """Return ``{DIAGNOSTICS}``."""
+        return cls.of(HealthCheckScope.DIAGNOSTICS)
+
+    @classmethod
+    def liveness_and_readiness(cls) -> HealthCheckScopes:
+        """Return ``{LIVENESS, READINESS}``."""
+        return cls.of(HealthCheckScope.LIVENESS, HealthCheckScope.READINESS)
+
+    @classmethod
+    def liveness_and_diagnostics(cls) -> HealthCheckScopes:
+        """Return ``{LIVENESS, DIAGNOSTICS}``."""
+        return cls.of(HealthCheckScope.LIVENESS, HealthCheckScope.DIAGNOSTICS)
+
+    @classmethod
+    def readiness_and_diagnostics(cls) -> HealthCheckScopes:
+        """Return ``{READINESS, DIAGNOSTICS}``."""
+        return cls.of(HealthCheckScope.READINESS, HealthCheckScope.DIAGNOSTICS)
+
+    @classmethod
+    def all(cls) -> HealthCheckScopes:
+        """Return every scope (the default for a registration)."""
+        return cls(frozenset(HealthCheckScope))
+
+    def contains(self, scope: HealthCheckScope) -> bool:
+        """Return whether ``scope`` is a member."""
+        return scope in self.scopes
+
+    def __contains__(self, scope: object) -> bool:
+        return scope in self.scopes
+
+    def __iter__(self) -> Iterator[HealthCheckScope]:
+        # Stable order (liveness, readiness, diagnostics) for display and JSON.
+        return (s for s in _ORDER if s in self.scopes)
+
+    def __or__(self, other: HealthCheckScopes) -> HealthCheckScopes:
+        if not isinstance(other, HealthCheckScopes):
+            return NotImplemented
+        return HealthCheckScopes(self.scopes | other.scopes)
+
+
+class HealthCheckRequirement(enum.StrEnum):
+    """How a framework-level failure (timeout, exception) of a check is reported.
+
+    REQUIRED maps it to UNHEALTHY, OPTIONAL to DEGRADED.
+    """
+
+    REQUIRED = "required"
+    """A key component: a failure makes the instance unhealthy."""
+    OPTIONAL = "optional"
+    """An optional component: a failure only degrades the instance."""
+
+    def failure_status(self) -> HealthStatus:
+        """Return the status a timeout or exception maps to."""
+        if self is HealthCheckRequirement.REQUIRED:
+            return HealthStatus.UNHEALTHY
+        return HealthStatus.DEGRADED
+
+
+def _check_timeout(timeout: timedelta | None) -> timedelta | None:
+    if timeout is None:
+        return None
+    if not isinstance(timeout, timedelta):
+        raise InvalidHealthCheckError(
+            f"health check timeout must be a timedelta or None, got {type(timeout).__name__}"
+        )
+    if timeout <= timedelta(0):
+        raise InvalidHealthCheckError(f"health check timeout must be positive, got {timeout}")
+    return timeout
+
+
+def _check_grace(grace: timedelta) -> timedelta:
+    if not isinstance(grace, timedelta) or grace <= timedelta(0):
+        raise InvalidHealthCheckError(f"cancel_grace must be a positive timedelta, got {grace!r}")
+    return grace
+
+
+@dataclass(frozen=True, slots=True)
+class HealthCheckOptions:
+    """How a check is registered: requirement, timeout and scopes.
+
+    Attributes:
+        requirement: REQUIRED or OPTIONAL.
+        timeout: Per-check timeout; ``None`` uses the registry default.
+        scopes: Scopes the check runs in (default: all of them).
+    """
+
+    requirement: HealthCheckRequirement
+    timeout: timedelta | None = None
+    scopes: HealthCheckScopes = dataclasses.field(default_factory=HealthCheckScopes.all)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.requirement, HealthCheckRequirement):
+            raise InvalidHealthCheckError(
+                f"requirement must be a HealthCheckRequirement, got {self.requirement!r}"
+            )
+        _check_timeout(self.timeout)
+        if not isinstance(self.scopes, HealthCheckScopes):
+            raise InvalidHealthCheckError(
+                f"scopes must be HealthCheckScopes, got {type(self.scopes).__name__}"
+            )
+
+    @classmethod
+    def required(cls, timeout: timedelta | None = None) -> HealthCheckOptions:
+        """Return options for a key component (failure -> UNHEALTHY)."""
+        return cls(HealthCheckRequirement.REQUIRED, timeout)
+
+    @classmethod
+    def optional(cls, timeout: timedelta | None = None) -> HealthCheckOptions:
+        """Return options for an optional component (failure -> DEGRADED)."""
+        return cls(HealthCheckRequirement.OPTIONAL, timeout)
+
+    def with_scopes(
+        self, scopes: HealthCheckScopes | HealthCheckScope | Iterable[HealthCheckScope]
+    ) -> HealthCheckOptions:
+        """Return a copy that runs only in ``scopes``."""
+        if isinstance(scopes, HealthCheckScope):
+            scopes = HealthCheckScopes.of(scopes)
+        elif not isinstance(scopes, HealthCheckScopes):
+            scopes = HealthCheckScopes(frozenset(scopes))
+        return dataclasses.replace(self, scopes=scopes)
+
+    def with_timeout(self, timeout: timedelta | None) -> HealthCheckOptions:
+        """Return a copy with another timeout (``None``: registry default)."""
+        return dataclasses.replace(self, timeout=timeout)
+
+
+@dataclass(frozen=True, slots=True)
+class HealthCheckDescriptor:
+    """What is registered under one name, for admin UIs, diagnostics APIs and catalogs.
+
+    Attributes:
+        name: The registration name.
+        requirement: REQUIRED or OPTIONAL.
+        timeout: The effective timeout (the check's own or the registry default).
+        scopes: The scopes the check runs in.
+    """
+
+    name: str
+    requirement: HealthCheckRequirement
+    timeout: timedelta
+    scopes: HealthCheckScopes
+
+    def runs_in(self, scope: HealthCheckScope) -> bool:
+        """Return whether the check runs for ``scope``."""
+        return scope in self.scopes
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """Return ``{"name", "requirement", "timeout_seconds", "scopes"}``."""
+        return {
+            "name": self.name,
+            "requirement": self.requirement.value,
+            "timeout_seconds": self.timeout.total_seconds(),
+            "scopes": [scope.value for scope in self.scopes],
+        }
+
 
 logger = logging.getLogger("aster_forge.runtime.health")
 
 HealthCheck = Callable[[], Awaitable[HealthComponentReport]]
+
 """A health check: a zero-argument callable returning an awaitable report."""
 
 DEFAULT_CANCEL_GRACE = timedelta(milliseconds=100)
+
 """How long a timed-out check may take to honour cancellation before it is left behind."""
 
 HEALTH_CHECK_TIMED_OUT_MESSAGE = "health check timed out"
+
 """Fixed message of a report for a check that exceeded its timeout."""
+
 HEALTH_CHECK_STUCK_MESSAGE = "health check timed out and did not stop when cancelled"
+
 """Fixed message of a report for a timed-out check that ignored cancellation."""
+
 HEALTH_CHECK_FAILED_MESSAGE = "health check failed with an unexpected error"
+
 """Fixed message of a report for a check that raised (the error text is only logged)."""
+
 HEALTH_CHECK_INVALID_REPORT_MESSAGE = "health check returned an invalid report"
+
 """Fixed message of a report for a check that returned something other than a report."""
 
 
@@ -113,11 +361,11 @@ async def _guarded(entry: _Entry, scope: str) -> HealthComponentReport:
 class HealthCheckRegistry:
     """Named health checks with options; runs a scope concurrently.
 
-    Reports come back in registration order. Register with
-    :meth:`register_with_options` (or build with :class:`HealthCheckRegistryBuilder`
-    or :meth:`configured`), then ``await registry.run_scope(HealthCheckScope.READINESS)``.
+    Reports come back in registration order. Pass ``checks`` or register with
+    :meth:`register_with_options`, then ``await registry.run_scope(HealthCheckScope.READINESS)``.
 
     Args:
+        checks: ``{name: (options, check)}``, registered in order.
         default_timeout: Timeout of checks registered without one (5 s when ``None``).
         cancel_grace: How long a timed-out check may take to honour cancellation before
             the run reports it and moves on.
@@ -128,6 +376,7 @@ class HealthCheckRegistry:
     def __init__(
         self,
         *,
+        checks: Mapping[str, tuple[HealthCheckOptions, HealthCheck]] | None = None,
         default_timeout: timedelta | None = None,
         cancel_grace: timedelta = DEFAULT_CANCEL_GRACE,
     ) -> None:
@@ -137,19 +386,8 @@ class HealthCheckRegistry:
         self._entries: list[_Entry] = []
         self._names: set[str] = set()
         self._stragglers: set[asyncio.Task[Any]] = set()
-
-    @classmethod
-    def configured(
-        cls,
-        configure: Callable[[HealthCheckRegistry], object],
-        *,
-        default_timeout: timedelta | None = None,
-        cancel_grace: timedelta = DEFAULT_CANCEL_GRACE,
-    ) -> HealthCheckRegistry:
-        """Return a new registry after passing it to ``configure`` (which registers checks)."""
-        registry = cls(default_timeout=default_timeout, cancel_grace=cancel_grace)
-        configure(registry)
-        return registry
+        for name, (options, check) in (checks or {}).items():
+            self.register_with_options(name, options, check)
 
     @property
     def default_timeout(self) -> timedelta:
@@ -163,8 +401,8 @@ class HealthCheckRegistry:
 
     def register_with_options(
         self, name: str, options: HealthCheckOptions, check: HealthCheck
-    ) -> Self:
-        """Register ``check`` under ``name``; returns ``self`` for chaining.
+    ) -> None:
+        """Register ``check`` under ``name``.
 
         Raises:
             DuplicateHealthCheckError: ``name`` is already registered.
@@ -192,7 +430,6 @@ class HealthCheckRegistry:
         )
         self._names.add(name)
         self._entries.append(_Entry(descriptor, check))
-        return self
 
     def __len__(self) -> int:
         return len(self._entries)

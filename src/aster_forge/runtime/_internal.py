@@ -8,10 +8,10 @@ application layer wires. Not a public API: products import from
 
 from __future__ import annotations
 
-from ._buffered_types import BufferedWriterLifecycle, BufferedWriterStopReport, RecordAdmission
+from ._buffered_core import BufferedWriterLifecycle, BufferedWriterStopReport, RecordAdmission
 from ._clock import Clock, SystemClock, utc_now
-from ._component_types import RuntimeComponentDescriptor
-from ._lease_types import (
+from ._component import RuntimeComponentDescriptor
+from ._lease import (
     MAX_RUNTIME_LEASE_ID_LENGTH,
     NEVER_EXPIRES,
     RuntimeLeases,
@@ -20,17 +20,15 @@ from ._lease_types import (
     validate_lease_identifier,
     validate_lease_ttl,
 )
-from ._lifecycle import AsterRuntimeBuilder
 from ._loop_lag import watch_blocking_steps
+from ._phases import StartupPhaseFailurePolicy
 from ._race import RaceWinner, abandon_task, race, shielded, sleep_or_cancelled
-from ._startup import StartupPhaseFailurePolicy
 from ._tempdir import RUNTIME_TEMP_DIR_NAME
 
 __all__ = [
     "MAX_RUNTIME_LEASE_ID_LENGTH",
     "NEVER_EXPIRES",
     "RUNTIME_TEMP_DIR_NAME",
-    "AsterRuntimeBuilder",
     "BufferedWriterLifecycle",
     "BufferedWriterStopReport",
     "Clock",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Generic, NoReturn, Self, TypeVar
+from typing import Any, Generic, NoReturn, TypeVar
 
 from ._cancellation import CancellationToken
 from ._clock import Clock
@@ -18,11 +18,10 @@ from ._component import (
     RuntimeComponentRegistry,
 )
 from ._health import SystemHealthReport
-from ._health_options import HealthCheckScope
+from ._health_registry import HealthCheckScope
 from ._isolation import DEFAULT_ABANDON_GRACE, OutcomeKind, run_isolated
-from ._shutdown import ShutdownReport, log_shutdown_report
+from ._phases import ShutdownReport, StartupReport, log_shutdown_report
 from ._signals import TerminationSignal, _default_force_exit, _SignalInstallation
-from ._startup import StartupReport
 from .errors import (
     AsterRuntimeBeforeShutdownError,
     AsterRuntimeComponentGraphError,
@@ -36,10 +35,8 @@ from .errors import (
 
 __all__ = [
     "AsterRuntime",
-    "AsterRuntimeBuilder",
     "RuntimeComponentWithShutdown",
     "RuntimeServiceComponent",
-    "runtime_component_with_shutdown",
 ]
 
 T = TypeVar("T")
@@ -79,76 +76,80 @@ class RuntimeServiceComponent(Generic[T]):
 
 @dataclass(frozen=True, slots=True)
 class RuntimeComponentWithShutdown:
-    """A component built from the runtime's shared shutdown token (see the factory)."""
+    """A component built once the runtime hands ``build`` its shared shutdown token.
+
+    ``build(token)`` returns a bundle or a ``RuntimeServiceComponent``; its exception
+    comes out of ``AsterRuntime(...)`` unchanged (same type).
+    """
 
     build: Callable[[CancellationToken], object]
 
 
-def runtime_component_with_shutdown(
-    fn: Callable[[CancellationToken], object],
-) -> RuntimeComponentWithShutdown:
-    """Defer building a component until the builder hands it the shared shutdown token.
+class AsterRuntime:
+    """Runs a service with its components: startup, signals, dependency-ordered shutdown.
 
-    A constructor's exception comes out of ``.component(...)`` unchanged (same type).
+    The constructor registers every component and validates the dependency graph.
+    ``run()``: install signal handlers; run component startup phases (a stop request
+    cancels the remaining ones; a failed required phase aborts); start component tasks;
+    run the service until it ends (a signal or :meth:`request_stop` cancels the tokens
+    and calls the service's stop hook); cancel and join the stop listener; run the
+    before-shutdown hooks; shut components down in dependency order; log the report.
+    Failures surface as :class:`~aster_forge.runtime.AsterRuntimeError` subclasses
+    *after* all cleanup; ``KeyboardInterrupt``/``SystemExit`` are re-raised after cleanup.
 
     Args:
-        fn: ``fn(token)`` returns a component (a bundle or a ``RuntimeServiceComponent``).
+        components: Bundles, at most one ``RuntimeServiceComponent``, and
+            ``RuntimeComponentWithShutdown`` values (built with ``shutdown_token``).
+        install_signal_handlers: Whether ``run()`` installs SIGINT/SIGTERM handlers.
+        before_shutdown: Hooks run after the service ended, before component shutdown.
+        clock: The clock for phase deadlines and durations (tests use a manual clock).
+        abandon_grace: How long a phase that ignores cancellation gets before it is
+            abandoned.
+        shutdown_token: The shared root token every component receives (default: new).
 
-    Returns:
-        A value for ``AsterRuntimeBuilder.component(...)``.
+    Raises:
+        RuntimeComponentRegistrationError: Not a component, or a second service.
+        AsterRuntimeComponentGraphError: A missing dependency or a cycle.
+        Exception: A ``RuntimeComponentWithShutdown.build`` error, unchanged.
+
+    Example:
+        >>> runtime = AsterRuntime(install_signal_handlers=False)
+        >>> runtime.descriptors()
+        ()
     """
-    return RuntimeComponentWithShutdown(fn)
 
-
-class AsterRuntimeBuilder:
-    """Collects components; ``build()`` validates the graph (see :class:`AsterRuntime`)."""
-
-    def __init__(self) -> None:
-        self._token = CancellationToken()
-        self._clock: Clock | None = None
-        self._grace = DEFAULT_ABANDON_GRACE
-        self._registry: RuntimeComponentRegistry | None = None
-        self._pending: list[RuntimeComponentBundle] = []
+    def __init__(
+        self,
+        *,
+        components: Iterable[object] = (),
+        install_signal_handlers: bool = True,
+        before_shutdown: Iterable[Callable[[], Awaitable[Any]]] = (),
+        clock: Clock | None = None,
+        abandon_grace: timedelta = DEFAULT_ABANDON_GRACE,
+        shutdown_token: CancellationToken | None = None,
+    ) -> None:
+        self._token = shutdown_token if shutdown_token is not None else CancellationToken()
         self._service: RuntimeServiceComponent[Any] | None = None
-        self._before_shutdown: list[Callable[[], Awaitable[Any]]] = []
-        self._signals = True
+        self._before_shutdown = tuple(before_shutdown)
+        self._install_signals = install_signal_handlers
         self._force_exit: Callable[[TerminationSignal], None] = _default_force_exit
-        self._built = False
+        self._ran = False
+        self._signals_received = 0
+        self._registry = RuntimeComponentRegistry(clock=clock, grace=abandon_grace)
+        try:
+            for component in components:
+                self._add(component)
+            self._registry.validate()
+        except RuntimeComponentGraphError as exc:
+            self._discard_service()
+            raise AsterRuntimeComponentGraphError(exc) from exc
+        except BaseException:
+            self._discard_service()
+            raise
 
-    @property
-    def shutdown_token(self) -> CancellationToken:
-        """The shared root token every component receives."""
-        return self._token
-
-    def clock(self, clock: Clock) -> Self:
-        """Use ``clock`` for phase deadlines and durations (tests use a manual clock)."""
-        self._clock = clock
-        return self
-
-    def abandon_grace(self, grace: timedelta) -> Self:
-        """How long a phase that ignores cancellation gets before it is abandoned."""
-        self._grace = grace
-        return self
-
-    def install_signal_handlers(self, enabled: bool) -> Self:
-        """Whether ``run()`` installs SIGINT/SIGTERM handlers (default ``True``)."""
-        self._signals = enabled
-        return self
-
-    def before_shutdown(self, hook: Callable[[], Awaitable[Any]]) -> Self:
-        """Add a hook run after the service ended and before component shutdown."""
-        self._before_shutdown.append(hook)
-        return self
-
-    def component(self, component: object) -> Self:
-        """Add a component: a bundle, a ``RuntimeServiceComponent`` or a ``*_with_shutdown``.
-
-        Raises:
-            RuntimeComponentRegistrationError: Not a component, or a second service.
-            Exception: A ``runtime_component_with_shutdown`` constructor's own error.
-        """
+    def _add(self, component: object) -> None:
         if isinstance(component, RuntimeComponentWithShutdown):
-            return self.component(component.build(self._token))
+            component = component.build(self._token)
         if isinstance(component, RuntimeServiceComponent):
             if self._service is not None:
                 component.discard()
@@ -159,92 +160,14 @@ class AsterRuntimeBuilder:
             self._service = component
         elif not isinstance(component, RuntimeComponentBundle):
             raise RuntimeComponentRegistrationError(
-                f".component() needs a bundle, a RuntimeServiceComponent or a "
-                f"*_with_shutdown value, got {type(component).__name__}"
+                f"components needs bundles, a RuntimeServiceComponent or "
+                f"*_with_shutdown values, got {type(component).__name__}"
             )
-        self._pending.append(component)
-        return self
-
-    def build(self) -> AsterRuntime:
-        """Register every component and validate the graph.
-
-        Raises:
-            AsterRuntimeComponentGraphError: A missing dependency or a cycle.
-        """
-        if self._built:
-            raise RuntimeComponentRegistrationError(
-                "AsterRuntimeBuilder.build() was already called"
-            )
-        self._built = True
-        registry = RuntimeComponentRegistry(clock=self._clock, grace=self._grace)
-        try:
-            for component in self._pending:
-                registry.register_bundle(component)
-            registry.validate()
-        except RuntimeComponentGraphError as exc:
-            self._discard_service()
-            raise AsterRuntimeComponentGraphError(exc) from exc
-        except BaseException:
-            self._discard_service()
-            raise
-        return AsterRuntime(
-            registry=registry,
-            token=self._token,
-            service=self._service,
-            before_shutdown=tuple(self._before_shutdown),
-            install_signals=self._signals,
-            force_exit=self._force_exit,
-        )
+        self._registry.register_bundle(component)
 
     def _discard_service(self) -> None:
         if self._service is not None:
             self._service.discard()
-
-    async def run(self) -> Any:
-        """Shortcut for ``await builder.build().run()``."""
-        return await self.build().run()
-
-
-class AsterRuntime:
-    """Runs a service with its components: startup, signals, dependency-ordered shutdown.
-
-    ``run()``: install signal handlers; run component startup phases (a stop request
-    cancels the remaining ones; a failed required phase aborts); start component tasks;
-    run the service until it ends (a signal or :meth:`request_stop` cancels the tokens
-    and calls the service's stop hook); cancel and join the stop listener; run the
-    before-shutdown hooks; shut components down in dependency order; log the report.
-    Failures surface as :class:`~aster_forge.runtime.AsterRuntimeError` subclasses
-    *after* all cleanup; ``KeyboardInterrupt``/``SystemExit`` are re-raised after cleanup.
-
-    Example:
-        >>> runtime = AsterRuntime.builder().install_signal_handlers(False).build()
-        >>> runtime.descriptors()
-        ()
-    """
-
-    def __init__(
-        self,
-        *,
-        registry: RuntimeComponentRegistry,
-        token: CancellationToken,
-        service: RuntimeServiceComponent[Any] | None,
-        before_shutdown: tuple[Callable[[], Awaitable[Any]], ...],
-        install_signals: bool,
-        force_exit: Callable[[TerminationSignal], None],
-    ) -> None:
-        self._registry = registry
-        self._token = token
-        self._service = service
-        self._before_shutdown = before_shutdown
-        self._install_signals = install_signals
-        self._force_exit = force_exit
-        self._ran = False
-        self._signals_received = 0
-
-    @staticmethod
-    def builder() -> AsterRuntimeBuilder:
-        """Return a new builder."""
-        return AsterRuntimeBuilder()
 
     @property
     def registry(self) -> RuntimeComponentRegistry:

@@ -16,15 +16,14 @@ from typing import Any, TypeVar
 
 from ._cancellation import CancellationToken
 from ._clock import Clock, SystemClock
-from ._component import RuntimeComponentRegistry
-from ._component_types import (
+from ._component import (
     RuntimeComponentBundleRegistration,
     RuntimeComponentKind,
+    RuntimeComponentRegistry,
     runtime_component,
 )
-from ._health import HealthComponentReport
-from ._health_detail import HealthComponentDetailValue
-from ._health_options import HealthCheckOptions
+from ._health import HealthComponentDetailValue, HealthComponentReport
+from ._health_registry import HealthCheckOptions
 from ._race import RaceWinner, race
 
 __all__ = ["EventLoopLagProbe", "watch_blocking_steps"]
@@ -106,12 +105,12 @@ class EventLoopLagProbe:
         """A runtime component: the sampling task and a readiness/liveness check."""
 
         def register(registry: RuntimeComponentRegistry) -> None:
-            builder = registry.component(name, RuntimeComponentKind.CORE)
+            kind = RuntimeComponentKind.CORE
             # Optional: a blocked loop degrades readiness, it does not fail it.
-            builder.health_with_options(
-                name, HealthCheckOptions.optional(), lambda: self.check(name)
+            registry.component_health_with_options(
+                name, kind, name, HealthCheckOptions.optional(), lambda: self.check(name)
             )
-            builder.task("loop_lag_probe", self.run)
+            registry.component_task(name, kind, "loop_lag_probe", self.run)
 
         return runtime_component(register)
 

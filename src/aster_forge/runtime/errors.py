@@ -7,18 +7,15 @@ built-in such as ``ValueError``, ``TimeoutError`` or ``LookupError``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .._errors import AsterForgeError
 
-if TYPE_CHECKING:  # buffered: annotations only, avoids an import cycle
-    from ._buffered_types import BufferedWriterLifecycle, WriteFailure
+if TYPE_CHECKING:  # annotations only: those modules import this one
+    from ._buffered_core import BufferedWriterLifecycle, WriteFailure
+    from ._phases import ShutdownReport, StartupReport
 
 _T = TypeVar("_T")
-
-if TYPE_CHECKING:  # lifecycle: report types for annotations only
-    from ._shutdown import ShutdownReport
-    from ._startup import StartupReport
 
 
 class AsterForgeRuntimeError(AsterForgeError):
@@ -120,17 +117,7 @@ class RuntimeSignalError(AsterForgeRuntimeError, RuntimeError):
 
 
 class AsterRuntimeError(AsterForgeRuntimeError):
-    """Raised as the base class of every :class:`~aster_forge.runtime.AsterRuntime` failure.
-
-    The subclasses are reachable as attributes too: ``AsterRuntimeError.Startup``,
-    ``.Shutdown``, ``.BeforeShutdown``, ``.Service`` and ``.ComponentGraph``.
-    """
-
-    Startup: ClassVar[type[AsterRuntimeStartupError]]
-    Shutdown: ClassVar[type[AsterRuntimeShutdownError]]
-    BeforeShutdown: ClassVar[type[AsterRuntimeBeforeShutdownError]]
-    Service: ClassVar[type[AsterRuntimeServiceError]]
-    ComponentGraph: ClassVar[type[AsterRuntimeComponentGraphError]]
+    """Raised as the base class of every :class:`~aster_forge.runtime.AsterRuntime` failure."""
 
 
 class AsterRuntimeStartupError(AsterRuntimeError):
@@ -194,7 +181,7 @@ class AsterRuntimeServiceError(AsterRuntimeError):
 
 
 class AsterRuntimeComponentGraphError(AsterRuntimeError, ValueError):
-    """Raised by ``AsterRuntimeBuilder.build()`` when the component graph is invalid.
+    """Raised by ``AsterRuntime(...)`` when the component graph is invalid.
 
     Attributes:
         graph_error: The underlying :class:`RuntimeComponentGraphError`.
@@ -203,13 +190,6 @@ class AsterRuntimeComponentGraphError(AsterRuntimeError, ValueError):
     def __init__(self, graph_error: RuntimeComponentGraphError) -> None:
         super().__init__(str(graph_error))
         self.graph_error = graph_error
-
-
-AsterRuntimeError.Startup = AsterRuntimeStartupError
-AsterRuntimeError.Shutdown = AsterRuntimeShutdownError
-AsterRuntimeError.BeforeShutdown = AsterRuntimeBeforeShutdownError
-AsterRuntimeError.Service = AsterRuntimeServiceError
-AsterRuntimeError.ComponentGraph = AsterRuntimeComponentGraphError
 
 
 # --- buffered ---

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from ._health import HealthComponentReport, HealthStatus
-    from ._lease_types import RuntimeLease, RuntimeLeases
+    from ._lease import RuntimeLease, RuntimeLeases
 
 # --- health: HealthMetricsRecorder ---
 

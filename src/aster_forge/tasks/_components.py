@@ -15,7 +15,6 @@ from ..runtime import (
     RuntimeComponentRegistry,
     RuntimeComponentWithShutdown,
     runtime_component,
-    runtime_component_with_shutdown,
 )
 from ..runtime._internal import StartupPhaseFailurePolicy
 from ._background import BackgroundTasks
@@ -97,14 +96,19 @@ class BackgroundTaskComponent:
 
     def register(self, registry: RuntimeComponentRegistry) -> None:
         """Register the component, its startup phase (if spawning) and its shutdown phase."""
-        builder = registry.component(BACKGROUND_TASKS_COMPONENT, RuntimeComponentKind.TASKS)
-        for name in self.task_names:
-            builder.task_descriptor(name)
+        name, kind = BACKGROUND_TASKS_COMPONENT, RuntimeComponentKind.TASKS
+        registry.component(name, kind, task_names=self.task_names)
         if self.spawn is not None:
-            builder.startup(
-                BACKGROUND_TASKS_SPAWN_PHASE, self._spawn, StartupPhaseFailurePolicy.REQUIRED
+            registry.component_startup(
+                name,
+                kind,
+                BACKGROUND_TASKS_SPAWN_PHASE,
+                self._spawn,
+                StartupPhaseFailurePolicy.REQUIRED,
             )
-        builder.shutdown(BACKGROUND_TASKS_SHUTDOWN_PHASE, self.timeout, self._shutdown)
+        registry.component_shutdown(
+            name, kind, BACKGROUND_TASKS_SHUTDOWN_PHASE, None, self._shutdown, timeout=self.timeout
+        )
 
     async def _spawn(self) -> None:
         if self.group is not None:
@@ -200,7 +204,7 @@ def background_task_component_with_definitions_from_shutdown(
 ) -> RuntimeComponentWithShutdown:
     """The recommended entry: catalog + group spawned from the runtime's shutdown token.
 
-    ``AsterRuntime.builder().component(...)`` hands the shared token over; the group is
+    ``AsterRuntime(components=[...])`` hands the shared token over; the group is
     spawned in a required startup phase and stopped in the component's shutdown phase
     (before every component that depends on ``background_tasks``).
 
@@ -213,11 +217,9 @@ def background_task_component_with_definitions_from_shutdown(
         >>> from aster_forge.runtime import AsterRuntime
         >>> def spawn(token: CancellationToken) -> BackgroundTasks:
         ...     return BackgroundTasks(token)
-        >>> runtime = (
-        ...     AsterRuntime.builder()
-        ...     .install_signal_handlers(False)
-        ...     .component(background_task_component_with_definitions_from_shutdown((), spawn))
-        ...     .build()
+        >>> runtime = AsterRuntime(
+        ...     components=[background_task_component_with_definitions_from_shutdown((), spawn)],
+        ...     install_signal_handlers=False,
         ... )
         >>> [d.name for d in runtime.descriptors()]
         ['background_tasks']
@@ -233,4 +235,4 @@ def background_task_component_with_definitions_from_shutdown(
             )
         )
 
-    return runtime_component_with_shutdown(build)
+    return RuntimeComponentWithShutdown(build)

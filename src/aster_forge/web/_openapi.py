@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
-
 from ..tasks._internal import MAX_TASK_ID
 from ._lanes_control import lane_control_paths
 from ._params import (
@@ -50,10 +48,6 @@ def _errors(*codes: int) -> dict[str, Any]:
     return {str(code): _json(_ref("Error"), text[code]) for code in codes}
 
 
-def _parameters(model: type[BaseModel], schemas: dict[str, Any]) -> list[dict[str, Any]]:
-    return query_parameters(model, schemas)
-
-
 _TASK_ID_SCHEMA = {"type": "integer", "minimum": 1, "maximum": MAX_TASK_ID}
 
 _TASK_ID = {
@@ -90,7 +84,7 @@ def openapi_document(title: str, *, auth: bool) -> dict[str, Any]:
             400,
             404,
             503,
-            parameters=_parameters(TaskListQuery, schemas),
+            parameters=query_parameters(TaskListQuery, schemas),
         ),
         "/api/tasks/counts": _get(
             "Tasks matching the filters, per status (the status filter is ignored)",
@@ -98,7 +92,7 @@ def openapi_document(title: str, *, auth: bool) -> dict[str, Any]:
             400,
             404,
             503,
-            parameters=_parameters(TaskCountQuery, schemas),
+            parameters=query_parameters(TaskCountQuery, schemas),
         ),
         "/api/tasks/bulk/{action}": {
             "post": {
@@ -135,7 +129,7 @@ def openapi_document(title: str, *, auth: bool) -> dict[str, Any]:
         "/api/tasks/{task_id}/retry": {
             "post": {
                 "summary": "Retry a failed or cancelled task (conditional on its status)",
-                "parameters": [_TASK_ID, *_parameters(TaskRetryQuery, schemas)],
+                "parameters": [_TASK_ID, *query_parameters(TaskRetryQuery, schemas)],
                 "responses": {
                     "200": _json(_ref("TaskDetail"), "The task, pending again."),
                     **_errors(401, 403, 404, 409, 503),
@@ -181,7 +175,7 @@ def openapi_document(title: str, *, auth: bool) -> dict[str, Any]:
             400,
             404,
             503,
-            parameters=_parameters(ScheduledQuery, schemas),
+            parameters=query_parameters(ScheduledQuery, schemas),
         ),
         "/api/leases": _get(
             "Runtime leases (holder, expiry)",
@@ -198,7 +192,7 @@ def openapi_document(title: str, *, auth: bool) -> dict[str, Any]:
             _ref("HealthReport"),
             400,
             404,
-            parameters=_parameters(HealthQuery, schemas),
+            parameters=query_parameters(HealthQuery, schemas),
         ),
         "/api/openapi.json": _get("This document", {"type": "object"}),
         **lane_control_paths(_errors),

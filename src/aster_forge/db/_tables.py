@@ -1,4 +1,8 @@
-"""The reference ``background_tasks`` table: factory, DDL helper, row mapping."""
+"""Every table of the library, the DDL helpers and the row mapping.
+
+The task table with its lane and dependency tables, the ``scheduled_tasks`` catalog and
+the ``runtime_leases`` table: the one module a migration's ``target_metadata`` reads.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,13 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.schema import CreateIndex, CreateTable
 
+from ..runtime._internal import MAX_RUNTIME_LEASE_ID_LENGTH
 from ..tasks._internal import (
+    MAX_CRON_EXPRESSION_LENGTH,
+    MAX_CRON_TIMEZONE_LENGTH,
+    MAX_SCHEDULED_TASK_NAME_LENGTH,
     MAX_TASK_DEDUPE_KEY_LENGTH,
     MAX_TASK_KIND_LENGTH,
     MAX_TASK_PARTITION_LENGTH,
@@ -16,17 +25,30 @@ from ..tasks._internal import (
     TaskFailureReason,
     TaskStatus,
 )
-from ._task_deps import define_deps_table, deps_table_name
-from ._task_lanes import define_lanes_table, lanes_table_name
-from ._time import UtcDateTime
+from ._time import DatabaseBackend, UtcDateTime
 
 __all__ = [
     "BACKGROUND_TASKS_TABLE",
     "CORE_COLUMNS",
+    "NAMESPACE_NAME_UNIQUE_INDEX",
+    "NEXT_RUN_INDEX",
+    "RUNTIME_LEASES_TABLE",
+    "SCHEDULED_TASKS_TABLE",
     "background_tasks_table",
     "create_background_tasks_table",
+    "create_runtime_leases_table",
+    "create_scheduled_tasks_namespace_name_unique_index",
+    "create_scheduled_tasks_next_run_index",
+    "create_scheduled_tasks_table",
+    "define_deps_table",
+    "define_lanes_table",
+    "deps_table_name",
+    "lanes_table_name",
     "record_from_row",
     "record_from_values",
+    "runtime_leases_table",
+    "scheduled_task_index",
+    "scheduled_tasks_table",
     "task_deps_table",
     "task_lanes_table",
 ]
@@ -348,3 +370,218 @@ def record_from_values(values: list[Any]) -> BackgroundTaskRecord:
     if reason is not None:
         values[_REASON] = TaskFailureReason(reason)
     return BackgroundTaskRecord.from_values(values)
+
+
+def lanes_table_name(tasks_table_name: str) -> str:
+    """The lane state table of a task table: ``<tasks table>_lanes``."""
+    return f"{tasks_table_name}_lanes"
+
+
+def define_lanes_table(metadata: sa.MetaData, name: str) -> sa.Table:
+    """Define (or return) the lane state table: one row per lane paused or claimed under a limit.
+
+    Columns: ``lane`` (primary key, wire value), ``paused`` (bool), ``paused_at``,
+    ``updated_at`` (aware UTC), and for a rate-limited lane ``rate_window_start`` (the
+    window its claims counted last) and ``rate_started`` (the starts counted in it).
+    Claims of a lane with a cluster limit, partition limit or rate limit also create
+    its row. :func:`~aster_forge.db.background_tasks_table`
+    defines it next to the task table as ``<name>_lanes``
+    (:func:`~aster_forge.db.task_lanes_table` returns it).
+
+    Args:
+        metadata: The metadata the task table is on.
+        name: The table name.
+    """
+    existing = metadata.tables.get(name)
+    if existing is not None:
+        return existing
+    return sa.Table(
+        name,
+        metadata,
+        sa.Column("lane", sa.String(MAX_TASK_KIND_LENGTH), primary_key=True),
+        sa.Column("paused", sa.Boolean(), nullable=False),
+        sa.Column("paused_at", UtcDateTime(), nullable=True),
+        sa.Column("updated_at", UtcDateTime(), nullable=False),
+        sa.Column("rate_window_start", UtcDateTime(), nullable=True),
+        sa.Column("rate_started", sa.Integer(), nullable=True),
+        mysql_engine="InnoDB",
+        mysql_charset="utf8mb4",
+        mysql_collate="utf8mb4_bin",
+    )
+
+
+def deps_table_name(tasks_table_name: str) -> str:
+    """The dependency table of a task table: ``<tasks table>_deps``."""
+    return f"{tasks_table_name}_deps"
+
+
+def define_deps_table(metadata: sa.MetaData, name: str) -> sa.Table:
+    """Define (or return) the dependency table: one row per workflow edge.
+
+    Columns: ``task_id`` (the waiting task), ``depends_on`` (the task it waits for),
+    both big integers forming the primary key ``(depends_on, task_id)`` (a finished
+    task finds its dependents by prefix), and ``run_anyway`` (see
+    :class:`~aster_forge.tasks.TaskDependency`). Index ``ix_<name>_task``
+    on ``task_id`` reads a dependent's dependencies. No foreign keys: the retention
+    job deletes finished tasks on its own schedule.
+    """
+    existing = metadata.tables.get(name)
+    if existing is not None:
+        return existing
+    big_id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+    table = sa.Table(
+        name,
+        metadata,
+        sa.Column("depends_on", big_id, primary_key=True, autoincrement=False),
+        sa.Column("task_id", big_id, primary_key=True, autoincrement=False),
+        sa.Column("run_anyway", sa.Boolean(), nullable=False),
+        mysql_engine="InnoDB",
+        mysql_charset="utf8mb4",
+        mysql_collate="utf8mb4_bin",
+    )
+    sa.Index(f"ix_{name}_task", table.c.task_id)
+    return table
+
+
+SCHEDULED_TASKS_TABLE = "scheduled_tasks"
+NAMESPACE_NAME_UNIQUE_INDEX = "ux_scheduled_tasks_namespace_name"
+NEXT_RUN_INDEX = "ix_scheduled_tasks_next_run_at"
+
+
+def scheduled_tasks_table(metadata: sa.MetaData) -> sa.Table:
+    """Define (or return the already defined) ``scheduled_tasks`` table on ``metadata``.
+
+    Includes the unique ``(namespace, name)`` index and the ``next_run_at`` index, so
+    ``metadata.create_all`` creates everything.
+
+    Args:
+        metadata: The caller's ``MetaData``.
+    """
+    existing = metadata.tables.get(SCHEDULED_TASKS_TABLE)
+    if existing is not None:
+        return existing
+    length = MAX_SCHEDULED_TASK_NAME_LENGTH
+    table = sa.Table(
+        SCHEDULED_TASKS_TABLE,
+        metadata,
+        sa.Column("id", _BIG_ID, primary_key=True, autoincrement=True),
+        sa.Column("namespace", sa.String(length), nullable=False),
+        sa.Column("name", sa.String(length), nullable=False),
+        sa.Column("interval_micros", sa.BigInteger(), nullable=False),
+        sa.Column("next_run_at", UtcDateTime(), nullable=False),
+        sa.Column("claimed_by", sa.String(length), nullable=True),
+        sa.Column("last_claimed_at", UtcDateTime(), nullable=True),
+        sa.Column("claim_expires_at", UtcDateTime(), nullable=True),
+        sa.Column("last_run_status", sa.String(32), nullable=True),
+        sa.Column("last_run_error", _LONG_TEXT, nullable=True),
+        sa.Column("last_run_duration_micros", sa.BigInteger(), nullable=True),
+        sa.Column("last_run_finished_at", UtcDateTime(), nullable=True),
+        sa.Column("run_count", sa.BigInteger(), nullable=False, server_default=sa.text("0")),
+        sa.Column("created_at", UtcDateTime(), nullable=False),
+        sa.Column("updated_at", UtcDateTime(), nullable=False),
+        # NULL on interval rows; a cron row stores interval_micros = 0.
+        sa.Column("cron_expression", sa.String(MAX_CRON_EXPRESSION_LENGTH), nullable=True),
+        sa.Column("cron_timezone", sa.String(MAX_CRON_TIMEZONE_LENGTH), nullable=True),
+        mysql_engine="InnoDB",
+        mysql_charset="utf8mb4",
+        mysql_collate="utf8mb4_bin",
+    )
+    sa.Index(NAMESPACE_NAME_UNIQUE_INDEX, table.c.namespace, table.c.name, unique=True)
+    sa.Index(NEXT_RUN_INDEX, table.c.next_run_at)
+    return table
+
+
+def scheduled_task_index(name: str) -> sa.Index:
+    """Return the named index of a freshly defined ``scheduled_tasks`` table (for DDL)."""
+    table = scheduled_tasks_table(sa.MetaData())
+    return next(index for index in table.indexes if index.name == name)
+
+
+def create_scheduled_tasks_table(backend: object, *, if_not_exists: bool = False) -> CreateTable:
+    """Return the ``CREATE TABLE scheduled_tasks`` DDL (without indexes) for a migration.
+
+    Follow it with :func:`create_scheduled_tasks_namespace_name_unique_index` and
+    :func:`create_scheduled_tasks_next_run_index`.
+
+    Args:
+        backend: The target backend (name, dialect, engine or connection); validated.
+        if_not_exists: Emit ``CREATE TABLE IF NOT EXISTS``.
+
+    Raises:
+        UnsupportedDatabaseBackendError: For an unsupported backend.
+    """
+    DatabaseBackend.of(backend)
+    return CreateTable(scheduled_tasks_table(sa.MetaData()), if_not_exists=if_not_exists)
+
+
+def create_scheduled_tasks_namespace_name_unique_index(
+    *, if_not_exists: bool = False
+) -> CreateIndex:
+    """Return the DDL of the unique ``(namespace, name)`` index.
+
+    The index is named ``ux_scheduled_tasks_namespace_name``.
+    """
+    return CreateIndex(
+        scheduled_task_index(NAMESPACE_NAME_UNIQUE_INDEX), if_not_exists=if_not_exists
+    )
+
+
+def create_scheduled_tasks_next_run_index(*, if_not_exists: bool = False) -> CreateIndex:
+    """Return the DDL of the ``next_run_at`` index (``ix_scheduled_tasks_next_run_at``)."""
+    return CreateIndex(scheduled_task_index(NEXT_RUN_INDEX), if_not_exists=if_not_exists)
+
+
+RUNTIME_LEASES_TABLE = "runtime_leases"
+
+_MYSQL_TABLE_OPTIONS: dict[str, Any] = {
+    "mysql_engine": "InnoDB",
+    "mysql_charset": "utf8mb4",
+    # Binary collation: ids compare exactly (case, accents); validation rejects
+    # surrounding whitespace, which MariaDB's PAD SPACE collations would ignore.
+    "mysql_collate": "utf8mb4_bin",
+}
+
+
+def runtime_leases_table(metadata: sa.MetaData) -> sa.Table:
+    """Define (or return the already defined) ``runtime_leases`` table on ``metadata``.
+
+    Columns: ``lease_id`` (primary key), ``owner_id``, ``expires_at``, ``acquired_at``,
+    ``updated_at`` (aware-UTC timestamps, see :class:`UtcDateTime`).
+
+    Args:
+        metadata: The caller's ``MetaData`` (e.g. the product's migration metadata).
+    """
+    existing = metadata.tables.get(RUNTIME_LEASES_TABLE)
+    if existing is not None:
+        return existing
+    return sa.Table(
+        RUNTIME_LEASES_TABLE,
+        metadata,
+        sa.Column("lease_id", sa.String(MAX_RUNTIME_LEASE_ID_LENGTH), primary_key=True),
+        sa.Column("owner_id", sa.String(MAX_RUNTIME_LEASE_ID_LENGTH), nullable=False),
+        sa.Column("expires_at", UtcDateTime(), nullable=False),
+        sa.Column("acquired_at", UtcDateTime(), nullable=False),
+        sa.Column("updated_at", UtcDateTime(), nullable=False),
+        **_MYSQL_TABLE_OPTIONS,
+    )
+
+
+def create_runtime_leases_table(
+    backend: object = None, *, if_not_exists: bool = False
+) -> CreateTable:
+    """Return the ``CREATE TABLE runtime_leases`` DDL for a product migration.
+
+    Execute it with ``await conn.execute(create_runtime_leases_table("postgresql"))``
+    or ``op.execute(...)`` in Alembic (see :func:`aster_forge.db.alembic_create_runtime_leases`).
+
+    Args:
+        backend: Optional backend name/dialect/engine; validated when given (the DDL
+            itself adapts to the dialect it is executed on).
+        if_not_exists: Emit ``CREATE TABLE IF NOT EXISTS``.
+
+    Raises:
+        UnsupportedDatabaseBackendError: When ``backend`` is given and unsupported.
+    """
+    if backend is not None:
+        DatabaseBackend.of(backend)
+    return CreateTable(runtime_leases_table(sa.MetaData()), if_not_exists=if_not_exists)
