@@ -39,6 +39,7 @@ from ._pg_driver import PgDriverStatement, unless_all_null, utc_decoder
 from ._queries import POSTGRESQL
 from ._returning import ReturningSql
 from ._tables import CORE_COLUMNS, record_from_values
+from ._tasks_results import notified_endings_sql
 from ._tasks_sql import (
     _SATURATING_DELTA,
     DbNow,
@@ -267,7 +268,9 @@ class PgTaskStatements:
             reason_expired=TaskFailureReason.LEASE_EXPIRED.value,
             returning=returning_columns(table, dialect, "t"),
         )
-        self._done_sql = _DONE.format(**names, succeeded=TaskStatus.SUCCEEDED.value)
+        self._done_sql = _DONE.format(
+            **names, succeeded=TaskStatus.SUCCEEDED.value, told=notified_endings_sql("done")
+        )
         self._gate = _GATE.format(lanes=quote(lanes))
         self._rate_gate = _RATE_GATE.format(lanes=quote(lanes))
         self._rated = _RATED.format(lanes=quote(lanes), running=TaskStatus.RUNNING.value)
@@ -294,7 +297,7 @@ class PgTaskStatements:
             t.c.id == sa.func.any(ids),
             t.c.status == sa.select(sa.literal(running)).scalar_subquery(),
         )
-        self.succeed_many = (
+        written = (
             sa.update(t)
             .where(t.c.id == done.c.id, t.c.processing_token == done.c.token, *running_by_id)
             .values(
@@ -307,7 +310,15 @@ class PgTaskStatements:
                 finished_at=sa.func.now(),
                 updated_at=sa.func.now(),
             )
-            .returning(t.c.id, done.c.token)
+            .returning(t.c.id, done.c.token, t.c.result_awaited)
+            .cte("done")
+        )
+        # The awaited successes notify (see _tasks_results) in a filter of the result.
+        told = sa.select(sa.func.count()).select_from(
+            sa.text(f"({notified_endings_sql('done')}) AS told")
+        )
+        self.succeed_many = sa.select(written.c.id, written.c.token).where(
+            told.scalar_subquery() >= 0
         )
         leases = (
             sa.func.unnest(

@@ -94,9 +94,9 @@ CORE_COLUMNS = (
 )
 """The columns :class:`BackgroundTaskDbStore` reads and writes (in this order)."""
 
-# ``waiting`` (an index hint) and ``dependencies_left`` (a workflow count) are the
-# store's own, never part of a record.
-_RESERVED_COLUMNS = frozenset({*CORE_COLUMNS, "waiting", "dependencies_left"})
+# ``waiting`` (an index hint), ``dependencies_left`` (a workflow count) and
+# ``result_awaited`` (a waiter's flag) are the store's own, never part of a record.
+_RESERVED_COLUMNS = frozenset({*CORE_COLUMNS, "waiting", "dependencies_left", "result_awaited"})
 
 
 def background_tasks_table(
@@ -118,7 +118,9 @@ def background_tasks_table(
     ``dependents_waiting`` (``NOT NULL DEFAULT false``: workflow tasks wait for this
     one's outcome, see ``ix_<name>_dependents`` below) and ``dependencies_left``
     (``NOT NULL DEFAULT 0``: how many of a workflow task's dependencies have not told
-    it their outcome; not part of a record).
+    it their outcome; not part of a record) and ``result_awaited`` (``NOT NULL DEFAULT
+    false``: on PostgreSQL a caller awaits the task's result, and the write that ends
+    it sends a ``NOTIFY``; not part of a record).
 
     ``waiting`` keeps tasks that are not yet due out of the index claims walk. On
     PostgreSQL a write that makes a task pending with a ``run_at`` in the future (a
@@ -197,6 +199,7 @@ def background_tasks_table(
         sa.Column("waiting", sa.Boolean(), nullable=False, server_default=sa.false()),
         sa.Column("dependents_waiting", sa.Boolean(), nullable=False, server_default=sa.false()),
         sa.Column("dependencies_left", sa.Integer(), nullable=False, server_default=sa.text("0")),
+        sa.Column("result_awaited", sa.Boolean(), nullable=False, server_default=sa.false()),
         *extra_columns,
         mysql_engine="InnoDB",
         mysql_charset="utf8mb4",

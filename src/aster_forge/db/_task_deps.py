@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from .. import _tracing
 from ..tasks import TaskDependency
 from ..tasks._internal import TaskFailureReason, TaskStatus, TaskWorkflowEdge, TaskWorkflowNode
+from ._tasks_results import execute_ending
 from ._tasks_sql import DbNow, TaskSql
 from ._time import NEVER_EXPIRES, UtcDateTime
 
@@ -151,7 +152,7 @@ class TaskDependencySql:
             task_id for task_id, count in left.items() if count <= 0 and task_id not in cancel
         )
         if cancel:
-            await conn.execute(
+            ending = (
                 sa.update(t)
                 .where(t.c.id.in_(sorted(cancel)))
                 .values(
@@ -162,6 +163,7 @@ class TaskDependencySql:
                     updated_at=now.expr,
                 )
             )
+            await execute_ending(conn, self._sql, ending)
         if due:
             values: dict[str, Any] = {
                 "dependencies_left": 0,

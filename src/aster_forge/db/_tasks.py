@@ -54,6 +54,7 @@ from ._tasks_control import TaskControlMixin
 from ._tasks_effects import DbTaskTransaction
 from ._tasks_enqueue import DEFAULT_TASK_NOTIFY_CHANNEL, TaskEnqueueMixin
 from ._tasks_partitioned import fair_due
+from ._tasks_results import TaskResultMixin, execute_ending
 from ._tasks_sql import _SATURATING_DELTA, DbNow, TaskSql
 from ._tasks_workflow import TaskWorkflowMixin, claim_of, merged, without
 from ._time import UtcDateTime
@@ -71,7 +72,12 @@ _LEASE_ENDINGS = (TaskStatus.FAILED, TaskStatus.CANCELLED)
 
 
 class BackgroundTaskDbStore(
-    TaskEnqueueMixin, TaskAdminMixin, TaskControlMixin, TaskLaneMixin, TaskWorkflowMixin
+    TaskEnqueueMixin,
+    TaskAdminMixin,
+    TaskControlMixin,
+    TaskLaneMixin,
+    TaskWorkflowMixin,
+    TaskResultMixin,
 ):
     """A :class:`~aster_forge.tasks.BackgroundTaskStore` on SQLite, PostgreSQL or MariaDB.
 
@@ -595,10 +601,11 @@ class BackgroundTaskDbStore(
             resolved.setdefault("updated_at", now.expr)
             if "run_at" in resolved:
                 resolved.update(self._backend_sql.waiting(resolved["run_at"] > now.expr))
-            result = await conn.execute(
-                sa.update(t).where(self._sql.fence(lease)).values(**resolved)
-            )
-            written = bool(result.rowcount == 1)
+            update = sa.update(t).where(self._sql.fence(lease)).values(**resolved)
+            if ends:
+                written = await execute_ending(conn, self._sql, update) == 1
+            else:
+                written = (await conn.execute(update)).rowcount == 1
             if written and settles:
                 await self._deps.settle(conn, now, [lease.task_id])
             return written

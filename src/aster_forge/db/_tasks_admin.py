@@ -33,6 +33,7 @@ from ._tables import record_from_row
 from ._task_deps import TaskDependencySql
 from ._tasks_admin_query import TaskAdminQueryMixin, query_conditions
 from ._tasks_partitions_waiting import top_partitions_waiting
+from ._tasks_results import execute_ending
 from ._tasks_sql import TaskSql
 from ._time import UtcDateTime
 
@@ -207,9 +208,8 @@ class TaskAdminMixin(TaskAdminQueryMixin):
                 group = [int(row[0]) for row in locked]
                 eligible += len(group)
                 if group and not dry_run:
-                    await conn.execute(
-                        sa.update(t).where(t.c.id.in_(group), condition).values(**values(now.expr))
-                    )
+                    write = sa.update(t).where(t.c.id.in_(group), condition)
+                    await execute_ending(conn, self._sql, write.values(**values(now.expr)))
                     if name in after:
                         await after[name](conn, group)
                     changed += group
@@ -285,12 +285,12 @@ class TaskAdminMixin(TaskAdminQueryMixin):
 
         async def body(conn: AsyncConnection) -> TaskCancelOutcome:
             now = await self._sql.now(conn)
-            cancelled = await conn.execute(
+            cancel = (
                 sa.update(t)
                 .where(t.c.id == task_id, t.c.status == TaskStatus.PENDING.value)
                 .values(**self._cancel_values(now.expr))
             )
-            if cancelled.rowcount == 1:
+            if await execute_ending(conn, self._sql, cancel) == 1:
                 await self._cancel_waiting_steps(conn, [task_id])
                 return TaskCancelOutcome.CANCELLED
             flagged = await conn.execute(

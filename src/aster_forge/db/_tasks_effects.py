@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..tasks import TaskLease
+from ._tasks_results import execute_ending
 from ._tasks_sql import DbNow, TaskSql
 from ._translate import translate_db_error
 
@@ -93,8 +94,7 @@ class DbTaskTransaction:
         resolved = {k: (v(now) if callable(v) else v) for k, v in values.items()}
         resolved.setdefault("updated_at", now.expr)
         statement = sa.update(self._sql.table).where(self._sql.fence(lease)).values(**resolved)
-        result = await self._conn.execute(statement)
-        return bool(result.rowcount == 1)
+        return await execute_ending(self._conn, self._sql, statement) == 1
 
     async def succeed(
         self, lease: TaskLease, result_json: str | None, steps_json: str | None

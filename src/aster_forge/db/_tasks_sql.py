@@ -103,7 +103,8 @@ class BackendSql(Protocol):
 
     @property
     def notifies(self) -> bool:
-        """Whether an enqueue can ``NOTIFY`` listening workers (PostgreSQL)."""
+        """Whether a write can ``NOTIFY`` listeners (PostgreSQL): an enqueue wakes
+        workers, the ending of an awaited task its waiters."""
         ...
 
     @property

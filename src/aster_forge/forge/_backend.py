@@ -26,7 +26,9 @@ from ..db import (
 from ..db._internal import normalize_database_url, partition_rates_table
 from ..runtime import RuntimeLeaseStore
 from ..tasks import BackgroundTaskStore, ScheduledTaskStore
+from ..tasks._internal import BackgroundTaskRecord
 from ..testing import InMemoryRuntimeLeaseStore, InMemoryScheduledTaskStore, InMemoryTaskStore
+from ._results import ResultListener, polled, pushed
 from ._sync_bridge import SyncBridge, awaited
 from .errors import ForgeStateError
 
@@ -90,6 +92,10 @@ class ForgeBackend:
         self._creating: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
         )
+        # One results LISTEN per event loop that awaited a result (PostgreSQL).
+        self._listeners: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ResultListener] = (
+            weakref.WeakKeyDictionary()
+        )
         if url.startswith(MEMORY_URL):
             self.url: str | None = None
             self.builtin_task_store = InMemoryTaskStore()
@@ -108,7 +114,7 @@ class ForgeBackend:
         self.task_store = self._db_store
         self.scheduled_store = ScheduledTaskDbStore(self.engine)
         self.lease_store = RuntimeLeaseDbStore(self.engine)
-        self._bridge = SyncBridge(self._open_sync_store)
+        self._bridge = SyncBridge(self._open_sync_store, on_close=self._close_listener)
         self.creates_tables = (
             create_tables if create_tables is not None else self.engine.dialect.name == "sqlite"
         )
@@ -152,6 +158,53 @@ class ForgeBackend:
         if self.tables_ready:
             return self._bridge.run(call)
         return self._bridge.run(call, prepare=self.create_tables_once)
+
+    async def finished(self, task_id: int) -> BackgroundTaskRecord:
+        """The task's row once it has ended: woken by its ending's ``NOTIFY`` on
+        PostgreSQL, polled elsewhere (see ``_results``).
+
+        Raises:
+            TaskNotFoundError: No task has that id.
+        """
+        if self.is_postgres:
+            return await pushed(self._db_store, self._listener(), task_id)
+        return await polled(self.task_store, task_id)
+
+    def finished_sync(self, task_id: int, timeout: float | None) -> BackgroundTaskRecord:
+        """:meth:`finished` for synchronous code, on the synchronous callers' loop.
+
+        Raises:
+            TimeoutError: The task had not ended within ``timeout`` seconds.
+            TaskNotFoundError: No task has that id.
+        """
+        if self._bridge is None or not self.is_postgres:
+
+            async def poll(store: BackgroundTaskStore) -> BackgroundTaskRecord:
+                async with asyncio.timeout(timeout):
+                    return await polled(store, task_id)
+
+            return self.run_sync(poll)
+
+        async def push(store: BackgroundTaskDbStore) -> BackgroundTaskRecord:
+            async with asyncio.timeout(timeout):
+                return await pushed(store, self._listener(), task_id)
+
+        prepare = None if self.tables_ready else self.create_tables_once
+        return self._bridge.run(push, prepare=prepare)
+
+    def _listener(self) -> ResultListener:
+        assert self.url is not None  # only a database has one
+        loop = asyncio.get_running_loop()
+        listener = self._listeners.get(loop)
+        if listener is None:
+            listener = self._listeners[loop] = ResultListener(self.url)
+        return listener
+
+    async def _close_listener(self) -> None:
+        """Stop the results LISTEN of the running loop, if it has one."""
+        listener = self._listeners.pop(asyncio.get_running_loop(), None)
+        if listener is not None:
+            await listener.aclose()
 
     def _open_sync_store(self) -> tuple[AsyncEngine, BackgroundTaskDbStore]:
         assert self.url is not None  # a bridge exists only for a database
@@ -205,6 +258,7 @@ class ForgeBackend:
     async def dispose(self) -> None:
         """Close the pooled connections and the synchronous enqueues' thread (both reopen
         on their next use)."""
+        await self._close_listener()
         if self._bridge is not None:
             await self._bridge.aclose()
         if self.engine is not None:

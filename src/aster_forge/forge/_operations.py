@@ -4,7 +4,6 @@ same guarantees hold as in the admin API and the CLI, which call the same store.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -22,7 +21,6 @@ from ..tasks._internal import (
     TaskStatus,
     prune_finished_tasks,
 )
-from ..tasks.errors import TaskNotFoundError
 from .errors import ForgeDeclarationError, ForgeTaskFailedError
 
 if TYPE_CHECKING:
@@ -30,11 +28,6 @@ if TYPE_CHECKING:
     from ._task import ForgeTask
 
 __all__ = ["ForgeOperations"]
-
-# A result poll starts fast (a short task is often done within a few milliseconds) and
-# backs off so a long wait costs the database little.
-_FIRST_POLL = 0.01
-_LONGEST_POLL = 1.0
 
 
 def _task_id(task: int | EnqueueResult) -> int:
@@ -48,18 +41,6 @@ def _seconds(timeout: timedelta | float | None) -> float | None:
     if seconds < 0:
         raise ValueError(f"timeout must not be negative, got {timeout!r}")
     return seconds
-
-
-async def _finished(store: BackgroundTaskStore, task_id: int) -> BackgroundTaskRecord:
-    pause = _FIRST_POLL
-    while True:
-        record = await store.get_task(task_id)
-        if record is None:
-            raise TaskNotFoundError(task_id)
-        if record.status.is_terminal:
-            return record
-        await asyncio.sleep(pause)
-        pause = min(pause * 2, _LONGEST_POLL)
 
 
 class ForgeOperations:
@@ -194,9 +175,13 @@ class ForgeOperations:
         """Wait until the task finishes and return its result.
 
         The result is decoded as the task's declared return type (plain JSON for a task
-        this forge does not declare). The store is polled, quickly at first and then at
-        most once a second, from any process. Bound the wait with ``asyncio.timeout``:
-        ``async with asyncio.timeout(30): value = await forge.result(made)``.
+        this forge does not declare). On PostgreSQL the waiter is woken by the task's
+        ending (a ``NOTIFY`` only awaited tasks send) and reads the row every few
+        seconds in case a notification was lost; elsewhere the store is polled, quickly
+        at first and then at most once a second. Works from any process on the forge's
+        database. Bound the wait with ``asyncio.timeout`` (the task keeps running):
+        ``async with asyncio.timeout(30): value = await forge.result(made)``. A
+        workflow's result is its last step's: ``await forge.result(made[last])``.
 
         Args:
             task: The task's id, or what its enqueue returned.
@@ -205,26 +190,24 @@ class ForgeOperations:
             ForgeTaskFailedError: The task ended failed or cancelled.
             TaskNotFoundError: No task has that id.
         """
-        return self._decoded_result(await _finished(await self._store(), _task_id(task)))
+        await self._store()  # an embedded forge's tables exist before the wait
+        return self._decoded_result(await self._backend.finished(_task_id(task)))
 
     def result_sync(
         self, task: int | EnqueueResult, *, timeout: timedelta | float | None = None
     ) -> Any:
         """:meth:`result` for synchronous code (a thread with no running event loop).
 
+        It waits on the forge's synchronous thread, woken the same way.
+
         Raises:
             TimeoutError: The task had not finished within ``timeout``.
             ForgeTaskFailedError: The task ended failed or cancelled.
             TaskNotFoundError: No task has that id.
+            ValueError: ``timeout`` is negative.
         """
         task_id, seconds = _task_id(task), _seconds(timeout)
-
-        # The forge's synchronous thread runs the poll on its own loop and connections.
-        async def wait(store: BackgroundTaskStore) -> BackgroundTaskRecord:
-            async with asyncio.timeout(seconds):
-                return await _finished(store, task_id)
-
-        return self._decoded_result(self._backend.run_sync(wait))
+        return self._decoded_result(self._backend.finished_sync(task_id, seconds))
 
     def _decoded_result(self, record: BackgroundTaskRecord) -> Any:
         if record.status is not TaskStatus.SUCCEEDED:

@@ -50,6 +50,7 @@ class _Running:
     engine: AsyncEngine
     store: BackgroundTaskDbStore
     let_go: Callable[[], None]
+    on_close: Callable[[], Awaitable[None]] | None
     calls: set[Future[Any]] = field(default_factory=set)
 
 
@@ -59,10 +60,18 @@ class SyncBridge:
     Args:
         open_store: Builds the engine and the store the thread's loop uses; called on
             each start (nothing connects until the loop sends a statement).
+        on_close: Awaited on the thread's loop when the bridge closes, before its
+            connections (what the calls started there stops).
     """
 
-    def __init__(self, open_store: Callable[[], tuple[AsyncEngine, BackgroundTaskDbStore]]) -> None:
+    def __init__(
+        self,
+        open_store: Callable[[], tuple[AsyncEngine, BackgroundTaskDbStore]],
+        *,
+        on_close: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self._open_store = open_store
+        self._on_close = on_close
         self._lock = threading.Lock()
         self._running: _Running | None = None
         _BRIDGES.add(self)
@@ -106,7 +115,7 @@ class SyncBridge:
             let_go = store.keep_connection()
             stop = start_blocking_portal(name="aster-forge-sync-enqueue")
             loop = stop.__enter__().call(asyncio.get_running_loop)
-            self._running = _Running(loop, stop, engine, store, let_go)
+            self._running = _Running(loop, stop, engine, store, let_go, self._on_close)
             atexit.register(self.close)
         return self._running
 
@@ -173,6 +182,8 @@ async def _close_store(running: _Running) -> None:
     # Calls scheduled before the close finish first (their callers are waiting).
     calls = [asyncio.wrap_future(call) for call in list(running.calls)]
     await asyncio.gather(*calls, return_exceptions=True)
+    if running.on_close is not None:
+        await running.on_close()
     running.let_go()
     await running.store.flush_notifications()
     await asyncio.sleep(0)  # the kept connection goes back to the pool in this turn

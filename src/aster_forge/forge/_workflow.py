@@ -103,7 +103,7 @@ class ForgeWorkflows:
         backend = self._backend
         if not backend.tables_ready:
             await backend.create_tables_once()
-        results = await backend.builtin_task_store.enqueue_workflow(
+        results = await backend.task_store.enqueue_workflow(
             [step.request for step in ordered], dependencies
         )
         self._wake_workers()
@@ -115,7 +115,7 @@ class ForgeWorkflows:
         Each carries its outcome (``status``, ``result_json``, ``last_error``): what a
         batch callback reads of its members.
         """
-        return await self._backend.builtin_task_store.dependency_records(ctx.task_id)
+        return list(await self._backend.task_store.dependency_records(ctx.task_id))
 
     async def dependency_results(self, ctx: TaskExecutionContext) -> list[Any]:
         """The results of the tasks the running task waited for, by id, each decoded as
@@ -139,7 +139,7 @@ class ForgeWorkflows:
             How many steps this call cancelled or asked to stop (not those a cancelled
             dependency had already cancelled, nor those already finished).
         """
-        store = self._backend.builtin_task_store
+        store = self._backend.task_store
         stopped = (TaskCancelOutcome.CANCELLED, TaskCancelOutcome.CANCEL_REQUESTED)
         cancelled = 0
         for result in made.values():

@@ -31,6 +31,7 @@ from ._schedule_types import (
     ScheduledTaskRecord,
 )
 from ._schedules import CronSchedule, IntervalSchedule
+from ._workflow import TaskDependency
 
 # --- task records and claim/heartbeat/execution stores ---
 
@@ -693,6 +694,31 @@ class BackgroundTaskStore(
             lanes: Report exactly these lanes (zeros where empty); default: every lane
                 that has pending or running tasks. Sorted by lane.
         """
+        ...
+
+    async def enqueue_workflow(
+        self, tasks: Sequence[NewTask], dependencies: Sequence[TaskDependency]
+    ) -> Sequence[EnqueueResult]:
+        """Write every task and edge of a workflow at once; results in input order.
+
+        A task with dependencies is stored ``pending`` but not due until they have all
+        finished: then it becomes due, or ends ``CANCELLED`` when one of them ended
+        failed or cancelled without ``run_anyway`` on its edge (and so, in turn, do its
+        own dependents), in the write of the ending that decided it. An operator retry
+        of that dependency brings the cancelled dependents back (see
+        :meth:`retry_task`). A task with dependents waiting is returned with
+        ``dependents_waiting`` set.
+
+        Raises:
+            TaskEnqueueValueError: The edges are not a DAG over ``tasks``, or a task
+                has a dedupe key (see :meth:`~aster_forge.tasks.TaskDependency.checked`);
+                nothing is written.
+        """
+        ...
+
+    async def dependency_records(self, task_id: int) -> Sequence[BackgroundTaskRecord]:
+        """The rows of the tasks ``task_id`` waits (or waited) for, by id; empty for a
+        task without dependencies (or an unknown id)."""
         ...
 
 

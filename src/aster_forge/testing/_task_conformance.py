@@ -33,6 +33,7 @@ from ._rate_limit_conformance import RateLimitChecks
 from ._task_control_conformance import LONG as _LONG
 from ._task_control_conformance import TaskControlChecks
 from ._task_control_conformance import lease_of as _lease
+from ._workflow_conformance import WorkflowChecks
 
 __all__ = ["TaskStoreConformance"]
 
@@ -43,6 +44,7 @@ class TaskStoreConformance(
     PartitionChecks,
     RateLimitChecks,
     PartitionRateChecks,
+    WorkflowChecks,
     StoreConformance[BackgroundTaskStore],
 ):
     """Checks every :class:`~aster_forge.tasks.BackgroundTaskStore` must pass (seed 测试要求).
@@ -94,6 +96,7 @@ class TaskStoreConformance(
         *PartitionChecks.PARTITION_CHECKS,
         *RateLimitChecks.RATE_LIMIT_CHECKS,
         *PartitionRateChecks.PARTITION_RATE_CHECKS,
+        *WorkflowChecks.WORKFLOW_CHECKS,
     )
 
     def __init__(

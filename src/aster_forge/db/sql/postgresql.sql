@@ -134,7 +134,9 @@ WITH done AS (
     FROM unnest(:ids, :tokens, :results, :steps) AS v(id, token, result_json, steps_json)
     WHERE d.id = v.id AND d.processing_token = v.token
       AND d.id = ANY(:ids) AND d.status = (SELECT '{running}')
-    RETURNING d.id, v.token
+    RETURNING d.id, v.token, d.result_awaited
+), told AS (
+    {told}
 )
 
 -- not_done --
@@ -142,13 +144,16 @@ AND id <> ALL(:ids)
 
 -- done_result --
 -- One row at least (the LEFT JOIN); the written pairs ride on the first row only (on
--- every row they would be sent and decoded once per claimed task).
+-- every row they would be sent and decoded once per claimed task). The filter reads
+-- ``told`` (the awaited successes' NOTIFY, see _tasks_results): a CTE no query reads
+-- never runs.
 SELECT CASE WHEN row_number() OVER () = 1 THEN (SELECT array_agg(id) FROM done) END
            AS done_ids,
        CASE WHEN row_number() OVER () = 1 THEN (SELECT array_agg(token) FROM done) END
            AS done_tokens,
        c.*
 FROM (SELECT 1) AS one LEFT JOIN claimed AS c ON true
+WHERE (SELECT count(*) FROM told) >= 0
 
 -- gate --
 -- A lane with a cluster-wide limit claims at most the room left under it: the lane's
