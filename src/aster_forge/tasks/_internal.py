@@ -65,8 +65,11 @@ from ._records import (
 )
 from ._retention import prune_finished_tasks
 from ._retry import ClassifiedTaskError, TaskErrorClassifier, TaskRetryClass, TaskRetryPolicy
-from ._schedule_types import (
+from ._schedules import (
+    MAX_CRON_EXPRESSION_LENGTH,
+    MAX_CRON_TIMEZONE_LENGTH,
     MAX_SCHEDULED_TASK_NAME_LENGTH,
+    Schedule,
     ScheduledTaskClaim,
     ScheduledTaskRecord,
     ScheduledTaskRunStatus,
@@ -78,7 +81,6 @@ from ._schedule_types import (
     validate_scheduled_duration,
     validate_scheduled_identifier,
 )
-from ._schedules import MAX_CRON_EXPRESSION_LENGTH, MAX_CRON_TIMEZONE_LENGTH, Schedule
 from ._steps import (
     TaskStepInfo,
     TaskStepStatus,

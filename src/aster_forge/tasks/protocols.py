@@ -25,12 +25,13 @@ from ._records import (
     TaskPage,
     TaskStatus,
 )
-from ._schedule_types import (
+from ._schedules import (
+    CronSchedule,
+    IntervalSchedule,
     ScheduledTaskClaim,
     ScheduledTaskOutcome,
     ScheduledTaskRecord,
 )
-from ._schedules import CronSchedule, IntervalSchedule
 
 # --- task records and claim/heartbeat/execution stores ---
 
