@@ -44,7 +44,7 @@ from ._worker import TaskWorker
 # isort: split
 # --- runtime workers and the scheduled catalog ---
 from ._background import BackgroundTasks
-from ._component_name import BACKGROUND_TASKS_COMPONENT
+from ._background import BACKGROUND_TASKS_COMPONENT
 from ._components import background_task_component_with_definitions_from_shutdown
 from ._dedupe import TaskDedupeKey, scheduled_task_dedupe_key
 from ._scheduled import LeasedScheduledRuntimeConfig, ScheduledJob

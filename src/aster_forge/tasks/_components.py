@@ -17,9 +17,8 @@ from ..runtime import (
     runtime_component,
 )
 from ..runtime._internal import StartupPhaseFailurePolicy
-from ._background import BackgroundTasks
+from ._background import BACKGROUND_TASKS_COMPONENT, BackgroundTasks
 from ._catalog import RuntimeTaskDefinition
-from ._component_name import BACKGROUND_TASKS_COMPONENT
 from .errors import BackgroundTaskSpawnError
 
 __all__ = [

@@ -20,7 +20,7 @@ from ._admin_query import (
     check_search_page_args,
     check_throughput_minutes,
 )
-from ._context import TaskExecutionContext
+from ._context import TaskExecutionContext, TaskLogContextFilter
 from ._control import (
     TaskLaneState,
     TaskPruneReport,
@@ -31,7 +31,6 @@ from ._control import (
 )
 from ._dedupe import MAX_TASK_DEDUPE_KEY_LENGTH
 from ._dispatch import DispatchStats, default_dispatch_owner
-from ._log_context import TaskLogContextFilter
 from ._partitions import fair_pick
 from ._rate_limit import (
     TaskRateLimit,
@@ -92,7 +91,7 @@ from ._steps import (
     set_task_step_active,
     set_task_step_succeeded,
 )
-from ._workflow_graph import (
+from ._workflow import (
     MAX_WORKFLOW_NODES,
     TaskWorkflowEdge,
     TaskWorkflowGraph,

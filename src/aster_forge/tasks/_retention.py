@@ -8,8 +8,7 @@ from datetime import timedelta
 
 from ..runtime import CancellationToken
 from ..runtime._internal import Clock, SystemClock, sleep_or_cancelled
-from ._control import TaskPruneReport, TaskRetention
-from ._control_protocols import TaskRetentionStore
+from ._control import TaskPruneReport, TaskRetention, TaskRetentionStore
 from ._records import TaskStatus
 
 __all__ = ["prune_finished_tasks", "run_task_retention", "task_retention_worker"]
