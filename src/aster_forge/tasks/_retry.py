@@ -26,7 +26,6 @@ __all__ = [
     "TaskRetryClass",
     "TaskRetryPolicy",
     "classify_task_error",
-    "default_task_retry_delay",
     "describe_exception",
     "exception_type_name",
     "format_task_traceback",
@@ -105,12 +104,7 @@ def classify_task_error(
     exception's type and its own text, at most 2,000 characters (a worker with
     ``redact_errors`` stores only the type).
 
-    Args:
-        exc: The exception the task body raised.
-        classifiers: Product mappings, most specific first.
-
-    Returns:
-        The classification to apply.
+    ``classifiers`` are the product's mappings, most specific first.
     """
     if isinstance(exc, ClassifiedTaskError):
         return TaskFailureClassification(exc.retry_class, exc.message)
@@ -128,13 +122,7 @@ def classify_task_error(
 def should_auto_retry(retry_class: TaskRetryClass, attempt: int, max_attempts: int) -> bool:
     """Whether a failed execution goes back to pending rather than to failed.
 
-    Args:
-        retry_class: The failure's class.
-        attempt: The attempt count *including* the execution that just failed (>= 1).
-        max_attempts: The task's attempt budget.
-
-    Returns:
-        ``True`` when the class allows automatic retry and budget remains.
+    ``attempt`` counts the execution that just failed (>= 1).
     """
     return retry_class.should_auto_retry() and attempt < max_attempts
 
@@ -210,19 +198,6 @@ class TaskRetryPolicy:
             return backoff
         fraction = (rng or random).random() * self.jitter
         return backoff * (1.0 - fraction)
-
-
-_DEFAULT_POLICY = TaskRetryPolicy()
-
-
-def default_task_retry_delay(attempt: int, *, rng: random.Random | None = None) -> timedelta:
-    """The default retry delay: 5 s, x3 per attempt, capped at 5 min, up to 10 % jitter.
-
-    Args:
-        attempt: Attempts counted so far, including the one that just failed.
-        rng: The random source (default: the module's shared generator).
-    """
-    return _DEFAULT_POLICY.delay(attempt, rng=rng)
 
 
 # --- what a failed attempt stores and logs about its exception ---

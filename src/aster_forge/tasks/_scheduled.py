@@ -171,16 +171,9 @@ async def run_scheduled_periodic_task(
     :class:`ScheduledOutcomeConvertible`) as given, any other value as succeeded,
     and an exception nobody mapped as failed with :data:`SCHEDULED_TASK_RAISED`.
 
-    Args:
-        store: The catalog store.
-        task: What to run and as whom.
-        fn: The body; receives the :class:`ScheduledTaskRun`.
-        shutdown_token: Ends the loop between firings; a running body is not
-            interrupted by it (the group cancels it after its grace).
-        record_outcome: Persists the product's outcome (history row, metrics).
-        on_exception: Maps an exception from ``fn`` to the product's outcome.
-        clock: Time source (``ManualClock`` in tests).
-        kind: The product's runtime-task kind, passed on in :attr:`ScheduledTaskRun.kind`.
+    ``shutdown_token`` ends the loop between firings; a running body is not interrupted
+    by it (the group cancels it after its grace). ``kind`` is passed on in
+    :attr:`ScheduledTaskRun.kind`.
 
     Raises:
         PeriodicTaskConfigError: When a hook is not callable.
