@@ -65,12 +65,7 @@ class TaskLease:
     def renewed(self, expires_at: datetime, *, cancel_requested: bool | None = None) -> TaskLease:
         """Return the same lease with a new expiry (what a heartbeat store returns).
 
-        Args:
-            expires_at: The new expiry written by the renewal.
-            cancel_requested: The row's cancel flag read by the renewal (``None``: keep).
-
-        Returns:
-            A new :class:`TaskLease`; this one is unchanged.
+        ``cancel_requested`` is the row's cancel flag read by the renewal (``None``: keep).
         """
         if cancel_requested is None:
             return replace(self, expires_at=expires_at)
