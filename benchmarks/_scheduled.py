@@ -22,8 +22,8 @@ from aster_forge.db import ScheduledTaskDbStore, scheduled_tasks_table
 from aster_forge.runtime import CancellationToken
 from aster_forge.runtime._clock import utc_now
 from aster_forge.tasks import IntervalSchedule, ScheduledTaskRun
-from aster_forge.tasks._schedule import run_scheduled_periodic_task
-from aster_forge.tasks._schedule_task import ScheduledPeriodicTask
+from aster_forge.tasks._scheduled import run_scheduled_periodic_task
+from aster_forge.tasks._schedules import ScheduledPeriodicTask
 
 from ._common import make_engine, percentile
 

@@ -32,7 +32,7 @@ from aster_forge.db import (
     scheduled_tasks_table,
 )
 from aster_forge.tasks import IntervalSchedule, ScheduledTaskOutcome
-from aster_forge.tasks._schedule_types import ScheduledTaskClaim
+from aster_forge.tasks._schedules import ScheduledTaskClaim
 
 DEFAULT_POSTGRES_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
 DEFAULT_MYSQL_URL = "mysql+aiomysql://root@127.0.0.1:3306/test"

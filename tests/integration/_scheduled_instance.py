@@ -43,8 +43,8 @@ from aster_forge.tasks import (
     ScheduledJob,
     ScheduledTaskRun,
 )
-from aster_forge.tasks._schedule import run_scheduled_periodic_task
-from aster_forge.tasks._schedule_task import ScheduledPeriodicTask
+from aster_forge.tasks._scheduled import run_scheduled_periodic_task
+from aster_forge.tasks._schedules import ScheduledPeriodicTask
 
 TICK_INTERVAL = timedelta(milliseconds=200)
 CLAIM_TTL = timedelta(seconds=1)

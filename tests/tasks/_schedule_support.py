@@ -15,9 +15,12 @@ from aster_forge.tasks import (
     ScheduledTaskRun,
     ScheduledTaskStore,
 )
-from aster_forge.tasks._schedule import run_scheduled_periodic_task
-from aster_forge.tasks._schedule_task import ScheduledPeriodicTask
-from aster_forge.tasks._schedule_types import ScheduledTaskClaim, ScheduledTaskRecord
+from aster_forge.tasks._scheduled import run_scheduled_periodic_task
+from aster_forge.tasks._schedules import (
+    ScheduledPeriodicTask,
+    ScheduledTaskClaim,
+    ScheduledTaskRecord,
+)
 from aster_forge.testing import InMemoryScheduledTaskStore, ManualClock
 
 

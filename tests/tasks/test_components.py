@@ -28,9 +28,6 @@ from aster_forge.tasks._components import (
     BACKGROUND_TASKS_SHUTDOWN_PHASE,
     BACKGROUND_TASKS_SPAWN_PHASE,
     BackgroundTaskComponent,
-    background_task_component,
-    background_task_component_from_shutdown,
-    background_task_component_with_definitions,
 )
 from aster_forge.tasks.errors import BackgroundTaskSpawnError
 from aster_forge.testing import ManualClock
@@ -118,18 +115,17 @@ def test_the_component_carries_the_task_definitions() -> None:
     assert isinstance(bundle, BackgroundTaskComponent)
     assert bundle.task_names == ("system-health-check", "audit-cleanup")
     group = BackgroundTasks()
-    bundle2 = background_task_component_with_definitions(group, CATALOG.definitions())
-    assert isinstance(bundle2, BackgroundTaskComponent)
+    bundle2 = BackgroundTaskComponent(group=group, definitions=CATALOG.definitions())
     assert bundle2.task_names == ("system-health-check", "audit-cleanup")
     with pytest.raises(BackgroundTaskSpawnError, match="RuntimeTaskDefinition"):
-        background_task_component_with_definitions(group, ["system-health-check"])  # type: ignore[list-item]
+        BackgroundTaskComponent(group=group, definitions=["system-health-check"])  # type: ignore[arg-type]
 
 
 def test_the_task_definitions_appear_in_the_component_descriptor() -> None:
     registry = RuntimeComponentRegistry()
     group = BackgroundTasks()
     registry.register_bundle(
-        background_task_component_with_definitions(group, CATALOG.definitions())
+        runtime_component(BackgroundTaskComponent(group=group, definitions=CATALOG.definitions()))
     )
     descriptor = registry.descriptor(BACKGROUND_TASKS_COMPONENT)
     assert descriptor is not None
@@ -146,7 +142,8 @@ async def test_async_spawner_via_background_task_component_from_shutdown() -> No
         return groups[-1]
 
     runtime = AsterRuntime(
-        components=[background_task_component_from_shutdown(spawn)], install_signal_handlers=False
+        components=[background_task_component_with_definitions_from_shutdown((), spawn)],
+        install_signal_handlers=False,
     )
     run = asyncio.create_task(runtime.run())
     await until(lambda: len(groups) == 1)
@@ -163,7 +160,7 @@ async def test_existing_group_is_shut_down_once_even_if_registered_twice() -> No
         await t.wait()
         stops.append("stopped")
 
-    component = background_task_component(group)
+    component = runtime_component(BackgroundTaskComponent(group=group))
     registry = RuntimeComponentRegistry()
     registry.register_bundle(component)
     registry.register_bundle(component)
@@ -177,7 +174,7 @@ async def test_existing_group_is_shut_down_once_even_if_registered_twice() -> No
     )
     assert not report.has_failures()
     with pytest.raises(BackgroundTaskSpawnError):
-        background_task_component("not a group")  # type: ignore[arg-type]
+        BackgroundTaskComponent(group="not a group")  # type: ignore[arg-type]
 
 
 async def test_spawn_failure_aborts_startup_and_shutdown_tolerates_the_missing_group() -> None:
@@ -186,7 +183,10 @@ async def test_spawn_failure_aborts_startup_and_shutdown_tolerates_the_missing_g
 
     log: list[str] = []
     runtime = AsterRuntime(
-        components=[background_task_component_from_shutdown(spawn), _database(log)],
+        components=[
+            background_task_component_with_definitions_from_shutdown((), spawn),
+            _database(log),
+        ],
         install_signal_handlers=False,
     )
     with pytest.raises(AsterRuntimeStartupError) as caught:
@@ -214,7 +214,11 @@ async def test_shutdown_phase_timeout_aborts_stubborn_workers() -> None:
         return group
 
     runtime = AsterRuntime(
-        components=[background_task_component_from_shutdown(spawn, timeout=timedelta(seconds=2))],
+        components=[
+            background_task_component_with_definitions_from_shutdown(
+                (), spawn, timeout=timedelta(seconds=2)
+            )
+        ],
         install_signal_handlers=False,
         clock=clock,
     )

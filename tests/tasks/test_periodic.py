@@ -10,8 +10,8 @@ import pytest
 
 from aster_forge.runtime import CancellationToken
 from aster_forge.tasks import IntervalSchedule, ScheduledTaskRun
-from aster_forge.tasks._schedule import run_scheduled_periodic_task
-from aster_forge.tasks._schedule_task import ScheduledPeriodicTask
+from aster_forge.tasks._scheduled import run_scheduled_periodic_task
+from aster_forge.tasks._schedules import ScheduledPeriodicTask
 from aster_forge.tasks.errors import PeriodicTaskConfigError, ScheduledTaskValueError
 from aster_forge.testing import InMemoryScheduledTaskStore, ManualClock
 

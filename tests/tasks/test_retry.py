@@ -14,7 +14,6 @@ from aster_forge.tasks import TaskPayloadError
 from aster_forge.tasks._retry import (
     TaskFailureClassification,
     classify_task_error,
-    default_task_retry_delay,
     should_auto_retry,
 )
 
@@ -100,6 +99,7 @@ def test_backoff_is_monotonic_capped_and_never_negative(
 
 @given(st.integers(1, 10_000), st.integers(0, 2**32))
 def test_same_random_draw_keeps_jittered_delays_monotonic(attempt: int, seed: int) -> None:
-    first = default_task_retry_delay(attempt, rng=random.Random(seed))
-    second = default_task_retry_delay(attempt + 1, rng=random.Random(seed))
+    default = TaskRetryPolicy()  # 5 s, x3 per attempt, capped at 5 min, 10 % jitter
+    first = default.delay(attempt, rng=random.Random(seed))
+    second = default.delay(attempt + 1, rng=random.Random(seed))
     assert timedelta(0) <= first <= second <= timedelta(minutes=5)

@@ -10,16 +10,16 @@ import pytest
 
 from aster_forge.runtime import CancellationToken
 from aster_forge.tasks import IntervalSchedule, ScheduledTaskOutcome, scheduled_task_dedupe_key
-from aster_forge.tasks._schedule import (
+from aster_forge.tasks._scheduled import (
     SCHEDULED_TASK_RAISED,
     run_scheduled_claim_renewal_loop,
     run_scheduled_periodic_task,
 )
-from aster_forge.tasks._schedule_task import (
+from aster_forge.tasks._schedules import (
     ScheduledPeriodicTask,
+    ScheduledTaskRunStatus,
     scheduled_claim_renew_interval,
 )
-from aster_forge.tasks._schedule_types import ScheduledTaskRunStatus
 from aster_forge.tasks.errors import (
     PeriodicTaskConfigError,
     ScheduledTaskValueError,

@@ -16,7 +16,7 @@ from aster_forge.tasks import (
     ScheduledTaskRun,
     scheduled_task_dedupe_key,
 )
-from aster_forge.tasks._schedule_task import ScheduledPeriodicTask
+from aster_forge.tasks._schedules import ScheduledPeriodicTask
 from aster_forge.tasks.errors import PeriodicTaskConfigError
 from aster_forge.testing import (
     InMemoryRuntimeLeaseStore,

@@ -44,13 +44,11 @@ from ._worker import TaskWorker
 # isort: split
 # --- runtime workers and the scheduled catalog ---
 from ._background import BackgroundTasks
-from ._component_name import BACKGROUND_TASKS_COMPONENT
+from ._background import BACKGROUND_TASKS_COMPONENT
 from ._components import background_task_component_with_definitions_from_shutdown
 from ._dedupe import TaskDedupeKey, scheduled_task_dedupe_key
-from ._leased_scheduled import LeasedScheduledRuntimeConfig, ScheduledJob
-from ._schedule import ScheduledTaskRun
-from ._schedule_types import ScheduledTaskOutcome
-from ._schedules import CronSchedule, IntervalSchedule
+from ._scheduled import LeasedScheduledRuntimeConfig, ScheduledJob
+from ._schedules import CronSchedule, IntervalSchedule, ScheduledTaskOutcome, ScheduledTaskRun
 from .protocols import ScheduledTaskStore
 
 __all__ = [

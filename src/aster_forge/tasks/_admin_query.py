@@ -8,7 +8,7 @@ when the store has it (the reference database store and the in-memory store do).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
@@ -119,15 +119,7 @@ class TaskQuery:
 
     def without_status(self) -> TaskQuery:
         """The same filters for every status (what the status tabs count)."""
-        return TaskQuery(
-            kind=self.kind,
-            lane=self.lane,
-            task_id=self.task_id,
-            dedupe_key=self.dedupe_key,
-            error_contains=self.error_contains,
-            created_from=self.created_from,
-            created_until=self.created_until,
-        )
+        return replace(self, status=None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,16 +6,27 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, Final
 
 from ..runtime import CancellationToken
 from ..runtime._internal import Clock, SystemClock
-from ._component_name import BACKGROUND_TASKS_COMPONENT
 from .errors import BackgroundTasksClosedError, BackgroundTaskSpawnError, PeriodicTaskConfigError
 
-__all__ = ["DEFAULT_SHUTDOWN_GRACE", "BackgroundTasks", "WorkerFn"]
+__all__ = [
+    "BACKGROUND_TASKS_COMPONENT",
+    "DEFAULT_SHUTDOWN_GRACE",
+    "BackgroundTasks",
+    "WorkerFn",
+]
 
 logger = logging.getLogger("aster_forge.tasks.runtime")
+
+BACKGROUND_TASKS_COMPONENT: Final = "background_tasks"
+"""The runtime component name every background-task component factory registers.
+
+Database, mail or audit components name it to declare that they shut down after the
+background tasks.
+"""
 
 WorkerFn = Callable[[CancellationToken], Awaitable[Any]]
 """A worker: ``async def worker(shutdown_token)`` that returns once the token is cancelled."""

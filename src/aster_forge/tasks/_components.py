@@ -17,9 +17,8 @@ from ..runtime import (
     runtime_component,
 )
 from ..runtime._internal import StartupPhaseFailurePolicy
-from ._background import BackgroundTasks
+from ._background import BACKGROUND_TASKS_COMPONENT, BackgroundTasks
 from ._catalog import RuntimeTaskDefinition
-from ._component_name import BACKGROUND_TASKS_COMPONENT
 from .errors import BackgroundTaskSpawnError
 
 __all__ = [
@@ -27,32 +26,11 @@ __all__ = [
     "BACKGROUND_TASKS_SPAWN_PHASE",
     "DEFAULT_BACKGROUND_TASKS_SHUTDOWN_TIMEOUT",
     "BackgroundTaskComponent",
-    "background_task_component",
-    "background_task_component_from_shutdown",
-    "background_task_component_with_definitions",
     "background_task_component_with_definitions_from_shutdown",
 ]
 
 SpawnGroup = Callable[[CancellationToken], BackgroundTasks | Awaitable[BackgroundTasks]]
 """Builds a worker group from the token that stops it (plain or ``async`` function)."""
-
-
-async def spawn_background_group(
-    spawn_group: SpawnGroup, shutdown_token: CancellationToken
-) -> BackgroundTasks:
-    """Call ``spawn_group(shutdown_token)`` and check it produced a :class:`BackgroundTasks`.
-
-    Raises:
-        BackgroundTaskSpawnError: When the spawner returned something else.
-    """
-    group = spawn_group(shutdown_token)
-    if inspect.isawaitable(group):
-        group = await group
-    if not isinstance(group, BackgroundTasks):
-        raise BackgroundTaskSpawnError(
-            f"the group spawner must return BackgroundTasks, got {type(group).__name__}"
-        )
-    return group
 
 
 BACKGROUND_TASKS_SHUTDOWN_PHASE = "background_tasks"
@@ -79,7 +57,15 @@ class BackgroundTaskComponent:
 
     Attributes:
         definitions: The runtime-task catalog entries the group runs (for admin views).
-        group: The group, once spawned (or as given).
+        group: The group, once spawned (or as given, already running).
+        spawn: ``spawn(shutdown_token) -> BackgroundTasks`` (plain or ``async``), called
+            in the startup phase, when no ``group`` is given.
+        shutdown_token: The token ``spawn`` receives (the runtime's).
+        timeout: The shutdown phase deadline (``None``: none).
+
+    Raises:
+        BackgroundTaskSpawnError: A definition that is not a ``RuntimeTaskDefinition``,
+            or a ``group`` that is not a ``BackgroundTasks``.
     """
 
     definitions: tuple[RuntimeTaskDefinition[Any, Any], ...] = ()
@@ -88,6 +74,18 @@ class BackgroundTaskComponent:
     shutdown_token: CancellationToken | None = None
     timeout: timedelta | None = DEFAULT_BACKGROUND_TASKS_SHUTDOWN_TIMEOUT
     _stopped: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        self.definitions = tuple(self.definitions)
+        for item in self.definitions:
+            if not isinstance(item, RuntimeTaskDefinition):
+                raise BackgroundTaskSpawnError(
+                    f"definitions must be RuntimeTaskDefinition values, got {type(item).__name__}"
+                )
+        if self.group is not None and not isinstance(self.group, BackgroundTasks):
+            raise BackgroundTaskSpawnError(
+                f"expected BackgroundTasks, got {type(self.group).__name__}"
+            )
 
     @property
     def task_names(self) -> tuple[str, ...]:
@@ -118,7 +116,14 @@ class BackgroundTaskComponent:
         if self.shutdown_token.cancelled:
             # Stop requested during startup: spawning workers now would be wasted work.
             return
-        self.group = await spawn_background_group(self.spawn, self.shutdown_token)
+        group = self.spawn(self.shutdown_token)
+        if inspect.isawaitable(group):
+            group = await group
+        if not isinstance(group, BackgroundTasks):
+            raise BackgroundTaskSpawnError(
+                f"the group spawner must return BackgroundTasks, got {type(group).__name__}"
+            )
+        self.group = group
 
     async def _shutdown(self) -> None:
         # Once only, even if the bundle was registered twice.
@@ -126,74 +131,6 @@ class BackgroundTaskComponent:
             return
         self._stopped = True
         await self.group.shutdown()
-
-
-def _definitions(definitions: Iterable[RuntimeTaskDefinition[Any, Any]]) -> tuple[Any, ...]:
-    items = tuple(definitions)
-    for item in items:
-        if not isinstance(item, RuntimeTaskDefinition):
-            raise BackgroundTaskSpawnError(
-                f"definitions must be RuntimeTaskDefinition values, got {type(item).__name__}"
-            )
-    return items
-
-
-def _check_group(tasks: object) -> BackgroundTasks:
-    if not isinstance(tasks, BackgroundTasks):
-        raise BackgroundTaskSpawnError(f"expected BackgroundTasks, got {type(tasks).__name__}")
-    return tasks
-
-
-def background_task_component(
-    tasks: BackgroundTasks,
-    *,
-    timeout: timedelta | None = DEFAULT_BACKGROUND_TASKS_SHUTDOWN_TIMEOUT,
-) -> RuntimeComponentBundle:
-    """The component for a group the product already created.
-
-    Prefer :func:`background_task_component_with_definitions_from_shutdown`, which
-    spawns the group from the runtime's shutdown token.
-
-    Args:
-        tasks: The running group; shut down once in the component's shutdown phase.
-        timeout: The shutdown phase deadline (``None``: none).
-    """
-    return runtime_component(BackgroundTaskComponent(group=_check_group(tasks), timeout=timeout))
-
-
-def background_task_component_with_definitions(
-    tasks: BackgroundTasks,
-    definitions: Iterable[RuntimeTaskDefinition[Any, Any]],
-    *,
-    timeout: timedelta | None = DEFAULT_BACKGROUND_TASKS_SHUTDOWN_TIMEOUT,
-) -> RuntimeComponentBundle:
-    """Like :func:`background_task_component`, also describing the tasks the group runs.
-
-    Args:
-        tasks: The running group.
-        definitions: The runtime-task catalog (e.g. ``catalog.definitions()``).
-        timeout: The shutdown phase deadline.
-    """
-    return runtime_component(
-        BackgroundTaskComponent(
-            definitions=_definitions(definitions), group=_check_group(tasks), timeout=timeout
-        )
-    )
-
-
-def background_task_component_from_shutdown(
-    spawn: SpawnGroup,
-    *,
-    timeout: timedelta | None = DEFAULT_BACKGROUND_TASKS_SHUTDOWN_TIMEOUT,
-) -> RuntimeComponentWithShutdown:
-    """The component whose group is spawned from the runtime's shared shutdown token.
-
-    Args:
-        spawn: ``spawn(shutdown_token) -> BackgroundTasks`` (plain or ``async``); called
-            in the startup phase :data:`BACKGROUND_TASKS_SPAWN_PHASE`.
-        timeout: The shutdown phase deadline.
-    """
-    return background_task_component_with_definitions_from_shutdown((), spawn, timeout=timeout)
 
 
 def background_task_component_with_definitions_from_shutdown(
@@ -208,11 +145,6 @@ def background_task_component_with_definitions_from_shutdown(
     spawned in a required startup phase and stopped in the component's shutdown phase
     (before every component that depends on ``background_tasks``).
 
-    Args:
-        definitions: The runtime-task catalog the group runs.
-        spawn: ``spawn(shutdown_token) -> BackgroundTasks`` (plain or ``async``).
-        timeout: The shutdown phase deadline (``None``: none).
-
     Examples:
         >>> from aster_forge.runtime import AsterRuntime
         >>> def spawn(token: CancellationToken) -> BackgroundTasks:
@@ -226,7 +158,7 @@ def background_task_component_with_definitions_from_shutdown(
     """
     if not callable(spawn):
         raise BackgroundTaskSpawnError("spawn is not callable")
-    items = _definitions(definitions)
+    items = BackgroundTaskComponent(definitions=tuple(definitions)).definitions
 
     def build(shutdown_token: CancellationToken) -> RuntimeComponentBundle:
         return runtime_component(

@@ -1,23 +1,28 @@
-"""Operator and body control of tasks: snooze requests, lane pause state, retention policy."""
+"""Operator and body control of tasks: snoozes, lane pause state, retention, their stores."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from ._records import TaskStatus
+from ._retry import TaskFailureClassification, TaskRetryClass
 from .errors import AsterForgeTasksError, TaskInvalidValueError
 
 __all__ = [
     "DEFAULT_MAX_SNOOZES",
     "MAX_PRUNE_BATCH",
+    "TaskLaneControlStore",
     "TaskLaneState",
     "TaskPruneReport",
     "TaskRetention",
+    "TaskRetentionStore",
     "TaskSnooze",
     "check_delete_finished_tasks_args",
     "check_snooze_delay",
+    "snooze_failure",
 ]
 
 DEFAULT_MAX_SNOOZES = 100
@@ -66,6 +71,17 @@ def check_snooze_delay(delay: object) -> None:
     """
     if not isinstance(delay, timedelta) or delay < timedelta(0):
         raise TaskInvalidValueError("snooze delay must be a non-negative timedelta")
+
+
+def snooze_failure(snoozed: int, max_snoozes: int) -> TaskFailureClassification | None:
+    """The failure a snooze turns into once the task has snoozed ``max_snoozes`` times.
+
+    ``None`` while the snooze is allowed. The failure allows a manual retry.
+    """
+    if snoozed < max_snoozes:
+        return None
+    message = f"Task snoozed {snoozed} times; the limit is {max_snoozes}"
+    return TaskFailureClassification(TaskRetryClass.MANUAL, message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,3 +199,52 @@ def check_delete_finished_tasks_args(
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PRUNE_BATCH:
         raise TaskInvalidValueError(f"prune limit must be an int in 1..{MAX_PRUNE_BATCH}")
     return value
+
+
+# --- the stores operators control through ---
+
+
+class TaskLaneControlStore(Protocol):
+    """The pause state of lanes, stored so every instance's claims honour it.
+
+    A claim of a paused lane returns nothing (expired leases are still rescued);
+    tasks already running finish and write their outcome as usual. A pause takes
+    effect for claims that start after it is stored.
+    """
+
+    async def pause_lane(self, lane: str) -> TaskLaneState:
+        """Pause ``lane`` (idempotent; a paused lane keeps its first ``paused_at``)."""
+        ...
+
+    async def resume_lane(self, lane: str) -> TaskLaneState:
+        """Resume ``lane`` (idempotent; a lane never paused is simply not paused)."""
+        ...
+
+    async def lane_states(self, lanes: Sequence[str] | None = None) -> Sequence[TaskLaneState]:
+        """The stored states, sorted by lane.
+
+        Args:
+            lanes: Report exactly these lanes (unpaused defaults where nothing is
+                stored); default: every lane with a stored state.
+        """
+        ...
+
+
+class TaskRetentionStore(Protocol):
+    """Deletes finished tasks in bounded batches (the retention job's store)."""
+
+    async def delete_finished_tasks(
+        self, status: TaskStatus, older_than: timedelta, *, limit: int
+    ) -> int:
+        """Delete up to ``limit`` tasks in ``status`` finished at least ``older_than`` ago.
+
+        Only terminal statuses are accepted; the oldest ``finished_at`` go first. One
+        short transaction (rows another transaction holds are skipped, not waited for).
+
+        Returns:
+            How many rows were deleted (``< limit`` means none are left for now).
+
+        Raises:
+            TaskInvalidValueError: A non-terminal status, a negative age or a bad limit.
+        """
+        ...

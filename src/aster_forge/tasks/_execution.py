@@ -26,20 +26,18 @@ from ..runtime._internal import (
     watch_blocking_steps,
 )
 from ._completion import TaskCompletionBatcher
-from ._context import TaskExecutionContext
-from ._control import DEFAULT_MAX_SNOOZES, TaskSnooze
-from ._control_outcomes import retry_policy_for, snooze_failure
+from ._context import TaskExecutionContext, enter_task_log_context, leave_task_log_context
+from ._control import DEFAULT_MAX_SNOOZES, TaskSnooze, snooze_failure
 from ._dispatch import ClaimedTaskOutcome
-from ._failure import format_task_traceback
 from ._heartbeat import SharedTaskHeartbeat
 from ._lease import TaskLease, TaskLeaseGuard, TaskLeaseTermination, task_lease_termination_of
-from ._log_context import enter_task_log_context, leave_task_log_context
 from ._registry import TaskRegistry, wire_of
 from ._retry import (
     TaskErrorClassifier,
     TaskFailureClassification,
     TaskRetryClass,
     TaskRetryPolicy,
+    format_task_traceback,
     should_auto_retry,
 )
 from ._spec import ErasedTaskSpec, task_kind_label
@@ -490,7 +488,7 @@ class ClaimedTaskExecution:
             failure = TaskFailureClassification(TaskRetryClass.RETRYABLE, UNEXPECTED_CANCEL_MESSAGE)
             return self._failure(failure, erased)
         if isinstance(exc, TaskSnooze):
-            over = snooze_failure(task, exc, config.max_snoozes)
+            over = snooze_failure(task.snooze_count, config.max_snoozes)
             if over is not None:
                 return _Decision(ClaimedTaskOutcome.FAILED, failure=over)
             return _Decision(ClaimedTaskOutcome.SNOOZED, delay=exc.delay)
@@ -634,7 +632,9 @@ class ClaimedTaskExecution:
     ) -> _Decision:
         if not should_auto_retry(failure.retry_class, self.attempt, self.task.max_attempts):
             return _Decision(ClaimedTaskOutcome.FAILED, failure=failure, traceback=traceback)
-        delay = retry_policy_for(erased, self._config.retry_policy).delay(self.attempt)
+        # The kind's own backoff, else the worker's.
+        policy = erased.spec.retry_policy or self._config.retry_policy
+        delay = policy.delay(self.attempt)
         return _Decision(
             ClaimedTaskOutcome.RETRIED, failure=failure, delay=delay, traceback=traceback
         )

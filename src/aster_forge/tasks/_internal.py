@@ -20,7 +20,7 @@ from ._admin_query import (
     check_search_page_args,
     check_throughput_minutes,
 )
-from ._context import TaskExecutionContext
+from ._context import TaskExecutionContext, TaskLogContextFilter
 from ._control import (
     TaskLaneState,
     TaskPruneReport,
@@ -31,7 +31,6 @@ from ._control import (
 )
 from ._dedupe import MAX_TASK_DEDUPE_KEY_LENGTH
 from ._dispatch import DispatchStats, default_dispatch_owner
-from ._log_context import TaskLogContextFilter
 from ._partitions import fair_pick
 from ._rate_limit import (
     TaskRateLimit,
@@ -66,8 +65,11 @@ from ._records import (
 )
 from ._retention import prune_finished_tasks
 from ._retry import ClassifiedTaskError, TaskErrorClassifier, TaskRetryClass, TaskRetryPolicy
-from ._schedule_types import (
+from ._schedules import (
+    MAX_CRON_EXPRESSION_LENGTH,
+    MAX_CRON_TIMEZONE_LENGTH,
     MAX_SCHEDULED_TASK_NAME_LENGTH,
+    Schedule,
     ScheduledTaskClaim,
     ScheduledTaskRecord,
     ScheduledTaskRunStatus,
@@ -79,7 +81,6 @@ from ._schedule_types import (
     validate_scheduled_duration,
     validate_scheduled_identifier,
 )
-from ._schedules import MAX_CRON_EXPRESSION_LENGTH, MAX_CRON_TIMEZONE_LENGTH, Schedule
 from ._steps import (
     TaskStepInfo,
     TaskStepStatus,
@@ -91,7 +92,7 @@ from ._steps import (
     set_task_step_active,
     set_task_step_succeeded,
 )
-from ._workflow_graph import (
+from ._workflow import (
     MAX_WORKFLOW_NODES,
     TaskWorkflowEdge,
     TaskWorkflowGraph,

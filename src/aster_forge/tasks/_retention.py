@@ -8,8 +8,7 @@ from datetime import timedelta
 
 from ..runtime import CancellationToken
 from ..runtime._internal import Clock, SystemClock, sleep_or_cancelled
-from ._control import TaskPruneReport, TaskRetention
-from ._control_protocols import TaskRetentionStore
+from ._control import TaskPruneReport, TaskRetention, TaskRetentionStore
 from ._records import TaskStatus
 
 __all__ = ["prune_finished_tasks", "run_task_retention", "task_retention_worker"]
@@ -32,14 +31,7 @@ async def prune_finished_tasks(
     Each batch is one short statement of at most ``retention.batch_size`` rows, so no
     lock is held for long and workers keep claiming and writing in between.
 
-    Args:
-        store: The task store.
-        retention: The ages and batch size.
-        stop: Cancel to end the pass after the current batch.
-        clock: Measures the duration (default: the system clock).
-
-    Returns:
-        What was removed, per status.
+    ``stop`` ends the pass after the current batch; ``clock`` measures its duration.
     """
     timer = clock if clock is not None else SystemClock()
     started = timer.monotonic()
@@ -70,14 +62,7 @@ async def run_task_retention(
     Run it on one instance only: as a worker of a
     :class:`~aster_forge.tasks.LeasedScheduledRuntimeConfig` (see
     :func:`task_retention_worker`). A failed pass is logged and retried at the next
-    interval; it never ends the loop.
-
-    Args:
-        store: The task store.
-        retention: The ages, batch size and interval.
-        stop: Cancel to end the loop (lease loss or shutdown).
-        clock: The clock the loop sleeps on.
-        on_report: Receives each pass's report.
+    interval; it never ends the loop. ``on_report`` receives each pass's report.
     """
     timer = clock if clock is not None else SystemClock()
     while not stop.cancelled:
@@ -117,12 +102,8 @@ def task_retention_worker(
         >>> worker.__name__
         'task_retention'
 
-    Args:
-        store: The task store.
-        retention: The ages (default :class:`TaskRetention`: succeeded 7 days, failed
-            30 days, cancelled 7 days, hourly, 1,000 rows a batch).
-        on_report: Receives each pass's report.
-        clock: The clock the loop sleeps on.
+    The default ``retention`` keeps succeeded tasks 7 days, failed 30, cancelled 7,
+    pruning hourly, 1,000 rows a batch.
     """
     policy = retention if retention is not None else TaskRetention()
 

@@ -1,8 +1,8 @@
-"""Schedules of the scheduled catalog: a fixed interval or a cron expression in a timezone.
+"""The scheduled catalog's values: schedules, catalog rows, claims, outcomes, the task.
 
-Both are values: built (and validated) at declaration, they compute firing times and
-never touch a store. Cron expressions are parsed and evaluated by ``cronsim`` (the
-``cron`` extra), imported only when a :class:`CronSchedule` is built.
+Everything here is a value: built (and validated) at declaration, it computes firing
+times and never touches a store. Cron expressions are parsed and evaluated by
+``cronsim`` (the ``cron`` extra), imported only when a :class:`CronSchedule` is built.
 
 Cron semantics (those of Debian/Vixie cron, which ``cronsim`` reproduces): the
 expression is matched against the wall clock of ``timezone``; firing times are
@@ -20,6 +20,7 @@ returned in UTC. Across a DST change:
 
 from __future__ import annotations
 
+import enum
 import importlib
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -27,7 +28,10 @@ from functools import cache
 from typing import Any, TypeAlias
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from .._validation import check_stored_duration, check_stored_identifier
+from ..runtime import CancellationToken
 from ..runtime._internal import NEVER_EXPIRES, saturating_expiry
+from ._dedupe import TaskDedupeKey, scheduled_task_dedupe_key
 from .errors import (
     CronExtraMissingError,
     CronScheduleError,
@@ -36,13 +40,27 @@ from .errors import (
 )
 
 __all__ = [
+    "DEFAULT_SCHEDULED_CLAIM_TTL",
     "MAX_CRON_EXPRESSION_LENGTH",
     "MAX_CRON_TIMEZONE_LENGTH",
+    "MAX_SCHEDULED_TASK_NAME_LENGTH",
     "CronSchedule",
     "IntervalSchedule",
     "Schedule",
-    "cron_schedule_text",
-    "interval_schedule_text",
+    "ScheduledPeriodicTask",
+    "ScheduledTaskClaim",
+    "ScheduledTaskOutcome",
+    "ScheduledTaskRecord",
+    "ScheduledTaskRun",
+    "ScheduledTaskRunStatus",
+    "scheduled_claim_renew_interval",
+    "stored_schedule_columns",
+    "validate_claim_scheduled_task_args",
+    "validate_complete_scheduled_task_args",
+    "validate_ensure_scheduled_task_args",
+    "validate_scheduled_claim",
+    "validate_scheduled_duration",
+    "validate_scheduled_identifier",
 ]
 
 MAX_CRON_EXPRESSION_LENGTH = 255
@@ -59,6 +77,8 @@ It is the width of the catalog's ``cron_timezone`` column; IANA zone names are f
 shorter, so the bound only refuses garbage.
 """
 
+_MIN_RENEW_INTERVAL = timedelta(milliseconds=10)
+_PROBE_TIME = datetime(2000, 1, 1, tzinfo=UTC)
 _CRON_EXTRA_HINT = "cron schedules need the 'cron' extra: pip install 'aster-forge[cron]'"
 
 # What a zero interval becomes: a configuration slip must not make the runner spin hot
@@ -118,7 +138,7 @@ class IntervalSchedule:
     @property
     def text(self) -> str:
         """A short human description, e.g. ``"every 1h30m"``."""
-        return interval_schedule_text(self.effective_every)
+        return _interval_text(self.effective_every)
 
     def first_run_at(self, now: datetime) -> datetime:
         """When a new catalog row's first firing is due: ``now + initial_delay``."""
@@ -200,7 +220,7 @@ class CronSchedule:
     @property
     def text(self) -> str:
         """A short human description, e.g. ``"*/5 * * * * (Europe/Paris)"``."""
-        return cron_schedule_text(self.expression, self.timezone)
+        return f"{self.expression} ({self.timezone})"
 
     def first_run_at(self, now: datetime) -> datetime:
         """When a new catalog row's first firing is due: the first instant after ``now``."""
@@ -243,13 +263,8 @@ Schedule: TypeAlias = IntervalSchedule | CronSchedule
 """A scheduled catalog task's schedule: :class:`IntervalSchedule` or :class:`CronSchedule`."""
 
 
-def interval_schedule_text(every: timedelta) -> str:
-    """Describe an interval compactly: ``every 1d2h``, ``every 5m``, ``every 0.25s``.
-
-    Example:
-        >>> interval_schedule_text(timedelta(hours=1, minutes=30))
-        'every 1h30m'
-    """
+def _interval_text(every: timedelta) -> str:
+    # Compact: "every 1d2h", "every 5m", "every 0.25s".
     total = every.total_seconds()
     if total < 1 or total != int(total):
         return f"every {total:g}s"
@@ -262,14 +277,319 @@ def interval_schedule_text(every: timedelta) -> str:
     return "every " + "".join(parts)
 
 
-def cron_schedule_text(expression: str, timezone: str) -> str:
-    """Describe a cron schedule: ``"<expression> (<timezone>)"``.
+# --- the catalog's rows, claims and outcomes ---
+
+MAX_SCHEDULED_TASK_NAME_LENGTH = 255
+"""The longest namespace, name or owner id (characters) a catalog store accepts.
+
+It is the width of the catalog's key columns (``VARCHAR(255)``); every store refuses a
+longer value with :class:`~aster_forge.tasks.ScheduledTaskValueError` rather than let
+one backend truncate it and another raise.
+"""
+
+
+def validate_scheduled_identifier(what: str, value: object) -> str:
+    """``value`` if it is a storable namespace, name or owner id, else ScheduledTaskValueError."""
+    return check_stored_identifier(
+        what, value, limit=MAX_SCHEDULED_TASK_NAME_LENGTH, error=ScheduledTaskValueError
+    )
+
+
+def validate_scheduled_duration(what: str, value: object, *, allow_zero: bool = False) -> timedelta:
+    return check_stored_duration(what, value, allow_zero=allow_zero, error=ScheduledTaskValueError)
+
+
+class ScheduledTaskRunStatus(enum.StrEnum):
+    """How one scheduled firing ended (stored as the lower-case wire value)."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledTaskOutcome:
+    """What :meth:`~aster_forge.tasks.ScheduledTaskStore.complete_scheduled_task` records.
+
+    Attributes:
+        status: Succeeded or failed.
+        error: The product's error text for a failure (any length; no NUL characters).
+        duration: How long the body ran, if measured.
+
+    Raises:
+        ScheduledTaskValueError: On a wrong type, a NUL in ``error`` or a negative duration.
+    """
+
+    status: ScheduledTaskRunStatus
+    error: str | None = None
+    duration: timedelta | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.status, ScheduledTaskRunStatus):
+            raise ScheduledTaskValueError(
+                f"status must be a ScheduledTaskRunStatus, got {self.status!r}"
+            )
+        if self.error is not None:
+            if not isinstance(self.error, str):
+                raise ScheduledTaskValueError(
+                    f"error must be a str or None, got {type(self.error).__name__}"
+                )
+            if "\x00" in self.error:
+                raise ScheduledTaskValueError("error must not contain NUL characters")
+        if self.duration is not None:
+            validate_scheduled_duration("duration", self.duration, allow_zero=True)
+
+    @classmethod
+    def succeeded(cls, duration: timedelta | None = None) -> ScheduledTaskOutcome:
+        """Return a success outcome."""
+        return cls(ScheduledTaskRunStatus.SUCCEEDED, None, duration)
+
+    @classmethod
+    def failed(cls, error: str | None, duration: timedelta | None = None) -> ScheduledTaskOutcome:
+        """Return a failure outcome carrying the product's error text."""
+        return cls(ScheduledTaskRunStatus.FAILED, error, duration)
+
+    @property
+    def duration_seconds(self) -> float | None:
+        """:attr:`duration` in seconds, for metrics."""
+        return None if self.duration is None else self.duration.total_seconds()
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledTaskClaim:
+    """One instance's claim on one due firing of a scheduled task.
+
+    The ownership predicate of renewal and completion is ``(task_id, owner_id,
+    claimed_at)``: a firing another instance re-claimed (new owner or newer
+    ``claimed_at``) can never be renewed or completed through an old claim.
+
+    Attributes:
+        task_id: The catalog row id.
+        namespace: The product namespace.
+        name: The scheduled task name.
+        owner_id: The claiming runtime's owner id.
+        claimed_at: The claim timestamp (store clock); part of the ownership predicate.
+        claim_expires_at: When another instance may re-claim the firing unless renewed.
+        scheduled_at: The firing time (``next_run_at`` when claimed); feed it to
+            :func:`~aster_forge.tasks.scheduled_task_dedupe_key`.
+    """
+
+    task_id: int
+    namespace: str
+    name: str
+    owner_id: str
+    claimed_at: datetime
+    claim_expires_at: datetime
+    scheduled_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledTaskRecord:
+    """A row of the scheduled task catalog.
+
+    Attributes:
+        task_id: The row id.
+        namespace: The product namespace.
+        name: The task name, unique within ``namespace``.
+        interval: The period of an interval schedule (zero on a cron row); completion
+            without an explicit next firing sets ``next_run_at = completed_at + interval``.
+        next_run_at: When the next firing becomes due.
+        claimed_by: The owner of the current claim, or ``None``.
+        last_claimed_at: The latest claim timestamp (kept after completion).
+        claim_expires_at: When the current claim expires, or ``None``.
+        last_run_status: How the latest completed firing ended.
+        last_run_error: Its error text, if any.
+        last_run_duration: Its duration, if recorded.
+        last_run_finished_at: When it was completed.
+        run_count: How many firings were completed.
+        created_at: When the row was created.
+        updated_at: When the row last changed.
+        cron_expression: The cron expression of a cron row, ``None`` on an interval row.
+        cron_timezone: The timezone of a cron row, ``None`` on an interval row.
+    """
+
+    task_id: int
+    namespace: str
+    name: str
+    interval: timedelta
+    next_run_at: datetime
+    claimed_by: str | None
+    last_claimed_at: datetime | None
+    claim_expires_at: datetime | None
+    last_run_status: ScheduledTaskRunStatus | None
+    last_run_error: str | None
+    last_run_duration: timedelta | None
+    last_run_finished_at: datetime | None
+    run_count: int
+    created_at: datetime
+    updated_at: datetime
+    cron_expression: str | None = None
+    cron_timezone: str | None = None
+
+    @property
+    def schedule(self) -> Schedule:
+        """The stored schedule as a value (a cron row needs the ``cron`` extra)."""
+        if self.cron_expression is not None:
+            return CronSchedule(self.cron_expression, self.cron_timezone or "UTC")
+        return IntervalSchedule(every=self.interval)
+
+    @property
+    def schedule_text(self) -> str:
+        """What the schedule is, for people: ``"every 5m"`` or ``"*/5 * * * * (UTC)"``."""
+        if self.cron_expression is not None:
+            return f"{self.cron_expression} ({self.cron_timezone or 'UTC'})"
+        return _interval_text(self.interval)
+
+
+def validate_ensure_scheduled_task_args(
+    namespace: object, name: object, schedule: object
+) -> Schedule:
+    """Check ``ensure_scheduled_task``'s arguments in order (ScheduledTaskValueError)."""
+    validate_scheduled_identifier("namespace", namespace)
+    validate_scheduled_identifier("name", name)
+    if not isinstance(schedule, CronSchedule | IntervalSchedule):
+        raise ScheduledTaskValueError(
+            f"schedule must be an IntervalSchedule or a CronSchedule, got "
+            f"{type(schedule).__name__}: pass IntervalSchedule(every=...) for an interval"
+        )
+    return schedule
+
+
+def validate_claim_scheduled_task_args(
+    namespace: object, name: object, owner_id: object, claim_ttl: object
+) -> None:
+    """Check ``claim_scheduled_task``'s arguments in order (ScheduledTaskValueError)."""
+    validate_scheduled_identifier("namespace", namespace)
+    validate_scheduled_identifier("name", name)
+    validate_scheduled_identifier("owner_id", owner_id)
+    validate_scheduled_duration("claim_ttl", claim_ttl)
+
+
+def validate_scheduled_claim(claim: object) -> ScheduledTaskClaim:
+    if not isinstance(claim, ScheduledTaskClaim):
+        raise ScheduledTaskValueError(
+            f"claim must be a ScheduledTaskClaim, got {type(claim).__name__}"
+        )
+    return claim
+
+
+def validate_complete_scheduled_task_args(outcome: object, next_run_at: object) -> None:
+    """Check ``complete_scheduled_task``'s outcome and override (after the claim)."""
+    if not isinstance(outcome, ScheduledTaskOutcome):
+        raise ScheduledTaskValueError(
+            f"outcome must be a ScheduledTaskOutcome, got {type(outcome).__name__}"
+        )
+    if next_run_at is not None and (
+        not isinstance(next_run_at, datetime) or next_run_at.utcoffset() is None
+    ):
+        raise ScheduledTaskValueError("next_run_at must be a timezone-aware datetime")
+
+
+def stored_schedule_columns(schedule: Schedule) -> tuple[timedelta, str | None, str | None]:
+    """``(interval, cron_expression, cron_timezone)``: how every store writes ``schedule``.
+
+    An interval row stores its effective period and no cron columns; a cron row a zero
+    interval, its expression and timezone.
+    """
+    if isinstance(schedule, CronSchedule):
+        return timedelta(0), schedule.expression, schedule.timezone
+    return schedule.effective_every, None, None
+
+
+# --- the task an instance runs ---
+
+DEFAULT_SCHEDULED_CLAIM_TTL = timedelta(seconds=120)
+"""How long a claim lasts without renewal, unless configured otherwise."""
+
+
+def scheduled_claim_renew_interval(claim_ttl: timedelta) -> timedelta:
+    """How often a running firing's claim is renewed: a third of ``claim_ttl``, at least 10 ms.
 
     Example:
-        >>> cron_schedule_text("*/5 * * * *", "UTC")
+        >>> scheduled_claim_renew_interval(timedelta(seconds=120))
+        datetime.timedelta(seconds=40)
+        >>> scheduled_claim_renew_interval(timedelta(milliseconds=15))
+        datetime.timedelta(microseconds=10000)
+    """
+    validate_scheduled_duration("claim_ttl", claim_ttl)
+    return max(claim_ttl / 3, _MIN_RENEW_INTERVAL)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduledPeriodicTask:
+    """One scheduled catalog task as this instance runs it.
+
+    Attributes:
+        namespace: The product namespace (at most 64 characters: it is part of the
+            firing's dedupe key).
+        name: The task's wire name, unique in ``namespace`` (at most 128 characters).
+        owner_id: This process's owner id (one per process, e.g.
+            :func:`~aster_forge.runtime.new_runtime_lease_owner_id`).
+        schedule: When it fires: an :class:`~aster_forge.tasks.IntervalSchedule` or a
+            :class:`~aster_forge.tasks.CronSchedule`.
+        claim_ttl: How long a claim lasts without renewal; another instance may run
+            the firing after that if this one crashed.
+
+    Raises:
+        ScheduledTaskValueError: On an invalid identifier or duration.
+        TaskDedupeKeyError: When ``namespace``/``name`` cannot form a dedupe key.
+        PeriodicTaskConfigError: When ``schedule`` is not a schedule value.
+
+    Example:
+        >>> task = ScheduledPeriodicTask(
+        ...     namespace="shop",
+        ...     name="cleanup",
+        ...     owner_id="owner-1",
+        ...     schedule=CronSchedule("*/5 * * * *"),
+        ... )
+        >>> task.schedule.text
         '*/5 * * * * (UTC)'
     """
-    return f"{expression} ({timezone})"
+
+    namespace: str
+    name: str
+    owner_id: str
+    schedule: Schedule
+    claim_ttl: timedelta = DEFAULT_SCHEDULED_CLAIM_TTL
+
+    def __post_init__(self) -> None:
+        validate_scheduled_identifier("namespace", self.namespace)
+        validate_scheduled_identifier("name", self.name)
+        validate_scheduled_identifier("owner_id", self.owner_id)
+        if not isinstance(self.schedule, CronSchedule | IntervalSchedule):
+            raise PeriodicTaskConfigError(
+                f"scheduled task {self.name!r}: schedule must be an IntervalSchedule or "
+                f"a CronSchedule, got {type(self.schedule).__name__}"
+            )
+        validate_scheduled_duration("claim_ttl", self.claim_ttl)
+        # Fail at declaration, not at the first firing, when the key would be too long.
+        scheduled_task_dedupe_key(self.namespace, self.name, _PROBE_TIME)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledTaskRun:
+    """What a scheduled body is given for one claimed firing.
+
+    Attributes:
+        task: The scheduled task.
+        claim: This instance's claim on the firing.
+        dedupe_key: The firing's key (:func:`~aster_forge.tasks.scheduled_task_dedupe_key`
+            of ``claim.scheduled_at``): use it for the history/task row the firing
+            creates, so a re-run after a crash cannot create a second one.
+        shutdown_token: Cancelled when the worker group stops; a long body should
+            return early when it is (the group cancels it after its grace period).
+        kind: The product's runtime-task kind, when the runner was given one.
+    """
+
+    task: ScheduledPeriodicTask
+    claim: ScheduledTaskClaim
+    dedupe_key: TaskDedupeKey
+    shutdown_token: CancellationToken
+    kind: Any = None
+
+    @property
+    def scheduled_at(self) -> datetime:
+        """The firing time on the store's clock."""
+        return self.claim.scheduled_at
 
 
 def _cronsim() -> Any:

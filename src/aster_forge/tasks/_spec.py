@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import pydantic
 from pydantic_core import PydanticSerializationError
 
-from ._failure import describe_exception
 from ._retry import (
     ClassifiedTaskError,
     TaskErrorClassifier,
@@ -23,6 +22,7 @@ from ._retry import (
     TaskRetryClass,
     TaskRetryPolicy,
     classify_task_error,
+    describe_exception,
 )
 from ._steps import (
     TaskStepInfo,

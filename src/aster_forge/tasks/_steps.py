@@ -126,13 +126,6 @@ def initial_task_steps_from_specs(
 ) -> tuple[TaskStepInfo, ...]:
     """Create the initial step list: the first step active ("Waiting for worker"), the rest pending.
 
-    Args:
-        specs: The kind's step definitions, in order.
-        now: The timestamp for the first step's ``started_at`` (default: now, UTC).
-
-    Returns:
-        The new step list.
-
     Raises:
         TaskInvalidValueError: When two specs share a key.
     """
@@ -160,12 +153,8 @@ def set_task_step_active(
 ) -> tuple[TaskStepInfo, ...]:
     """Return ``steps`` with step ``key`` active (keeps its first ``started_at``).
 
-    Args:
-        steps: The current step list.
-        key: The step to activate.
-        detail: The new detail text (replaces the old one; ``None`` clears it).
-        progress: ``(current, total)`` to record, or ``None`` to keep the stored progress.
-        now: The timestamp to use (default: now, UTC).
+    ``detail`` replaces the old text (``None`` clears it); ``progress`` is
+    ``(current, total)``, ``None`` keeps the stored progress. ``now`` defaults to now, UTC.
 
     Raises:
         TaskStepNotFoundError: When no step has ``key``.
@@ -223,11 +212,6 @@ def mark_active_step_failed(
 
     When no step is active, the *last* pending step is marked failed instead; when no
     step is active or pending, the list is returned unchanged.
-
-    Args:
-        steps: The current step list.
-        message: The error text the product chose to show (``None`` for none).
-        now: The timestamp to use (default: now, UTC).
     """
     at = now or utc_now()
     for index, step in enumerate(steps):
@@ -296,12 +280,7 @@ def parse_task_steps_json(
 ) -> tuple[TaskStepInfo, ...]:
     """Parse stored steps JSON back into step values.
 
-    Args:
-        text: The stored JSON text.
-        specs: When given, every stored step key must be one of these specs' keys.
-
-    Returns:
-        The parsed step list.
+    With ``specs``, every stored step key must be one of their keys.
 
     Raises:
         TaskCodecError: When the text is not valid JSON or does not match the step shape

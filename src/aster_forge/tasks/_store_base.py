@@ -12,8 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Generic, TypeVar
 
-from ._effects import TaskTransaction
-from ._lease import TaskLease
+from ._lease import TaskLease, TaskTransaction
 from ._rate_limit import TaskRateLimit
 from ._records import TaskCompletion
 from .errors import TaskTransactionUnavailableError

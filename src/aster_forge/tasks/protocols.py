@@ -11,9 +11,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Protocol, TypeVar, runtime_checkable
 
-from ._control_protocols import TaskLaneControlStore, TaskRetentionStore
-from ._effects import TaskTransaction
-from ._lease import TaskLease
+from ._control import TaskLaneControlStore, TaskRetentionStore
+from ._lease import TaskLease, TaskTransaction
 from ._rate_limit import TaskRateLimit
 from ._records import (
     BackgroundTaskRecord,
@@ -25,12 +24,13 @@ from ._records import (
     TaskPage,
     TaskStatus,
 )
-from ._schedule_types import (
+from ._schedules import (
+    CronSchedule,
+    IntervalSchedule,
     ScheduledTaskClaim,
     ScheduledTaskOutcome,
     ScheduledTaskRecord,
 )
-from ._schedules import CronSchedule, IntervalSchedule
 from ._workflow import TaskDependency
 
 # --- task records and claim/heartbeat/execution stores ---
