@@ -39,7 +39,6 @@ from ._pg_driver import PgDriverStatement, unless_all_null, utc_decoder
 from ._queries import POSTGRESQL
 from ._returning import ReturningSql
 from ._tables import CORE_COLUMNS, record_from_values
-from ._tasks_results import notified_endings_sql
 from ._tasks_sql import (
     _SATURATING_DELTA,
     DbNow,
@@ -217,6 +216,7 @@ _CLUSTER_LIMIT = POSTGRESQL["cluster_limit"]
 _COUNTED_DONE = " " + POSTGRESQL["counted_done"]
 _FRESH = POSTGRESQL["fresh"] + "\n       "
 _GATED_RESULT = "\n" + POSTGRESQL["gated_result"] + "\n"
+_NOTIFIED_DONE = POSTGRESQL["notified_done"]
 _RATE_GATE = POSTGRESQL["rate_gate"]
 _RATE_LIMIT = POSTGRESQL["rate_limit"]
 _RATED = POSTGRESQL["rated"]
@@ -269,7 +269,7 @@ class PgTaskStatements:
             returning=returning_columns(table, dialect, "t"),
         )
         self._done_sql = _DONE.format(
-            **names, succeeded=TaskStatus.SUCCEEDED.value, told=notified_endings_sql("done")
+            **names, succeeded=TaskStatus.SUCCEEDED.value, told=_NOTIFIED_DONE
         )
         self._gate = _GATE.format(lanes=quote(lanes))
         self._rate_gate = _RATE_GATE.format(lanes=quote(lanes))
@@ -315,7 +315,7 @@ class PgTaskStatements:
         )
         # The awaited successes notify (see _tasks_results) in a filter of the result.
         told = sa.select(sa.func.count()).select_from(
-            sa.text(f"({notified_endings_sql('done')}) AS told")
+            sa.text(POSTGRESQL["told"].format(notified_done=_NOTIFIED_DONE))
         )
         self.succeed_many = sa.select(written.c.id, written.c.token).where(
             told.scalar_subquery() >= 0

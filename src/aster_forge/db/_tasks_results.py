@@ -22,7 +22,6 @@ __all__ = [
     "RESULTS_CHANNEL",
     "TaskResultMixin",
     "execute_ending",
-    "notified_endings_sql",
 ]
 
 RESULTS_CHANNEL = "aster_forge_results"
@@ -30,15 +29,6 @@ RESULTS_CHANNEL = "aster_forge_results"
 
 _TERMINAL = tuple(status.value for status in TaskStatus if status.is_terminal)
 _OPEN = (TaskStatus.PENDING.value, TaskStatus.RUNNING.value)
-
-
-def notified_endings_sql(source: str) -> str:
-    """A ``SELECT`` that notifies :data:`RESULTS_CHANNEL` for each awaited row of
-    ``source`` (a CTE returning ``id`` and ``result_awaited`` of rows it ended)."""
-    return (
-        f"SELECT pg_notify('{RESULTS_CHANNEL}', CAST(id AS TEXT)) FROM {source} "
-        "WHERE result_awaited"
-    )
 
 
 def notifying(update: sa.Update, table: sa.Table) -> sa.Select[Any]:

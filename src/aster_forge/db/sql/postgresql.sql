@@ -339,3 +339,12 @@ WHERE dedupe_key = ANY($1::text[])
 
 -- notify --
 SELECT pg_notify($1::text, $2::text)
+
+-- notified_done --
+-- The awaited rows among those ``done`` ended, each notified on the results channel
+-- (``RESULTS_CHANNEL`` in _tasks_results.py); unawaited rows send nothing.
+SELECT pg_notify('aster_forge_results', CAST(id AS TEXT)) FROM done WHERE result_awaited
+
+-- told --
+-- ``notified_done`` as a FROM item: a filter of the batched success reads it, so it runs.
+({notified_done}) AS told
