@@ -22,7 +22,14 @@ from ..runtime._internal import Clock
 from ..tasks._internal import TaskStatus
 from ._driver_hold import HeldDriverConnection
 from ._queries import MYSQL
-from ._tasks_sql import DbNow, HotPaths, TaskSql, Transaction, begin_plain, plain_transaction
+from ._tasks_sql import (
+    BoundNow,
+    HotPaths,
+    TaskSql,
+    Transaction,
+    begin_plain,
+    plain_transaction,
+)
 from ._time import DatabaseBackend, UtcDateTime
 
 __all__ = ["MysqlSql"]
@@ -36,7 +43,7 @@ _ACQUIRE = sa.text(MYSQL["acquire_runtime_lease"]).bindparams(
 )
 
 
-class MysqlSql:
+class MysqlSql(BoundNow):
     """The :class:`~aster_forge.db._tasks_sql.BackendSql` of MariaDB (and MySQL)."""
 
     backend = DatabaseBackend.MYSQL
@@ -82,23 +89,6 @@ class MysqlSql:
         if value.tzinfo is None:
             value = value.replace(tzinfo=UTC)  # UTC_TIMESTAMP() is naive UTC
         return value.astimezone(UTC)
-
-    async def now(self, conn: AsyncConnection, clock: Clock) -> DbNow:
-        """The server's "now", read once, as a bound value."""
-        value = await self.now_value(conn, clock)
-        return DbNow(sa.literal(value, UtcDateTime()), value)
-
-    def waiting(self, value: Any) -> dict[str, Any]:
-        """Nothing: the hint stays false."""
-        return {}
-
-    def enqueue_run_at(
-        self, now: DbNow, params: list[dict[str, Any]]
-    ) -> tuple[Any, dict[str, Any]]:
-        """The bound ``p_run_at`` (computed in Python from the transaction's "now")."""
-        for row in params:
-            del row["p_delay"]
-        return sa.bindparam("p_run_at", type_=UtcDateTime()), {}
 
     def insert_returning(self, insert: Any, columns: Sequence[Any]) -> Any:
         """``INSERT ... RETURNING`` (MariaDB 10.5+), in parameter order."""

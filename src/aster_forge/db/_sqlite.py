@@ -46,7 +46,7 @@ from ._driver_hold import HeldDriverConnection
 from ._queries import SQLITE
 from ._returning import ReturningSql
 from ._tables import CORE_COLUMNS, record_from_values
-from ._tasks_sql import _SATURATING_DELTA, DbNow, HotPaths, TaskSql, Transaction
+from ._tasks_sql import _SATURATING_DELTA, BoundNow, HotPaths, TaskSql, Transaction
 from ._time import DatabaseBackend, UtcDateTime
 
 __all__ = [
@@ -90,7 +90,7 @@ class ClaimsNotAllHeld(Exception):
     """Raised inside a batched success when a fence failed (rolls it back)."""
 
 
-class SqliteSql(ReturningSql):
+class SqliteSql(ReturningSql, BoundNow):
     """The :class:`~aster_forge.db._tasks_sql.BackendSql` of SQLite.
 
     One writer: write transactions start with ``BEGIN IMMEDIATE`` after the engine's
@@ -149,23 +149,6 @@ class SqliteSql(ReturningSql):
         if not isinstance(value, datetime) or value.utcoffset() is None:
             raise ValueError(f"clock.now() must return an aware datetime, got {value!r}")
         return value.astimezone(UTC)
-
-    async def now(self, conn: AsyncConnection, clock: Clock) -> DbNow:
-        """The clock's "now" as a bound value."""
-        value = await self.now_value(conn, clock)
-        return DbNow(sa.literal(value, UtcDateTime()), value)
-
-    def waiting(self, value: Any) -> dict[str, Any]:
-        """Nothing: the hint stays false (one index serves the claims)."""
-        return {}
-
-    def enqueue_run_at(
-        self, now: DbNow, params: list[dict[str, Any]]
-    ) -> tuple[Any, dict[str, Any]]:
-        """The bound ``p_run_at`` (computed in Python from the clock)."""
-        for row in params:
-            del row["p_delay"]
-        return sa.bindparam("p_run_at", type_=UtcDateTime()), {}
 
     def insert_returning(self, insert: Any, columns: Sequence[Any]) -> Any:
         """``RETURNING`` in the order SQLite writes: see :meth:`inserted_rows`."""

@@ -3,6 +3,7 @@ and :class:`BackendSql`: what the store modules ask of the database they run on.
 
 from __future__ import annotations
 
+import abc
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BackendSql",
+    "BoundNow",
     "DbNow",
     "HotPaths",
     "TaskSql",
@@ -277,6 +279,33 @@ def plain_transaction(
 ) -> Transaction:
     """A transaction with a server of many writers: autocommit for one statement."""
     return autocommit.connect if single_statement else engine.begin
+
+
+class BoundNow(abc.ABC):
+    """What SQLite and MariaDB share of :class:`BackendSql`: "now" read once per
+    transaction and written as a bound value, run times computed in Python, and no
+    ``waiting`` hint."""
+
+    @abc.abstractmethod
+    async def now_value(self, conn: AsyncConnection, clock: Clock) -> datetime:
+        """The transaction's "now" (aware UTC)."""
+
+    async def now(self, conn: AsyncConnection, clock: Clock) -> DbNow:
+        """:meth:`now_value` as a bound value."""
+        value = await self.now_value(conn, clock)
+        return DbNow(sa.literal(value, UtcDateTime()), value)
+
+    def waiting(self, value: Any) -> dict[str, Any]:
+        """Nothing: the hint stays false (one index serves the claims)."""
+        return {}
+
+    def enqueue_run_at(
+        self, now: DbNow, params: list[dict[str, Any]]
+    ) -> tuple[Any, dict[str, Any]]:
+        """The bound ``p_run_at`` (computed in Python from the transaction's "now")."""
+        for row in params:
+            del row["p_delay"]
+        return sa.bindparam("p_run_at", type_=UtcDateTime()), {}
 
 
 async def begin_plain(engine: AsyncEngine, stack: AsyncExitStack) -> AsyncConnection:
