@@ -327,21 +327,18 @@ async def test_invalid_payload_fails_and_the_worker_keeps_going(
     assert (stats.failed_permanently, stats.succeeded) == (1, 1)
 
 
-async def test_a_rate_limited_lane_sleeps_until_its_window_refills(
-    store: InMemoryTaskStore, clock: ManualClock
+async def _spent_media_lane_waits_for_its_window(
+    store: InMemoryTaskStore, clock: ManualClock, media: TaskLaneConfig, spent: str
 ) -> None:
-    """A lane whose rate budget is spent claims nothing more until its window ends,
-    while the worker's 1 s polls of its other lane go on; then it takes the new budget."""
+    """Run a worker with ``media`` (whose budget lets two tasks start per 30 s window)
+    and a fallback lane polled every second: the media lane claims nothing more until
+    the window ends while the fallback's polls go on; then it claims once more and two
+    more tasks run."""
     harness = Harness()
     proxy = ProxyStore(store)
-    period = timedelta(seconds=30)
-    await enqueue(store, *(new_task(Kind.RENDER, f"r{i}") for i in range(5)))
     worker = TaskWorker(
         proxy,
-        lanes=[
-            TaskLaneConfig(Lane.MEDIA, 5, rate_limit=(2, period)),
-            TaskLaneConfig(Lane.FALLBACK, 1),
-        ],
+        lanes=[media, TaskLaneConfig(Lane.FALLBACK, 1)],
         execution=make_config(harness, clock),
         owner="worker-1",
     )
@@ -354,11 +351,11 @@ async def test_a_rate_limited_lane_sleeps_until_its_window_refills(
     await clock.wait_for_sleepers(1)
     media_claims = proxy.claim_lanes.count(Lane.MEDIA)
     fallback_claims = proxy.claim_lanes.count(Lane.FALLBACK)
-    left = rate_window_end(clock.now(), period) - clock.now()
+    left = rate_window_end(clock.now(), _RATE_PERIOD) - clock.now()
     for _ in range(int(left.total_seconds()) - 1):
         await clock.advance(1)
         await clock.wait_for_sleepers(1)
-    assert proxy.claim_lanes.count(Lane.MEDIA) == media_claims, "polled a spent budget"
+    assert proxy.claim_lanes.count(Lane.MEDIA) == media_claims, f"polled {spent}"
     assert proxy.claim_lanes.count(Lane.FALLBACK) > fallback_claims  # the loop kept polling
     assert len(harness.finished) == 2
     await clock.advance(1)  # the window ends: the budget refills
@@ -368,15 +365,25 @@ async def test_a_rate_limited_lane_sleeps_until_its_window_refills(
     await running
 
 
+_RATE_PERIOD = timedelta(seconds=30)
+
+
+async def test_a_rate_limited_lane_sleeps_until_its_window_refills(
+    store: InMemoryTaskStore, clock: ManualClock
+) -> None:
+    """A lane whose rate budget is spent claims nothing more until its window ends,
+    while the worker's 1 s polls of its other lane go on; then it takes the new budget."""
+    await enqueue(store, *(new_task(Kind.RENDER, f"r{i}") for i in range(5)))
+    media = TaskLaneConfig(Lane.MEDIA, 5, rate_limit=(2, _RATE_PERIOD))
+    await _spent_media_lane_waits_for_its_window(store, clock, media, "a spent budget")
+
+
 async def test_a_spent_partition_rate_sleeps_until_the_partitions_refill(
     store: InMemoryTaskStore, clock: ManualClock
 ) -> None:
     """Each partition's budget spent (one start per window each), the lane claims
     nothing more until the window ends, while the other lane's polls go on; then each
     partition starts one more."""
-    harness = Harness()
-    proxy = ProxyStore(store)
-    period = timedelta(seconds=30)
     await enqueue(
         store,
         *(
@@ -385,35 +392,8 @@ async def test_a_spent_partition_rate_sleeps_until_the_partitions_refill(
             for i in range(3)
         ),
     )
-    worker = TaskWorker(
-        proxy,
-        lanes=[
-            TaskLaneConfig(Lane.MEDIA, 5, partition_rate_limit=(1, period)),
-            TaskLaneConfig(Lane.FALLBACK, 1),
-        ],
-        execution=make_config(harness, clock),
-        owner="worker-1",
-    )
-    every_second = DispatchPollConfig(
-        base_interval=timedelta(seconds=1), max_interval=timedelta(seconds=1)
-    )
-    shutdown = CancellationToken()
-    running = _start(worker, shutdown, clock, poll=every_second)
-    await until(lambda: len(harness.finished) == 2)
-    await clock.wait_for_sleepers(1)
-    media_claims = proxy.claim_lanes.count(Lane.MEDIA)
-    fallback_claims = proxy.claim_lanes.count(Lane.FALLBACK)
-    left = rate_window_end(clock.now(), period) - clock.now()
-    for _ in range(int(left.total_seconds()) - 1):
-        await clock.advance(1)
-        await clock.wait_for_sleepers(1)
-    assert proxy.claim_lanes.count(Lane.MEDIA) == media_claims, "polled spent partitions"
-    assert proxy.claim_lanes.count(Lane.FALLBACK) > fallback_claims  # the loop kept polling
-    await clock.advance(1)  # the window ends: every partition's budget refills
-    await until(lambda: len(harness.finished) == 4)
-    assert proxy.claim_lanes.count(Lane.MEDIA) == media_claims + 1
-    shutdown.cancel()
-    await running
+    media = TaskLaneConfig(Lane.MEDIA, 5, partition_rate_limit=(1, _RATE_PERIOD))
+    await _spent_media_lane_waits_for_its_window(store, clock, media, "spent partitions")
 
 
 def _rated_worker(
