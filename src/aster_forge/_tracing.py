@@ -42,7 +42,7 @@ INSTRUMENTATION = "aster_forge"
 SYSTEM = "aster_forge"
 
 _OFF: nullcontext[None] = nullcontext()
-_tracers: dict[int, Tracer] = {}
+_cached: tuple[object, Tracer] | None = None
 
 
 def _tracer() -> Tracer | None:
@@ -58,12 +58,12 @@ def _tracer() -> Tracer | None:
     provider = api.get_tracer_provider()
     if isinstance(provider, api.ProxyTracerProvider | api.NoOpTracerProvider):
         return None
-    tracer = _tracers.get(id(provider))
-    if tracer is None:
-        # Keyed by the provider: a test (or a reconfigured process) may set another.
-        _tracers.clear()
-        tracer = _tracers[id(provider)] = provider.get_tracer(INSTRUMENTATION)
-    return tracer
+    global _cached
+    # Kept with its provider and compared by identity: a test (or a reconfigured process)
+    # may set another, and a freed provider's id can be reused by the next one.
+    if _cached is None or _cached[0] is not provider:
+        _cached = (provider, provider.get_tracer(INSTRUMENTATION))
+    return _cached[1]
 
 
 def trace_context() -> str | None:

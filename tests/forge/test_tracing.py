@@ -9,6 +9,7 @@ alone (:func:`spans`); every other test runs with no provider, as a process with
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 from collections.abc import Iterator
@@ -31,6 +32,7 @@ from aster_forge import (
     TaskStatus,
 )
 from aster_forge._cli._logs import JsonLogFormatter
+from aster_forge._tracing import enqueue_span
 from aster_forge.tasks import ClaimedTaskOutcome
 
 from .._tracing import collected_spans
@@ -399,3 +401,13 @@ async def test_an_attempt_names_its_partition(forge_url: str, spans: InMemorySpa
         for span in _named(spans, "process send_mail")
     )
     assert partitions == ["None", "tenant-7"]  # left out when the task has none
+
+
+def test_each_new_provider_gets_the_spans_even_at_a_freed_providers_address() -> None:
+    # Providers set and freed one after another often reuse an address: a tracer cached
+    # by the address alone would keep sending spans to the first provider's exporter.
+    for _ in range(50):
+        with collected_spans() as exporter, enqueue_span("mail", 1):
+            pass
+        assert [span.name for span in exporter.get_finished_spans()] == ["send mail"]
+        gc.collect()  # frees the provider now, as a later collection would
