@@ -38,6 +38,9 @@ __all__ = [
     "trace_context",
 ]
 
+API = "opentelemetry.trace"
+"""The API module: tracing is off, and nothing needs asking, until it is imported."""
+
 INSTRUMENTATION = "aster_forge"
 SYSTEM = "aster_forge"
 
@@ -47,7 +50,7 @@ _cached: tuple[object, Tracer] | None = None
 
 def _tracer() -> Tracer | None:
     """The tracer of the configured provider, or ``None`` while tracing is off."""
-    api: Any = sys.modules.get("opentelemetry.trace")
+    api: Any = sys.modules.get(API)
     if api is None:
         return None
     # The global the API's own proxy tracers read: None until a provider is set (also

@@ -175,3 +175,29 @@ async def test_bodies_shorter_than_a_claim_keep_nothing_waiting() -> None:
         await until(lambda: not worker.in_flight(Lane.MEDIA))
     await worker.shutdown()
     assert {row.status for row in store.all_tasks()} == {TaskStatus.SUCCEEDED}
+
+
+async def test_a_bursts_wait_for_the_loop_is_not_body_time() -> None:
+    # Bodies started together run one after another: the last waits for the others.
+    # Counted as body time, that wait would pass a burst of instant bodies off as slow
+    # ones and make the lane claim ahead, splitting its success-and-claim statements.
+    clock, harness = ManualClock(), Harness()
+    store = InMemoryTaskStore(clock)
+    worker = _worker(store, harness, clock, limit=2)
+    await enqueue(store, *(new_task(Kind.RENDER, n) for n in ("q0", "q1")))
+    await worker.drain()
+    assert harness.started == [], "started, not yet run"
+    await clock.advance(timedelta(seconds=1))  # the loop is busy before they run
+    await worker.join()
+    assert harness.finished == ["q0", "q1"]
+    names = [f"c{i}" for i in range(5)]
+    harness.gate(*names)
+    await enqueue(store, *(new_task(Kind.RENDER, n) for n in names))
+    await worker.drain()
+    await until(lambda: len(harness.started) == 4)
+    assert worker.in_flight(Lane.MEDIA) == 2 and worker.waiting(Lane.MEDIA) == 0
+    harness.open(*names)
+    while len(harness.finished) < 7:
+        await worker.drain()
+        await until(lambda: not worker.in_flight(Lane.MEDIA))
+    await worker.shutdown()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Callable, Coroutine, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -285,6 +286,8 @@ class ClaimedTaskExecution:
         self._on_finished = on_finished
         self._started = config.clock.monotonic()
         self.task = task
+        self.attempt = task.attempt + 1
+        """The 1-based number of this execution."""
         self.guard = TaskLeaseGuard(
             TaskLease(task.id, task.processing_token, task.lease_expires_at),
             config.lease_ttl,
@@ -300,6 +303,9 @@ class ClaimedTaskExecution:
         self.detached = False
         """Whether the task ended with its success queued (``on_finished`` reports it)."""
         self._task: asyncio.Task[Any] | None = None
+        self.body_seconds: float | None = None
+        """How long the body ran on the config's clock, once it returned (not the wait
+        for the event loop to start it, nor the outcome's write)."""
         self._in_body = False
         self._left_body: asyncio.Future[None] | None = None
         self._stopper: asyncio.Task[None] | None = None
@@ -309,16 +315,6 @@ class ClaimedTaskExecution:
         self._lane = None if lane is None else task_kind_label(lane)
         self._label = task_kind_label(task.kind)  # for logs and spans, once per attempt
         self._span: Any = None  # the attempt's span while tracing is on
-
-    @property
-    def attempt(self) -> int:
-        """The 1-based number of this execution."""
-        return self.task.attempt + 1
-
-    @property
-    def started_monotonic(self) -> float:
-        """When the execution started (``config.clock.monotonic()``)."""
-        return self._started
 
     @property
     def in_body(self) -> bool:
@@ -358,28 +354,29 @@ class ClaimedTaskExecution:
         if self._task is None:
             self._task = asyncio.current_task()
         self._heartbeat.register(guard)
-        self._span = _tracing.start_attempt(
-            task_id=task.id,
-            kind=self._label,
-            lane=self._lane,
-            attempt=self.attempt,
-            max_attempts=task.max_attempts,
-            rescued=task.rescued,
-            trace_context=task.trace_context,
-            partition=task.partition_key,
-        )
+        if _tracing.API in sys.modules:  # no call at all while OpenTelemetry is not loaded
+            self._span = _tracing.start_attempt(
+                task_id=task.id,
+                kind=self._label,
+                lane=self._lane,
+                attempt=self.attempt,
+                max_attempts=task.max_attempts,
+                rescued=task.rescued,
+                trace_context=task.trace_context,
+                partition=task.partition_key,
+            )
         ctx: TaskExecutionContext | None = None
         try:
             try:
-                steps = config.spec_for(task.kind).stored_steps(task.steps_json)
+                spec = config.spec_for(task.kind)
                 ctx = TaskExecutionContext(
                     guard,
                     attempt=self.attempt,
                     store=self._store,
-                    steps=steps,
+                    steps=spec.stored_steps(task.steps_json),
                     temp_dirs=config.temp_dirs,
                 )
-                decision = await self._decide(ctx)
+                decision = await self._decide(ctx, spec)
             except TaskCoreError as exc:
                 # Before the body: unknown kind or unreadable steps. Same input, same failure.
                 failure = TaskFailureClassification(TaskRetryClass.PERMANENT, str(exc))
@@ -416,8 +413,14 @@ class ClaimedTaskExecution:
         finally:
             # An abandoned run ends like a crash: its lease lapses, the temp dir sweep
             # collects the dir, and nothing is awaited (it may be closed with its loop).
-            if ctx is not None and ctx.effects is not None and not self.abandoned:
-                # Only an error that ended the run before its outcome leaves it open.
+            # Only an error that ended the run before its outcome leaves one open (a
+            # detached success was checked to have none).
+            if (
+                not self.detached
+                and not self.abandoned
+                and ctx is not None
+                and ctx.effects is not None
+            ):
                 await shielded(ctx.effects.rollback(), name=f"aster-forge:rollback-{task.id}")
             if not self.abandoned and not self.detached:
                 self._heartbeat.unregister(guard)
@@ -430,16 +433,16 @@ class ClaimedTaskExecution:
                 span, self._span = self._span, None
                 span.end()
 
-    async def _decide(self, ctx: TaskExecutionContext) -> _Decision:
+    async def _decide(self, ctx: TaskExecutionContext, erased: ErasedTaskSpec[Any]) -> _Decision:
         """Run the body and choose the outcome: the one place outcomes are decided."""
         task, guard, config = self.task, self.guard, self._config
-        erased = config.spec_for(task.kind)
         coro = erased.run_json(ctx, config.state, task.payload_json)
         exc: BaseException | None = None
         cancelled = False
         self._in_body = True
         guard.token.add_cancel_callback(self._on_stop)
         logged = enter_task_log_context(task.id, self._label, self._lane, self.attempt)
+        began = config.clock.monotonic()
         try:
             if self._span is None:
                 result = await coro
@@ -451,6 +454,7 @@ class ClaimedTaskExecution:
         except BaseException as error:  # judged below, SystemExit included
             exc = error
         finally:
+            self.body_seconds = config.clock.monotonic() - began
             leave_task_log_context(logged)
             self._in_body = False
             guard.token.remove_cancel_callback(self._on_stop)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import inspect
 import math
@@ -49,11 +50,23 @@ _SUSPECT_OUTPUT = re.compile(b"null|NaN|Infinity|" + re.escape("\ufffd".encode()
 TaskRunFn = Callable[["TaskExecutionContext", StateT, PayloadT], Awaitable[ResultT]]
 
 
+_LABELS: dict[object, str] = {}
+
+
 def task_kind_label(kind: object) -> str:
     """The text used for a task kind in messages: an enum's string value, else its name."""
+    try:
+        return _LABELS[kind]  # asked twice per attempt (kind and lane): kept per kind
+    except (KeyError, TypeError):
+        pass
     if isinstance(kind, enum.Enum):
-        return str(kind.value) if isinstance(kind.value, str) else kind.name
-    return str(kind)
+        label = str(kind.value) if isinstance(kind.value, str) else kind.name
+    else:
+        label = str(kind)
+    if len(_LABELS) < 4096:  # kinds and lanes are few
+        with contextlib.suppress(TypeError):  # an unhashable value: named, not kept
+            _LABELS[kind] = label
+    return label
 
 
 @dataclass(frozen=True, slots=True)

@@ -577,8 +577,10 @@ class TaskWorker(Generic[StateT]):
             self._free(lane)
 
     def _learn_body_time(self, lane: Hashable, execution: ClaimedTaskExecution) -> None:
-        took = self.execution.clock.monotonic() - execution.started_monotonic
-        self._learn(self._body_seconds, lane, took)
+        # The body's own time: the wait for the loop to start it grows with a burst's
+        # size, and would pass a burst of instant bodies off as slow ones.
+        if execution.body_seconds is not None:
+            self._learn(self._body_seconds, lane, execution.body_seconds)
 
     @staticmethod
     def _learn(averages: dict[Hashable, float | None], lane: Hashable, took: float) -> None:
