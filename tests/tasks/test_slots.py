@@ -155,6 +155,26 @@ async def test_shutdown_gives_waiting_tasks_back_unrun() -> None:
     assert len(waiting) == 1 and waiting[0].attempt == 0, "given back without an attempt"
 
 
+async def _five_more_claim_nothing_ahead(
+    store: InMemoryTaskStore, harness: Harness, worker: TaskWorker[Harness]
+) -> None:
+    """Five gated tasks on a lane of two that learnt its bodies are instant: two run and
+    none waits for a slot; then all run to success and the worker stops."""
+    before = len(harness.started)
+    names = [f"c{i}" for i in range(5)]
+    harness.gate(*names)
+    await enqueue(store, *(new_task(Kind.RENDER, n) for n in names))
+    await worker.drain()
+    await until(lambda: len(harness.started) == before + 2)
+    assert worker.in_flight(Lane.MEDIA) == 2 and worker.waiting(Lane.MEDIA) == 0
+    harness.open(*names)
+    while len(harness.finished) < before + 5:
+        await worker.drain()
+        await until(lambda: not worker.in_flight(Lane.MEDIA))
+    await worker.shutdown()
+    assert {row.status for row in store.all_tasks()} == {TaskStatus.SUCCEEDED}
+
+
 async def test_bodies_shorter_than_a_claim_keep_nothing_waiting() -> None:
     # Their successes' statement claims the next tasks as fast as a claim ahead would.
     clock, harness = ManualClock(), Harness()
@@ -163,18 +183,7 @@ async def test_bodies_shorter_than_a_claim_keep_nothing_waiting() -> None:
     await enqueue(store, new_task(Kind.RENDER, "quick"))
     await worker.drain()
     await worker.join()  # a body that took no time on the clock
-    names = [f"c{i}" for i in range(5)]
-    harness.gate(*names)
-    await enqueue(store, *(new_task(Kind.RENDER, n) for n in names))
-    await worker.drain()
-    await until(lambda: len(harness.started) == 3)
-    assert worker.in_flight(Lane.MEDIA) == 2 and worker.waiting(Lane.MEDIA) == 0
-    harness.open(*names)
-    while len(harness.finished) < 6:
-        await worker.drain()
-        await until(lambda: not worker.in_flight(Lane.MEDIA))
-    await worker.shutdown()
-    assert {row.status for row in store.all_tasks()} == {TaskStatus.SUCCEEDED}
+    await _five_more_claim_nothing_ahead(store, harness, worker)
 
 
 async def test_a_bursts_wait_for_the_loop_is_not_body_time() -> None:
@@ -190,14 +199,4 @@ async def test_a_bursts_wait_for_the_loop_is_not_body_time() -> None:
     await clock.advance(timedelta(seconds=1))  # the loop is busy before they run
     await worker.join()
     assert harness.finished == ["q0", "q1"]
-    names = [f"c{i}" for i in range(5)]
-    harness.gate(*names)
-    await enqueue(store, *(new_task(Kind.RENDER, n) for n in names))
-    await worker.drain()
-    await until(lambda: len(harness.started) == 4)
-    assert worker.in_flight(Lane.MEDIA) == 2 and worker.waiting(Lane.MEDIA) == 0
-    harness.open(*names)
-    while len(harness.finished) < 7:
-        await worker.drain()
-        await until(lambda: not worker.in_flight(Lane.MEDIA))
-    await worker.shutdown()
+    await _five_more_claim_nothing_ahead(store, harness, worker)
