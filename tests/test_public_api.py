@@ -60,7 +60,7 @@ def test_public_symbols_have_docstrings(name: str) -> None:
 
 # Every name in the ``__all__`` of a public module (one without a ``_`` part in its
 # path) counts; the three doors and the extras stay within this many.
-SURFACE_CEILING = 149
+SURFACE_CEILING = 150
 FRONT_DOOR_CEILING = 40
 
 

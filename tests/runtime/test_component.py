@@ -27,7 +27,6 @@ from aster_forge.runtime._reports import (
     SHUTDOWN_PHASE_PANICKED,
     SHUTDOWN_RESOURCE_CONSUMED,
     ShutdownPhaseStatus,
-    StartupPhaseFailurePolicy,
 )
 from aster_forge.runtime.errors import (
     AsterRuntimeShutdownError,
@@ -337,9 +336,7 @@ async def test_startup_runs_in_reverse_dependency_order_and_report_tells_who_sta
     registry.component_shutdown(
         "database", Kind.DATABASE, "db_close", None, closer(log, "close db")
     )
-    registry.component_startup(
-        "mail", Kind.MAIL, "mail_warm", fail, StartupPhaseFailurePolicy.OPTIONAL
-    )
+    registry.component_startup("mail", Kind.MAIL, "mail_warm", fail, optional=True)
     startup = await registry.startup()
     assert log == ["connect db", "start tasks"]
     assert startup.succeeded()

@@ -7,8 +7,12 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from aster_forge.runtime import CancellationToken, RuntimeComponentKind, RuntimeComponentRegistry
-from aster_forge.runtime._phases import run_startup_phase
+from aster_forge.runtime import (
+    CancellationToken,
+    RuntimeComponentKind,
+    RuntimeComponentRegistry,
+    run_startup_phase,
+)
 from aster_forge.runtime._reports import (
     STARTUP_PHASE_FAILED,
     StartupPhaseFailurePolicy,
@@ -32,7 +36,8 @@ def add(
     policy: StartupPhaseFailurePolicy = REQUIRED,
 ) -> None:
     """Add a startup phase to one component (its phases run in registration order)."""
-    registry.component_startup("service", RuntimeComponentKind.CORE, name, fn, policy)
+    optional = policy is OPTIONAL
+    registry.component_startup("service", RuntimeComponentKind.CORE, name, fn, optional=optional)
 
 
 async def test_required_phase_returns_the_product_value() -> None:
@@ -62,7 +67,7 @@ async def test_optional_phase_failure_is_skipped_after_failure() -> None:
     async def exporter() -> str:
         raise RuntimeError(SECRET)
 
-    outcome = await run_startup_phase("metrics_exporter", exporter, policy=OPTIONAL)
+    outcome = await run_startup_phase("metrics_exporter", exporter, optional=True)
     assert outcome.value is None
     assert outcome.report.status is StartupPhaseStatus.SKIPPED_AFTER_FAILURE
     assert outcome.report.error == STARTUP_PHASE_FAILED
@@ -73,7 +78,7 @@ async def test_optional_phase_success_returns_value() -> None:
     async def warm() -> int:
         return 7
 
-    outcome = await run_startup_phase("warm", warm, policy=OPTIONAL)
+    outcome = await run_startup_phase("warm", warm, optional=True)
     assert outcome.value == 7
     assert outcome.report.status is StartupPhaseStatus.SUCCEEDED
 
@@ -85,7 +90,7 @@ async def test_optional_phase_does_not_swallow_cancellation() -> None:
         started.set()
         await asyncio.Event().wait()
 
-    task = asyncio.create_task(run_startup_phase("slow", slow, policy=OPTIONAL))
+    task = asyncio.create_task(run_startup_phase("slow", slow, optional=True))
     await started.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):

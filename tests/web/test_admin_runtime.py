@@ -19,7 +19,6 @@ from aster_forge.db import (
     scheduled_tasks_table,
 )
 from aster_forge.runtime import RuntimeComponentKind, RuntimeComponentRegistry
-from aster_forge.runtime._reports import StartupPhaseFailurePolicy
 from aster_forge.tasks import (
     ClaimedTaskExecutionConfig,
     ClaimedTaskOutcome,
@@ -77,9 +76,7 @@ def product_registry(log: list[str]) -> RuntimeComponentRegistry:
         "mail_outbox", mail, "mail_outbox", ["background_tasks"], phase("mail_outbox")
     )
     tasks = RuntimeComponentKind.TASKS
-    registry.component_startup(
-        "background_tasks", tasks, "warm", phase("warm"), StartupPhaseFailurePolicy.OPTIONAL
-    )
+    registry.component_startup("background_tasks", tasks, "warm", phase("warm"), optional=True)
     registry.component_shutdown(
         "background_tasks", tasks, "background_tasks", None, phase("background_tasks")
     )

@@ -28,7 +28,7 @@ from ..runtime import (
     RuntimeComponentKind,
     RuntimeComponentRegistry,
 )
-from ..runtime._internal import Clock, StartupPhaseFailurePolicy, SystemClock
+from ..runtime._internal import Clock, SystemClock
 from ..tasks import (
     BACKGROUND_TASKS_COMPONENT,
     ClaimedTaskExecutionConfig,
@@ -370,7 +370,6 @@ class ForgeWorker:
             RuntimeComponentKind.DATABASE,
             "create_tables" if forge.create_tables else "check_tables",
             backend.create_tables if forge.create_tables else backend.check_tables,
-            StartupPhaseFailurePolicy.REQUIRED,
         )
         database_health_component(backend.engine, component=DATABASE_COMPONENT).register(registry)
         database_component_after(backend.engine, users, component=DATABASE_COMPONENT).register(

@@ -28,6 +28,7 @@ from ._lifecycle import (
     RuntimeComponentWithShutdown,
     RuntimeServiceComponent,
 )
+from ._phases import run_startup_phase
 from ._service import ServiceLifecycle
 from ._reports import ShutdownReport, StartupReport
 from ._signals import wait_for_termination_signal
@@ -81,6 +82,7 @@ __all__ = [
     "ensure_runtime_temp_dir",
     "new_runtime_lease_owner_id",
     "run_runtime_lease_supervisor",
+    "run_startup_phase",
     "runtime_component",
     "shutdown_resource_component_after",
     "wait_for_termination_signal",

@@ -187,15 +187,23 @@ class RuntimeComponentRegistry:
         kind: RuntimeComponentKind,
         phase: str,
         fn: Callable[[], Awaitable[Any]],
-        policy: StartupPhaseFailurePolicy = StartupPhaseFailurePolicy.REQUIRED,
+        *,
+        optional: bool = False,
     ) -> None:
-        """Register a startup phase (components start in reverse shutdown order)."""
+        """Register a startup phase (components start in reverse shutdown order).
+
+        A phase that fails aborts startup; an ``optional`` one is recorded as skipped
+        after its failure and startup goes on.
+        """
         owner = self._declare(component, kind)
         check_name(phase, "startup phase name")
         if not callable(fn):
             raise RuntimeComponentRegistrationError(f"startup phase {phase!r}: fn is not callable")
         if any(p.name == phase for p in owner.startup):
             _warn_duplicate(owner.name, phase, "startup")
+        policy = (
+            StartupPhaseFailurePolicy.OPTIONAL if optional else StartupPhaseFailurePolicy.REQUIRED
+        )
         owner.startup.append(StartupPhase(phase, policy, fn, owner.name))
 
     def component_task(

@@ -22,7 +22,6 @@ from ._lease import (
 )
 from ._loop_lag import watch_blocking_steps
 from ._race import RaceWinner, abandon_task, race, shielded, sleep_or_cancelled
-from ._reports import StartupPhaseFailurePolicy
 from ._tempdir import RUNTIME_TEMP_DIR_NAME
 
 __all__ = [
@@ -37,7 +36,6 @@ __all__ = [
     "RuntimeComponentDescriptor",
     "RuntimeLeaseView",
     "RuntimeLeases",
-    "StartupPhaseFailurePolicy",
     "SystemClock",
     "abandon_task",
     "race",

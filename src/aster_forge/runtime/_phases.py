@@ -6,7 +6,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar, overload
 
 from ._cancellation import CancellationToken
 from ._clock import Clock, SystemClock
@@ -54,7 +54,7 @@ class StartupPhaseOutcome(Generic[T]):
         report: The phase report.
     """
 
-    value: T | None
+    value: T
     report: StartupPhaseReport
 
 
@@ -62,21 +62,46 @@ def _elapsed(clock: Clock, begin: float) -> timedelta:
     return timedelta(seconds=max(clock.monotonic() - begin, 0.0))
 
 
+@overload
 async def run_startup_phase(
     name: str,
     fn: Callable[[], Awaitable[T]],
     *,
-    policy: StartupPhaseFailurePolicy = StartupPhaseFailurePolicy.REQUIRED,
+    optional: Literal[False] = False,
     clock: Clock | None = None,
-) -> StartupPhaseOutcome[T]:
+) -> StartupPhaseOutcome[T]: ...
+
+
+@overload
+async def run_startup_phase(
+    name: str,
+    fn: Callable[[], Awaitable[T]],
+    *,
+    optional: bool,
+    clock: Clock | None = None,
+) -> StartupPhaseOutcome[T | None]: ...
+
+
+async def run_startup_phase(
+    name: str,
+    fn: Callable[[], Awaitable[T]],
+    *,
+    optional: bool = False,
+    clock: Clock | None = None,
+) -> StartupPhaseOutcome[T] | StartupPhaseOutcome[T | None]:
     """Run one startup step that produces a resource, logging its name, duration and status.
 
     The registry's phases are side-effect only; a step whose value the product keeps (a
-    connection pool, a config snapshot) runs here instead. A required step's exception is
-    re-raised unchanged (same object); an optional step's failure is logged and recorded
-    as ``SKIPPED_AFTER_FAILURE`` with a fixed text, and the value is ``None``.
-    Cancellation, ``KeyboardInterrupt`` and ``SystemExit`` always propagate.
+    connection pool, a config snapshot) runs here instead, in the entrypoint::
+
+        pool = (await run_startup_phase("db_pool", create_pool)).value
+
+    A step's exception is re-raised unchanged (the same object: the product's own error
+    type); an ``optional`` step's failure is logged and recorded as
+    ``skipped_after_failure`` with a fixed text, and the value is ``None``. Cancellation,
+    ``KeyboardInterrupt`` and ``SystemExit`` always propagate.
     """
+    policy = StartupPhaseFailurePolicy.OPTIONAL if optional else StartupPhaseFailurePolicy.REQUIRED
     clock = clock or SystemClock()
     begin = clock.monotonic()
     try:

@@ -16,7 +16,6 @@ from ..runtime import (
     RuntimeComponentWithShutdown,
     runtime_component,
 )
-from ..runtime._internal import StartupPhaseFailurePolicy
 from ._background import BACKGROUND_TASKS_COMPONENT, BackgroundTasks
 from ._catalog import RuntimeTaskDefinition
 from .errors import BackgroundTaskSpawnError
@@ -102,7 +101,6 @@ class BackgroundTaskComponent:
                 kind,
                 BACKGROUND_TASKS_SPAWN_PHASE,
                 self._spawn,
-                StartupPhaseFailurePolicy.REQUIRED,
             )
         registry.component_shutdown(
             name, kind, BACKGROUND_TASKS_SHUTDOWN_PHASE, None, self._shutdown, timeout=self.timeout
