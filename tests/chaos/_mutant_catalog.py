@@ -304,12 +304,6 @@ MUTANTS: tuple[Mutant, ...] = (
         (TASK_CONFORMANCE,),
     ),
     Mutant(
-        "success-claim-rescues-written-rows",
-        "the claim inside the PostgreSQL success statement rescues the rows it writes",
-        (Edit(TASKS_PG, '_NOT_DONE = "\\n      " + POSTGRESQL["not_done"]', '_NOT_DONE = ""'),),
-        (SUCCEED_AND_CLAIM,),
-    ),
-    Mutant(
         "rescue-off-sqlite",
         "the SQLite claim never rescues an expired lease",
         (

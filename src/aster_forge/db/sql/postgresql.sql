@@ -140,6 +140,9 @@ WITH done AS (
 )
 
 -- not_done --
+-- The success statement's rescue leaves the rows it writes alone. Today its UPDATE of
+-- them runs first and PostgreSQL skips a row its own command already changed, but which
+-- of two changes to one row in a statement lands is unspecified: this keeps it so.
 AND id <> ALL(:ids)
 
 -- done_result --
