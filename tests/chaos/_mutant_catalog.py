@@ -388,6 +388,14 @@ MUTANTS: tuple[Mutant, ...] = (
         (TASK_CONFORMANCE,),
     ),
     Mutant(
+        "rescue-ending-untold-pg",
+        "the PostgreSQL claim's rescue ends an awaited task without notifying its waiter",
+        (Edit(PG_SQL, "\n AND ends\n", "\n AND false\n"),),
+        (
+            "tests/forge/test_result_push.py::test_a_rescue_that_ends_a_task_wakes_its_waiter_by_notify",
+        ),
+    ),
+    Mutant(
         "paused-lane-claimed-sqlite",
         "the SQLite claim takes due tasks of a paused lane",
         (

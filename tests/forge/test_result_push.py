@@ -274,6 +274,116 @@ async def test_unawaited_endings_send_no_notification(
     assert notifications.task_ids == [made.task_id]
 
 
+async def _expire(forge: Forge, task_id: int) -> None:
+    """Move the running task's lease expiry into the past (its worker is gone)."""
+    t = forge.backend.tasks_table
+    engine = forge.backend.engine
+    assert engine is not None
+    async with engine.begin() as conn:
+        past = sa.func.now() - timedelta(minutes=1)
+        await conn.execute(sa.update(t).where(t.c.id == task_id).values(lease_expires_at=past))
+
+
+Rescue = Callable[[Forge, int], Awaitable[object]]
+
+
+def _claim_rescuing(**limits: Any) -> Rescue:
+    """A claim (with ``limits``) that rescues the expired task."""
+
+    async def rescue(forge: Forge, task_id: int) -> object:
+        await _expire(forge, task_id)
+        return await _db_store(forge).claim_due_for_lane(_LANE, 1, "rescuer", _TTL, **limits)
+
+    return rescue
+
+
+def _success_rescuing(**limits: Any) -> Rescue:
+    """Another task's success and the claim after it, one statement that rescues."""
+
+    async def rescue(forge: Forge, task_id: int) -> object:
+        store = _db_store(forge)
+        other = await store.enqueue(NewTask("double", _LANE, payload_json="1"))
+        [record] = await store.claim_due_for_lane(_LANE, 1, "test", _TTL)
+        assert record.id == other.task_id
+        await _expire(forge, task_id)
+        return await store.mark_tasks_succeeded_and_claim(
+            [TaskCompletion(lease_of(record), "2", None)], _LANE, 1, "rescuer", _TTL, **limits
+        )
+
+    return rescue
+
+
+_RATE = (100, timedelta(seconds=1))
+
+# Every PostgreSQL statement whose lease rescue can end a task.
+RESCUES: dict[str, Rescue] = {
+    "claim": _claim_rescuing(),
+    "claim_capped": _claim_rescuing(cluster_limit=10),
+    "claim_by_partition": _claim_rescuing(partition_limit=1),
+    "claim_rated": _claim_rescuing(rate_limit=_RATE),
+    "claim_portable": _claim_rescuing(rate_limit=_RATE, cluster_limit=10),
+    "succeed_and_claim": _success_rescuing(),
+    "succeed_and_claim_capped": _success_rescuing(cluster_limit=10),
+}
+
+
+async def _rescue_ends(forge: Forge, task_id: int, rescue: Rescue, *, cancel: bool) -> None:
+    """Claim the task, lose its worker (``cancel``: after a cancel was asked), and end it
+    by ``rescue`` (the task has one attempt: a rescue that does not cancel fails it)."""
+    await _claimed(forge, task_id)
+    if cancel:
+        await _db_store(forge).cancel_task(task_id)  # running: only flagged
+    await rescue(forge, task_id)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("cancel", [False, True], ids=["exhausted", "cancel_requested"])
+@pytest.mark.parametrize("rescue", list(RESCUES))
+async def test_a_rescue_that_ends_a_task_wakes_its_waiter_by_notify(
+    pg_url: str,
+    notifications: Notifications,
+    no_polls: None,
+    rescue: str,
+    cancel: bool,
+    make_product: MakeProduct,
+) -> None:
+    product = await make_product(pg_url)
+    forge = product.forge
+    made = await product.double.enqueue(21)
+    waiter = asyncio.create_task(_outcome(forge, made.task_id), name="waiter")
+    await _flagged(forge, made.task_id)
+    await _rescue_ends(forge, made.task_id, RESCUES[rescue], cancel=cancel)
+    async with asyncio.timeout(10):
+        outcome = await waiter
+    assert outcome is (TaskStatus.CANCELLED if cancel else TaskStatus.FAILED)
+    await notifications.until(made.task_id)
+    assert notifications.task_ids == [made.task_id]
+
+
+@pytest.mark.postgres
+async def test_unawaited_rescue_endings_send_no_notification(
+    pg_url: str, notifications: Notifications, no_polls: None, make_product: MakeProduct
+) -> None:
+    product = await make_product(pg_url)
+    forge = product.forge
+    for rescue in RESCUES.values():
+        for cancel in (False, True):
+            made = await product.double.enqueue(1)
+            await _rescue_ends(forge, made.task_id, rescue, cancel=cancel)
+            record = await forge.get_task(made.task_id)
+            assert record is not None and record.status.is_terminal
+    # One awaited rescue ending last: notifications arrive in commit order, so once its
+    # own has arrived, any the unawaited endings sent would have too.
+    made = await product.double.enqueue(5)
+    waiter = asyncio.create_task(_outcome(forge, made.task_id), name="waiter")
+    await _flagged(forge, made.task_id)
+    await _rescue_ends(forge, made.task_id, RESCUES["claim"], cancel=False)
+    async with asyncio.timeout(10):
+        assert await waiter is TaskStatus.FAILED
+    await notifications.until(made.task_id)
+    assert notifications.task_ids == [made.task_id]
+
+
 @pytest.mark.postgres
 async def test_a_lost_notification_is_caught_by_the_safety_poll(
     pg_url: str,
@@ -287,7 +397,7 @@ async def test_a_lost_notification_is_caught_by_the_safety_poll(
     made = await product.double.enqueue(4)
     waiter = asyncio.create_task(forge.result(made), name="waiter")
     await _flagged(forge, made.task_id)
-    # An ending that sends no NOTIFY (as a lease rescue's does not).
+    # An ending that sends no NOTIFY (a write outside the store).
     t = forge.backend.tasks_table
     engine = forge.backend.engine
     assert engine is not None

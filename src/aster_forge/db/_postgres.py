@@ -39,6 +39,7 @@ from ._pg_driver import PgDriverStatement, unless_all_null, utc_decoder
 from ._queries import POSTGRESQL
 from ._returning import ReturningSql
 from ._tables import CORE_COLUMNS, record_from_values
+from ._tasks_results import notifying
 from ._tasks_sql import (
     _SATURATING_DELTA,
     DbNow,
@@ -183,9 +184,10 @@ class PgRecordBuilder:
 # and hit asyncpg's prepared-statement cache. The claim folds the lane's lease rescue
 # into the same statement (one round trip instead of two) with the same semantics as
 # the portable rescue-then-claim pair: expired leases are rescued (attempt counted;
-# cancelled or exhausted ones end), and a rescued task may be claimed right away when it
-# ranks among the first ``limit`` due tasks. A paused lane (a row in the lane table) is
-# rescued but nothing in it is claimed.
+# cancelled or exhausted ones end, an awaited one notified as every ending is, see
+# _tasks_results), and a rescued task may be claimed right away when it ranks among the
+# first ``limit`` due tasks. A paused lane (a row in the lane table) is rescued but
+# nothing in it is claimed.
 
 _RESCUE_BATCH = 500
 
@@ -216,7 +218,8 @@ _CLUSTER_LIMIT = POSTGRESQL["cluster_limit"]
 _COUNTED_DONE = " " + POSTGRESQL["counted_done"]
 _FRESH = POSTGRESQL["fresh"] + "\n       "
 _GATED_RESULT = "\n" + POSTGRESQL["gated_result"] + "\n"
-_NOTIFIED_DONE = POSTGRESQL["notified_done"]
+_NOTIFIED_DONE = POSTGRESQL["notified"].format(written="done", ended="")
+_RESCUE_TOLD = POSTGRESQL["notified"].format(written="exp", ended=POSTGRESQL["rescue_ended"])
 _RATE_GATE = POSTGRESQL["rate_gate"]
 _RATE_LIMIT = POSTGRESQL["rate_limit"]
 _RATED = POSTGRESQL["rated"]
@@ -261,6 +264,7 @@ class PgTaskStatements:
             **names,
             lanes=quote(lanes),
             rescue=_RESCUE_BATCH,
+            rescue_told=_RESCUE_TOLD,
             pending=TaskStatus.PENDING.value,
             cancelled=TaskStatus.CANCELLED.value,
             failed=TaskStatus.FAILED.value,
@@ -1203,6 +1207,21 @@ class PostgresSql(ReturningSql):
 
     def __init__(self) -> None:
         super().__init__(postgresql.insert)
+
+    async def rescue(
+        self,
+        conn: AsyncConnection,
+        table: sa.Table,
+        expired: Any,
+        values: Sequence[tuple[Any, Any]],
+        outcome: Any,
+    ) -> list[TaskStatus]:
+        """The portable rescue's ``UPDATE`` (see :meth:`ReturningSql.rescue`), which also
+        notifies each awaited row it ended, in the same statement."""
+        t = table
+        update = sa.update(t).where(t.c.id.in_(expired)).ordered_values(*values)
+        rescued = await conn.execute(notifying(update, t, statuses=True))
+        return [TaskStatus(row[0]) for row in rescued]
 
     def hot_paths(
         self,

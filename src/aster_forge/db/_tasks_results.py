@@ -4,8 +4,9 @@ flagged row sends a ``NOTIFY`` in the same statement.
 Only flagged rows notify: a task nobody awaits ends with the statement it always had
 (the flag rides on its ``RETURNING``; no notification is sent). The notification is a
 hint carrying the task id: a waiter reads the row again when woken, and polls slowly in
-case a notification was lost (a listener reconnecting, an ending written by a lease
-rescue, which sends none).
+case a notification was lost (a listener reconnecting). A lease rescue that ends a
+flagged row notifies too, in the claim that rescues it (``rescue_told`` in
+``sql/postgresql.sql``) or in the portable rescue's statement (:func:`notifying`).
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ _TERMINAL = tuple(status.value for status in TaskStatus if status.is_terminal)
 _OPEN = (TaskStatus.PENDING.value, TaskStatus.RUNNING.value)
 
 
-def notifying(update: sa.Update, table: sa.Table) -> sa.Select[Any]:
+def notifying(update: sa.Update, table: sa.Table, *, statuses: bool = False) -> sa.Select[Any]:
     """``update`` as one PostgreSQL statement that also notifies each awaited row it
-    ended; it selects how many rows ``update`` wrote.
+    ended; it selects how many rows ``update`` wrote (``statuses``: the status each
+    row it wrote has now, one row per row).
 
     The notifying ``SELECT`` is a filter of the outer query: a CTE no query reads is
     never run (only data-modifying ones are).
@@ -46,6 +48,8 @@ def notifying(update: sa.Update, table: sa.Table) -> sa.Select[Any]:
         .subquery("told")
     )
     sent = sa.select(sa.func.count()).select_from(told).scalar_subquery()
+    if statuses:
+        return sa.select(written.c.status).where(sent >= 0)
     return sa.select(sa.func.count()).select_from(written).where(sent >= 0)
 
 

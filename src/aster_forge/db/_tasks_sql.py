@@ -201,7 +201,8 @@ class BackendSql(Protocol):
         outcome: Any,
     ) -> list[TaskStatus]:
         """Write ``values`` (in order) to the rows ``expired`` selects and locks; the
-        status each ends in (``outcome`` computes it from the row before the write)."""
+        status each ends in (``outcome`` computes it from the row before the write). On
+        PostgreSQL the awaited rows it ends notify, in the same statement."""
         ...
 
     async def claim_rows(

@@ -27,9 +27,9 @@ FIRST_POLL = 0.01
 LONGEST_POLL = 1.0
 
 SAFETY_POLL = 5.0
-"""On PostgreSQL, how often a woken-by-NOTIFY waiter reads the row anyway: for an
-ending that sent no notification (a lease rescue) or one lost while the listener
-reconnected."""
+"""On PostgreSQL, how often a woken-by-NOTIFY waiter reads the row anyway: for a
+notification lost while the listener reconnected, or an ending written outside the
+store (which sends none)."""
 
 
 async def polled(store: BackgroundTaskStore, task_id: int) -> BackgroundTaskRecord:

@@ -26,16 +26,28 @@ SELECT id, priority, run_at FROM late
 -- array, which lets PostgreSQL reach the rows through the primary key. Joined only, the
 -- planner scanned the whole table for a table of a few thousand rows (most of the
 -- statement's time); tests/db/test_pg_claim_plans.py checks the plan.
+--
+-- ``exp`` reads each expired row as it locks it (under READ COMMITTED, FOR UPDATE
+-- returns the newest version), so its flags are those the UPDATE then writes from, and
+-- ``rescue_told`` notifies the awaited rows the rescue ends. A filter of ``target``
+-- reads it (a CTE no query reads never runs; the filter is reached for every row the
+-- rescue ends, as no such row is in ``cand``). A NOTIFY is delivered at commit, so one
+-- queued before the UPDATE runs is seen no earlier than its write.
 WITH exp AS (
-    SELECT id FROM {t}
+    SELECT id, result_awaited,
+           cancel_requested OR attempt + 1 >= max_attempts AS ends
+    FROM {t}
     WHERE lane = :lane AND status = 'running' AND lease_expires_at <= now(){exclude}
     ORDER BY lease_expires_at LIMIT {rescue} FOR UPDATE SKIP LOCKED
+), rescue_told AS (
+    {rescue_told}
 ), open_lane AS (
     SELECT NOT EXISTS (SELECT 1 FROM {lanes} WHERE lane = :lane AND paused) AS open
 ){gate}{pick}, target AS (
     SELECT id, true AS claim FROM cand
     UNION ALL
-    SELECT id, false AS claim FROM exp WHERE id NOT IN (SELECT id FROM cand)
+    SELECT id, false AS claim FROM exp
+    WHERE id NOT IN (SELECT id FROM cand) AND (SELECT count(*) FROM rescue_told) >= 0
 )
 UPDATE {t} AS t SET
     status = CASE WHEN target.claim THEN '{running}'
@@ -343,11 +355,15 @@ WHERE dedupe_key = ANY($1::text[])
 -- notify --
 SELECT pg_notify($1::text, $2::text)
 
--- notified_done --
--- The awaited rows among those ``done`` ended, each notified on the results channel
--- (``RESULTS_CHANNEL`` in _tasks_results.py); unawaited rows send nothing.
-SELECT pg_notify('aster_forge_results', CAST(id AS TEXT)) FROM done WHERE result_awaited
+-- notified --
+-- The awaited rows among those ``{written}`` ended, each notified on the results
+-- channel (``RESULTS_CHANNEL`` in _tasks_results.py); unawaited rows send nothing.
+SELECT pg_notify('aster_forge_results', CAST(id AS TEXT)) FROM {written} WHERE result_awaited{ended}
+
+-- rescue_ended --
+-- Of the rows a claim's rescue takes (``exp``), those it ends: cancelled or failed.
+ AND ends
 
 -- told --
--- ``notified_done`` as a FROM item: a filter of the batched success reads it, so it runs.
+-- ``notified`` of ``done`` as a FROM item: a filter of the batched success reads it, so it runs.
 ({notified_done}) AS told
