@@ -250,7 +250,8 @@ WHERE (SELECT count(*) FROM told) >= 0
 -- (``:part_us``); a partition's starts counted in it (``spent_in``) come off its
 -- budget, and once any partition counted a later window (a claim whose "now" was later
 -- committed first), no partition has budget (``part_current``, as
--- ``partition_budget``).
+-- ``partition_budget``). ``spent_in`` is read once (MATERIALIZED, a row per partition):
+-- inlined, the plan probed the rate table's index once per ranked task.
 , rate_row AS (
     SELECT ctid AS version, rate_window_start, rate_started FROM {lanes}
     WHERE lane = :lane FOR UPDATE
@@ -261,7 +262,7 @@ WHERE (SELECT count(*) FROM told) >= 0
 ), part_win AS (
     SELECT timestamptz 'epoch' + floor(extract(epoch FROM now()) * 1000000 / :part_us)
         * :part_us * interval '1 microsecond' AS win
-), spent_in AS (
+), spent_in AS MATERIALIZED (
     SELECT partition_key, started AS spent FROM {rates}
     WHERE lane = :lane AND window_start = (SELECT win FROM part_win)
 ), part_current AS (
