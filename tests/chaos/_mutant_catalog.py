@@ -888,6 +888,34 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "pg-partition-rate-budget-ignored",
+        "PostgreSQL's one-statement claim under a partition rate limit takes a spent "
+        "partition's tasks",
+        (
+            Edit(
+                PG_SQL,
+                "r.turn + COALESCE(s.spent, 0) <= :part_count",
+                "r.turn + COALESCE(s.spent, 0) >= 0 - :part_count",
+            ),
+        ),
+        (
+            "tests/db/test_partition_rate_paths.py::"
+            "test_with_a_cluster_limit_the_room_binds[driver]",
+            "tests/db/test_partition_rate_processes.py::"
+            "test_no_partition_starts_more_than_its_rate_in_any_window[postgres]",
+        ),
+    ),
+    Mutant(
+        "pg-partition-rate-stale-snapshot",
+        "PostgreSQL's partition-rate-limited claim reads the counts of a snapshot taken "
+        "before it waited for the lane's row",
+        (Edit(PG_SQL, "SELECT r.version = l.ctid FROM", "SELECT true FROM"),),
+        (
+            "tests/db/test_partition_rate_paths.py::"
+            "test_a_claim_that_waited_for_a_counting_claim_reads_its_count[driver]",
+        ),
+    ),
+    Mutant(
         "rate-refill-wait-skipped",
         "a worker claims a rate-limited lane again before its window refills",
         (

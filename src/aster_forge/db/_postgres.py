@@ -15,6 +15,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -38,7 +39,7 @@ from ._driver_hold import HeldDriverConnection
 from ._pg_driver import PgDriverStatement, unless_all_null, utc_decoder
 from ._queries import POSTGRESQL
 from ._returning import ReturningSql
-from ._tables import CORE_COLUMNS, record_from_values
+from ._tables import CORE_COLUMNS, partition_rates_table, record_from_values
 from ._tasks_results import notifying
 from ._tasks_sql import (
     _SATURATING_DELTA,
@@ -208,6 +209,11 @@ _CLAIM = "\n" + POSTGRESQL["claim"] + "\n"
 _PICK = POSTGRESQL["pick"]
 
 _FAIR_PICK = POSTGRESQL["fair_pick"]
+_RUNNING_IN = POSTGRESQL["running_in"]
+_RUNNING_JOIN = " " + POSTGRESQL["running_join"]
+_RUNNING_CAP = POSTGRESQL["running_cap"]
+_BUDGET_JOIN = " " + POSTGRESQL["budget_join"]
+_BUDGET_CAP = POSTGRESQL["budget_cap"]
 
 _DONE = "\n" + POSTGRESQL["done"]
 _NOT_DONE = "\n      " + POSTGRESQL["not_done"]
@@ -221,16 +227,30 @@ _GATED_RESULT = "\n" + POSTGRESQL["gated_result"] + "\n"
 _NOTIFIED_DONE = POSTGRESQL["notified"].format(written="done", ended="")
 _RESCUE_TOLD = POSTGRESQL["notified"].format(written="exp", ended=POSTGRESQL["rescue_ended"])
 _RATE_GATE = POSTGRESQL["rate_gate"]
+_MADE = POSTGRESQL["made"]
+_RATE_LEFT = POSTGRESQL["rate_left"]
 _RATE_LIMIT = POSTGRESQL["rate_limit"]
 _RATED = POSTGRESQL["rated"]
+_PARTITION_RATE_GATE = POSTGRESQL["partition_rate_gate"]
+_FRESH_LIMIT = POSTGRESQL["fresh_limit"]
+_PARTITION_RATED = POSTGRESQL["partition_rated"]
+_TOUCHED = POSTGRESQL["touched"]
 
 
-def _succeed_and_claim_sql(done: str, claim: str, *, capped: bool = False) -> str:
+#: A partition-rate-limited claim's statement: its limit key (see ``limit_key``), and
+#: whether it counts the lane's rate, is capped, is fair, writes successes first.
+PartitionRatedKey = tuple[int | None, bool, bool, bool, bool]
+
+
+def _succeed_and_claim_sql(
+    done: str, claim: str, *, capped: bool = False, counted: str = ""
+) -> str:
     """``done`` in front of ``claim``, whose final UPDATE becomes the ``claimed`` CTE
-    (``capped``: with the ``fresh`` column before the claimed rows)."""
+    (``capped``: with the ``fresh`` column before the claimed rows; ``counted``: the
+    CTEs that count the claimed rows, after it)."""
     ctes, _, update = claim.strip().removeprefix("WITH ").partition("\nUPDATE ")
     result = _DONE_RESULT.replace("c.*", _FRESH + "c.*") if capped else _DONE_RESULT
-    return f"{done}, {ctes}, claimed AS (\nUPDATE {update}\n){result}"
+    return f"{done}, {ctes}, claimed AS (\nUPDATE {update}\n){counted}{result}"
 
 
 def _gated_claim_sql(claim: str, rated: str = "") -> str:
@@ -276,9 +296,19 @@ class PgTaskStatements:
             **names, succeeded=TaskStatus.SUCCEEDED.value, told=_NOTIFIED_DONE
         )
         self._gate = _GATE.format(lanes=quote(lanes))
-        self._rate_gate = _RATE_GATE.format(lanes=quote(lanes))
+        made = _MADE.format(lanes=quote(lanes))
+        self._rate_gate = _RATE_GATE.format(lanes=quote(lanes), made=made) + _RATE_LEFT
         self._rated = _RATED.format(lanes=quote(lanes), running=TaskStatus.RUNNING.value)
         self._rated_claims: dict[int | None, Any] = {}
+        rates = quote(partition_rates_table(table))
+        self._partition_rate_gate = _PARTITION_RATE_GATE.format(
+            lanes=quote(lanes), rates=rates, made=made
+        )
+        self._partition_rated = _PARTITION_RATED.format(
+            rates=rates, running=TaskStatus.RUNNING.value
+        )
+        self._touched = _TOUCHED.format(lanes=quote(lanes), running=TaskStatus.RUNNING.value)
+        self._partition_rated_claims: dict[PartitionRatedKey, Any] = {}
         self._claims: dict[tuple[int | None, bool, bool], Any] = {}
         self._succeed_and_claims: dict[tuple[int | None, bool, bool], Any] = {}
         t = table
@@ -349,15 +379,28 @@ class PgTaskStatements:
             limit=limit_sql, t=self._table_sql, running=TaskStatus.RUNNING.value, counted=counted
         )
 
+    def _fair_pick(self, cand_limit: str, counted: str, *, running: bool, budget: bool) -> str:
+        """``fair_pick``, capped per partition by its running rows (``running``: the
+        ``plim`` parameter) and by its partition rate budget (``budget``)."""
+        joins = (_RUNNING_JOIN if running else "") + (_BUDGET_JOIN if budget else "")
+        caps = [cap for on, cap in ((running, _RUNNING_CAP), (budget, _BUDGET_CAP)) if on]
+        running_in = (
+            _RUNNING_IN.format(t=self._table_sql, running=TaskStatus.RUNNING.value, counted=counted)
+            if running
+            else ""
+        )
+        return _FAIR_PICK.format(
+            t=self._table_sql,
+            running_in=running_in,
+            joins=joins,
+            caps=" AND ".join(caps),
+            cand_limit=cand_limit,
+        )
+
     def _pick(self, limit_sql: str, capped: bool, fair: bool, counted: str, late: bool) -> str:
         cand_limit = self._cand_limit(limit_sql, capped, counted)
         if fair:
-            return _FAIR_PICK.format(
-                t=self._table_sql,
-                running=TaskStatus.RUNNING.value,
-                counted=counted,
-                cand_limit=cand_limit,
-            )
+            return self._fair_pick(cand_limit, counted, running=True, budget=False)
         return _PICK.format(
             t=self._table_sql,
             limit=limit_sql,
@@ -420,6 +463,54 @@ class PgTaskStatements:
             )
         return statement
 
+    def partition_rated_claim(
+        self, limit: int, *, rated: bool, capped: bool, fair: bool, success: bool = False
+    ) -> Any:
+        """The rescue-and-claim of a lane with a partition rate limit (see
+        ``partition_rate_gate`` in sql/postgresql.sql; the ``part_count`` and ``part_us``
+        parameters), with the lane's own rate (``rated``: as :meth:`rated_claim`), its
+        cluster-wide limit (``capped``) and its partition limit (``fair``), shaped as
+        :meth:`claim`'s capped one; ``success``: after the successes, shaped as
+        :meth:`succeed_and_claim`'s capped one."""
+        key = limit_key(limit)
+        statement = self._partition_rated_claims.get((key, rated, capped, fair, success))
+        if statement is None:
+            counted = _COUNTED_DONE if success else ""
+            cand_limit = _limit_sql(key)
+            if rated:
+                cand_limit = _RATE_LIMIT.format(limit=cand_limit)
+            cand_limit = _FRESH_LIMIT.format(limit=self._cand_limit(cand_limit, capped, counted))
+            claim = self._claim_sql(
+                exclude=_NOT_DONE if success else "",
+                gate=self._partition_rate_gate + (_RATE_LEFT if rated else ""),
+                pick=self._fair_pick(cand_limit, counted, running=fair, budget=True),
+            )
+            after = (self._rated if rated else self._touched) + self._partition_rated
+            params = [
+                *_claim_params(key, capped, fair),
+                sa.bindparam("part_count", type_=sa.Integer()),
+                sa.bindparam("part_us", type_=sa.BigInteger()),
+            ]
+            if rated:
+                params.append(sa.bindparam("rate_count", type_=sa.Integer()))
+                params.append(sa.bindparam("rate_us", type_=sa.BigInteger()))
+            done: list[Any] = []
+            if success:
+                sql = _succeed_and_claim_sql(self._done_sql, claim, capped=True, counted=after)
+                params += _success_bindparams()
+                done = [
+                    sa.column("done_ids", postgresql.ARRAY(sa.BigInteger())),
+                    sa.column("done_tokens", postgresql.ARRAY(sa.Text())),
+                ]
+            else:
+                sql = _gated_claim_sql(claim, after)
+            statement = self._partition_rated_claims[key, rated, capped, fair, success] = (
+                sa.text(sql)
+                .bindparams(*params)
+                .columns(*done, sa.column("fresh", sa.Boolean()), *self._cols)
+            )
+        return statement
+
     def succeed_and_claim(self, limit: int, *, capped: bool = False, fair: bool = False) -> Any:
         """Successes written and up to ``limit`` tasks claimed, in one statement
         (``capped``, ``fair``: as for :meth:`claim`)."""
@@ -435,13 +526,7 @@ class PgTaskStatements:
             fresh = [sa.column("fresh", sa.Boolean())] if capped else []
             statement = self._succeed_and_claims[key, capped, fair] = (
                 sa.text(_succeed_and_claim_sql(self._done_sql, claim, capped=capped))
-                .bindparams(
-                    *_claim_params(key, capped, fair),
-                    sa.bindparam("ids", type_=postgresql.ARRAY(sa.BigInteger())),
-                    sa.bindparam("tokens", type_=postgresql.ARRAY(sa.Text())),
-                    sa.bindparam("results", type_=postgresql.ARRAY(sa.Text())),
-                    sa.bindparam("steps", type_=postgresql.ARRAY(sa.Text())),
-                )
+                .bindparams(*_claim_params(key, capped, fair), *_success_bindparams())
                 .columns(
                     sa.column("done_ids", postgresql.ARRAY(sa.BigInteger())),
                     sa.column("done_tokens", postgresql.ARRAY(sa.Text())),
@@ -460,6 +545,16 @@ def limit_key(limit: int) -> int | None:
 def _limit_sql(key: int | None) -> str:
     # An int from limit_key, never text from outside: safe to write into the SQL.
     return ":lim" if key is None else str(int(key))
+
+
+def _success_bindparams() -> list[sa.BindParameter[Any]]:
+    """The success-and-claim's array parameters (see ``success_params``)."""
+    return [
+        sa.bindparam("ids", type_=postgresql.ARRAY(sa.BigInteger())),
+        sa.bindparam("tokens", type_=postgresql.ARRAY(sa.Text())),
+        sa.bindparam("results", type_=postgresql.ARRAY(sa.Text())),
+        sa.bindparam("steps", type_=postgresql.ARRAY(sa.Text())),
+    ]
 
 
 def _claim_params(key: int | None, capped: bool, fair: bool) -> list[sa.BindParameter[Any]]:
@@ -909,6 +1004,7 @@ class PgTaskRunner:
         self._claims: dict[tuple[int | None, bool, bool], _Statement] = {}
         self._succeed_and_claims: dict[tuple[int | None, bool, bool], _Statement] = {}
         self._rated_claims: dict[int | None, _Statement] = {}
+        self._partition_rated_claims: dict[PartitionRatedKey, _Statement] = {}
         self._succeed_many = self._both(statements.succeed_many)
         self._renew_many = self._both(statements.renew_many)
         self._utc = utc_decoder(dialect)
@@ -947,15 +1043,21 @@ class PgTaskRunner:
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
         rate: TaskRateLimit | None = None,
+        partition_rate: TaskRateLimit | None = None,
     ) -> tuple[list[BackgroundTaskRecord], list[TaskStatus]]:
         """The lane's rescue-and-claim (under ``cluster_limit`` or ``partition_limit``:
         locked, see :meth:`PgTaskStatements.claim`; under ``rate`` alone: counted, see
-        :meth:`PgTaskStatements.rated_claim`).
+        :meth:`PgTaskStatements.rated_claim`; under ``partition_rate``, with any of the
+        others: see :meth:`PgTaskStatements.partition_rated_claim`).
 
         Returns:
             The claimed records in claim order, and the status of each row the
             rescue left unclaimed (pending again, failed or cancelled).
         """
+        if partition_rate is not None:
+            limits = _Limits(cluster_limit, partition_limit, rate, partition_rate)
+            async with self._turn(lane):
+                return await self._claim_partition_rated(lane, limit, owner, lease_ttl, limits)
         if rate is not None:
             async with self._turn(lane):
                 return await self._claim_rated(lane, limit, owner, lease_ttl, rate)
@@ -1030,6 +1132,47 @@ class PgTaskRunner:
         claimed.sort(key=lambda r: (-r.priority, r.run_at, r.id))
         return claimed, ended
 
+    def _partition_rated(self, limit: int, limits: _Limits, *, success: bool) -> _Statement:
+        rated, capped, fair = limits.shape
+        key = limit_key(limit), rated, capped, fair, success
+        statement = self._partition_rated_claims.get(key)
+        if statement is None:
+            built = self._statements.partition_rated_claim(
+                limit, rated=rated, capped=capped, fair=fair, success=success
+            )
+            statement = self._partition_rated_claims[key] = self._both(built)
+        return statement
+
+    async def _claim_partition_rated(
+        self,
+        lane: str,
+        limit: int,
+        owner: str,
+        lease_ttl: timedelta,
+        limits: _Limits,
+        rows: Sequence[Any] | None = None,
+        offset: int = 1,
+    ) -> tuple[list[BackgroundTaskRecord], list[TaskStatus]]:
+        """The partition-rate-limited claim, run again while its snapshot was not fresh
+        (see ``partition_rate_gate``).
+
+        ``rows``: those of a success-and-claim already run (``fresh`` at ``offset - 1``).
+        """
+        statement = self._partition_rated(limit, limits, success=False)
+        params = {**claim_params(lane, limit, owner, lease_ttl), **limits.params()}
+        claimed: list[BackgroundTaskRecord] = []
+        ended: list[TaskStatus] = []
+        for _ in range(_FRESH_ATTEMPTS):
+            if rows is None:
+                rows, offset = await self._rows("claim tasks", statement, params), 1
+            claimed += self._claimed(rows, offset)
+            ended += _unclaimed(rows, offset)
+            if rows[0][offset - 1]:
+                break
+            rows = None
+        claimed.sort(key=lambda r: (-r.priority, r.run_at, r.id))
+        return claimed, ended
+
     async def succeed_and_claim(
         self,
         completions: Sequence[TaskCompletion],
@@ -1039,9 +1182,12 @@ class PgTaskRunner:
         lease_ttl: timedelta,
         cluster_limit: int | None = None,
         partition_limit: int | None = None,
+        rate: TaskRateLimit | None = None,
+        partition_rate: TaskRateLimit | None = None,
     ) -> tuple[set[tuple[int, str]], list[BackgroundTaskRecord], list[TaskStatus]]:
         """The fenced successes and the claim in one statement (``cluster_limit``,
-        ``partition_limit``: as for :meth:`claim`).
+        ``partition_limit``: as for :meth:`claim`; ``rate`` only with
+        ``partition_rate``).
 
         Returns:
             The ``(id, token)`` pairs written, the claimed records in claim order, and
@@ -1049,6 +1195,19 @@ class PgTaskRunner:
         """
         params = {**success_params(completions), **claim_params(lane, limit, owner, lease_ttl)}
         operation = "mark tasks succeeded and claim"
+        if partition_rate is not None:
+            limits = _Limits(cluster_limit, partition_limit, rate, partition_rate)
+            params.update(limits.params())
+            statement = self._partition_rated(limit, limits, success=True)
+            async with self._turn(lane):
+                rows = await self._rows(operation, statement, params, queue=True)
+                # The successes are written; a claim run again claims only.
+                claimed, ended = await self._claim_partition_rated(
+                    lane, limit, owner, lease_ttl, limits, rows, offset=3
+                )
+            return _written(rows), claimed, ended
+        if rate is not None:
+            raise ValueError("a rate limit alone is not claimed with successes")
         if cluster_limit is None and partition_limit is None:
             statement = self._for_limit(
                 self._succeed_and_claims, self._statements.succeed_and_claim, limit, False
@@ -1175,6 +1334,33 @@ def gate_params(cap: int | None, plim: int | None) -> dict[str, int]:
     if plim is not None:
         params["plim"] = plim
     return params
+
+
+@dataclass(frozen=True, slots=True)
+class _Limits:
+    """The limits of a partition-rate-limited claim, and their statement's parameters."""
+
+    cap: int | None
+    plim: int | None
+    rate: TaskRateLimit | None
+    partition_rate: TaskRateLimit
+
+    @property
+    def shape(self) -> tuple[bool, bool, bool]:
+        """Whether the statement counts the lane's rate, is capped, is fair."""
+        return self.rate is not None, self.cap is not None, self.plim is not None
+
+    def params(self) -> dict[str, int]:
+        count, period = self.partition_rate
+        params = {"part_count": count, "part_us": period // timedelta(microseconds=1)}
+        if self.rate is not None:
+            params["rate_count"] = self.rate[0]
+            params["rate_us"] = self.rate[1] // timedelta(microseconds=1)
+        if self.cap is not None:
+            params["cap"] = self.cap
+        if self.plim is not None:
+            params["plim"] = self.plim
+        return params
 
 
 def success_params(completions: Sequence[TaskCompletion]) -> dict[str, list[Any]]:

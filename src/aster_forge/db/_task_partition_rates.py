@@ -3,8 +3,10 @@
 A lane with a ``partition_rate_limit`` counts each partition's starts in the window
 ``<tasks table>_partition_rates`` holds for it: one row per (lane, partition) that
 started a task, with the window it counted last. Claims of such a lane hold the lane's
-row in the lane table (see ``BackgroundTaskDbStore._claim_rated``), so each reads the
-counts every earlier claim committed. A row of a window that ended counts no starts:
+row in the lane table (see ``BackgroundTaskDbStore._claim_rated``; on PostgreSQL one
+statement, ``partition_rate_gate`` in ``sql/postgresql.sql``, which claims again when
+its snapshot missed a claim that committed while it waited), so each reads the counts
+every earlier claim committed. A row of a window that ended counts no starts:
 a claim that records starts first deletes the lane's rows of ended windows, so the
 table keeps about one row per partition that started a task in a current window.
 """

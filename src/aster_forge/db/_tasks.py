@@ -255,24 +255,36 @@ class BackgroundTaskDbStore(
         the fair pick (see ``_tasks_partitioned``).
 
         With ``rate_limit`` alone, PostgreSQL claims in one statement that locks the
-        lane row and counts the window's starts in it (``PgTaskStatements.rated_claim``);
-        otherwise every backend takes that portable path too, and reads and counts the
-        window's starts in the locked lane row (see ``_claim_rated``); lanes without
-        one never read those columns. So does ``partition_rate_limit``,
-        which counts each partition's starts in the partition rate table (see
-        ``_task_partition_rates``) and leaves spent partitions out of the fair pick.
+        lane row and counts the window's starts in it (``PgTaskStatements.rated_claim``).
+        With ``partition_rate_limit``, which counts each partition's starts in the
+        partition rate table (see ``_task_partition_rates``) and leaves spent
+        partitions out of the fair pick, PostgreSQL claims in one statement too, with
+        or without the other limits (``PgTaskStatements.partition_rated_claim``).
+        Otherwise a rate-limited claim takes the portable path, which reads and counts
+        the window's starts in the locked lane row (see ``_claim_rated``); lanes
+        without a rate limit never read those columns.
         """
         lane_value = check_claim_args(lane, owner, lease_ttl, limit, cluster_limit, partition_limit)
         rate = check_claim_rate_limit(rate_limit)
         partition_rate = check_claim_rate_limit(partition_rate_limit, "partition_rate_limit")
         if limit <= 0:
             return []
-        # A rate limit alone claims in one statement on PostgreSQL (see
-        # PgTaskStatements.rated_claim); with other limits, on the portable path.
-        alone = partition_rate is None and cluster_limit is None and partition_limit is None
-        pg = self._pg_run if alone and lease_ttl < _SATURATING_DELTA else None
-        if rate is not None and pg is not None:
-            claimed, ended = await pg.claim(lane_value, limit, owner, lease_ttl, rate=rate)
+        # A rate limit alone, or a partition rate limit with any others, claims in one
+        # statement on PostgreSQL (see PgTaskStatements.rated_claim and
+        # partition_rated_claim); a rate limit with other limits, on the portable path.
+        alone = cluster_limit is None and partition_limit is None
+        pg = self._pg_run if lease_ttl < _SATURATING_DELTA else None
+        if pg is not None and (partition_rate is not None or (rate is not None and alone)):
+            claimed, ended = await pg.claim(
+                lane_value,
+                limit,
+                owner,
+                lease_ttl,
+                cluster_limit,
+                partition_limit,
+                rate=rate,
+                partition_rate=partition_rate,
+            )
             self._count_ended(lane_value, ended)
             self._note_claims(claimed)
             return claimed
@@ -786,8 +798,8 @@ class BackgroundTaskDbStore(
             The success results in input order, and the claimed records.
         """
         lane_value = check_claim_args(lane, owner, lease_ttl, limit, cluster_limit, partition_limit)
-        check_claim_rate_limit(rate_limit)
-        check_claim_rate_limit(partition_rate_limit, "partition_rate_limit")
+        rate = check_claim_rate_limit(rate_limit)
+        partition_rate = check_claim_rate_limit(partition_rate_limit, "partition_rate_limit")
         awaited = self._awaited_indexes(completions) if self._awaited else None
         if awaited:
             apart = await self._succeed_awaited(completions, awaited)
@@ -803,10 +815,11 @@ class BackgroundTaskDbStore(
                 partition_rate_limit=partition_rate_limit,
             )
             return merged(len(completions), apart, rest), claimed
-        # A rate-limited lane's success and claim are two calls (its claim is one
-        # statement on PostgreSQL, see claim_due_for_lane).
-        rated = rate_limit is not None or partition_rate_limit is not None
-        pg = None if rated else self._pg_run
+        # A lane with a rate limit but no partition rate limit: its success and claim
+        # are two calls (its claim is one statement on PostgreSQL without other limits,
+        # see claim_due_for_lane).
+        rated = rate is not None or partition_rate is not None
+        pg = None if rate is not None and partition_rate is None else self._pg_run
         plain = partition_limit is None and not rated
         if self._lite is not None and completions and limit > 0 and plain:
             together = await self._succeed_and_claim_sqlite(
@@ -833,7 +846,15 @@ class BackgroundTaskDbStore(
                 claimed = []
             return results, claimed
         done, records, ended = await pg.succeed_and_claim(
-            completions, lane_value, limit, owner, lease_ttl, cluster_limit, partition_limit
+            completions,
+            lane_value,
+            limit,
+            owner,
+            lease_ttl,
+            cluster_limit,
+            partition_limit,
+            rate=rate,
+            partition_rate=partition_rate,
         )
         self._count_ended(lane_value, ended)
         self._note_claims(records)

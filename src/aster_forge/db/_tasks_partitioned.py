@@ -1,17 +1,18 @@
 """The fair pick of a partitioned lane's claim, in SQL (MariaDB and SQLite).
 
-PostgreSQL folds the same pick into its one-statement capped claim (``fair_pick`` in
-``sql/postgresql.sql``). Elsewhere a lane with a ``partition_limit`` claims on the portable
-path under the lane's row lock (see ``BackgroundTaskDbStore._lock_lane``): every
-claim of the lane then sees every earlier one committed, so the running count per
-partition it reads is the cluster's. The pick ranks the lane's due tasks within each partition
-(``row_number() OVER (PARTITION BY partition_key ORDER BY priority DESC, run_at,
-id)``), leaves out the ranks a partition has no room for, and takes by rank first:
-each partition's first task, then each one's second (as
-:func:`~aster_forge.tasks._internal.fair_pick` does in memory). Window functions
-cannot lock rows (``FOR UPDATE``), so the claim's UPDATE checks the picked rows are
-still pending instead. Under a partition rate limit (see ``_task_partition_rates``)
-a partition also takes no more ranks than the starts it has left in the window.
+PostgreSQL folds the same pick into its one-statement capped and partition-rate-limited
+claims (``fair_pick`` in ``sql/postgresql.sql``). Elsewhere a lane with a
+``partition_limit`` claims on the portable path under the lane's row lock (see
+``BackgroundTaskDbStore._lock_lane``): every claim of the lane then sees every earlier
+one committed, so the running count per partition it reads is the cluster's. The pick
+ranks the lane's due tasks within each partition (``row_number() OVER (PARTITION BY
+partition_key ORDER BY priority DESC, run_at, id)``), leaves out the ranks a partition
+has no room for, and takes by rank first: each partition's first task, then each one's
+second (as :func:`~aster_forge.tasks._internal.fair_pick` does in memory). Window
+functions cannot lock rows (``FOR UPDATE``), so the claim's UPDATE checks the picked
+rows are still pending instead. Under a partition rate limit (see
+``_task_partition_rates``) a partition also takes no more ranks than the starts it has
+left in the window.
 """
 
 from __future__ import annotations

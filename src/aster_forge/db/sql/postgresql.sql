@@ -96,30 +96,48 @@ RETURNING {returning}
 )
 
 -- fair_pick --
--- A partitioned lane's pick (always behind the gate, see ``gate``): the due tasks
--- ranked within each partition, the ranks a partition has no room for left out (its
--- running rows in the snapshot, less those this statement writes as succeeded; those
--- it rescues still count, which only claims less), taken by rank so partitions take
--- turns. Window functions cannot lock rows: the ranked ids are locked after. Rescued
--- rows become pending and wait for the next claim.
-, running_in AS (
-    SELECT partition_key, count(*) AS n FROM {t}
-    WHERE lane = :lane AND status = '{running}' AND partition_key IS NOT NULL{counted}
-    GROUP BY partition_key
-), ranked AS (
+-- A partitioned lane's pick (always behind a gate, see ``gate`` and
+-- ``partition_rate_gate``): the due tasks ranked within each partition, the ranks a
+-- partition has no room for left out (``{caps}``: under a partition limit, its running
+-- rows in the snapshot, less those this statement writes as succeeded; those it
+-- rescues still count, which only claims less; under a partition rate limit, the
+-- starts it has left in the window), taken by rank so partitions take turns. Window
+-- functions cannot lock rows: the ranked ids are locked after. Rescued rows become
+-- pending and wait for the next claim.
+{running_in}, ranked AS (
     SELECT r.id FROM (
         SELECT id, partition_key, priority, run_at, row_number() OVER (
             PARTITION BY partition_key ORDER BY priority DESC, run_at, id) AS turn
         FROM {t}
         WHERE lane = :lane AND status = 'pending' AND run_at <= now()
           AND (SELECT open FROM open_lane)
-    ) r LEFT JOIN running_in ri ON ri.partition_key = r.partition_key
-    WHERE r.partition_key IS NULL OR r.turn + COALESCE(ri.n, 0) <= :plim
+    ) r{joins}
+    WHERE r.partition_key IS NULL OR ({caps})
     ORDER BY r.turn, r.priority DESC, r.run_at, r.id LIMIT {cand_limit}
 ), cand AS (
     SELECT d.id FROM {t} d WHERE d.id IN (SELECT id FROM ranked) AND d.status = 'pending'
     FOR UPDATE SKIP LOCKED
 )
+
+-- running_in --
+-- The running rows of each partition, for the cap of a partition limit.
+, running_in AS (
+    SELECT partition_key, count(*) AS n FROM {t}
+    WHERE lane = :lane AND status = '{running}' AND partition_key IS NOT NULL{counted}
+    GROUP BY partition_key
+)
+
+-- running_join --
+LEFT JOIN running_in ri ON ri.partition_key = r.partition_key
+
+-- running_cap --
+r.turn + COALESCE(ri.n, 0) <= :plim
+
+-- budget_join --
+LEFT JOIN spent_in s ON s.partition_key = r.partition_key
+
+-- budget_cap --
+r.turn + COALESCE(s.spent, 0) <= :part_count AND (SELECT current FROM part_current)
 
 -- done --
 -- Successes written and freed slots claimed in one statement: this CTE in front of the
@@ -200,23 +218,30 @@ WHERE (SELECT count(*) FROM told) >= 0
 -- A lane with a rate limit (and no other limit) claims in one statement too. It locks
 -- the lane's row with FOR UPDATE, which returns the newest version of the row once
 -- the claim holding it committed (not the snapshot's): the window's count is read
--- there, the pick takes no more than what is left of it, and ``rated`` adds the
--- claimed rows to the count, in the same statement (the UPDATE reaches that newest
--- version, whose lock the statement holds). The due rows come from the snapshot, as in
--- the plain claim: one taken since is locked or no longer pending, and skipped. A lane
--- without a row creates it and claims nothing (``fresh`` false; the caller runs the
--- statement again). The window is the one ``now()`` falls in, aligned to the epoch
--- (``:rate_us``, the period in microseconds), as ``rate_window`` computes it; a row
--- that already counted a later window leaves no budget (see ``rate_budget_left``).
+-- there (``rate_left``), the pick takes no more than what is left of it, and ``rated``
+-- adds the claimed rows to the count, in the same statement (the UPDATE reaches that
+-- newest version, whose lock the statement holds). The due rows come from the
+-- snapshot, as in the plain claim: one taken since is locked or no longer pending, and
+-- skipped. A lane without a row creates it (``made``) and claims nothing (``fresh``
+-- false; the caller runs the statement again).
 , rate_row AS (
     SELECT rate_window_start, rate_started FROM {lanes} WHERE lane = :lane FOR UPDATE
-), made AS (
+){made}, fresh AS (
+    SELECT EXISTS (SELECT 1 FROM rate_row) AS fresh
+)
+
+-- made --
+, made AS (
     INSERT INTO {lanes} (lane, paused, paused_at, updated_at)
     SELECT :lane, false, NULL, now() WHERE NOT EXISTS (SELECT 1 FROM rate_row)
     ON CONFLICT (lane) DO NOTHING
-), fresh AS (
-    SELECT EXISTS (SELECT 1 FROM rate_row) AS fresh
-), rate_win AS (
+)
+
+-- rate_left --
+-- The lane's window is the one ``now()`` falls in, aligned to the epoch (``:rate_us``,
+-- the period in microseconds), as ``rate_window`` computes it; a row that already
+-- counted a later window leaves no budget (see ``rate_budget_left``).
+, rate_win AS (
     SELECT timestamptz 'epoch' + floor(extract(epoch FROM now()) * 1000000 / :rate_us)
         * :rate_us * interval '1 microsecond' AS win
 ), rate_left AS (
@@ -224,6 +249,75 @@ WHERE (SELECT count(*) FROM told) >= 0
                 WHEN r.rate_window_start > w.win THEN 0
                 ELSE GREATEST(:rate_count - COALESCE(r.rate_started, 0), 0) END AS n
     FROM rate_win AS w LEFT JOIN rate_row AS r ON true
+)
+
+-- partition_rate_gate --
+-- A lane with a partition rate limit (with or without the other limits) claims in one
+-- statement as well, its lane row locked as under ``rate_gate``. The partition counts
+-- live in rows of the partition rate table, which the statement reads from its
+-- snapshot: the snapshot must hold every counting claim before this one. Each such
+-- claim that started a task rewrote the lane's row (``rated`` or ``touched``), in the
+-- transaction that counted; so the statement compares the version of the row it
+-- locked (the newest, once the claim holding it committed) with its snapshot's: when
+-- they differ (or the snapshot sees none), a claim this snapshot misses may have
+-- committed, and the statement claims nothing (``fresh`` false; the caller runs it
+-- again with a new snapshot). The partition window is the one ``now()`` falls in
+-- (``:part_us``); a partition's starts counted in it (``spent_in``) come off its
+-- budget, and once any partition counted a later window (a claim whose "now" was later
+-- committed first), no partition has budget (``part_current``, as
+-- ``partition_budget``). ``spent_in`` is read once (MATERIALIZED, a row per partition):
+-- inlined, the plan probed the rate table's index once per ranked task.
+, rate_row AS (
+    SELECT ctid AS version, rate_window_start, rate_started FROM {lanes}
+    WHERE lane = :lane FOR UPDATE
+){made}, fresh AS (
+    SELECT COALESCE((
+        SELECT r.version = l.ctid FROM rate_row AS r, {lanes} AS l WHERE l.lane = :lane
+    ), false) AS fresh
+), part_win AS (
+    SELECT timestamptz 'epoch' + floor(extract(epoch FROM now()) * 1000000 / :part_us)
+        * :part_us * interval '1 microsecond' AS win
+), spent_in AS MATERIALIZED (
+    SELECT partition_key, started AS spent FROM {rates}
+    WHERE lane = :lane AND window_start = (SELECT win FROM part_win)
+), part_current AS (
+    SELECT NOT EXISTS (
+        SELECT 1 FROM {rates} WHERE lane = :lane AND window_start > (SELECT win FROM part_win)
+    ) AS current
+)
+
+-- fresh_limit --
+CASE WHEN (SELECT fresh FROM fresh) THEN {limit} ELSE 0 END
+
+-- partition_rated --
+-- The claimed rows' starts counted per partition in its window, after the lane's rows
+-- of ended windows were deleted (but those of the partitions counted here, which the
+-- upsert overwrites: one statement must not modify a row twice), as
+-- ``record_partition_starts`` does.
+, part_started AS (
+    SELECT partition_key, count(*) AS n FROM claimed
+    WHERE status = '{running}' AND partition_key IS NOT NULL
+    GROUP BY partition_key
+), part_pruned AS (
+    DELETE FROM {rates} AS p
+    WHERE p.lane = :lane AND p.window_start < (SELECT win FROM part_win)
+      AND EXISTS (SELECT 1 FROM part_started)
+      AND p.partition_key NOT IN (SELECT partition_key FROM part_started)
+), part_counted AS (
+    INSERT INTO {rates} AS p (lane, partition_key, window_start, started)
+    SELECT :lane, s.partition_key, (SELECT win FROM part_win), s.n FROM part_started AS s
+    ON CONFLICT (lane, partition_key) DO UPDATE SET
+        started = CASE WHEN p.window_start = EXCLUDED.window_start
+                       THEN p.started + EXCLUDED.started ELSE EXCLUDED.started END,
+        window_start = EXCLUDED.window_start
+)
+
+-- touched --
+-- A lane without a rate of its own: its row rewritten all the same when the statement
+-- started a task, for the next claim's ``fresh`` (see ``partition_rate_gate``).
+, touched AS (
+    UPDATE {lanes} AS l SET paused = l.paused
+    WHERE l.lane = :lane AND EXISTS (SELECT 1 FROM claimed WHERE status = '{running}')
 )
 
 -- rate_limit --
