@@ -1086,16 +1086,20 @@ class PgTaskRunner:
 
         ``rows``: those of a capped statement already run (``fresh`` at ``offset - 1``).
         """
-        claimed: list[BackgroundTaskRecord] = []
-        ended: list[TaskStatus] = []
         fair = plim is not None
         statement = self._for_limit(self._claims, self._statements.claim, limit, True, fair)
+        params = {**claim_params(lane, limit, owner, lease_ttl), **gate_params(cap, plim)}
+        return await self._until_fresh(statement, params, rows, offset)
+
+    async def _until_fresh(
+        self, statement: Any, params: dict[str, Any], rows: Sequence[Any] | None, offset: int
+    ) -> tuple[list[BackgroundTaskRecord], list[TaskStatus]]:
+        """Run a locked claim again while its snapshot was not fresh (``fresh`` at
+        ``offset - 1``); ``rows``: those of a first run already made, if any."""
+        claimed: list[BackgroundTaskRecord] = []
+        ended: list[TaskStatus] = []
         for _ in range(_FRESH_ATTEMPTS):
             if rows is None:
-                params = {
-                    **claim_params(lane, limit, owner, lease_ttl),
-                    **gate_params(cap, plim),
-                }
                 rows, offset = await self._rows("claim tasks", statement, params), 1
             claimed += self._claimed(rows, offset)
             ended += _unclaimed(rows, offset)
@@ -1160,18 +1164,7 @@ class PgTaskRunner:
         """
         statement = self._partition_rated(limit, limits, success=False)
         params = {**claim_params(lane, limit, owner, lease_ttl), **limits.params()}
-        claimed: list[BackgroundTaskRecord] = []
-        ended: list[TaskStatus] = []
-        for _ in range(_FRESH_ATTEMPTS):
-            if rows is None:
-                rows, offset = await self._rows("claim tasks", statement, params), 1
-            claimed += self._claimed(rows, offset)
-            ended += _unclaimed(rows, offset)
-            if rows[0][offset - 1]:
-                break
-            rows = None
-        claimed.sort(key=lambda r: (-r.priority, r.run_at, r.id))
-        return claimed, ended
+        return await self._until_fresh(statement, params, rows, offset)
 
     async def succeed_and_claim(
         self,
