@@ -200,8 +200,11 @@ def render(results: list[MutantResult], baseline: str, total: float, load: str) 
     return "\n".join(lines) + "\n"
 
 
-def write_report(report: str, ref: str, started: datetime, directory: Path = RESULTS_DIR) -> Path:
-    """Replace ``mutants.md`` in ``directory``: the header, then ``report``."""
+def write_report(
+    report: str, ref: str, commit: str, started: datetime, directory: Path = RESULTS_DIR
+) -> Path:
+    """Replace ``mutants.md`` in ``directory``: the header (``commit``: what ``ref`` named
+    when the run unpacked it), then ``report``."""
     env = {**DEFAULT_ENV, **os.environ}
     urls = [env["ASTER_FORGE_TEST_POSTGRES_URL"], env["ASTER_FORGE_TEST_MYSQL_URL"]]
     databases = [*_results.database_versions(urls), f"SQLite {sqlite3.sqlite_version}"]
@@ -210,7 +213,7 @@ def write_report(report: str, ref: str, started: datetime, directory: Path = RES
         "Mutation check",
         command=shlex.join(["python", "-m", "tests.chaos.mutants", *arguments]),
         databases=databases,
-        tree=f"`{_results.commit_of(REPO_ROOT, ref)}` (`git archive {ref}`)",
+        tree=f"`{commit}` (`git archive {ref}`)",
         when=started,
     )
     directory.mkdir(parents=True, exist_ok=True)
@@ -249,6 +252,8 @@ def main(argv: list[str]) -> int:
     load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
     started_at = datetime.now(UTC)
     started = time.monotonic()
+    # Read now: commits may land on the branch while the run takes its minutes.
+    commit = _results.commit_of(REPO_ROOT, args.ref)
     with tempfile.TemporaryDirectory(prefix="aster-forge-mutants-") as scratch_dir:
         scratch = Path(scratch_dir)
         base = unpack(args.ref, scratch)
@@ -280,7 +285,7 @@ def main(argv: list[str]) -> int:
     report = render(results, baseline, total, load)
     _say(report)
     if not args.no_report and args.only is None:
-        _say(f"written to {write_report(report, args.ref, started_at)}")
+        _say(f"written to {write_report(report, args.ref, commit, started_at)}")
     ok = code == 0 and len(results) == len(mutants) and all(r.ok for r in results)
     return 0 if ok else 1
 
