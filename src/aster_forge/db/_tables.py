@@ -56,6 +56,15 @@ __all__ = [
     "task_lanes_table",
 ]
 
+# Every table: InnoDB, utf8mb4 and a binary collation, so dedupe keys, wire values and
+# ids compare exactly (case, accents; validation rejects the surrounding whitespace
+# MariaDB's PAD SPACE collations would ignore).
+_MYSQL_TABLE_OPTIONS: dict[str, Any] = {
+    "mysql_engine": "InnoDB",
+    "mysql_charset": "utf8mb4",
+    "mysql_collate": "utf8mb4_bin",
+}
+
 BACKGROUND_TASKS_TABLE = "background_tasks"
 
 _LONG_TEXT = sa.Text().with_variant(mysql.LONGTEXT(), "mysql")
@@ -201,10 +210,7 @@ def background_tasks_table(
         sa.Column("dependencies_left", sa.Integer(), nullable=False, server_default=sa.text("0")),
         sa.Column("result_awaited", sa.Boolean(), nullable=False, server_default=sa.false()),
         *extra_columns,
-        mysql_engine="InnoDB",
-        mysql_charset="utf8mb4",
-        # Binary collation: dedupe keys and wire values compare exactly.
-        mysql_collate="utf8mb4_bin",
+        **_MYSQL_TABLE_OPTIONS,
     )
     # Only keyed rows are indexed: most tasks have no key, and a NULL entry would cost
     # an index insert on every enqueue, claim and outcome write (each a new row version).
@@ -421,9 +427,7 @@ def define_lanes_table(metadata: sa.MetaData, name: str) -> sa.Table:
         sa.Column("updated_at", UtcDateTime(), nullable=False),
         sa.Column("rate_window_start", UtcDateTime(), nullable=True),
         sa.Column("rate_started", sa.Integer(), nullable=True),
-        mysql_engine="InnoDB",
-        mysql_charset="utf8mb4",
-        mysql_collate="utf8mb4_bin",
+        **_MYSQL_TABLE_OPTIONS,
     )
 
 
@@ -454,9 +458,7 @@ def define_partition_rates_table(metadata: sa.MetaData, name: str) -> sa.Table:
         sa.Column("partition_key", sa.String(MAX_TASK_PARTITION_LENGTH), primary_key=True),
         sa.Column("window_start", UtcDateTime(), nullable=False),
         sa.Column("started", sa.Integer(), nullable=False),
-        mysql_engine="InnoDB",
-        mysql_charset="utf8mb4",
-        mysql_collate="utf8mb4_bin",
+        **_MYSQL_TABLE_OPTIONS,
     )
 
 
@@ -480,9 +482,7 @@ def define_deps_table(metadata: sa.MetaData, name: str) -> sa.Table:
         sa.Column("depends_on", big_id, primary_key=True, autoincrement=False),
         sa.Column("task_id", big_id, primary_key=True, autoincrement=False),
         sa.Column("run_anyway", sa.Boolean(), nullable=False),
-        mysql_engine="InnoDB",
-        mysql_charset="utf8mb4",
-        mysql_collate="utf8mb4_bin",
+        **_MYSQL_TABLE_OPTIONS,
     )
     sa.Index(f"ix_{name}_task", table.c.task_id)
     return table
@@ -527,9 +527,7 @@ def scheduled_tasks_table(metadata: sa.MetaData) -> sa.Table:
         # NULL on interval rows; a cron row stores interval_micros = 0.
         sa.Column("cron_expression", sa.String(MAX_CRON_EXPRESSION_LENGTH), nullable=True),
         sa.Column("cron_timezone", sa.String(MAX_CRON_TIMEZONE_LENGTH), nullable=True),
-        mysql_engine="InnoDB",
-        mysql_charset="utf8mb4",
-        mysql_collate="utf8mb4_bin",
+        **_MYSQL_TABLE_OPTIONS,
     )
     sa.Index(NAMESPACE_NAME_UNIQUE_INDEX, table.c.namespace, table.c.name, unique=True)
     sa.Index(NEXT_RUN_INDEX, table.c.next_run_at)
@@ -577,14 +575,6 @@ def create_scheduled_tasks_next_run_index(*, if_not_exists: bool = False) -> Cre
 
 
 RUNTIME_LEASES_TABLE = "runtime_leases"
-
-_MYSQL_TABLE_OPTIONS: dict[str, Any] = {
-    "mysql_engine": "InnoDB",
-    "mysql_charset": "utf8mb4",
-    # Binary collation: ids compare exactly (case, accents); validation rejects
-    # surrounding whitespace, which MariaDB's PAD SPACE collations would ignore.
-    "mysql_collate": "utf8mb4_bin",
-}
 
 
 def runtime_leases_table(metadata: sa.MetaData) -> sa.Table:
